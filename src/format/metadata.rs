@@ -1,0 +1,228 @@
+//! `zarr.json` documents: which ones shardfs rewrites, and the rewritten text.
+//!
+//! A sharded array's view document keeps every field verbatim except
+//! `chunk_grid.configuration.chunk_shape` (the innermost chunk shape) and `codecs` (the innermost
+//! codecs). A group's inline consolidated metadata repeats its children's documents, so each
+//! sharded child in it is rewritten the same way. Key order and pretty-printing are kept.
+
+use serde_json::{Map, Value};
+
+use super::chunk_key::ChunkKeyEncoding;
+use super::sharding::{Sharding, codec_name, shape};
+
+/// Fields of a v3 array document that a reader must understand.
+const ARRAY_FIELDS: &[&str] = &[
+    "zarr_format",
+    "node_type",
+    "shape",
+    "data_type",
+    "chunk_grid",
+    "chunk_key_encoding",
+    "fill_value",
+    "codecs",
+    "attributes",
+    "dimension_names",
+    "storage_transformers",
+];
+
+/// A sharded array that shardfs shows unsharded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedArrayMeta {
+    pub shape: Vec<u64>,
+    pub key_encoding: ChunkKeyEncoding,
+    pub sharding: Sharding,
+}
+
+/// What shardfs makes of one `zarr.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Interpretation {
+    /// Not something shardfs changes (a plain group, an unsharded array, not Zarr v3 at all).
+    Unchanged,
+    /// A group whose inline consolidated metadata lists sharded arrays.
+    Group { view: Vec<u8> },
+    /// A sharded array, shown as the equivalent unsharded array.
+    ShardedArray { view: Vec<u8>, array: ShardedArrayMeta },
+    /// A sharded array with no faithful unsharded view; the reason is meant for a log line.
+    Refused(String),
+}
+
+/// Reads one `zarr.json` and decides how the view shows it.
+pub fn interpret(bytes: &[u8]) -> Interpretation {
+    let doc: Map<String, Value> = match serde_json::from_slice(bytes) {
+        Ok(Value::Object(doc)) => doc,
+        Ok(_) => return Interpretation::Refused("not a JSON object".into()),
+        Err(e) => return Interpretation::Refused(format!("not JSON: {e}")),
+    };
+    if doc.get("zarr_format") != Some(&Value::from(3)) {
+        return Interpretation::Unchanged;
+    }
+    let pretty = bytes.contains(&b'\n');
+    match doc.get("node_type").and_then(Value::as_str) {
+        Some("array") => match unsharded_array(&doc) {
+            Ok(None) => Interpretation::Unchanged,
+            Ok(Some((view, array))) => Interpretation::ShardedArray { view: to_bytes(&view, pretty), array },
+            Err(reason) => Interpretation::Refused(reason),
+        },
+        Some("group") => match rewrite_consolidated(&doc) {
+            Some(view) => Interpretation::Group { view: to_bytes(&view, pretty) },
+            None => Interpretation::Unchanged,
+        },
+        _ => Interpretation::Unchanged,
+    }
+}
+
+/// The unsharded view of an array document: `Ok(None)` when it is not sharded.
+fn unsharded_array(doc: &Map<String, Value>) -> Result<Option<(Map<String, Value>, ShardedArrayMeta)>, String> {
+    let codecs = doc.get("codecs").and_then(Value::as_array).ok_or("codecs is not a list")?;
+    if !codecs.iter().any(|c| codec_name(c) == Some("sharding_indexed")) {
+        return Ok(None);
+    }
+    let array_shape = shape(doc.get("shape")).ok_or("shape is not a list of non-negative integers")?;
+    let grid = doc.get("chunk_grid").ok_or("no chunk_grid")?;
+    if grid.get("name").and_then(Value::as_str) != Some("regular") {
+        return Err(format!("chunk_grid {grid} is not regular"));
+    }
+    let shard_shape = shape(grid.get("configuration").and_then(|c| c.get("chunk_shape")))
+        .ok_or("chunk_grid chunk_shape is not a list of integers")?;
+    if shard_shape.len() != array_shape.len() || shard_shape.contains(&0) {
+        return Err(format!("shard shape {shard_shape:?} does not fit array shape {array_shape:?}"));
+    }
+    match doc.get("storage_transformers") {
+        None => {}
+        Some(Value::Array(t)) if t.is_empty() => {}
+        Some(t) => return Err(format!("storage_transformers {t} are not supported")),
+    }
+    for (key, value) in doc {
+        let optional = value.get("must_understand") == Some(&Value::Bool(false));
+        if !ARRAY_FIELDS.contains(&key.as_str()) && !optional {
+            return Err(format!("unknown field {key:?} must be understood"));
+        }
+    }
+    let key_encoding = ChunkKeyEncoding::from_json(doc.get("chunk_key_encoding").ok_or("no chunk_key_encoding")?)?;
+    let sharding = Sharding::from_codecs(&shard_shape, codecs)?.expect("codecs include sharding_indexed");
+    let mut view = doc.clone();
+    view["chunk_grid"]["configuration"]["chunk_shape"] = Value::from(sharding.chunk_shape().to_vec());
+    view["codecs"] = Value::from(sharding.inner_codecs.clone());
+    Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding })))
+}
+
+/// The group document with each sharded child in its consolidated metadata rewritten, or `None`
+/// when nothing changes.
+fn rewrite_consolidated(doc: &Map<String, Value>) -> Option<Map<String, Value>> {
+    let children = doc.get("consolidated_metadata")?.get("metadata")?.as_object()?;
+    let mut rewritten = children.clone();
+    let mut changed = false;
+    for (path, child) in children {
+        let Some(child_doc) = child.as_object() else { continue };
+        if child_doc.get("node_type").and_then(Value::as_str) != Some("array") {
+            continue;
+        }
+        if let Ok(Some((view, _))) = unsharded_array(child_doc) {
+            rewritten[path] = Value::Object(view);
+            changed = true;
+        }
+    }
+    changed.then(|| {
+        let mut view = doc.clone();
+        view["consolidated_metadata"]["metadata"] = Value::Object(rewritten);
+        view
+    })
+}
+
+fn to_bytes(doc: &Map<String, Value>, pretty: bool) -> Vec<u8> {
+    let result = if pretty { serde_json::to_vec_pretty(doc) } else { serde_json::to_vec(doc) };
+    result.expect("a JSON map always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::chunk_key::KeyStyle;
+    use serde_json::json;
+
+    fn sharded_doc() -> Value {
+        json!({
+            "zarr_format": 3, "node_type": "array", "shape": [10, 9], "data_type": "uint16",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 6]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0,
+            "codecs": [{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [2, 3],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 5}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                "index_location": "end"}}],
+            "attributes": {"b": 1, "a": [1.5, "x"]},
+            "dimension_names": ["y", "x"],
+            "extra": {"must_understand": false, "v": 2}
+        })
+    }
+
+    fn interpret_value(v: &Value) -> Interpretation {
+        interpret(&serde_json::to_vec_pretty(v).unwrap())
+    }
+
+    #[test]
+    fn rewrites_grid_and_codecs_only() {
+        let Interpretation::ShardedArray { view, array } = interpret_value(&sharded_doc()) else { panic!() };
+        let view: Value = serde_json::from_slice(&view).unwrap();
+        let mut expected = sharded_doc();
+        expected["chunk_grid"]["configuration"]["chunk_shape"] = json!([2, 3]);
+        expected["codecs"] = sharded_doc()["codecs"][0]["configuration"]["codecs"].clone();
+        assert_eq!(view, expected);
+        assert_eq!(array.shape, vec![10, 9]);
+        assert_eq!(array.key_encoding.style, KeyStyle::Default);
+    }
+
+    #[test]
+    fn keeps_key_order_and_style() {
+        let compact = serde_json::to_vec(&sharded_doc()).unwrap();
+        let Interpretation::ShardedArray { view, .. } = interpret(&compact) else { panic!() };
+        assert!(!view.contains(&b'\n'));
+        let text = String::from_utf8(view).unwrap();
+        let keys: Vec<usize> = ["zarr_format", "shape", "codecs", "attributes", "extra"]
+            .iter()
+            .map(|k| text.find(&format!("\"{k}\"")).unwrap())
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{text}");
+    }
+
+    #[test]
+    fn leaves_unsharded_and_foreign_documents_alone() {
+        let mut plain = sharded_doc();
+        plain["codecs"] = json!([{"name": "bytes"}]);
+        assert_eq!(interpret_value(&plain), Interpretation::Unchanged);
+        assert_eq!(interpret_value(&json!({"zarr_format": 3, "node_type": "group"})), Interpretation::Unchanged);
+        assert_eq!(interpret_value(&json!({"zarr_format": 2})), Interpretation::Unchanged);
+    }
+
+    #[test]
+    fn refuses_with_a_reason() {
+        let refused = |edit: &dyn Fn(&mut Value)| {
+            let mut doc = sharded_doc();
+            edit(&mut doc);
+            match interpret_value(&doc) {
+                Interpretation::Refused(reason) => reason,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(refused(&|d| d["storage_transformers"] = json!([{"name": "x"}])).contains("storage_transformers"));
+        assert!(refused(&|d| d["chunk_grid"]["name"] = json!("rectilinear")).contains("regular"));
+        assert!(refused(&|d| d["surprise"] = json!({"v": 1})).contains("surprise"));
+        assert!(refused(&|d| d["shape"] = json!([-1, 9])).contains("shape"));
+        assert!(matches!(interpret(b"{not json"), Interpretation::Refused(r) if r.starts_with("not JSON")));
+    }
+
+    #[test]
+    fn rewrites_consolidated_children() {
+        let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {},
+            "consolidated_metadata": {"kind": "inline", "must_understand": false,
+                "metadata": {"a": sharded_doc(), "g": {"zarr_format": 3, "node_type": "group"}}}});
+        let Interpretation::Group { view } = interpret_value(&group) else { panic!() };
+        let view: Value = serde_json::from_slice(&view).unwrap();
+        assert_eq!(
+            view["consolidated_metadata"]["metadata"]["a"]["chunk_grid"]["configuration"]["chunk_shape"],
+            json!([2, 3])
+        );
+        assert_eq!(view["consolidated_metadata"]["metadata"]["g"], group["consolidated_metadata"]["metadata"]["g"]);
+    }
+}
