@@ -5,4 +5,13 @@
 //! <-> arrays, shards and inner chunks) <- [`fs`] (filesystem operations as plain structs) <-
 //! [`fuse`] (the only code that speaks FUSE) <- [`mount`] and [`cli`].
 
+pub mod cli;
+pub mod demo;
+pub mod error;
 pub mod format;
+pub mod fs;
+pub mod fuse;
+pub mod logging;
+pub mod mount;
+pub mod store;
+pub mod view;

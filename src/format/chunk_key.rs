@@ -105,8 +105,8 @@ impl ChunkKeyEncoding {
     }
 }
 
-/// A decimal with no sign, no leading zero and no other character.
-fn parse_canonical(s: &str) -> Option<u64> {
+/// One coordinate as keys spell it: a decimal with no sign, no leading zero and no other character.
+pub fn parse_canonical(s: &str) -> Option<u64> {
     let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     if canonical { s.parse().ok() } else { None }
 }

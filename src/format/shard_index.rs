@@ -97,6 +97,32 @@ impl IndexSpec {
     }
 }
 
+/// Lays out a whole shard: the stored chunks back to back in entry order, and the index before or
+/// after them as `spec` says. `None` chunks are empty.
+pub fn assemble_shard(spec: &IndexSpec, chunks: &[Option<Vec<u8>>]) -> Vec<u8> {
+    let mut offset = match spec.location {
+        IndexLocation::Start => spec.encoded_len(),
+        IndexLocation::End => 0,
+    };
+    let mut entries = Vec::with_capacity(chunks.len());
+    let mut data = Vec::new();
+    for chunk in chunks {
+        match chunk {
+            Some(bytes) => {
+                entries.push((offset, bytes.len() as u64));
+                offset += bytes.len() as u64;
+                data.extend_from_slice(bytes);
+            }
+            None => entries.push((EMPTY, EMPTY)),
+        }
+    }
+    let index = spec.encode(&entries);
+    match spec.location {
+        IndexLocation::Start => [index, data].concat(),
+        IndexLocation::End => [data, index].concat(),
+    }
+}
+
 /// A decoded index of one shard blob, its offsets made absolute within the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardIndex {
@@ -194,6 +220,21 @@ mod tests {
                     assert_eq!(index.chunk(1), Ok(None));
                     assert_eq!(index.chunk(2), Ok(Some(100 + data_start + 5..100 + data_start + 7)));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn assembled_shards_decode_to_their_chunks() {
+        for location in [IndexLocation::Start, IndexLocation::End] {
+            let s = spec(3, true, location, Endian::Big);
+            let chunks = [Some(b"abc".to_vec()), None, Some(b"defgh".to_vec())];
+            let shard = assemble_shard(&s, &chunks);
+            let range = s.index_range(shard.len() as u64).unwrap();
+            let index = ShardIndex::decode(&s, &shard[range.start as usize..], shard.len() as u64, 0).unwrap();
+            for (i, chunk) in chunks.iter().enumerate() {
+                let got = index.chunk(i as u64).unwrap().map(|r| shard[r.start as usize..r.end as usize].to_vec());
+                assert_eq!(&got, chunk);
             }
         }
     }

@@ -1,0 +1,117 @@
+//! The command line: clap definitions turned into the typed configuration of each command.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::fuse::MountSettings;
+use crate::mount::MountConfig;
+
+/// Mount a sharded Zarr v3 store and see the equivalent unsharded store: one file per inner chunk.
+#[derive(Debug, Parser)]
+#[command(name = "shardfs", version)]
+pub struct Cli {
+    /// More log output: -v info, -vv debug, -vvv trace (RUST_LOG overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mount STORE at MOUNTPOINT; returns once the mount is ready and serves from the background.
+    Mount {
+        /// The sharded Zarr v3 store (a directory with zarr.json at its root).
+        store: PathBuf,
+        /// An empty directory to show the unsharded view in.
+        mountpoint: PathBuf,
+        /// Stay attached and serve until unmounted or interrupted.
+        #[arg(short, long)]
+        foreground: bool,
+        /// Mount read-only (this release always does; the flag keeps scripts future-proof).
+        #[arg(long)]
+        read_only: bool,
+        /// Mount options as for mount(8), comma-separated or repeated: allow_other, allow_root,
+        /// default_permissions, auto_unmount, ro, nodev, nosuid, noexec, noatime, fsname=NAME, ...
+        #[arg(short = 'o', value_delimiter = ',', value_name = "OPTIONS")]
+        options: Vec<String>,
+        /// Worker threads serving the kernel's requests.
+        #[arg(long, default_value_t = default_threads())]
+        threads: usize,
+        /// Memory for decoded shard indexes, in bytes (suffixes K, M, G).
+        #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
+        cache_size: usize,
+        /// Append log lines to this file (default: stderr in the foreground, syslog otherwise).
+        #[arg(long, value_name = "PATH")]
+        log_file: Option<PathBuf>,
+    },
+    /// Unmount a shardfs mount (umount and fusermount3 -u work too).
+    Unmount { mountpoint: PathBuf },
+    /// Write a small sharded sample store to DIR/store and mount it at DIR/view in the foreground.
+    Demo {
+        #[arg(default_value = "shardfs-demo")]
+        dir: PathBuf,
+    },
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 16))
+}
+
+/// A byte count with an optional binary suffix: `4096`, `512K`, `64M`, `1G`.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&text[..i], 10),
+        Some((i, 'm' | 'M')) => (&text[..i], 20),
+        Some((i, 'g' | 'G')) => (&text[..i], 30),
+        _ => (text, 0),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("{text:?} is not a size like 4096, 512K, 64M or 1G"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
+}
+
+impl Command {
+    /// The typed configuration of `shardfs mount`, or `None` for other commands.
+    pub fn mount_config(&self, verbosity: u8) -> Option<MountConfig> {
+        let Command::Mount { store, mountpoint, foreground, read_only: _, options, threads, cache_size, log_file } =
+            self
+        else {
+            return None;
+        };
+        Some(MountConfig {
+            store: store.clone(),
+            mountpoint: mountpoint.clone(),
+            foreground: *foreground,
+            settings: MountSettings { options: options.clone(), threads: *threads },
+            cache_bytes: *cache_size,
+            verbosity,
+            log_file: log_file.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::index_cache::DEFAULT_BUDGET;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("64m"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn mount_options_split_on_commas() {
+        let cli = Cli::try_parse_from(["shardfs", "mount", "s", "m", "-o", "allow_other,noatime", "-o", "ro"]).unwrap();
+        let config = cli.command.mount_config(0).unwrap();
+        assert_eq!(config.settings.options, ["allow_other", "noatime", "ro"]);
+        assert_eq!(config.cache_bytes, DEFAULT_BUDGET);
+    }
+}

@@ -1,0 +1,38 @@
+//! The one error type of the filesystem layers. Each variant says what went wrong in terms of the
+//! store; `fuse.rs` alone turns them into errno values.
+
+use std::io;
+
+/// Why a filesystem operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The view has no such entry.
+    #[error("no such entry")]
+    NotFound,
+    /// Data on disk is damaged; the message names the file and the cause.
+    #[error("{0}")]
+    Damaged(String),
+    /// The backing store failed; `path` is relative to the store's root.
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("is a directory")]
+    IsADirectory,
+    #[error("read-only view")]
+    ReadOnly,
+    #[error("stale file handle")]
+    BadHandle,
+}
+
+impl Error {
+    /// Wraps an I/O error with the store path it concerns.
+    pub fn io(path: &str, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::NotFound {
+            return Error::NotFound;
+        }
+        Error::Io { path: path.to_string(), source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,200 @@
+//! Filesystem operations on the view in plain types (inode numbers, [`Attr`], [`DirEntry`],
+//! handles), so that they can be tested without FUSE. `fuse.rs` adapts them to the kernel.
+//!
+//! Inode numbers are a hash of the view path: the same path has the same number for the life of
+//! the mount (and across mounts) without keeping every path ever seen. The table of paths the
+//! kernel holds follows its lookup/forget counts, so memory follows the kernel's cache, not the
+//! size of the store.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry as MapEntry;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::store::{Attr, Kind, Space, join};
+use crate::view::namespace::{Content, Namespace, Node};
+
+/// The root directory's inode number, fixed by FUSE.
+pub const ROOT_INO: u64 = 1;
+
+/// One directory entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub name: String,
+    pub kind: Kind,
+}
+
+#[derive(Debug)]
+struct Inode {
+    node: Node,
+    path: String,
+    lookups: u64,
+}
+
+/// The filesystem: a [`Namespace`] plus the inode and handle tables the kernel protocol needs.
+#[derive(Debug)]
+pub struct ShardFs {
+    ns: Namespace,
+    inodes: Mutex<HashMap<u64, Inode>>,
+    files: Mutex<HashMap<u64, Arc<Content>>>,
+    dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    next_handle: AtomicU64,
+}
+
+/// The inode number of a view path.
+pub fn path_ino(path: &str) -> u64 {
+    if path.is_empty() {
+        return ROOT_INO;
+    }
+    let mut hasher = DefaultHasher::new();
+    path.hash(&mut hasher);
+    // 0 is invalid and 1 the root in FUSE; the top bit keeps clear of both.
+    hasher.finish() | (1 << 63)
+}
+
+impl ShardFs {
+    pub fn new(ns: Namespace) -> Self {
+        let root = Inode { node: ns.root(), path: String::new(), lookups: 1 };
+        ShardFs {
+            ns,
+            inodes: Mutex::new(HashMap::from([(ROOT_INO, root)])),
+            files: Mutex::default(),
+            dirs: Mutex::default(),
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    fn node(&self, ino: u64) -> Result<Node> {
+        self.inodes.lock().get(&ino).map(|i| i.node.clone()).ok_or(Error::BadHandle)
+    }
+
+    /// Finds `name` in directory `parent`; the kernel now holds one more reference to it.
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<(u64, Attr)> {
+        let (node, attr) = self.ns.child(&self.node(parent)?, name)?;
+        Ok((self.remember(node), attr))
+    }
+
+    fn remember(&self, node: Node) -> u64 {
+        let path = node.path();
+        let mut ino = path_ino(&path);
+        let mut inodes = self.inodes.lock();
+        loop {
+            match inodes.entry(ino) {
+                MapEntry::Vacant(v) => {
+                    v.insert(Inode { node, path, lookups: 1 });
+                    return ino;
+                }
+                MapEntry::Occupied(mut o) if o.get().path == path => {
+                    let inode = o.get_mut();
+                    inode.lookups += 1;
+                    inode.node = node;
+                    return ino;
+                }
+                // Two paths with one hash: astronomically rare; the later one takes the next free number.
+                MapEntry::Occupied(_) => ino = ino.wrapping_add(1) | (1 << 63),
+            }
+        }
+    }
+
+    /// The kernel dropped `n` references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut inodes = self.inodes.lock();
+        if let Some(inode) = inodes.get_mut(&ino) {
+            inode.lookups = inode.lookups.saturating_sub(n);
+            if inode.lookups == 0 {
+                inodes.remove(&ino);
+            }
+        }
+    }
+
+    /// Number of inodes the kernel holds references to.
+    pub fn known_inodes(&self) -> usize {
+        self.inodes.lock().len()
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.ns.attr(&self.node(ino)?)
+    }
+
+    /// Lists directory `ino` once, for a stable sequence of [`ShardFs::readdir`] calls.
+    pub fn opendir(&self, ino: u64) -> Result<u64> {
+        let (node, path) = {
+            let inodes = self.inodes.lock();
+            let inode = inodes.get(&ino).ok_or(Error::BadHandle)?;
+            (inode.node.clone(), inode.path.clone())
+        };
+        let listing = self.ns.list(&node)?;
+        let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+        let mut entries = Vec::with_capacity(listing.len() + 2);
+        entries.push(DirEntry { ino, name: ".".into(), kind: Kind::Dir });
+        entries.push(DirEntry { ino: path_ino(parent), name: "..".into(), kind: Kind::Dir });
+        entries.extend(listing.into_iter().map(|(name, kind)| DirEntry {
+            ino: path_ino(&join(&path, &name)),
+            name,
+            kind,
+        }));
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().insert(fh, Arc::new(entries));
+        Ok(fh)
+    }
+
+    /// Passes the entries of an open directory from position `offset` to `add`, with the offset
+    /// of the entry after each, until `add` says the reply is full.
+    pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
+        let entries = self.dirs.lock().get(&fh).cloned().ok_or(Error::BadHandle)?;
+        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+            if add(entry, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+
+    /// Opens file `ino`; the view is read-only, so `write` fails.
+    pub fn open(&self, ino: u64, write: bool) -> Result<u64> {
+        if write {
+            return Err(Error::ReadOnly);
+        }
+        let content = self.ns.open(&self.node(ino)?)?;
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.files.lock().insert(fh, Arc::new(content));
+        Ok(fh)
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let content = self.files.lock().get(&fh).cloned().ok_or(Error::BadHandle)?;
+        content.read(offset, size).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Error::Damaged(format!("a shard is shorter than its index says: {e}")),
+            _ => Error::Io { path: String::new(), source: e },
+        })
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.files.lock().remove(&fh);
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        Ok(self.ns.read_link(&self.node(ino)?)?.as_os_str().as_bytes().to_vec())
+    }
+
+    pub fn statfs(&self) -> Result<Space> {
+        self.ns.space()
+    }
+}

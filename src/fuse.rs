@@ -1,0 +1,328 @@
+//! The FUSE adapter: the only code that imports `fuser`, and the only place where an [`Error`]
+//! becomes an errno. Each callback is one call into [`ShardFs`] and one reply.
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyXattr, Request,
+};
+
+use crate::error::Error;
+use crate::fs::ShardFs;
+use crate::store::{Attr, Kind};
+
+/// How long the kernel may trust names and attributes before asking again. A shard rewritten
+/// underneath the mount shows its new content at most this long after the change.
+pub const CACHE_TTL: Duration = Duration::from_secs(1);
+
+/// Largest read the kernel sends at once, and its readahead.
+const MAX_READAHEAD: u32 = 1 << 20;
+
+/// [`ShardFs`] served over FUSE.
+pub struct Fuse(pub ShardFs);
+
+/// The errno a failed operation returns to the caller.
+pub fn errno(error: &Error) -> Errno {
+    match error {
+        Error::NotFound => Errno::ENOENT,
+        Error::Damaged(_) => Errno::EIO,
+        Error::Io { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
+        Error::NotADirectory => Errno::ENOTDIR,
+        Error::IsADirectory => Errno::EISDIR,
+        Error::ReadOnly => Errno::EROFS,
+        Error::BadHandle => Errno::EBADF,
+    }
+}
+
+fn fail(op: &str, error: &Error) -> Errno {
+    match error {
+        Error::NotFound => {}
+        Error::Damaged(msg) => log::debug!("{op}: {msg}"),
+        other => log::info!("{op}: {other}"),
+    }
+    errno(error)
+}
+
+fn file_attr(ino: u64, attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: attr.size,
+        blocks: attr.size.div_ceil(512),
+        atime: attr.atime,
+        mtime: attr.mtime,
+        ctime: attr.ctime,
+        crtime: attr.ctime,
+        kind: file_type(attr.kind),
+        perm: attr.perm,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::File | Kind::Other => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
+fn name(name: &OsStr) -> Result<&str, Errno> {
+    name.to_str().ok_or(Errno::ENOENT)
+}
+
+impl Filesystem for Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The kernel drops cached pages of a file whose mtime or size it sees change, so
+        // keep_cache never serves a rewritten shard's old bytes past the attribute TTL.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        let _ = config.set_max_readahead(MAX_READAHEAD);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, child: &OsStr, reply: ReplyEntry) {
+        let result = name(child).and_then(|n| self.0.lookup(parent.0, n).map_err(|e| fail("lookup", &e)));
+        match result {
+            Ok((ino, attr)) => reply.entry(&CACHE_TTL, &file_attr(ino, &attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.0.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.0.getattr(ino.0) {
+            Ok(attr) => reply.attr(&CACHE_TTL, &file_attr(ino.0, &attr)),
+            Err(e) => reply.error(fail("getattr", &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.0.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(fail("readlink", &e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        match self.0.open(ino.0, write) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(fail("open", &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.0.read(fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(fail("read", &e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.0.release(fh.0);
+        reply.ok();
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENODATA);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 { reply.size(0) } else { reply.data(&[]) }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.0.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(fail("opendir", &e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let result = self.0.readdir(fh.0, offset, |entry, next| {
+            reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail("readdir", &e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.0.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.0.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
+            Err(e) => reply.error(fail("statfs", &e)),
+        }
+    }
+}
+
+/// A live mount. Dropping it unmounts, so a test or a daemon never leaves a mount behind.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+}
+
+impl Mounted {
+    /// True once the session ended (unmounted from outside, or the connection was aborted).
+    pub fn finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
+    /// Unmounts and waits for the session's threads.
+    pub fn unmount(mut self) -> std::io::Result<()> {
+        self.session.take().map_or(Ok(()), |s| s.umount_and_join())
+    }
+
+    /// Waits for a session that already ended.
+    pub fn join(mut self) -> std::io::Result<()> {
+        self.session.take().map_or(Ok(()), |s| s.join())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take()
+            && let Err(e) = session.umount_and_join()
+        {
+            log::warn!("unmount: {e}");
+        }
+    }
+}
+
+/// How to mount: `-o` options as mount(8) spells them, and the worker thread count.
+#[derive(Debug, Clone)]
+pub struct MountSettings {
+    pub options: Vec<String>,
+    pub threads: usize,
+}
+
+/// Checks `-o` options without mounting, so that a typo fails before anything happens.
+pub fn check_options(settings: &MountSettings) -> Result<(), String> {
+    config(settings).map(|_| ())
+}
+
+fn config(settings: &MountSettings) -> Result<fuser::Config, String> {
+    use fuser::{MountOption as O, SessionACL};
+    let mut config = fuser::Config::default();
+    // The view is read-only in this release, whatever the options say.
+    config.mount_options = vec![O::RO, O::FSName("shardfs".into()), O::Subtype("shardfs".into())];
+    for option in &settings.options {
+        let parsed = match option.as_str() {
+            "ro" => O::RO,
+            "rw" => return Err("-o rw: this release of shardfs mounts read-only".into()),
+            "allow_other" => {
+                config.acl = SessionACL::All;
+                continue;
+            }
+            "allow_root" => {
+                config.acl = SessionACL::RootAndOwner;
+                continue;
+            }
+            "default_permissions" => O::DefaultPermissions,
+            "auto_unmount" => O::AutoUnmount,
+            "dev" => O::Dev,
+            "nodev" => O::NoDev,
+            "suid" => O::Suid,
+            "nosuid" => O::NoSuid,
+            "exec" => O::Exec,
+            "noexec" => O::NoExec,
+            "atime" => O::Atime,
+            "noatime" => O::NoAtime,
+            "sync" => O::Sync,
+            "async" => O::Async,
+            "dirsync" => O::DirSync,
+            s if s.starts_with("fsname=") => O::FSName(s["fsname=".len()..].into()),
+            s if s.starts_with("subtype=") => O::Subtype(s["subtype=".len()..].into()),
+            other => return Err(format!("-o {other}: unknown mount option")),
+        };
+        config.mount_options.retain(|o| std::mem::discriminant(o) != std::mem::discriminant(&parsed));
+        config.mount_options.push(parsed);
+    }
+    if config.mount_options.contains(&O::AutoUnmount) && config.acl == SessionACL::Owner {
+        return Err("-o auto_unmount needs -o allow_other or -o allow_root".into());
+    }
+    config.n_threads = Some(settings.threads.max(1));
+    config.clone_fd = settings.threads > 1;
+    Ok(config)
+}
+
+/// Mounts `fs` at `mountpoint` and serves it from background threads until unmounted.
+pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings) -> Result<Mounted, String> {
+    let config = config(settings)?;
+    let session = fuser::Session::new(Fuse(fs), mountpoint, &config)
+        .and_then(|s| s.spawn())
+        .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
+    Ok(Mounted { session: Some(session) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(options: &[&str]) -> MountSettings {
+        MountSettings { options: options.iter().map(|s| s.to_string()).collect(), threads: 2 }
+    }
+
+    #[test]
+    fn accepts_what_mount_users_type() {
+        let c = config(&settings(&["allow_other", "default_permissions", "fsname=data", "noatime"])).unwrap();
+        assert_eq!(c.acl, fuser::SessionACL::All);
+        assert!(c.mount_options.contains(&fuser::MountOption::FSName("data".into())));
+        assert!(!c.mount_options.contains(&fuser::MountOption::FSName("shardfs".into())));
+        assert!(c.mount_options.contains(&fuser::MountOption::RO));
+        assert_eq!(c.n_threads, Some(2));
+    }
+
+    #[test]
+    fn rejects_unknown_and_conflicting_options() {
+        assert!(config(&settings(&["bogus"])).unwrap_err().contains("bogus"));
+        assert!(config(&settings(&["auto_unmount"])).unwrap_err().contains("allow_other"));
+        assert!(config(&settings(&["rw"])).is_err());
+    }
+
+    #[test]
+    fn every_error_has_an_errno() {
+        assert_eq!(errno(&Error::NotFound), Errno::ENOENT);
+        assert_eq!(errno(&Error::Damaged("x".into())), Errno::EIO);
+        let denied = Error::Io { path: "a".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
+        assert_eq!(errno(&denied), Errno::EACCES);
+        assert_eq!(errno(&Error::ReadOnly), Errno::EROFS);
+    }
+}

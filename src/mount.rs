@@ -1,0 +1,225 @@
+//! `shardfs mount` and `shardfs unmount`: checks that fail before anything is mounted, the
+//! background daemon (the command returns once the mount is ready, as sshfs does), and a clean
+//! unmount on SIGTERM, SIGINT or SIGHUP.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::fs::ShardFs;
+use crate::fuse::{self, MountSettings, Mounted};
+use crate::logging::{self, LogTarget};
+use crate::store::DirStore;
+use crate::view::index_cache::IndexCache;
+use crate::view::namespace::{Namespace, ZARR_JSON};
+
+/// Everything `shardfs mount` needs, already parsed.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    pub foreground: bool,
+    pub settings: MountSettings,
+    pub cache_bytes: usize,
+    pub verbosity: u8,
+    pub log_file: Option<PathBuf>,
+}
+
+/// Opens the store after checking that it is a Zarr v3 store.
+pub fn open_store(path: &Path) -> Result<DirStore, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+    if !meta.is_dir() {
+        return Err(format!("{shown}: not a directory, so not a Zarr v3 store"));
+    }
+    let doc = std::fs::read(path.join(ZARR_JSON))
+        .map_err(|e| format!("{shown}: not a Zarr v3 store: cannot read {ZARR_JSON} at its root: {e}"))?;
+    let doc: serde_json::Value = serde_json::from_slice(&doc)
+        .map_err(|e| format!("{}: not a Zarr v3 store: {e}", path.join(ZARR_JSON).display()))?;
+    if doc.get("zarr_format") != Some(&serde_json::Value::from(3)) {
+        return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", path.join(ZARR_JSON).display()));
+    }
+    DirStore::open(path).map_err(|e| format!("{shown}: cannot open store: {e}"))
+}
+
+/// Checks that `path` is an empty directory the mount can cover.
+fn check_mountpoint(path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    let mut entries = std::fs::read_dir(path).map_err(|e| format!("{shown}: unusable mount point: {e}"))?;
+    if entries.next().is_some() {
+        return Err(format!("{shown}: mount point is not empty"));
+    }
+    Ok(())
+}
+
+fn check_fuse_device() -> Result<(), String> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map(drop)
+        .map_err(|e| format!("/dev/fuse: cannot open: {e} (is the fuse module loaded and the device accessible?)"))
+}
+
+/// Builds the filesystem for a store.
+pub fn filesystem(store: DirStore, cache_bytes: usize) -> ShardFs {
+    ShardFs::new(Namespace::new(store, IndexCache::new(cache_bytes)))
+}
+
+/// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
+pub fn run(config: &MountConfig) -> Result<(), String> {
+    let store = open_store(&config.store)?;
+    check_mountpoint(&config.mountpoint)?;
+    check_fuse_device()?;
+    fuse::check_options(&config.settings)?;
+    if config.foreground {
+        let target = config.log_file.clone().map_or(LogTarget::Stderr, LogTarget::File);
+        logging::init(&target, config.verbosity)?;
+        let mounted = mount_blocking_signals(store, config)?;
+        log::info!("{}: serving {}", config.mountpoint.display(), config.store.display());
+        return serve(mounted);
+    }
+    daemonize(store, config)
+}
+
+/// Mounts with termination signals blocked, so that every session thread inherits the mask and
+/// [`serve`] alone receives them.
+fn mount_blocking_signals(store: DirStore, config: &MountConfig) -> Result<Mounted, String> {
+    block_termination_signals();
+    fuse::mount(filesystem(store, config.cache_bytes), &config.mountpoint, &config.settings)
+}
+
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+fn block_termination_signals() {
+    let set = termination_signals();
+    // SAFETY: a valid signal set; blocking signals has no memory effects.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Serves until the mount goes away or a termination signal arrives, then unmounts cleanly.
+fn serve(mounted: Mounted) -> Result<(), String> {
+    let set = termination_signals();
+    let tick = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
+    loop {
+        if mounted.finished() {
+            log::info!("unmounted");
+            return mounted.join().map_err(|e| format!("session ended with an error: {e}"));
+        }
+        // SAFETY: valid signal set and timeout; no siginfo is requested.
+        let signal = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &tick) };
+        if signal > 0 {
+            log::info!("signal {signal}: unmounting");
+            return mounted.unmount().map_err(|e| format!("unmount failed: {e}"));
+        }
+    }
+}
+
+/// Forks a daemon that mounts and serves; the parent waits for its word that the mount is ready
+/// (or why it failed) and returns.
+fn daemonize(store: DirStore, config: &MountConfig) -> Result<(), String> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a two-element array as pipe(2) requires.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("cannot create a pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors were just created by pipe2 and are owned here alone.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the process is single-threaded here (no session or logger thread exists yet), so
+    // the child may go on running Rust code.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("cannot fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            drop(read_end);
+            let code = daemon_child(store, config, std::fs::File::from(write_end));
+            std::process::exit(code);
+        }
+        _ => {
+            drop(write_end);
+            let mut word = String::new();
+            let _ = std::fs::File::from(read_end).read_to_string(&mut word);
+            match word.strip_prefix("ready") {
+                Some(_) => Ok(()),
+                None if word.is_empty() => Err("the mount daemon exited before the mount was ready".into()),
+                None => Err(word.trim_end().to_string()),
+            }
+        }
+    }
+}
+
+fn daemon_child(store: DirStore, config: &MountConfig, mut parent: std::fs::File) -> i32 {
+    // SAFETY: setsid has no memory effects; it detaches the daemon from the terminal's session.
+    unsafe { libc::setsid() };
+    let target = config.log_file.clone().map_or(LogTarget::Syslog, LogTarget::File);
+    if let Err(e) = logging::init(&target, config.verbosity) {
+        let _ = writeln!(parent, "{e}");
+        return 1;
+    }
+    let mounted = match mount_blocking_signals(store, config) {
+        Ok(mounted) => mounted,
+        Err(e) => {
+            let _ = writeln!(parent, "{e}");
+            return 1;
+        }
+    };
+    log::info!("{}: serving {}", config.mountpoint.display(), config.store.display());
+    detach_stdio();
+    let _ = parent.write_all(b"ready\n");
+    drop(parent);
+    match serve(mounted) {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("{e}");
+            1
+        }
+    }
+}
+
+/// Points stdin, stdout and stderr at /dev/null: the terminal may be gone while the daemon runs.
+fn detach_stdio() {
+    if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors, which this process owns.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// `shardfs unmount`: unmounts directly when allowed, else through fusermount3 (or fusermount).
+pub fn unmount(mountpoint: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let shown = mountpoint.display();
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).map_err(|e| format!("{shown}: {e}"))?;
+    // SAFETY: a valid C string path.
+    if unsafe { libc::umount2(path.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let direct = std::io::Error::last_os_error();
+    if direct.raw_os_error() == Some(libc::EINVAL) {
+        return Err(format!("{shown}: not a mount point"));
+    }
+    for tool in ["fusermount3", "fusermount"] {
+        match Command::new(tool).arg("-u").arg(mountpoint).output() {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => {
+                let why = String::from_utf8_lossy(&out.stderr);
+                return Err(format!("{shown}: cannot unmount: {}", why.trim()));
+            }
+            Err(_) => continue,
+        }
+    }
+    Err(format!("{shown}: cannot unmount: {direct}"))
+}

@@ -1,0 +1,200 @@
+//! The backing store: a directory on a local filesystem, addressed by `/`-separated keys
+//! relative to its root (`""` is the root). Symbolic links are reported, never followed.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// File type of a store entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// Identity and version of a file: when any part changes, data cached from it is stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+/// What the view needs to know of one store entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub kind: Kind,
+    pub size: u64,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub stamp: Stamp,
+}
+
+impl Attr {
+    fn from_metadata(m: &std::fs::Metadata) -> Self {
+        let ft = m.file_type();
+        let kind = if ft.is_file() {
+            Kind::File
+        } else if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_symlink() {
+            Kind::Symlink
+        } else {
+            Kind::Other
+        };
+        Attr {
+            kind,
+            size: m.size(),
+            perm: (m.mode() & 0o7777) as u16,
+            uid: m.uid(),
+            gid: m.gid(),
+            nlink: m.nlink() as u32,
+            atime: time(m.atime(), m.atime_nsec()),
+            mtime: time(m.mtime(), m.mtime_nsec()),
+            ctime: time(m.ctime(), m.ctime_nsec()),
+            stamp: Stamp {
+                dev: m.dev(),
+                ino: m.ino(),
+                size: m.size(),
+                mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+                ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+            },
+        }
+    }
+}
+
+fn time(secs: i64, nsecs: i64) -> SystemTime {
+    let nanos = Duration::from_nanos(nsecs as u64);
+    if secs >= 0 { UNIX_EPOCH + Duration::from_secs(secs as u64) + nanos } else { UNIX_EPOCH }
+}
+
+/// Space figures of the filesystem under the store, for `statfs`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Space {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// A store rooted at a local directory.
+#[derive(Debug)]
+pub struct DirStore {
+    root: PathBuf,
+}
+
+impl DirStore {
+    /// Opens the store at `root`, which must be a directory.
+    pub fn open(root: &Path) -> io::Result<Self> {
+        let root = root.canonicalize()?;
+        if !root.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
+        }
+        Ok(DirStore { root })
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The local path of `key`, for messages and for tools that read the store directly.
+    pub fn path(&self, key: &str) -> PathBuf {
+        if key.is_empty() { self.root.clone() } else { self.root.join(key) }
+    }
+
+    /// Attributes of the entry at `key`, not following a final symlink.
+    pub fn attr(&self, key: &str) -> io::Result<Attr> {
+        std::fs::symlink_metadata(self.path(key)).map(|m| Attr::from_metadata(&m))
+    }
+
+    /// The names and kinds in directory `key`. Names that are not UTF-8 are left out with a log
+    /// line: Zarr keys are UTF-8 and the view's paths are strings.
+    pub fn list(&self, key: &str) -> io::Result<Vec<(String, Kind)>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(self.path(key))? {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                log::warn!("{}: skipping an entry whose name is not UTF-8", self.path(key).display());
+                continue;
+            };
+            let ft = entry.file_type()?;
+            let kind = if ft.is_file() {
+                Kind::File
+            } else if ft.is_dir() {
+                Kind::Dir
+            } else if ft.is_symlink() {
+                Kind::Symlink
+            } else {
+                Kind::Other
+            };
+            out.push((name, kind));
+        }
+        Ok(out)
+    }
+
+    /// Opens the file at `key` for reading; a final symlink is refused rather than followed.
+    pub fn open_file(&self, key: &str) -> io::Result<File> {
+        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(self.path(key))
+    }
+
+    /// The whole content of the file at `key`.
+    pub fn read(&self, key: &str) -> io::Result<Vec<u8>> {
+        let file = self.open_file(key)?;
+        let len = file.metadata()?.len();
+        let mut buf = vec![0; len as usize];
+        file.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+
+    /// The target of the symlink at `key`, as stored.
+    pub fn read_link(&self, key: &str) -> io::Result<PathBuf> {
+        std::fs::read_link(self.path(key))
+    }
+
+    /// Space figures of the filesystem that holds the store.
+    pub fn space(&self) -> io::Result<Space> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.root.as_os_str().as_bytes())?;
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: path is a valid C string and st a properly sized out-parameter.
+        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Space {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            bsize: st.f_bsize as u32,
+            namelen: st.f_namemax as u32,
+            frsize: st.f_frsize as u32,
+        })
+    }
+}
+
+/// Attributes of an open file, taken from the descriptor itself.
+pub fn file_attr(file: &File) -> io::Result<Attr> {
+    file.metadata().map(|m| Attr::from_metadata(&m))
+}
+
+/// Joins a store key and a name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
+}

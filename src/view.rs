@@ -1,0 +1,15 @@
+//! The namespace of the unsharded view: which view path is which backing file, rewritten
+//! document, virtual chunk directory or inner chunk, computed lazily from `zarr.json` documents
+//! and shard indexes.
+//!
+//! - [`array`]: one sharded array as the view sees it (grid, keys, bounds).
+//! - [`documents`]: `zarr.json` interpretations, cached per file version.
+//! - [`index_cache`]: decoded shard indexes in a byte-bounded LRU, revalidated per file version.
+//! - [`shards`]: finding shards on disk and inner chunks inside them.
+//! - [`namespace`]: path resolution and directory listings.
+
+pub mod array;
+pub mod documents;
+pub mod index_cache;
+pub mod namespace;
+pub mod shards;

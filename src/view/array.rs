@@ -1,0 +1,50 @@
+//! One sharded array as the view shows it: the grid of innermost chunks, their keys, and the keys
+//! of the shards that hold them.
+
+use crate::format::metadata::ShardedArrayMeta;
+use crate::store::join;
+
+/// A sharded array found at `dir` (a store key), shown unsharded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedArray {
+    pub dir: String,
+    pub meta: ShardedArrayMeta,
+    /// Innermost chunks along each dimension: the unsharded array's chunk grid.
+    pub grid: Vec<u64>,
+    /// Shards along each dimension.
+    pub shard_grid: Vec<u64>,
+}
+
+impl ShardedArray {
+    pub fn new(dir: String, meta: ShardedArrayMeta) -> Self {
+        let grid = meta.shape.iter().zip(meta.sharding.chunk_shape()).map(|(s, c)| s.div_ceil(*c)).collect();
+        let shard_grid = meta.shape.iter().zip(&meta.sharding.shard_shape).map(|(s, c)| s.div_ceil(*c)).collect();
+        ShardedArray { dir, meta, grid, shard_grid }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.grid.len()
+    }
+
+    /// True when the chunk (or the leading coordinates of one) lies inside the array.
+    pub fn in_bounds(&self, coords: &[u64]) -> bool {
+        coords.iter().zip(&self.grid).all(|(c, g)| c < g)
+    }
+
+    /// The key of an inner chunk relative to the array directory.
+    pub fn chunk_key(&self, coords: &[u64]) -> String {
+        self.meta.key_encoding.encode(coords)
+    }
+
+    /// The store key of the shard at shard coordinates `shard`.
+    pub fn shard_path(&self, shard: &[u64]) -> String {
+        join(&self.dir, &self.meta.key_encoding.encode(shard))
+    }
+
+    /// True when `name`, an entry of the array directory, belongs to the shard key space, so the
+    /// view hides it.
+    pub fn is_shard_name(&self, name: &str) -> bool {
+        let enc = &self.meta.key_encoding;
+        !name.is_empty() && (enc.decode(name, self.rank()).is_some() || enc.decode_dir(name, self.rank()).is_some())
+    }
+}

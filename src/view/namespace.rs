@@ -1,0 +1,274 @@
+//! View paths: what each one is ([`Node`]), its attributes, its listing and its content.
+//!
+//! Outside sharded arrays the view is the store. Inside a sharded array directory, `zarr.json`
+//! is served rewritten, shard files are hidden, and the unsharded chunk keys appear: directories
+//! for each `/`-separated key prefix that has a stored chunk below it, and one file per stored
+//! inner chunk inside the array bounds.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::{ControlFlow, Range};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::array::ShardedArray;
+use super::documents::Documents;
+use super::index_cache::IndexCache;
+use super::shards::Shards;
+use crate::error::{Error, Result};
+use crate::format::chunk_key::KeyStyle;
+use crate::store::{Attr, DirStore, Kind, Space, join};
+
+/// Name of the metadata document of every Zarr v3 node.
+pub const ZARR_JSON: &str = "zarr.json";
+
+/// One entry of the view.
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// A store entry shown as it is, at this store key (`""`: the root).
+    Backing(String),
+    /// A `zarr.json`, served rewritten when the view changes it.
+    Document(String),
+    /// A directory of chunk keys (`c`, `c/1`), `dir` relative to the array, fixing `prefix`.
+    ChunkDir { array: Arc<ShardedArray>, dir: String, prefix: Vec<u64> },
+    /// A stored inner chunk.
+    Chunk { array: Arc<ShardedArray>, coords: Vec<u64> },
+}
+
+impl Node {
+    /// The node's path in the view, relative to the mount point.
+    pub fn path(&self) -> String {
+        match self {
+            Node::Backing(key) | Node::Document(key) => key.clone(),
+            Node::ChunkDir { array, dir, .. } => join(&array.dir, dir),
+            Node::Chunk { array, coords } => join(&array.dir, &array.chunk_key(coords)),
+        }
+    }
+}
+
+/// What an open view file reads from.
+#[derive(Debug)]
+pub enum Content {
+    /// A whole store file.
+    File(File),
+    /// Bytes computed by the view (a rewritten document).
+    Bytes(Arc<[u8]>),
+    /// A byte range of a shard file: one inner chunk.
+    Range(File, Range<u64>),
+}
+
+impl Content {
+    /// Up to `size` bytes from `offset`; fewer only at the end of the content.
+    pub fn read(&self, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
+        let (file, start, end) = match self {
+            Content::Bytes(bytes) => {
+                let start = (offset as usize).min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                return Ok(bytes[start..end].to_vec());
+            }
+            Content::File(file) => (file, offset, offset.saturating_add(size as u64)),
+            Content::Range(file, range) => {
+                let start = range.start.saturating_add(offset).min(range.end);
+                (file, start, start.saturating_add(size as u64).min(range.end))
+            }
+        };
+        let mut buf = vec![0; (end - start) as usize];
+        let mut filled = 0;
+        while filled < buf.len() {
+            match file.read_at(&mut buf[filled..], start + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Content::Range(..) = self
+            && filled < buf.len()
+        {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "shard shorter than its index says"));
+        }
+        buf.truncate(filled);
+        Ok(buf)
+    }
+}
+
+/// The view of one store.
+#[derive(Debug)]
+pub struct Namespace {
+    store: DirStore,
+    documents: Documents,
+    shards: Shards,
+}
+
+impl Namespace {
+    pub fn new(store: DirStore, cache: IndexCache) -> Self {
+        Namespace { store, documents: Documents::default(), shards: Shards::new(cache) }
+    }
+
+    pub fn store(&self) -> &DirStore {
+        &self.store
+    }
+
+    pub fn shards(&self) -> &Shards {
+        &self.shards
+    }
+
+    /// The root directory of the view.
+    pub fn root(&self) -> Node {
+        Node::Backing(String::new())
+    }
+
+    /// The entry `name` of directory `parent`, with its attributes.
+    pub fn child(&self, parent: &Node, name: &str) -> Result<(Node, Attr)> {
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(Error::NotFound);
+        }
+        match parent {
+            Node::Backing(dir) => {
+                if let Some(array) = self.documents.array_at(&self.store, dir)? {
+                    if let Some(found) = self.virtual_child(&array, "", name)? {
+                        return Ok(found);
+                    }
+                    if array.is_shard_name(name) {
+                        return Err(Error::NotFound);
+                    }
+                }
+                let node = self.backing_node(join(dir, name))?;
+                let attr = self.attr(&node)?;
+                Ok((node, attr))
+            }
+            Node::ChunkDir { array, dir, .. } => self.virtual_child(array, dir, name)?.ok_or(Error::NotFound),
+            Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
+        }
+    }
+
+    fn backing_node(&self, key: String) -> Result<Node> {
+        let is_document = key.rsplit('/').next() == Some(ZARR_JSON);
+        if is_document && self.store.attr(&key).map_err(|e| Error::io(&key, e))?.kind == Kind::File {
+            return Ok(Node::Document(key));
+        }
+        Ok(Node::Backing(key))
+    }
+
+    fn virtual_child(&self, array: &Arc<ShardedArray>, dir: &str, name: &str) -> Result<Option<(Node, Attr)>> {
+        let rel = join(dir, name);
+        let enc = &array.meta.key_encoding;
+        if let Some(coords) = enc.decode(&rel, array.rank()) {
+            if !array.in_bounds(&coords) {
+                return Ok(None);
+            }
+            let Some(found) = self.shards.locate(&self.store, array, &coords, false)? else { return Ok(None) };
+            let attr = Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard };
+            return Ok(Some((Node::Chunk { array: array.clone(), coords }, attr)));
+        }
+        match enc.decode_dir(&rel, array.rank()) {
+            Some(prefix) if array.in_bounds(&prefix) && self.any_chunk(array, &prefix)? => {
+                let node = Node::ChunkDir { array: array.clone(), dir: rel, prefix };
+                let attr = self.attr(&node)?;
+                Ok(Some((node, attr)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn any_chunk(&self, array: &ShardedArray, prefix: &[u64]) -> Result<bool> {
+        let mut found = false;
+        self.shards.for_each_chunk(&self.store, array, prefix, &mut |_, _| {
+            found = true;
+            ControlFlow::Break(())
+        })?;
+        Ok(found)
+    }
+
+    /// The attributes the view shows for `node`.
+    pub fn attr(&self, node: &Node) -> Result<Attr> {
+        match node {
+            Node::Backing(key) => self.store.attr(key).map_err(|e| Error::io(key, e)),
+            Node::Document(key) => {
+                let attr = self.store.attr(key).map_err(|e| Error::io(key, e))?;
+                let doc = self.documents.get(&self.store, key, &attr)?;
+                Ok(Attr { size: doc.view.as_ref().map_or(attr.size, |v| v.len() as u64), ..attr })
+            }
+            Node::ChunkDir { array, .. } => {
+                let attr = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
+                Ok(Attr { kind: Kind::Dir, nlink: 2, ..attr })
+            }
+            Node::Chunk { array, coords } => {
+                let found = self.shards.locate(&self.store, array, coords, false)?.ok_or(Error::NotFound)?;
+                Ok(Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard })
+            }
+        }
+    }
+
+    /// The names and kinds in directory `node`, sorted by name.
+    pub fn list(&self, node: &Node) -> Result<Vec<(String, Kind)>> {
+        match node {
+            Node::Backing(dir) => {
+                let mut entries = self.store.list(dir).map_err(|e| Error::io(dir, e))?;
+                if let Some(array) = self.documents.array_at(&self.store, dir)? {
+                    entries.retain(|(name, _)| !array.is_shard_name(name));
+                    entries.extend(self.virtual_list(&array, "", &[])?);
+                }
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok(entries)
+            }
+            Node::ChunkDir { array, dir, prefix } => self.virtual_list(array, dir, prefix),
+            Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
+        }
+    }
+
+    fn virtual_list(&self, array: &ShardedArray, dir: &str, prefix: &[u64]) -> Result<Vec<(String, Kind)>> {
+        let enc = &array.meta.key_encoding;
+        if dir.is_empty() && enc.style == KeyStyle::Default && enc.separator == '/' && array.rank() > 0 {
+            // Every key starts with "c/": one chunk anywhere is enough to show the directory.
+            let any = self.any_chunk(array, prefix)?;
+            return Ok(if any { vec![("c".to_string(), Kind::Dir)] } else { Vec::new() });
+        }
+        let skip = if dir.is_empty() { 0 } else { dir.len() + 1 };
+        let mut names = BTreeMap::new();
+        self.shards.for_each_chunk(&self.store, array, prefix, &mut |coords, _| {
+            let key = array.chunk_key(coords);
+            let rest = &key[skip..];
+            match rest.split_once('/') {
+                Some((first, _)) => names.insert(first.to_string(), Kind::Dir),
+                None => names.insert(rest.to_string(), Kind::File),
+            };
+            ControlFlow::Continue(())
+        })?;
+        Ok(names.into_iter().collect())
+    }
+
+    /// Opens `node` for reading.
+    pub fn open(&self, node: &Node) -> Result<Content> {
+        match node {
+            Node::Backing(key) => self.store.open_file(key).map(Content::File).map_err(|e| Error::io(key, e)),
+            Node::Document(key) => {
+                let file = self.store.open_file(key).map_err(|e| Error::io(key, e))?;
+                let attr = crate::store::file_attr(&file).map_err(|e| Error::io(key, e))?;
+                match &self.documents.get(&self.store, key, &attr)?.view {
+                    Some(view) => Ok(Content::Bytes(view.clone())),
+                    None => Ok(Content::File(file)),
+                }
+            }
+            Node::ChunkDir { .. } => Err(Error::IsADirectory),
+            Node::Chunk { array, coords } => {
+                let found = self.shards.locate(&self.store, array, coords, true)?.ok_or(Error::NotFound)?;
+                Ok(Content::Range(found.file.expect("opened on request"), found.range))
+            }
+        }
+    }
+
+    /// The target of a symbolic link, as stored.
+    pub fn read_link(&self, node: &Node) -> Result<PathBuf> {
+        match node {
+            Node::Backing(key) => self.store.read_link(key).map_err(|e| Error::io(key, e)),
+            _ => Err(Error::NotFound),
+        }
+    }
+
+    /// Space figures of the filesystem under the store.
+    pub fn space(&self) -> Result<Space> {
+        self.store.space().map_err(|e| Error::io("", e))
+    }
+}

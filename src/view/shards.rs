@@ -1,0 +1,324 @@
+//! Shards on disk: finding an array's shards, reading their indexes through the [`IndexCache`],
+//! and locating inner chunks, nested levels included. Reads of chunk data never happen here:
+//! a located chunk is a byte range of a shard file.
+
+use std::fs::File;
+use std::ops::{ControlFlow, Range};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use super::array::ShardedArray;
+use super::index_cache::IndexCache;
+use crate::error::{Error, Result};
+use crate::format::chunk_key::parse_canonical;
+use crate::format::shard_index::ShardIndex;
+use crate::format::sharding::Level;
+use crate::store::{Attr, DirStore, Kind, file_attr, join};
+
+/// An inner chunk found in its shard.
+#[derive(Debug)]
+pub struct Located {
+    /// The chunk's bytes within the shard file.
+    pub range: Range<u64>,
+    /// The shard file's attributes (the chunk shows the shard's owner, mode and times).
+    pub shard: Attr,
+    /// The shard file, open, when the caller asked for it: `range` is valid for this very file.
+    pub file: Option<File>,
+}
+
+/// What a listing learns of one inner chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkState {
+    /// The chunk is stored, `nbytes` long.
+    Stored(u64),
+    /// Its index entry is damaged: the chunk is listed, and reading it fails.
+    Damaged,
+}
+
+/// One shard being read: its attributes, and the file once opened.
+struct OpenShard<'a> {
+    store: &'a DirStore,
+    key: String,
+    attr: Attr,
+    file: Option<File>,
+    /// Set when opening found a newer file version than the one first stat'ed.
+    changed: bool,
+}
+
+impl<'a> OpenShard<'a> {
+    /// The shard at `key`, stat'ed but not opened; `None` when there is none.
+    fn stat(store: &'a DirStore, key: String) -> Result<Option<Self>> {
+        match store.attr(&key) {
+            Ok(attr) => Self::checked(store, key, attr, None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&key, e)),
+        }
+    }
+
+    /// The shard at `key`, opened.
+    fn open(store: &'a DirStore, key: String) -> Result<Option<Self>> {
+        match store.open_file(&key) {
+            Ok(file) => {
+                let attr = file_attr(&file).map_err(|e| Error::io(&key, e))?;
+                Self::checked(store, key, attr, Some(file))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                Err(Error::Damaged(format!("{}: shard is a symbolic link", store.path(&key).display())))
+            }
+            Err(e) => Err(Error::io(&key, e)),
+        }
+    }
+
+    fn checked(store: &'a DirStore, key: String, attr: Attr, file: Option<File>) -> Result<Option<Self>> {
+        if attr.kind != Kind::File {
+            return Err(Error::Damaged(format!("{}: shard is not a regular file", store.path(&key).display())));
+        }
+        Ok(Some(OpenShard { store, key, attr, file, changed: false }))
+    }
+
+    fn file(&mut self) -> Result<&File> {
+        if self.file.is_none() {
+            let file = self.store.open_file(&self.key).map_err(|e| Error::io(&self.key, e))?;
+            let attr = file_attr(&file).map_err(|e| Error::io(&self.key, e))?;
+            if attr.stamp != self.attr.stamp {
+                self.attr = attr;
+                self.changed = true;
+            }
+            self.file = Some(file);
+        }
+        Ok(self.file.as_ref().expect("just opened"))
+    }
+
+    fn damaged(&self, cause: impl std::fmt::Display) -> Error {
+        Error::Damaged(format!("{}: {cause}", self.store.path(&self.key).display()))
+    }
+}
+
+/// Shard access for every array of one store, sharing one index cache.
+#[derive(Debug)]
+pub struct Shards {
+    cache: IndexCache,
+}
+
+impl Shards {
+    pub fn new(cache: IndexCache) -> Self {
+        Shards { cache }
+    }
+
+    /// The index cache, for statistics.
+    pub fn cache(&self) -> &IndexCache {
+        &self.cache
+    }
+
+    /// Finds the inner chunk at grid coordinates `coords`: `Ok(None)` when it is not stored.
+    /// With `open`, the shard file comes back open and the range is valid for that file.
+    pub fn locate(
+        &self,
+        store: &DirStore,
+        array: &ShardedArray,
+        coords: &[u64],
+        open: bool,
+    ) -> Result<Option<Located>> {
+        let location = array.meta.sharding.locate(coords);
+        let key = array.shard_path(&location.shard);
+        let shard = if open { OpenShard::open(store, key)? } else { OpenShard::stat(store, key)? };
+        let Some(mut shard) = shard else { return Ok(None) };
+        // A shard replaced between stat and open is walked again from the top, so that every
+        // level's index comes from the same file version.
+        for _ in 0..2 {
+            shard.changed = false;
+            let range = self.walk(&mut shard, array, &location.entries)?;
+            if !shard.changed {
+                return Ok(range.map(|range| Located { range, shard: shard.attr, file: shard.file }));
+            }
+        }
+        Err(shard.damaged("shard keeps changing while being read"))
+    }
+
+    fn walk(&self, shard: &mut OpenShard, array: &ShardedArray, entries: &[u64]) -> Result<Option<Range<u64>>> {
+        let mut blob = 0..shard.attr.size;
+        for (level, &entry) in array.meta.sharding.levels.iter().zip(entries) {
+            let index = self.index(shard, level, &blob)?;
+            if shard.changed {
+                return Ok(None);
+            }
+            match index.chunk(entry) {
+                Ok(Some(range)) => blob = range,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(shard.damaged(e)),
+            }
+        }
+        Ok(Some(blob))
+    }
+
+    /// The decoded index of the blob `blob` of `shard` at `level`, from cache or from the file.
+    fn index(&self, shard: &mut OpenShard, level: &Level, blob: &Range<u64>) -> Result<Arc<ShardIndex>> {
+        let key = (shard.key.clone(), blob.start);
+        if let Some(decoded) = self.cache.get(&key, &shard.attr.stamp) {
+            return decoded.map_err(|e| shard.damaged(e));
+        }
+        let spec = level.index;
+        let blob_len = blob.end - blob.start;
+        let decoded = match spec.index_range(blob_len) {
+            Err(e) => Err(e),
+            Ok(range) => {
+                let mut bytes = vec![0; (range.end - range.start) as usize];
+                let at = blob.start + range.start;
+                let file = shard.file()?;
+                if let Err(e) = file.read_exact_at(&mut bytes, at) {
+                    return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        shard.damaged("shard shrank while its index was read")
+                    } else {
+                        Error::io(&shard.key, e)
+                    });
+                }
+                ShardIndex::decode(&spec, &bytes, blob_len, blob.start).map(Arc::new)
+            }
+        };
+        match &decoded {
+            Err(e) => log::warn!("{}: {e}; its chunks read as EIO", shard.store.path(&shard.key).display()),
+            Ok(index) => log_damaged_entries(shard, index),
+        }
+        self.cache.insert(key, shard.attr.stamp, decoded.clone());
+        decoded.map_err(|e| shard.damaged(e))
+    }
+
+    /// Calls `visit` for every stored or damaged inner chunk of `array` inside the array bounds
+    /// whose leading coordinates are `prefix`, reading shard indexes only. A shard damaged as a
+    /// whole is skipped (it was logged when its index was read). `visit` may stop the walk.
+    pub fn for_each_chunk(
+        &self,
+        store: &DirStore,
+        array: &ShardedArray,
+        prefix: &[u64],
+        visit: &mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let per_shard = array.meta.sharding.chunks_per_shard();
+        let shard_prefix: Vec<u64> = prefix.iter().zip(&per_shard).map(|(c, r)| c / r).collect();
+        for shard_coords in self.shards(store, array, &shard_prefix)? {
+            let shard = match OpenShard::open(store, array.shard_path(&shard_coords)) {
+                Ok(Some(shard)) => shard,
+                Ok(None) => continue,
+                Err(e) => {
+                    log::warn!("{e}");
+                    continue;
+                }
+            };
+            let mut walk = ShardWalk { shards: self, array, shard, coords: &shard_coords, prefix, visit: &mut *visit };
+            let blob = 0..walk.shard.attr.size;
+            if walk.level(0, blob, &mut Vec::new()).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`.
+    fn shards(&self, store: &DirStore, array: &ShardedArray, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>> {
+        let enc = &array.meta.key_encoding;
+        let rank = array.rank();
+        let mut found = Vec::new();
+        if enc.separator == '/' && rank > 0 {
+            if shard_prefix.len() == rank {
+                found.push(shard_prefix.to_vec());
+            } else {
+                let dir = join(&array.dir, &enc.dir_key(shard_prefix));
+                collect_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), &mut found)?;
+            }
+        } else {
+            for (name, _) in list_or_empty(store, &array.dir)? {
+                if let Some(coords) = enc.decode(&name, rank)
+                    && coords.starts_with(shard_prefix)
+                    && coords.iter().zip(&array.shard_grid).all(|(c, g)| c < g)
+                {
+                    found.push(coords);
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Walks the shard directory tree of a `/`-separated key encoding below `dir`.
+fn collect_shard_tree(
+    store: &DirStore,
+    array: &ShardedArray,
+    dir: &str,
+    coords: &mut Vec<u64>,
+    found: &mut Vec<Vec<u64>>,
+) -> Result<()> {
+    let depth = coords.len();
+    for (name, kind) in list_or_empty(store, dir)? {
+        let Some(c) = parse_canonical(&name).filter(|c| *c < array.shard_grid[depth]) else { continue };
+        coords.push(c);
+        if depth + 1 == array.rank() {
+            found.push(coords.clone());
+        } else if kind == Kind::Dir {
+            collect_shard_tree(store, array, &join(dir, &name), coords, found)?;
+        }
+        coords.pop();
+    }
+    Ok(())
+}
+
+fn list_or_empty(store: &DirStore, dir: &str) -> Result<Vec<(String, Kind)>> {
+    match store.list(dir) {
+        Ok(entries) => Ok(entries),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => Ok(Vec::new()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
+
+/// The state of one listing walk through one shard.
+struct ShardWalk<'w, 's> {
+    shards: &'w Shards,
+    array: &'w ShardedArray,
+    shard: OpenShard<'s>,
+    coords: &'w [u64],
+    prefix: &'w [u64],
+    visit: &'w mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
+}
+
+impl ShardWalk<'_, '_> {
+    fn level(&mut self, depth: usize, blob: Range<u64>, entries: &mut Vec<u64>) -> ControlFlow<()> {
+        let levels = &self.array.meta.sharding.levels;
+        let Ok(index) = self.shards.index(&mut self.shard, &levels[depth], &blob) else {
+            return ControlFlow::Continue(());
+        };
+        let leaf = depth + 1 == levels.len();
+        for entry in 0..index.len() {
+            let state = match index.chunk(entry) {
+                Ok(None) => continue,
+                Ok(Some(range)) if !leaf => {
+                    entries.push(entry);
+                    self.level(depth + 1, range, entries)?;
+                    entries.pop();
+                    continue;
+                }
+                Ok(Some(range)) => ChunkState::Stored(range.end - range.start),
+                Err(_) if !leaf => continue,
+                Err(_) => ChunkState::Damaged,
+            };
+            entries.push(entry);
+            let chunk = self.array.meta.sharding.chunk_of(self.coords, entries);
+            entries.pop();
+            if chunk.starts_with(self.prefix) && self.array.in_bounds(&chunk) {
+                (self.visit)(&chunk, state)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// One log line per index version that has damaged entries, naming the first.
+fn log_damaged_entries(shard: &OpenShard, index: &ShardIndex) {
+    let mut damaged = (0..index.len()).filter_map(|i| index.chunk(i).err());
+    if let Some(first) = damaged.next() {
+        log::warn!(
+            "{}: {} damaged index entries ({first}); those chunks read as EIO",
+            shard.store.path(&shard.key).display(),
+            1 + damaged.count()
+        );
+    }
+}
