@@ -48,7 +48,7 @@ pub enum Interpretation {
 
 /// Reads one `zarr.json` and decides how the view shows it.
 pub fn interpret(bytes: &[u8]) -> Interpretation {
-    let doc: Map<String, Value> = match serde_json::from_slice(bytes) {
+    let doc: Doc = match serde_json::from_slice(bytes) {
         Ok(Value::Object(doc)) => doc,
         Ok(_) => return Interpretation::Refused("not a JSON object".into()),
         Err(e) => return Interpretation::Refused(format!("not JSON: {e}")),
@@ -71,8 +71,11 @@ pub fn interpret(bytes: &[u8]) -> Interpretation {
     }
 }
 
+/// A JSON document as a map, key order kept.
+type Doc = Map<String, Value>;
+
 /// The unsharded view of an array document: `Ok(None)` when it is not sharded.
-fn unsharded_array(doc: &Map<String, Value>) -> Result<Option<(Map<String, Value>, ShardedArrayMeta)>, String> {
+fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
     let codecs = doc.get("codecs").and_then(Value::as_array).ok_or("codecs is not a list")?;
     if !codecs.iter().any(|c| codec_name(c) == Some("sharding_indexed")) {
         return Ok(None);
@@ -108,7 +111,7 @@ fn unsharded_array(doc: &Map<String, Value>) -> Result<Option<(Map<String, Value
 
 /// The group document with each sharded child in its consolidated metadata rewritten, or `None`
 /// when nothing changes.
-fn rewrite_consolidated(doc: &Map<String, Value>) -> Option<Map<String, Value>> {
+fn rewrite_consolidated(doc: &Doc) -> Option<Doc> {
     let children = doc.get("consolidated_metadata")?.get("metadata")?.as_object()?;
     let mut rewritten = children.clone();
     let mut changed = false;
@@ -129,7 +132,7 @@ fn rewrite_consolidated(doc: &Map<String, Value>) -> Option<Map<String, Value>> 
     })
 }
 
-fn to_bytes(doc: &Map<String, Value>, pretty: bool) -> Vec<u8> {
+fn to_bytes(doc: &Doc, pretty: bool) -> Vec<u8> {
     let result = if pretty { serde_json::to_vec_pretty(doc) } else { serde_json::to_vec(doc) };
     result.expect("a JSON map always serialises")
 }

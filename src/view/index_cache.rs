@@ -11,9 +11,10 @@ use parking_lot::Mutex;
 use crate::format::shard_index::{IndexError, ShardIndex};
 use crate::store::Stamp;
 
-/// Identifies one index: the shard's store key and the blob's offset in it (0 for the outermost
-/// index; the nested shard's offset for inner levels).
-pub type IndexKey = (String, u64);
+/// Identifies one index: the shard's store key and the byte range of the blob it indexes (the
+/// whole file for the outermost level, a nested shard for inner levels; a nested shard may start
+/// at 0 too, so the range's end is part of the key).
+pub type IndexKey = (String, u64, u64);
 
 /// A decoded index, or why it could not be decoded.
 pub type Decoded = Result<Arc<ShardIndex>, IndexError>;
@@ -114,7 +115,7 @@ mod tests {
     #[test]
     fn misses_when_the_file_changed() {
         let cache = IndexCache::new(1 << 20);
-        let key = ("a/c/0".to_string(), 0);
+        let key = ("a/c/0".to_string(), 0, 10);
         cache.insert(key.clone(), stamp(10), index(2));
         assert!(cache.get(&key, &stamp(10)).is_some());
         assert!(cache.get(&key, &stamp(11)).is_none());
@@ -125,11 +126,11 @@ mod tests {
         let one = ENTRY_OVERHEAD + 5 + 16 * 100;
         let cache = IndexCache::new(3 * one);
         for i in 0..10 {
-            cache.insert((format!("s/{i:03}"), 0), stamp(1), index(100));
+            cache.insert((format!("s/{i:03}"), 0, 1), stamp(1), index(100));
             assert!(cache.used() <= 3 * one);
         }
         assert_eq!(cache.len(), 3);
-        assert!(cache.get(&("s/009".to_string(), 0), &stamp(1)).is_some());
-        assert!(cache.get(&("s/000".to_string(), 0), &stamp(1)).is_none());
+        assert!(cache.get(&("s/009".to_string(), 0, 1), &stamp(1)).is_some());
+        assert!(cache.get(&("s/000".to_string(), 0, 1), &stamp(1)).is_none());
     }
 }

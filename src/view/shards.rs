@@ -154,7 +154,7 @@ impl Shards {
 
     /// The decoded index of the blob `blob` of `shard` at `level`, from cache or from the file.
     fn index(&self, shard: &mut OpenShard, level: &Level, blob: &Range<u64>) -> Result<Arc<ShardIndex>> {
-        let key = (shard.key.clone(), blob.start);
+        let key = (shard.key.clone(), blob.start, blob.end);
         if let Some(decoded) = self.cache.get(&key, &shard.attr.stamp) {
             return decoded.map_err(|e| shard.damaged(e));
         }

@@ -1,0 +1,155 @@
+//! Helpers shared by the integration tests: temporary directories, the golden stores, walking a
+//! view through [`ShardFs`] and a plain directory tree, and the FUSE guard.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use shardfs::fs::{ROOT_INO, ShardFs};
+use shardfs::mount::{filesystem, open_store};
+use shardfs::store::Kind;
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let path = std::env::temp_dir().join(format!("shardfs-test-{label}-{}-{n}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The committed golden stores: `sharded` and its `unsharded` twin.
+pub fn golden() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden")
+}
+
+/// Copies a directory tree (files and directories only).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A private copy of the golden sharded store, safe to damage.
+pub fn sharded_copy() -> TempDir {
+    let dir = TempDir::new("store");
+    copy_tree(&golden().join("sharded"), dir.path());
+    dir
+}
+
+/// The filesystem of a store, as a mount would build it.
+pub fn fs_of(store: &Path) -> ShardFs {
+    filesystem(open_store(store).unwrap(), 1 << 20)
+}
+
+/// Every file of a view (path -> bytes) and every directory path, read through `fs`.
+pub fn walk_view(fs: &ShardFs) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
+    let mut files = BTreeMap::new();
+    let mut dirs = Vec::new();
+    walk_view_dir(fs, ROOT_INO, "", &mut files, &mut dirs);
+    (files, dirs)
+}
+
+fn walk_view_dir(fs: &ShardFs, ino: u64, path: &str, files: &mut BTreeMap<String, Vec<u8>>, dirs: &mut Vec<String>) {
+    let fh = fs.opendir(ino).unwrap();
+    let mut entries = Vec::new();
+    fs.readdir(fh, 0, |e, _| {
+        entries.push(e.clone());
+        false
+    })
+    .unwrap();
+    fs.releasedir(fh);
+    for entry in entries.into_iter().filter(|e| e.name != "." && e.name != "..") {
+        let child = if path.is_empty() { entry.name.clone() } else { format!("{path}/{}", entry.name) };
+        let (child_ino, attr) = fs.lookup(ino, &entry.name).unwrap_or_else(|e| panic!("{child}: {e}"));
+        assert_eq!(child_ino, entry.ino, "{child}: readdir and lookup disagree on the inode");
+        assert_eq!(attr.kind, entry.kind, "{child}");
+        if entry.kind == Kind::Dir {
+            dirs.push(child.clone());
+            walk_view_dir(fs, child_ino, &child, files, dirs);
+        } else {
+            let bytes = read_all(fs, child_ino);
+            assert_eq!(bytes.len() as u64, attr.size, "{child}: size and content disagree");
+            files.insert(child, bytes);
+        }
+    }
+}
+
+/// The whole content of file `ino`, read in odd-sized pieces.
+pub fn read_all(fs: &ShardFs, ino: u64) -> Vec<u8> {
+    let fh = fs.open(ino, false).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let piece = fs.read(fh, out.len() as u64, 7).unwrap();
+        if piece.is_empty() {
+            break;
+        }
+        out.extend(piece);
+    }
+    fs.release(fh);
+    out
+}
+
+/// Every file (path -> bytes) and directory of a plain directory tree.
+pub fn walk_dir(root: &Path) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
+    let mut files = BTreeMap::new();
+    let mut dirs = Vec::new();
+    walk_plain(root, "", &mut files, &mut dirs);
+    (files, dirs)
+}
+
+fn walk_plain(dir: &Path, path: &str, files: &mut BTreeMap<String, Vec<u8>>, dirs: &mut Vec<String>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name().into_string().unwrap();
+        let child = if path.is_empty() { name } else { format!("{path}/{name}") };
+        if entry.file_type().unwrap().is_dir() {
+            dirs.push(child.clone());
+            walk_plain(&entry.path(), &child, files, dirs);
+        } else {
+            files.insert(child, std::fs::read(entry.path()).unwrap());
+        }
+    }
+}
+
+/// Compares a view with its unsharded twin: the same files, chunk bytes equal, documents equal as
+/// JSON values.
+pub fn assert_same_tree(view: &BTreeMap<String, Vec<u8>>, twin: &BTreeMap<String, Vec<u8>>) {
+    let view_keys: Vec<_> = view.keys().collect();
+    let twin_keys: Vec<_> = twin.keys().collect();
+    assert_eq!(view_keys, twin_keys, "the view's files differ from the unsharded twin's");
+    for (path, bytes) in view {
+        if path.ends_with("zarr.json") {
+            let a: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            let b: serde_json::Value = serde_json::from_slice(&twin[path]).unwrap();
+            assert_eq!(a, b, "{path}");
+        } else {
+            assert!(bytes == &twin[path], "{path}: chunk bytes differ");
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The view of stores written by zarr-python 3 and tensorstore equals the same data written
+//! unsharded by the same library (tests/data/golden, made by tests/data/generate.py), read
+//! through the filesystem logic without FUSE.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn view_equals_the_unsharded_twin() {
+    let fs = fs_of(&golden().join("sharded"));
+    let (view, view_dirs) = walk_view(&fs);
+    let (twin, twin_dirs) = walk_dir(&golden().join("unsharded"));
+    assert_same_tree(&view, &twin);
+    // tensorstore leaves empty chunk directories behind; the view lists only directories that
+    // lead to stored chunks, as a zarr-python unsharded store has them.
+    let holds_files = |d: &String| twin.keys().any(|f| f.starts_with(&format!("{d}/")));
+    let twin_dirs: Vec<String> = twin_dirs.into_iter().filter(holds_files).collect();
+    assert_eq!(view_dirs, twin_dirs);
+}
+
+#[test]
+fn every_golden_array_is_shown_unsharded() {
+    let arrays: Vec<String> = serde_json::from_slice(&std::fs::read(golden().join("arrays.json")).unwrap()).unwrap();
+    let fs = fs_of(&golden().join("sharded"));
+    let (view, _) = walk_view(&fs);
+    for array in arrays {
+        let doc: serde_json::Value = serde_json::from_slice(&view[&format!("{array}/zarr.json")]).unwrap();
+        let codecs = doc["codecs"].to_string();
+        assert!(!codecs.contains("sharding_indexed"), "{array} is still sharded in the view: {codecs}");
+        assert!(view.keys().any(|k| k.starts_with(&format!("{array}/")) && !k.ends_with("zarr.json")), "{array}");
+    }
+}
+
+#[test]
+fn inode_numbers_are_stable() {
+    let fs = fs_of(&golden().join("sharded"));
+    let (zp, _) = fs.lookup(shardfs::fs::ROOT_INO, "zp").unwrap();
+    let (arr, _) = fs.lookup(zp, "gzip_crc_end").unwrap();
+    let (c, _) = fs.lookup(arr, "c").unwrap();
+    let (row, _) = fs.lookup(c, "4").unwrap();
+    let (chunk, _) = fs.lookup(row, "1").unwrap();
+    for _ in 0..3 {
+        fs.forget(chunk, 1);
+    }
+    assert_eq!(fs.lookup(row, "1").unwrap().0, chunk);
+    let again = fs_of(&golden().join("sharded"));
+    let (zp2, _) = again.lookup(shardfs::fs::ROOT_INO, "zp").unwrap();
+    assert_eq!(zp2, zp);
+}
