@@ -185,8 +185,11 @@ impl Shards {
     }
 
     /// Calls `visit` for every stored or damaged inner chunk of `array` inside the array bounds
-    /// whose leading coordinates are `prefix`, reading shard indexes only. A shard damaged as a
-    /// whole is skipped (it was logged when its index was read). `visit` may stop the walk.
+    /// whose leading coordinates are `prefix`, reading shard indexes only. Where an index cannot
+    /// be read (a damaged shard, a shard that is not a regular file), every chunk it may hold is
+    /// visited as [`ChunkState::Damaged`]: the view then says EIO for them rather than letting a
+    /// reader take them for missing chunks, which would read as fill value. `visit` may stop the
+    /// walk.
     pub fn for_each_chunk(
         &self,
         store: &DirStore,
@@ -198,15 +201,15 @@ impl Shards {
         let shard_prefix: Vec<u64> = prefix.iter().zip(&per_shard).map(|(c, r)| c / r).collect();
         for shard_coords in self.shards(store, array, &shard_prefix)? {
             let shard = match OpenShard::open(store, array.shard_path(&shard_coords)) {
-                Ok(Some(shard)) => shard,
+                Ok(Some(shard)) => Some(shard),
                 Ok(None) => continue,
                 Err(e) => {
-                    log::warn!("{e}");
-                    continue;
+                    log::warn!("{e}; its chunks read as EIO");
+                    None
                 }
             };
+            let blob = shard.as_ref().map(|s| 0..s.attr.size);
             let mut walk = ShardWalk { shards: self, array, shard, coords: &shard_coords, prefix, visit: &mut *visit };
-            let blob = 0..walk.shard.attr.size;
             if walk.level(0, blob, &mut Vec::new()).is_break() {
                 break;
             }
@@ -274,31 +277,41 @@ fn list_or_empty(store: &DirStore, dir: &str) -> Result<Vec<(String, Kind)>> {
 struct ShardWalk<'w, 's> {
     shards: &'w Shards,
     array: &'w ShardedArray,
-    shard: OpenShard<'s>,
+    /// `None` when the shard could not be opened: all its chunks are damaged.
+    shard: Option<OpenShard<'s>>,
     coords: &'w [u64],
     prefix: &'w [u64],
     visit: &'w mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
 }
 
 impl ShardWalk<'_, '_> {
-    fn level(&mut self, depth: usize, blob: Range<u64>, entries: &mut Vec<u64>) -> ControlFlow<()> {
+    /// Visits the chunks of the blob at `blob` on level `depth`; `None` means the blob is
+    /// unreadable, so every chunk it may hold is damaged.
+    fn level(&mut self, depth: usize, blob: Option<Range<u64>>, entries: &mut Vec<u64>) -> ControlFlow<()> {
         let levels = &self.array.meta.sharding.levels;
-        let Ok(index) = self.shards.index(&mut self.shard, &levels[depth], &blob) else {
-            return ControlFlow::Continue(());
+        let index = match (&mut self.shard, blob) {
+            (Some(shard), Some(blob)) => self.shards.index(shard, &levels[depth], &blob).ok(),
+            _ => None,
         };
         let leaf = depth + 1 == levels.len();
-        for entry in 0..index.len() {
-            let state = match index.chunk(entry) {
-                Ok(None) => continue,
-                Ok(Some(range)) if !leaf => {
+        for entry in 0..levels[depth].index.entries {
+            let found = index.as_ref().map(|i| i.chunk(entry));
+            let state = match found {
+                Some(Ok(None)) => continue,
+                Some(Ok(Some(range))) if leaf => ChunkState::Stored(range.end - range.start),
+                _ if leaf => ChunkState::Damaged,
+                Some(Ok(Some(range))) => {
                     entries.push(entry);
-                    self.level(depth + 1, range, entries)?;
+                    self.level(depth + 1, Some(range), entries)?;
                     entries.pop();
                     continue;
                 }
-                Ok(Some(range)) => ChunkState::Stored(range.end - range.start),
-                Err(_) if !leaf => continue,
-                Err(_) => ChunkState::Damaged,
+                _ => {
+                    entries.push(entry);
+                    self.level(depth + 1, None, entries)?;
+                    entries.pop();
+                    continue;
+                }
             };
             entries.push(entry);
             let chunk = self.array.meta.sharding.chunk_of(self.coords, entries);
