@@ -153,3 +153,33 @@ pub fn assert_same_tree(view: &BTreeMap<String, Vec<u8>>, twin: &BTreeMap<String
         }
     }
 }
+
+/// True when FUSE can be used here. When it cannot, says so loudly and returns false, unless
+/// `SHARDFS_REQUIRE_FUSE=1`, which makes a missing FUSE a failure instead of a skip.
+pub fn fuse_available() -> bool {
+    let usable = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
+    if !usable {
+        let required = std::env::var("SHARDFS_REQUIRE_FUSE").is_ok_and(|v| v == "1");
+        assert!(!required, "SHARDFS_REQUIRE_FUSE=1 but /dev/fuse cannot be opened");
+        eprintln!("\n*** SKIPPING A FUSE TEST: /dev/fuse cannot be opened on this machine ***\n");
+    }
+    usable
+}
+
+/// True while `path` is a mount point in /proc/mounts.
+pub fn is_mounted(path: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let target = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(target.to_str().unwrap()))
+}
+
+/// Unmounts `path` on drop if something left it mounted, so that no test leaves a stale mount.
+pub struct UnmountGuard(pub PathBuf);
+
+impl Drop for UnmountGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = shardfs::mount::unmount(&self.0);
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Real mounts: in-process through the library, and through the `shardfs` binary as users run it
+//! (background daemon, foreground with signals, `shardfs unmount`, errors before mounting).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::*;
+use shardfs::fuse::{self, MountSettings};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
+
+fn settings() -> MountSettings {
+    MountSettings { options: Vec::new(), threads: 4 }
+}
+
+fn shardfs(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn mounted_view_equals_the_unsharded_twin() {
+    if !fuse_available() {
+        return;
+    }
+    let mnt = TempDir::new("mnt");
+    let mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
+    let (view, _) = walk_dir(mnt.path());
+    let (twin, _) = walk_dir(&golden().join("unsharded"));
+    assert_same_tree(&view, &twin);
+    mounted.unmount().unwrap();
+    assert!(!is_mounted(mnt.path()));
+}
+
+#[test]
+fn concurrent_readers_see_the_same_bytes() {
+    if !fuse_available() {
+        return;
+    }
+    let mnt = TempDir::new("mnt");
+    let _mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
+    let (twin, _) = walk_dir(&golden().join("unsharded"));
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let twin = &twin;
+            let root = mnt.path();
+            s.spawn(move || {
+                for (path, bytes) in twin.iter().skip(t).step_by(3) {
+                    assert_eq!(&std::fs::read(root.join(path)).unwrap(), bytes, "{path}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn damaged_chunks_read_as_eio_and_the_rest_is_served() {
+    if !fuse_available() {
+        return;
+    }
+    let store = sharded_copy();
+    let index_byte = store.path().join("zp/gzip_crc_end/c/1/0");
+    let mut bytes = std::fs::read(&index_byte).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 0xff;
+    std::fs::write(&index_byte, bytes).unwrap();
+    let mnt = TempDir::new("mnt");
+    let _mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
+    let err = std::fs::read(mnt.path().join("zp/gzip_crc_end/c/2/0")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    let ok = std::fs::read(mnt.path().join("zp/gzip_crc_end/c/4/0")).unwrap();
+    assert_eq!(ok, std::fs::read(golden().join("unsharded/zp/gzip_crc_end/c/4/0")).unwrap());
+    let missing = std::fs::read(mnt.path().join("zp/raw_nocrc/c/0")).unwrap_err();
+    assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
+}
+
+#[test]
+fn the_view_is_read_only() {
+    if !fuse_available() {
+        return;
+    }
+    let mnt = TempDir::new("mnt");
+    let _mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
+    let chunk = mnt.path().join("zp/raw_nocrc/c/3");
+    let err = std::fs::OpenOptions::new().write(true).open(&chunk).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let err = std::fs::create_dir(mnt.path().join("new")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+}
+
+#[test]
+fn binary_mounts_in_the_background_and_unmounts() {
+    if !fuse_available() {
+        return;
+    }
+    let store = sharded_copy();
+    let mnt = TempDir::new("mnt");
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let log = store.path().join("shardfs.log");
+    // Damage one shard so that the daemon has something to log.
+    std::fs::write(store.path().join("zp/raw_nocrc/c/1"), b"short").unwrap();
+    let out = shardfs(&[
+        "mount",
+        store.path().to_str().unwrap(),
+        mnt.path().to_str().unwrap(),
+        "--log-file",
+        log.to_str().unwrap(),
+        "-o",
+        "fsname=golden,noatime",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_mounted(mnt.path()), "mount must be ready when the command returns");
+    let twin = golden().join("unsharded/zp/gzip_crc_end/c/4/0");
+    assert_eq!(std::fs::read(mnt.path().join("zp/gzip_crc_end/c/4/0")).unwrap(), std::fs::read(twin).unwrap());
+    let err = std::fs::read(mnt.path().join("zp/raw_nocrc/c/4")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    let out = shardfs(&["unmount", mnt.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!is_mounted(mnt.path()));
+    let log = std::fs::read_to_string(&log).unwrap();
+    let shard = store.path().join("zp/raw_nocrc/c/1");
+    assert!(log.lines().any(|l| l.contains(shard.to_str().unwrap())), "no log line names the shard:\n{log}");
+}
+
+#[test]
+fn sigterm_unmounts_a_foreground_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let mnt = TempDir::new("mnt");
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let store = golden().join("sharded");
+    let mut child =
+        Command::new(BIN).args(["mount", "-f", store.to_str().unwrap(), mnt.path().to_str().unwrap()]).spawn().unwrap();
+    wait_for("the mount", || is_mounted(mnt.path()));
+    assert!(mnt.path().join("zp/nested/c/1/0").exists());
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!is_mounted(mnt.path()));
+}
+
+#[test]
+fn errors_before_mounting_are_one_line_and_mount_nothing() {
+    let mnt = TempDir::new("mnt");
+    let not_zarr = TempDir::new("plain");
+    std::fs::write(not_zarr.path().join("file.txt"), b"hello").unwrap();
+    let full = TempDir::new("full");
+    std::fs::write(full.path().join("x"), b"x").unwrap();
+    let v2 = TempDir::new("v2");
+    std::fs::write(v2.path().join("zarr.json"), br#"{"zarr_format": 2}"#).unwrap();
+    let store = golden().join("sharded");
+    let m = mnt.path().to_str().unwrap();
+    let cases: [(Vec<&str>, &str); 6] = [
+        (vec!["mount", "/nonexistent/store", m], "/nonexistent/store"),
+        (vec!["mount", not_zarr.path().to_str().unwrap(), m], "not a Zarr v3 store"),
+        (vec!["mount", v2.path().to_str().unwrap(), m], "zarr_format is not 3"),
+        (vec!["mount", store.to_str().unwrap(), full.path().to_str().unwrap()], "not empty"),
+        (vec!["mount", store.to_str().unwrap(), "/nonexistent/mnt"], "/nonexistent/mnt"),
+        (vec!["mount", store.to_str().unwrap(), m, "-o", "bogus"], "bogus"),
+    ];
+    for (args, expected) in cases {
+        let out = shardfs(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!is_mounted(mnt.path()));
+    }
+    let out = shardfs(&["unmount", m]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a mount point"));
+}
+
+#[test]
+fn demo_store_shows_its_features() {
+    let dir = TempDir::new("demo");
+    let store = shardfs::demo::write_store(dir.path()).unwrap();
+    let fs = fs_of(&store);
+    let (view, dirs) = walk_view(&fs);
+    assert!(dirs.contains(&"survey/labels/c/6".to_string()), "partial edge chunks are shown");
+    assert!(!view.contains_key("temperature/c/0/9"), "all-fill chunks stay empty");
+    let chunk = &view["temperature/c/3/4"];
+    assert_eq!(&chunk[..2], &[0x1f, 0x8b], "gzip inner chunks");
+    assert_eq!(view["survey/labels/c/1/1"].len(), 64, "uncompressed 8x8 uint8 chunks, index at the start");
+    let doc: serde_json::Value = serde_json::from_slice(&view["temperature/zarr.json"]).unwrap();
+    assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shape"], serde_json::json!([10, 10]));
+    assert!(Path::new(&store).join("temperature/c/2/2").is_file());
+}
