@@ -113,7 +113,8 @@ fn a_shard_that_is_a_directory_fails_its_chunks() {
 #[test]
 fn refused_layouts_are_shown_as_stored() {
     let store = sharded_copy();
-    let edits: [(&str, fn(&mut serde_json::Value)); 3] = [
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 3] = [
         ("zp/raw_nocrc", |d| {
             let codecs = d["codecs"].as_array_mut().unwrap();
             codecs.insert(0, serde_json::json!({"name": "transpose", "configuration": {"order": [0]}}));
