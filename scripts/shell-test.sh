@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Shell-level test: mount the golden sharded store with the shardfs binary and use the view with
+# ls, find, stat, cat, md5sum, cp -r and tar, comparing each with the unsharded twin.
+#     scripts/shell-test.sh [path/to/shardfs]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${1:-target/debug/shardfs}")
+store=tests/data/golden/sharded
+twin=tests/data/golden/unsharded
+
+work=$(mktemp -d -t shardfs-shell.XXXXXX)
+mnt=$work/mnt
+mkdir "$mnt"
+cleanup() {
+  if mountpoint -q "$mnt"; then "$bin" unmount "$mnt" || umount -l "$mnt"; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+passed=0 failed=0
+check() { # check NAME COMMAND...: the command must succeed
+  local name=$1; shift
+  if "$@" >"$work/out" 2>&1; then
+    passed=$((passed + 1)); echo "ok   $name"
+  else
+    failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     /' "$work/out"
+  fi
+}
+same() { diff <(eval "$1") <(eval "$2"); }
+files() { (cd "$1" && find . -type f | sort); }
+chunk_sums() { (cd "$1" && find . -type f ! -name zarr.json -print0 | sort -z | xargs -0 md5sum); }
+sizes() { (cd "$1" && find . -type f ! -name zarr.json -print0 | sort -z | xargs -0 stat -c '%n %s'); }
+json_equal() { python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); sys.exit(a!=b)' "$1" "$2"; }
+
+check "mount returns once the view is ready" "$bin" mount "$store" "$mnt" -o fsname=golden
+check "ls of a chunk directory" same "ls $mnt/zp/gzip_crc_end/c/2" "ls $twin/zp/gzip_crc_end/c/2"
+check "ls of a flat key encoding" same "ls $mnt/zp/keys/v2_dot" "ls $twin/zp/keys/v2_dot"
+check "find lists exactly the twin's files" same "files $mnt" "files $twin"
+check "stat sizes equal the twin's" same "sizes $mnt" "sizes $twin"
+check "cat of one chunk" same "cat $mnt/zp/zstd_start/c/1/2/3 | md5sum" "cat $twin/zp/zstd_start/c/1/2/3 | md5sum"
+check "md5sum of every chunk" same "chunk_sums $mnt" "chunk_sums $twin"
+check "rewritten zarr.json equals the twin's" json_equal "$mnt/zp/nested/zarr.json" "$twin/zp/nested/zarr.json"
+check "consolidated metadata rewritten" json_equal "$mnt/zarr.json" "$twin/zarr.json"
+check "a chunk has its shard's mtime" same "stat -c %Y $mnt/ts/zstd_crc/c/2/1" "stat -c %Y $store/ts/zstd_crc/c/1/0"
+check "cp -r copies an unsharded store" bash -c "cp -r $mnt/zp $work/copy && diff -r -x zarr.json $work/copy $twin/zp"
+check "tar reads the whole view" same "tar -C $mnt -cf - . | tar -tf - | grep -v '/\$' | sort" "files $mnt"
+check "writes are refused" bash -c "! touch $mnt/zp/new 2>/dev/null"
+check "shardfs unmount" "$bin" unmount "$mnt"
+check "nothing left mounted" bash -c "! mountpoint -q $mnt"
+
+echo "shell: $passed passed, $failed failed"
+[ "$failed" = 0 ]

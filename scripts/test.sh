@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command (README): installs what the tests need, then runs every test: unit and
+# integration tests (cargo test, real mounts included), the shell-level test and the interop test
+# against zarr-python 3 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE
+# fails the run instead of skipping the mount tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+cargo build --locked
+cargo test --locked
+
+if ! (exec 3<>/dev/fuse) 2>/dev/null; then
+  if [ "${SHARDFS_REQUIRE_FUSE:-}" = 1 ]; then
+    echo "FAIL: SHARDFS_REQUIRE_FUSE=1 but /dev/fuse cannot be opened" >&2
+    exit 1
+  fi
+  echo "*** SKIPPING the shell and interop tests: /dev/fuse cannot be opened on this machine ***" >&2
+  exit 0
+fi
+scripts/shell-test.sh target/debug/shardfs
+target/venv/bin/python scripts/interop.py target/debug/shardfs
