@@ -99,6 +99,19 @@ fn bad_entries_fail_alone() {
 }
 
 #[test]
+fn a_shard_truncated_while_open_reads_as_damaged() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let fh = fs.open(lookup(&fs, "zp/raw_nocrc/c/7").unwrap(), false).unwrap();
+    let shard = store.path().join("zp/raw_nocrc/c/2");
+    std::fs::OpenOptions::new().write(true).open(&shard).unwrap().set_len(2).unwrap();
+    match fs.read(fh, 0, 4096) {
+        Err(Error::Damaged(msg)) => assert!(msg.contains(shard.to_str().unwrap()), "{msg}"),
+        other => panic!("expected a damaged-shard error, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_shard_that_is_a_directory_fails_its_chunks() {
     let store = sharded_copy();
     let shard = store.path().join("zp/raw_nocrc/c/1");

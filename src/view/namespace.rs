@@ -50,27 +50,27 @@ impl Node {
 /// What an open view file reads from.
 #[derive(Debug)]
 pub enum Content {
-    /// A whole store file.
-    File(File),
+    /// A whole store file, at this store key.
+    File(File, String),
     /// Bytes computed by the view (a rewritten document).
     Bytes(Arc<[u8]>),
-    /// A byte range of a shard file: one inner chunk.
-    Range(File, Range<u64>),
+    /// One inner chunk: a byte range of the shard file at this path.
+    Chunk(File, Range<u64>, String),
 }
 
 impl Content {
     /// Up to `size` bytes from `offset`; fewer only at the end of the content.
-    pub fn read(&self, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
-        let (file, start, end) = match self {
+    pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let (file, key, start, end) = match self {
             Content::Bytes(bytes) => {
                 let start = (offset as usize).min(bytes.len());
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 return Ok(bytes[start..end].to_vec());
             }
-            Content::File(file) => (file, offset, offset.saturating_add(size as u64)),
-            Content::Range(file, range) => {
+            Content::File(file, key) => (file, key, offset, offset.saturating_add(size as u64)),
+            Content::Chunk(file, range, key) => {
                 let start = range.start.saturating_add(offset).min(range.end);
-                (file, start, start.saturating_add(size as u64).min(range.end))
+                (file, key, start, start.saturating_add(size as u64).min(range.end))
             }
         };
         let mut buf = vec![0; (end - start) as usize];
@@ -80,13 +80,11 @@ impl Content {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(Error::io(key, e)),
             }
         }
-        if let Content::Range(..) = self
-            && filled < buf.len()
-        {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "shard shorter than its index says"));
+        if filled < buf.len() && matches!(self, Content::Chunk(..)) {
+            return Err(Error::Damaged(format!("{key}: shard is shorter than its index says")));
         }
         buf.truncate(filled);
         Ok(buf)
@@ -242,19 +240,23 @@ impl Namespace {
     /// Opens `node` for reading.
     pub fn open(&self, node: &Node) -> Result<Content> {
         match node {
-            Node::Backing(key) => self.store.open_file(key).map(Content::File).map_err(|e| Error::io(key, e)),
+            Node::Backing(key) => {
+                self.store.open_file(key).map(|f| Content::File(f, key.clone())).map_err(|e| Error::io(key, e))
+            }
             Node::Document(key) => {
                 let file = self.store.open_file(key).map_err(|e| Error::io(key, e))?;
                 let attr = crate::store::file_attr(&file).map_err(|e| Error::io(key, e))?;
                 match &self.documents.get(&self.store, key, &attr)?.view {
                     Some(view) => Ok(Content::Bytes(view.clone())),
-                    None => Ok(Content::File(file)),
+                    None => Ok(Content::File(file, key.clone())),
                 }
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
             Node::Chunk { array, coords } => {
                 let found = self.shards.locate(&self.store, array, coords, true)?.ok_or(Error::NotFound)?;
-                Ok(Content::Range(found.file.expect("opened on request"), found.range))
+                let shard = array.shard_path(&array.meta.sharding.locate(coords).shard);
+                let shown = self.store.path(&shard).display().to_string();
+                Ok(Content::Chunk(found.file.expect("opened on request"), found.range, shown))
             }
         }
     }
