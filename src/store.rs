@@ -43,18 +43,8 @@ pub struct Attr {
 
 impl Attr {
     fn from_metadata(m: &std::fs::Metadata) -> Self {
-        let ft = m.file_type();
-        let kind = if ft.is_file() {
-            Kind::File
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else {
-            Kind::Other
-        };
         Attr {
-            kind,
+            kind: kind_of(m.file_type()),
             size: m.size(),
             perm: (m.mode() & 0o7777) as u16,
             uid: m.uid(),
@@ -71,6 +61,18 @@ impl Attr {
                 ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
             },
         }
+    }
+}
+
+fn kind_of(ft: std::fs::FileType) -> Kind {
+    if ft.is_file() {
+        Kind::File
+    } else if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else {
+        Kind::Other
     }
 }
 
@@ -133,17 +135,7 @@ impl DirStore {
                 log::warn!("{}: skipping an entry whose name is not UTF-8", self.path(key).display());
                 continue;
             };
-            let ft = entry.file_type()?;
-            let kind = if ft.is_file() {
-                Kind::File
-            } else if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_symlink() {
-                Kind::Symlink
-            } else {
-                Kind::Other
-            };
-            out.push((name, kind));
+            out.push((name, kind_of(entry.file_type()?)));
         }
         Ok(out)
     }
