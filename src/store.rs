@@ -142,7 +142,8 @@ impl DirStore {
 
     /// Opens the file at `key` for reading; a final symlink is refused rather than followed.
     pub fn open_file(&self, key: &str) -> io::Result<File> {
-        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(self.path(key))
+        // O_NONBLOCK: opening a FIFO that sits in the store must not stall a worker thread.
+        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(self.path(key))
     }
 
     /// The whole content of the file at `key`.
