@@ -69,10 +69,6 @@ impl ShardFs {
         }
     }
 
-    pub fn namespace(&self) -> &Namespace {
-        &self.ns
-    }
-
     fn node(&self, ino: u64) -> Result<Node> {
         self.inodes.lock().get(&ino).map(|i| i.node.clone()).ok_or(Error::BadHandle)
     }

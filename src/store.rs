@@ -110,11 +110,6 @@ impl DirStore {
         Ok(DirStore { root })
     }
 
-    /// The store's root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// The local path of `key`, for messages and for tools that read the store directly.
     pub fn path(&self, key: &str) -> PathBuf {
         if key.is_empty() { self.root.clone() } else { self.root.join(key) }

@@ -160,13 +160,8 @@ impl ShardIndex {
     }
 
     /// Number of entries.
-    pub fn len(&self) -> u64 {
+    pub fn entries(&self) -> u64 {
         self.entries.len() as u64
-    }
-
-    /// True when the index has no entries.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// The absolute byte range of entry `i`'s chunk, `None` when it is empty.

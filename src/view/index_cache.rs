@@ -72,19 +72,14 @@ impl IndexCache {
         }
     }
 
-    /// Bytes currently charged to the cache.
-    pub fn used(&self) -> usize {
+    #[cfg(test)]
+    fn used(&self) -> usize {
         self.inner.lock().used
     }
 
-    /// Number of cached indexes.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.inner.lock().lru.len()
-    }
-
-    /// True when nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -104,14 +104,6 @@ impl Namespace {
         Namespace { store, documents: Documents::default(), shards: Shards::new(cache) }
     }
 
-    pub fn store(&self) -> &DirStore {
-        &self.store
-    }
-
-    pub fn shards(&self) -> &Shards {
-        &self.shards
-    }
-
     /// The root directory of the view.
     pub fn root(&self) -> Node {
         Node::Backing(String::new())

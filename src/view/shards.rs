@@ -106,11 +106,6 @@ impl Shards {
         Shards { cache }
     }
 
-    /// The index cache, for statistics.
-    pub fn cache(&self) -> &IndexCache {
-        &self.cache
-    }
-
     /// Finds the inner chunk at grid coordinates `coords`: `Ok(None)` when it is not stored.
     /// With `open`, the shard file comes back open and the range is valid for that file.
     pub fn locate(
@@ -326,7 +321,7 @@ impl ShardWalk<'_, '_> {
 
 /// One log line per index version that has damaged entries, naming the first.
 fn log_damaged_entries(shard: &OpenShard, index: &ShardIndex) {
-    let mut damaged = (0..index.len()).filter_map(|i| index.chunk(i).err());
+    let mut damaged = (0..index.entries()).filter_map(|i| index.chunk(i).err());
     if let Some(first) = damaged.next() {
         log::warn!(
             "{}: {} damaged index entries ({first}); those chunks read as EIO",
