@@ -15,3 +15,4 @@ pub mod logging;
 pub mod mount;
 pub mod store;
 pub mod view;
+pub mod write;

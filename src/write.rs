@@ -1,0 +1,20 @@
+//! Writing shards without ever tearing one: every change to a shard is one [`commit`] that
+//! appends new chunk bytes and a fresh index after the shard's end (or, for index-at-start
+//! shards and new shards, writes a whole new shard beside the old one and renames it over).
+//!
+//! - [`lock`]: advisory locks that keep two processes (or threads) from committing to one shard
+//!   at once.
+//! - [`journal`]: the records that let a torn append be rolled back, and recovery.
+//! - [`commit`]: one shard update.
+//! - [`crash_point`]: the fault-injection hook that stops a commit at any byte, for crash tests.
+//!
+//! Everything shardfs keeps for itself lives under `__shardfs/` at the store root, a prefix that
+//! Zarr readers never look at.
+
+pub mod commit;
+pub mod crash_point;
+pub mod journal;
+pub mod lock;
+
+/// The directory, relative to the store root, that holds shardfs's own files.
+pub const PRIVATE_DIR: &str = "__shardfs";

@@ -1,0 +1,187 @@
+//! One shard update. Under the shard's lock, the current index is read from the file itself (not
+//! from any cache), the changes are applied, and then:
+//! - index at the end: the new chunk bytes and a fresh index are appended after the shard's end,
+//!   journaled so that a torn append rolls back; the replaced bytes and the old index become
+//!   unused space;
+//! - index at the start, or no shard yet: a whole new shard is written to `__shardfs/tmp/`,
+//!   fsync'd, and renamed over the old one;
+//! - no chunk left: the shard is deleted, as zarr-python and tensorstore do.
+//!
+//! Every outcome is durable when [`commit`] returns.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::crash_point::{CrashPoint, Step};
+use super::journal::{self, AppendRecord, sync_dir, tmp_dir};
+use super::lock::{ShardLock, lock_slot};
+use crate::format::shard_index::{EMPTY, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
+use crate::store::DirStore;
+
+/// New content per index entry: `Some(bytes)` stores, `None` empties the entry.
+pub type Changes = BTreeMap<u64, Option<Vec<u8>>>;
+
+/// What a commit did to the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Appended { old_len: u64, new_len: u64 },
+    Rewritten,
+    Created,
+    Deleted,
+    Unchanged,
+}
+
+/// Why a commit did not happen. The shard keeps its last good state in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    /// The shard on disk is damaged; writing over it could lose what is still readable.
+    #[error("{0}")]
+    Damaged(String),
+    /// The fault-injection hook stopped the commit.
+    #[error("commit stopped by an injected crash")]
+    Crashed,
+}
+
+/// Applies `changes` to the shard at store key `key`, whose outermost index is laid out as
+/// `spec` says.
+pub fn commit(
+    store: &DirStore,
+    key: &str,
+    spec: &IndexSpec,
+    changes: &Changes,
+    crash: &mut CrashPoint,
+) -> Result<Outcome, CommitError> {
+    let shown = store.path(key).display().to_string();
+    let fail = |step: Step| match step {
+        Step::Crashed => CommitError::Crashed,
+        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
+    };
+    let slot = lock_slot(key);
+    let _lock = ShardLock::acquire(store, slot).map_err(|e| fail(Step::Io(e)))?;
+    let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
+        Ok(file) => Some(file),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(fail(Step::Io(e))),
+    };
+    let Some(file) = file else {
+        let chunks: Vec<Option<Vec<u8>>> = (0..spec.entries).map(|i| changes.get(&i).cloned().flatten()).collect();
+        if chunks.iter().all(Option::is_none) {
+            return Ok(Outcome::Unchanged);
+        }
+        replace(store, key, slot, spec, &chunks, crash).map_err(fail)?;
+        return Ok(Outcome::Created);
+    };
+    let meta = file.metadata().map_err(|e| fail(Step::Io(e)))?;
+    if !meta.is_file() {
+        return Err(CommitError::Damaged(format!("{shown}: shard is not a regular file")));
+    }
+    let len = meta.len();
+    let current = read_entries(&file, spec, len).map_err(|e| match e {
+        Ok(reason) => CommitError::Damaged(format!("{shown}: {reason}; not writing over it")),
+        Err(io) => fail(Step::Io(io)),
+    })?;
+    let kept = |i: u64| !changes.contains_key(&i) && current[i as usize].is_some();
+    let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
+    if stays_empty {
+        crash.step(|| std::fs::remove_file(store.path(key))).map_err(fail)?;
+        sync_dir(store.path(key).parent().expect("a shard has a parent")).map_err(|e| fail(Step::Io(e)))?;
+        return Ok(Outcome::Deleted);
+    }
+    if spec.location == IndexLocation::Start {
+        let mut chunks = Vec::with_capacity(spec.entries as usize);
+        for i in 0..spec.entries {
+            chunks.push(match (changes.get(&i), &current[i as usize]) {
+                (Some(new), _) => new.clone(),
+                (None, Some(range)) => Some(read_range(&file, range).map_err(|e| fail(Step::Io(e)))?),
+                (None, None) => None,
+            });
+        }
+        replace(store, key, slot, spec, &chunks, crash).map_err(fail)?;
+        return Ok(Outcome::Rewritten);
+    }
+    append(store, key, slot, &file, len, spec, &current, changes, crash).map_err(fail)
+}
+
+/// The current entries of the shard (absolute ranges), or `Err(Ok(reason))` when it is damaged.
+#[allow(clippy::type_complexity)]
+fn read_entries(
+    file: &File,
+    spec: &IndexSpec,
+    len: u64,
+) -> Result<Vec<Option<std::ops::Range<u64>>>, Result<String, std::io::Error>> {
+    let range = spec.index_range(len).map_err(|e| Ok(e.to_string()))?;
+    let mut bytes = vec![0; (range.end - range.start) as usize];
+    file.read_exact_at(&mut bytes, range.start).map_err(Err)?;
+    let index = ShardIndex::decode(spec, &bytes, len, 0).map_err(|e| Ok(e.to_string()))?;
+    (0..spec.entries).map(|i| index.chunk(i).map_err(|e| Ok(e.to_string()))).collect()
+}
+
+fn read_range(file: &File, range: &std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0; (range.end - range.start) as usize];
+    file.read_exact_at(&mut buf, range.start)?;
+    Ok(buf)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn append(
+    store: &DirStore,
+    key: &str,
+    slot: u64,
+    file: &File,
+    old_len: u64,
+    spec: &IndexSpec,
+    current: &[Option<std::ops::Range<u64>>],
+    changes: &Changes,
+    crash: &mut CrashPoint,
+) -> Result<Outcome, Step> {
+    let mut blob = Vec::new();
+    let mut entries = Vec::with_capacity(current.len());
+    for (i, range) in current.iter().enumerate() {
+        entries.push(match (changes.get(&(i as u64)), range) {
+            (Some(Some(bytes)), _) => {
+                let offset = old_len + blob.len() as u64;
+                blob.extend_from_slice(bytes);
+                (offset, bytes.len() as u64)
+            }
+            (Some(None), _) | (None, None) => (EMPTY, EMPTY),
+            (None, Some(range)) => (range.start, range.end - range.start),
+        });
+    }
+    blob.extend_from_slice(&spec.encode(&entries));
+    let new_len = old_len + blob.len() as u64;
+    let record = AppendRecord { shard: key.to_string(), old_len, new_len, crc32c: crc32c::crc32c(&blob) };
+    let record_path = journal::begin(store, slot, &record, crash)?;
+    crash.write_at(file, &blob, old_len)?;
+    file.sync_data()?;
+    journal::end(&record_path, crash)?;
+    Ok(Outcome::Appended { old_len, new_len })
+}
+
+/// Writes a whole new shard beside the old one and renames it over, durably.
+fn replace(
+    store: &DirStore,
+    key: &str,
+    slot: u64,
+    spec: &IndexSpec,
+    chunks: &[Option<Vec<u8>>],
+    crash: &mut CrashPoint,
+) -> Result<(), Step> {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let tmp_dir = store.path(&tmp_dir());
+    std::fs::create_dir_all(&tmp_dir)?;
+    let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    let tmp = tmp_dir.join(format!("{slot:016x}-{}-{n}", std::process::id()));
+    let file = File::create(&tmp)?;
+    crash.write_at(&file, &assemble_shard(spec, chunks), 0)?;
+    file.sync_all()?;
+    let target = store.path(key);
+    let parent = target.parent().expect("a shard has a parent");
+    std::fs::create_dir_all(parent)?;
+    crash.step(|| std::fs::rename(&tmp, &target))?;
+    sync_dir(parent)?;
+    Ok(())
+}
