@@ -48,6 +48,16 @@ pub enum Command {
     },
     /// Unmount a shardfs mount (umount and fusermount3 -u work too).
     Unmount { mountpoint: PathBuf },
+    /// Verify every shard of STORE (checksums, bounds, overlaps, unfinished commits). Exit status
+    /// 0: healthy, 1: damage remains, 2: the store could not be checked.
+    Check {
+        store: PathBuf,
+        /// Settle unfinished commits from the journal (roll torn appends back) before checking.
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Per sharded array of STORE: shards, chunks, live, unused and index bytes.
+    Info { store: PathBuf },
     /// Write a small sharded sample store to DIR/store and mount it at DIR/view in the foreground.
     Demo {
         #[arg(default_value = "shardfs-demo")]

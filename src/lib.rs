@@ -11,6 +11,7 @@ pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fuse;
+pub mod inspect;
 pub mod logging;
 pub mod mount;
 pub mod store;

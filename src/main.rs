@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use shardfs::cli::{Cli, Command};
-use shardfs::{demo, mount};
+use shardfs::{demo, inspect, mount};
 
 fn main() {
     let cli = Cli::parse();
@@ -11,6 +11,20 @@ fn main() {
         Command::Mount { .. } => mount::run(&cli.command.mount_config(cli.verbose).expect("a mount command")),
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
+        Command::Check { store, repair } => {
+            let healthy = mount::open_store(store)
+                .and_then(|s| inspect::check_command(&s, *repair).map_err(|e| format!("{}: {e}", store.display())));
+            match healthy {
+                Ok(true) => Ok(()),
+                Ok(false) => std::process::exit(1),
+                Err(message) => {
+                    eprintln!("shardfs: {message}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        Command::Info { store } => mount::open_store(store)
+            .and_then(|s| inspect::info_command(&s).map_err(|e| format!("{}: {e}", store.display()))),
     };
     if let Err(message) = result {
         eprintln!("shardfs: {message}");

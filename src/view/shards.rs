@@ -194,7 +194,7 @@ impl Shards {
     ) -> Result<()> {
         let per_shard = array.meta.sharding.chunks_per_shard();
         let shard_prefix: Vec<u64> = prefix.iter().zip(&per_shard).map(|(c, r)| c / r).collect();
-        for shard_coords in self.shards(store, array, &shard_prefix)? {
+        for shard_coords in shards_on_disk(store, array, &shard_prefix)? {
             let shard = match OpenShard::open(store, array.shard_path(&shard_coords)) {
                 Ok(Some(shard)) => Some(shard),
                 Ok(None) => continue,
@@ -211,31 +211,31 @@ impl Shards {
         }
         Ok(())
     }
+}
 
-    /// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`.
-    fn shards(&self, store: &DirStore, array: &ShardedArray, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>> {
-        let enc = &array.meta.key_encoding;
-        let rank = array.rank();
-        let mut found = Vec::new();
-        if enc.separator == '/' && rank > 0 {
-            if shard_prefix.len() == rank {
-                found.push(shard_prefix.to_vec());
-            } else {
-                let dir = join(&array.dir, &enc.dir_key(shard_prefix));
-                collect_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), &mut found)?;
-            }
+/// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`.
+pub fn shards_on_disk(store: &DirStore, array: &ShardedArray, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>> {
+    let enc = &array.meta.key_encoding;
+    let rank = array.rank();
+    let mut found = Vec::new();
+    if enc.separator == '/' && rank > 0 {
+        if shard_prefix.len() == rank {
+            found.push(shard_prefix.to_vec());
         } else {
-            for (name, _) in list_or_empty(store, &array.dir)? {
-                if let Some(coords) = enc.decode(&name, rank)
-                    && coords.starts_with(shard_prefix)
-                    && coords.iter().zip(&array.shard_grid).all(|(c, g)| c < g)
-                {
-                    found.push(coords);
-                }
+            let dir = join(&array.dir, &enc.dir_key(shard_prefix));
+            collect_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), &mut found)?;
+        }
+    } else {
+        for (name, _) in list_or_empty(store, &array.dir)? {
+            if let Some(coords) = enc.decode(&name, rank)
+                && coords.starts_with(shard_prefix)
+                && coords.iter().zip(&array.shard_grid).all(|(c, g)| c < g)
+            {
+                found.push(coords);
             }
         }
-        Ok(found)
     }
+    Ok(found)
 }
 
 /// Walks the shard directory tree of a `/`-separated key encoding below `dir`.

@@ -1,0 +1,229 @@
+//! Store-wide scans behind `shardfs check` and `shardfs info`: every sharded array, every shard
+//! on disk, every index level read and verified (checksum, truncation, entries outside the data
+//! area, half-empty sentinels, overlapping entries), and commits the journal says were cut short.
+//! Only indexes are read, never chunk data.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+use crate::format::metadata::{Interpretation, interpret};
+use crate::format::shard_index::ShardIndex;
+use crate::format::sharding::Level;
+use crate::store::{DirStore, Kind, join};
+use crate::view::array::ShardedArray;
+use crate::view::shards::shards_on_disk;
+use crate::write::PRIVATE_DIR;
+use crate::write::journal::journal_dir;
+
+/// What one sharded array holds, and what is wrong with it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ArrayReport {
+    pub dir: String,
+    pub shards: u64,
+    /// Stored inner chunks (innermost level).
+    pub chunks: u64,
+    /// Bytes of stored inner chunks.
+    pub live_bytes: u64,
+    /// Bytes of indexes, every level.
+    pub index_bytes: u64,
+    /// Bytes of shard files that neither a chunk nor an index uses (left by appends).
+    pub unused_bytes: u64,
+    /// One line per problem, naming the shard file.
+    pub problems: Vec<String>,
+}
+
+/// The whole store.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StoreReport {
+    pub arrays: Vec<ArrayReport>,
+    /// Arrays shown as stored rather than unsharded, with the reason.
+    pub refused: Vec<(String, String)>,
+    /// Journal records of commits that did not finish (`shardfs check --repair` settles them).
+    pub unfinished: Vec<String>,
+}
+
+impl StoreReport {
+    /// True when nothing is damaged and no commit is unfinished.
+    pub fn healthy(&self) -> bool {
+        self.unfinished.is_empty() && self.arrays.iter().all(|a| a.problems.is_empty())
+    }
+}
+
+/// Scans every array of the store.
+pub fn scan(store: &DirStore) -> io::Result<StoreReport> {
+    let mut report = StoreReport::default();
+    scan_dir(store, "", &mut report)?;
+    if let Ok(entries) = std::fs::read_dir(store.path(&journal_dir())) {
+        for entry in entries {
+            report.unfinished.push(entry?.path().display().to_string());
+        }
+    }
+    Ok(report)
+}
+
+fn scan_dir(store: &DirStore, dir: &str, report: &mut StoreReport) -> io::Result<()> {
+    let mut entries = store.list(dir)?;
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    if entries.iter().any(|(name, kind)| name == "zarr.json" && *kind == Kind::File) {
+        let key = join(dir, "zarr.json");
+        match interpret(&store.read(&key)?) {
+            Interpretation::ShardedArray { array, .. } => {
+                report.arrays.push(scan_array(store, &ShardedArray::new(dir.to_string(), array))?);
+                return Ok(());
+            }
+            Interpretation::Refused(reason) => report.refused.push((key, reason)),
+            Interpretation::Unchanged | Interpretation::Group { .. } => {}
+        }
+    }
+    for (name, kind) in entries {
+        if kind == Kind::Dir && !(dir.is_empty() && name == PRIVATE_DIR) {
+            scan_dir(store, &join(dir, &name), report)?;
+        }
+    }
+    Ok(())
+}
+
+fn scan_array(store: &DirStore, array: &ShardedArray) -> io::Result<ArrayReport> {
+    let mut report = ArrayReport { dir: array.dir.clone(), ..Default::default() };
+    let shards = shards_on_disk(store, array, &[]).map_err(|e| io::Error::other(e.to_string()))?;
+    for coords in shards {
+        let key = array.shard_path(&coords);
+        let shown = store.path(&key).display().to_string();
+        report.shards += 1;
+        let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(&key)) {
+            Ok(file) => file,
+            Err(e) => {
+                report.problems.push(format!("{shown}: cannot open: {e}"));
+                continue;
+            }
+        };
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            report.problems.push(format!("{shown}: not a regular file"));
+            continue;
+        }
+        let mut audit = Audit { file: &file, levels: &array.meta.sharding.levels, shown: &shown, report: &mut report };
+        let before = (audit.report.live_bytes, audit.report.index_bytes);
+        audit.blob(0, 0..meta.len())?;
+        let used = (report.live_bytes - before.0) + (report.index_bytes - before.1);
+        report.unused_bytes += meta.len().saturating_sub(used);
+    }
+    Ok(report)
+}
+
+/// One shard being verified, level by level.
+struct Audit<'a> {
+    file: &'a File,
+    levels: &'a [Level],
+    shown: &'a str,
+    report: &'a mut ArrayReport,
+}
+
+impl Audit<'_> {
+    fn blob(&mut self, depth: usize, blob: Range<u64>) -> io::Result<()> {
+        let spec = self.levels[depth].index;
+        let blob_len = blob.end - blob.start;
+        let where_ = if depth == 0 { String::new() } else { format!(" (nested shard at {})", blob.start) };
+        let range = match spec.index_range(blob_len) {
+            Ok(range) => range,
+            Err(e) => {
+                self.report.problems.push(format!("{}{where_}: {e}", self.shown));
+                return Ok(());
+            }
+        };
+        let mut bytes = vec![0; (range.end - range.start) as usize];
+        self.file.read_exact_at(&mut bytes, blob.start + range.start)?;
+        let index = match ShardIndex::decode(&spec, &bytes, blob_len, blob.start) {
+            Ok(index) => index,
+            Err(e) => {
+                self.report.problems.push(format!("{}{where_}: {e}", self.shown));
+                return Ok(());
+            }
+        };
+        self.report.index_bytes += spec.encoded_len();
+        let leaf = depth + 1 == self.levels.len();
+        let mut ranges = Vec::new();
+        for entry in 0..index.entries() {
+            match index.chunk(entry) {
+                Ok(None) => {}
+                Ok(Some(chunk)) => {
+                    ranges.push((chunk.clone(), entry));
+                    if leaf {
+                        self.report.chunks += 1;
+                        self.report.live_bytes += chunk.end - chunk.start;
+                    } else {
+                        self.blob(depth + 1, chunk)?;
+                    }
+                }
+                Err(e) => self.report.problems.push(format!("{}{where_}: {e}", self.shown)),
+            }
+        }
+        ranges.sort_by_key(|(r, _)| (r.start, r.end));
+        for pair in ranges.windows(2) {
+            let ((a, ea), (b, eb)) = (&pair[0], &pair[1]);
+            if a.end > b.start {
+                let msg = format!("{}{where_}: entries {ea} and {eb} overlap ({a:?} and {b:?})", self.shown);
+                self.report.problems.push(msg);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `shardfs check`: prints every problem (and, with `repair`, what recovery did) and says whether
+/// the store is healthy afterwards.
+pub fn check_command(store: &DirStore, repair: bool) -> io::Result<bool> {
+    if repair {
+        for done in crate::write::journal::recover(store)? {
+            println!("repaired: {done:?}");
+        }
+    }
+    let report = scan(store)?;
+    for (doc, reason) in &report.refused {
+        println!("note: {doc}: not sharded in a way the view shows unsharded ({reason})");
+    }
+    for record in &report.unfinished {
+        println!("unfinished commit: {record} (run shardfs check --repair)");
+    }
+    for array in &report.arrays {
+        let status = if array.problems.is_empty() { "ok" } else { "DAMAGED" };
+        println!("{status:<7} {}: {} shards, {} chunks", display_dir(&array.dir), array.shards, array.chunks);
+        for problem in &array.problems {
+            println!("        {problem}");
+        }
+    }
+    let damaged = report.arrays.iter().filter(|a| !a.problems.is_empty()).count();
+    println!(
+        "{} arrays checked, {damaged} damaged, {} unfinished commits",
+        report.arrays.len(),
+        report.unfinished.len()
+    );
+    Ok(report.healthy())
+}
+
+/// `shardfs info`: one line per sharded array with its shard, chunk and byte counts.
+pub fn info_command(store: &DirStore) -> io::Result<()> {
+    let report = scan(store)?;
+    println!(
+        "{:<32} {:>8} {:>10} {:>14} {:>14} {:>12}",
+        "array", "shards", "chunks", "live bytes", "unused bytes", "index bytes"
+    );
+    for a in &report.arrays {
+        println!(
+            "{:<32} {:>8} {:>10} {:>14} {:>14} {:>12}",
+            display_dir(&a.dir),
+            a.shards,
+            a.chunks,
+            a.live_bytes,
+            a.unused_bytes,
+            a.index_bytes
+        );
+    }
+    Ok(())
+}
+
+fn display_dir(dir: &str) -> &str {
+    if dir.is_empty() { "/" } else { dir }
+}

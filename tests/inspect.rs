@@ -1,0 +1,110 @@
+//! `shardfs check` and `shardfs info`: healthy stores pass, every kind of damage is named,
+//! unfinished commits are settled by `--repair`, and the byte counts add up.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::process::Command;
+
+use common::*;
+use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec};
+use shardfs::inspect::scan;
+use shardfs::store::DirStore;
+use shardfs::write::commit::{Changes, commit};
+use shardfs::write::crash_point::CrashPoint;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
+
+fn check(store: &std::path::Path, extra: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).arg("check").arg(store).args(extra).output().unwrap();
+    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// raw_nocrc: three-entry shards, little-endian, no checksum, index at the end.
+fn raw_nocrc_spec() -> IndexSpec {
+    IndexSpec { entries: 3, endian: Endian::Little, checksum: false, location: IndexLocation::End }
+}
+
+#[test]
+fn the_golden_store_is_healthy_and_counted_right() {
+    let (code, out) = check(&golden().join("sharded"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("10 arrays checked, 0 damaged, 0 unfinished commits"), "{out}");
+    let report = scan(&DirStore::open(&golden().join("sharded")).unwrap()).unwrap();
+    let (view, _) = walk_view(&fs_of(&golden().join("sharded")));
+    let array = report.arrays.iter().find(|a| a.dir == "zp/gzip_crc_end").unwrap();
+    let chunks: Vec<_> =
+        view.iter().filter(|(k, _)| k.starts_with("zp/gzip_crc_end/c/")).map(|(_, v)| v.len() as u64).collect();
+    assert_eq!(array.chunks, chunks.len() as u64);
+    assert_eq!(array.live_bytes, chunks.iter().sum::<u64>());
+    assert_eq!(array.unused_bytes, 0, "zarr-python writes shards without gaps");
+}
+
+#[test]
+fn damage_is_named_and_fails_the_check() {
+    let store = sharded_copy();
+    let crc = store.path().join("zp/gzip_crc_end/c/1/0");
+    let file = std::fs::OpenOptions::new().write(true).open(&crc).unwrap();
+    file.write_all_at(&[0xaa], file.metadata().unwrap().len() - 9).unwrap();
+    // raw_nocrc shard c/1: point entry 1 at entry 0's bytes.
+    let overlap = store.path().join("zp/raw_nocrc/c/1");
+    let bytes = std::fs::read(&overlap).unwrap();
+    let index_at = bytes.len() - 48;
+    let entry0 = bytes[index_at..index_at + 16].to_vec();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&overlap)
+        .unwrap()
+        .write_all_at(&entry0, index_at as u64 + 16)
+        .unwrap();
+    let truncated = store.path().join("ts/zstd_crc/c/1/0");
+    std::fs::OpenOptions::new().write(true).open(&truncated).unwrap().set_len(20).unwrap();
+    let (code, out) = check(store.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("{}: index checksum mismatch", crc.display())), "{out}");
+    assert!(out.contains(&format!("{}: entries 0 and 1 overlap", overlap.display())), "{out}");
+    assert!(out.contains(&format!("{}: shard is 20 bytes, too short", truncated.display())), "{out}");
+    assert!(out.contains("3 damaged"), "{out}");
+}
+
+#[test]
+fn repair_settles_a_torn_append() {
+    let store = sharded_copy();
+    let dir = DirStore::open(store.path()).unwrap();
+    let key = "zp/raw_nocrc/c/1";
+    let before = std::fs::read(store.path().join(key)).unwrap();
+    let changes: Changes = BTreeMap::from([(0, Some(vec![9; 4]))]);
+    // Stop the commit after its journal record and part of the appended bytes.
+    let _ = commit(&dir, key, &raw_nocrc_spec(), &changes, &mut CrashPoint::after(120));
+    assert_ne!(std::fs::read(store.path().join(key)).unwrap(), before, "the crash left a torn tail");
+    let (code, out) = check(store.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unfinished commit"), "{out}");
+    let (code, out) = check(store.path(), &["--repair"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("RolledBack"), "{out}");
+    assert_eq!(std::fs::read(store.path().join(key)).unwrap(), before);
+}
+
+#[test]
+fn info_counts_the_space_appends_leave_unused() {
+    let store = sharded_copy();
+    let dir = DirStore::open(store.path()).unwrap();
+    let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4]))]);
+    commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
+    let report = scan(&dir).unwrap();
+    let array = report.arrays.iter().find(|a| a.dir == "zp/raw_nocrc").unwrap();
+    // The replaced 4-byte chunk and the old 48-byte index are now unused.
+    assert_eq!(array.unused_bytes, 4 + 48);
+    let out = Command::new(BIN).arg("info").arg(store.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.starts_with("zp/raw_nocrc") && l.contains(" 52 ")), "{text}");
+}
+
+#[test]
+fn check_of_a_missing_store_says_so() {
+    let out = Command::new(BIN).args(["check", "/nonexistent/store"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/store"));
+}
