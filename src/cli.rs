@@ -56,6 +56,13 @@ pub enum Command {
         #[arg(long)]
         repair: bool,
     },
+    /// Rewrite the shards of STORE (or only of the arrays at the given paths) without unused
+    /// space, atomically; safe beside a running mount.
+    Compact {
+        store: PathBuf,
+        /// Array paths inside the store, e.g. `group/temperature`.
+        arrays: Vec<String>,
+    },
     /// Per sharded array of STORE: shards, chunks, live, unused and index bytes.
     Info { store: PathBuf },
     /// Write a small sharded sample store to DIR/store and mount it at DIR/view in the foreground.

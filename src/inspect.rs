@@ -54,7 +54,11 @@ impl StoreReport {
 /// Scans every array of the store.
 pub fn scan(store: &DirStore) -> io::Result<StoreReport> {
     let mut report = StoreReport::default();
-    scan_dir(store, "", &mut report)?;
+    let found = find_arrays(store)?;
+    report.refused = found.refused;
+    for array in &found.sharded {
+        report.arrays.push(scan_array(store, array)?);
+    }
     if let Ok(entries) = std::fs::read_dir(store.path(&journal_dir())) {
         for entry in entries {
             report.unfinished.push(entry?.path().display().to_string());
@@ -63,23 +67,38 @@ pub fn scan(store: &DirStore) -> io::Result<StoreReport> {
     Ok(report)
 }
 
-fn scan_dir(store: &DirStore, dir: &str, report: &mut StoreReport) -> io::Result<()> {
+/// The arrays of a store that the view shows unsharded, and those it refuses.
+#[derive(Debug, Default)]
+pub struct FoundArrays {
+    pub sharded: Vec<ShardedArray>,
+    /// `zarr.json` path and reason, for sharded arrays with no faithful unsharded view.
+    pub refused: Vec<(String, String)>,
+}
+
+/// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
+pub fn find_arrays(store: &DirStore) -> io::Result<FoundArrays> {
+    let mut found = FoundArrays::default();
+    find_in(store, "", &mut found)?;
+    Ok(found)
+}
+
+fn find_in(store: &DirStore, dir: &str, found: &mut FoundArrays) -> io::Result<()> {
     let mut entries = store.list(dir)?;
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     if entries.iter().any(|(name, kind)| name == "zarr.json" && *kind == Kind::File) {
         let key = join(dir, "zarr.json");
         match interpret(&store.read(&key)?) {
             Interpretation::ShardedArray { array, .. } => {
-                report.arrays.push(scan_array(store, &ShardedArray::new(dir.to_string(), array))?);
+                found.sharded.push(ShardedArray::new(dir.to_string(), array));
                 return Ok(());
             }
-            Interpretation::Refused(reason) => report.refused.push((key, reason)),
+            Interpretation::Refused(reason) => found.refused.push((key, reason)),
             Interpretation::Unchanged | Interpretation::Group { .. } => {}
         }
     }
     for (name, kind) in entries {
         if kind == Kind::Dir && !(dir.is_empty() && name == PRIVATE_DIR) {
-            scan_dir(store, &join(dir, &name), report)?;
+            find_in(store, &join(dir, &name), found)?;
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 //! [`fuse`] (the only code that speaks FUSE) <- [`mount`] and [`cli`].
 
 pub mod cli;
+pub mod compact;
 pub mod demo;
 pub mod error;
 pub mod format;

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use shardfs::cli::{Cli, Command};
-use shardfs::{demo, inspect, mount};
+use shardfs::{compact, demo, inspect, mount};
 
 fn main() {
     let cli = Cli::parse();
@@ -22,6 +22,9 @@ fn main() {
                     std::process::exit(2);
                 }
             }
+        }
+        Command::Compact { store, arrays } => {
+            mount::open_store(store).and_then(|s| compact::compact_command(&s, arrays).map(drop))
         }
         Command::Info { store } => mount::open_store(store)
             .and_then(|s| inspect::info_command(&s).map_err(|e| format!("{}: {e}", store.display()))),

@@ -7,6 +7,10 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The directory at the store root where shardfs keeps its own files (journal, locks, temporary
+/// shards). Zarr readers never look at it, and the view does not show it.
+pub const PRIVATE_DIR: &str = "__shardfs";
+
 /// File type of a store entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

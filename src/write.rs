@@ -8,13 +8,11 @@
 //! - [`commit`]: one shard update.
 //! - [`crash_point`]: the fault-injection hook that stops a commit at any byte, for crash tests.
 //!
-//! Everything shardfs keeps for itself lives under `__shardfs/` at the store root, a prefix that
-//! Zarr readers never look at.
+//! Everything shardfs keeps for itself lives under [`PRIVATE_DIR`] at the store root.
 
 pub mod commit;
 pub mod crash_point;
 pub mod journal;
 pub mod lock;
 
-/// The directory, relative to the store root, that holds shardfs's own files.
-pub const PRIVATE_DIR: &str = "__shardfs";
+pub use crate::store::PRIVATE_DIR;

@@ -192,3 +192,14 @@ fn lookups_outside_the_array_or_the_key_space_find_nothing() {
         assert!(matches!(result, Err(Error::NotFound) | Err(Error::NotADirectory)), "{path}: {result:?}");
     }
 }
+
+#[test]
+fn the_private_directory_is_not_shown() {
+    let store = sharded_copy();
+    std::fs::create_dir_all(store.path().join("__shardfs/journal")).unwrap();
+    let fs = fs_of(store.path());
+    assert!(matches!(lookup(&fs, "__shardfs"), Err(Error::NotFound)));
+    let (view, dirs) = walk_view(&fs);
+    assert!(!dirs.iter().any(|d| d.starts_with("__shardfs")));
+    assert!(!view.keys().any(|k| k.starts_with("__shardfs")));
+}

@@ -18,7 +18,7 @@ use super::index_cache::IndexCache;
 use super::shards::Shards;
 use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
-use crate::store::{Attr, DirStore, Kind, Space, join};
+use crate::store::{Attr, DirStore, Kind, PRIVATE_DIR, Space, join};
 
 /// Name of the metadata document of every Zarr v3 node.
 pub const ZARR_JSON: &str = "zarr.json";
@@ -116,6 +116,9 @@ impl Namespace {
         }
         match parent {
             Node::Backing(dir) => {
+                if dir.is_empty() && name == PRIVATE_DIR {
+                    return Err(Error::NotFound);
+                }
                 if let Some(array) = self.documents.array_at(&self.store, dir)? {
                     if let Some(found) = self.virtual_child(&array, "", name)? {
                         return Ok(found);
@@ -196,6 +199,9 @@ impl Namespace {
         match node {
             Node::Backing(dir) => {
                 let mut entries = self.store.list(dir).map_err(|e| Error::io(dir, e))?;
+                if dir.is_empty() {
+                    entries.retain(|(name, _)| name != PRIVATE_DIR);
+                }
                 if let Some(array) = self.documents.array_at(&self.store, dir)? {
                     entries.retain(|(name, _)| !array.is_shard_name(name));
                     entries.extend(self.virtual_list(&array, "", &[])?);

@@ -26,11 +26,19 @@ pub type Changes = BTreeMap<u64, Option<Vec<u8>>>;
 /// What a commit did to the shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    Appended { old_len: u64, new_len: u64 },
+    Appended {
+        old_len: u64,
+        new_len: u64,
+    },
     Rewritten,
     Created,
     Deleted,
     Unchanged,
+    /// Rewritten without unused space.
+    Compacted {
+        old_len: u64,
+        new_len: u64,
+    },
 }
 
 /// Why a commit did not happen. The shard keeps its last good state in every case.
@@ -104,6 +112,42 @@ pub fn commit(
         return Ok(Outcome::Rewritten);
     }
     append(store, key, slot, &file, len, spec, &current, changes, crash).map_err(fail)
+}
+
+/// Rewrites the shard at `key` without unused space (replaced chunks and old indexes left by
+/// appends), atomically: readers see the old shard or the new one, never a mix.
+pub fn compact(store: &DirStore, key: &str, spec: &IndexSpec, crash: &mut CrashPoint) -> Result<Outcome, CommitError> {
+    let shown = store.path(key).display().to_string();
+    let fail = |step: Step| match step {
+        Step::Crashed => CommitError::Crashed,
+        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
+    };
+    let slot = lock_slot(key);
+    let _lock = ShardLock::acquire(store, slot).map_err(|e| fail(Step::Io(e)))?;
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Unchanged),
+        Err(e) => return Err(fail(Step::Io(e))),
+    };
+    let old_len = file.metadata().map_err(|e| fail(Step::Io(e)))?.len();
+    let current = read_entries(&file, spec, old_len).map_err(|e| match e {
+        Ok(reason) => CommitError::Damaged(format!("{shown}: {reason}; not compacting it")),
+        Err(io) => fail(Step::Io(io)),
+    })?;
+    let live: u64 = current.iter().flatten().map(|r| r.end - r.start).sum();
+    let new_len = live + spec.encoded_len();
+    if new_len == old_len {
+        return Ok(Outcome::Unchanged);
+    }
+    let mut chunks = Vec::with_capacity(current.len());
+    for range in &current {
+        chunks.push(match range {
+            Some(range) => Some(read_range(&file, range).map_err(|e| fail(Step::Io(e)))?),
+            None => None,
+        });
+    }
+    replace(store, key, slot, spec, &chunks, crash).map_err(fail)?;
+    Ok(Outcome::Compacted { old_len, new_len })
 }
 
 /// The current entries of the shard (absolute ranges), or `Err(Ok(reason))` when it is damaged.

@@ -1,5 +1,6 @@
-//! `shardfs check` and `shardfs info`: healthy stores pass, every kind of damage is named,
-//! unfinished commits are settled by `--repair`, and the byte counts add up.
+//! `shardfs check`, `info` and `compact`: healthy stores pass, every kind of damage is named,
+//! unfinished commits are settled by `--repair`, the byte counts add up, and compaction frees
+//! unused space without changing a byte of the view, even when stopped at any byte.
 
 mod common;
 
@@ -11,8 +12,9 @@ use common::*;
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec};
 use shardfs::inspect::scan;
 use shardfs::store::DirStore;
-use shardfs::write::commit::{Changes, commit};
+use shardfs::write::commit::{Changes, Outcome, commit, compact};
 use shardfs::write::crash_point::CrashPoint;
+use shardfs::write::journal::recover;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
 
@@ -107,4 +109,51 @@ fn check_of_a_missing_store_says_so() {
     let out = Command::new(BIN).args(["check", "/nonexistent/store"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/store"));
+}
+
+#[test]
+fn compact_frees_unused_space_and_changes_nothing_visible() {
+    let store = sharded_copy();
+    let dir = DirStore::open(store.path()).unwrap();
+    let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4])), (2, Some(vec![8; 4]))]);
+    commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
+    let (before, _) = walk_view(&fs_of(store.path()));
+    let out = Command::new(BIN).arg("compact").arg(store.path()).arg("zp/raw_nocrc").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 rewritten, 56 bytes freed"), "{:?}", out);
+    let (after, _) = walk_view(&fs_of(store.path()));
+    assert_eq!(before, after);
+    let report = scan(&dir).unwrap();
+    assert!(report.healthy());
+    assert!(report.arrays.iter().all(|a| a.unused_bytes == 0), "{:?}", report.arrays);
+}
+
+#[test]
+fn compaction_stopped_at_any_byte_keeps_the_shard_readable() {
+    let store = sharded_copy();
+    let dir = DirStore::open(store.path()).unwrap();
+    let key = "zp/raw_nocrc/c/1";
+    let changes: Changes = BTreeMap::from([(1, Some(vec![5; 4]))]);
+    commit(&dir, key, &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
+    let (expected, _) = walk_view(&fs_of(store.path()));
+    let appended = std::fs::read(store.path().join(key)).unwrap();
+    for k in 0.. {
+        std::fs::write(store.path().join(key), &appended).unwrap();
+        let result = compact(&dir, key, &raw_nocrc_spec(), &mut CrashPoint::after(k));
+        recover(&dir).unwrap();
+        let (view, _) = walk_view(&fs_of(store.path()));
+        assert_eq!(view, expected, "after a compaction stopped at byte {k}");
+        if let Ok(outcome) = result {
+            assert!(matches!(outcome, Outcome::Compacted { .. }), "{outcome:?}");
+            assert!(k > 20, "the compaction wrote only {k} bytes");
+            return;
+        }
+    }
+}
+
+#[test]
+fn compact_of_an_unknown_array_fails() {
+    let out = Command::new(BIN).arg("compact").arg(golden().join("sharded")).arg("no/such").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such: no sharded array there"));
 }

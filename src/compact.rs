@@ -1,0 +1,74 @@
+//! `shardfs compact`: rewrites the shards of chosen arrays without the unused space that appends
+//! leave behind. Each shard is rewritten under its lock and renamed over the old one, so readers
+//! (a running mount included) see the old shard or the new one, never a partial one.
+
+use std::io::{IsTerminal, Write};
+
+use crate::inspect::find_arrays;
+use crate::store::DirStore;
+use crate::view::shards::shards_on_disk;
+use crate::write::commit::{CommitError, Outcome, compact};
+use crate::write::crash_point::CrashPoint;
+
+/// Totals of one compaction run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    pub shards: u64,
+    pub rewritten: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// Compacts every shard of the arrays at `only` (store paths; all sharded arrays when empty).
+/// Damaged shards are skipped with a message and make the run fail at the end.
+pub fn compact_command(store: &DirStore, only: &[String]) -> Result<Compacted, String> {
+    let found = find_arrays(store).map_err(|e| e.to_string())?;
+    let trim = |p: &String| p.trim_matches('/').to_string();
+    let only: Vec<String> = only.iter().map(trim).collect();
+    if let Some(missing) = only.iter().find(|p| !found.sharded.iter().any(|a| &a.dir == *p)) {
+        return Err(format!("{missing}: no sharded array there"));
+    }
+    let progress = std::io::stdout().is_terminal();
+    let mut totals = Compacted::default();
+    let mut failures = Vec::new();
+    for array in found.sharded.iter().filter(|a| only.is_empty() || only.contains(&a.dir)) {
+        if array.meta.sharding.levels.len() > 1 {
+            println!("{}: nested sharding, left as is", array.dir);
+            continue;
+        }
+        let spec = array.meta.sharding.levels[0].index;
+        let shards = shards_on_disk(store, array, &[]).map_err(|e| e.to_string())?;
+        for (done, coords) in shards.iter().enumerate() {
+            let key = array.shard_path(coords);
+            totals.shards += 1;
+            match compact(store, &key, &spec, &mut CrashPoint::never()) {
+                Ok(Outcome::Compacted { old_len, new_len }) => {
+                    totals.rewritten += 1;
+                    totals.bytes_before += old_len;
+                    totals.bytes_after += new_len;
+                }
+                Ok(_) => {}
+                Err(e @ CommitError::Damaged(_)) => failures.push(e.to_string()),
+                Err(e) => return Err(e.to_string()),
+            }
+            if progress {
+                print!("\r{}: {}/{} shards", array.dir, done + 1, shards.len());
+                let _ = std::io::stdout().flush();
+            }
+        }
+        if progress {
+            println!();
+        }
+    }
+    println!(
+        "{} shards, {} rewritten, {} bytes freed",
+        totals.shards,
+        totals.rewritten,
+        totals.bytes_before - totals.bytes_after
+    );
+    if failures.is_empty() {
+        Ok(totals)
+    } else {
+        Err(format!("{} damaged shards were not compacted: {}", failures.len(), failures.join("; ")))
+    }
+}
