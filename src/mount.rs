@@ -14,6 +14,8 @@ use crate::logging::{self, LogTarget};
 use crate::store::DirStore;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Namespace, ZARR_JSON};
+use crate::view::overlay::NoOverlay;
+use std::sync::Arc;
 
 /// Everything `shardfs mount` needs, already parsed.
 #[derive(Debug, Clone)]
@@ -65,7 +67,7 @@ fn check_fuse_device() -> Result<(), String> {
 
 /// Builds the filesystem for a store.
 pub fn filesystem(store: DirStore, cache_bytes: usize) -> ShardFs {
-    ShardFs::new(Namespace::new(store, IndexCache::new(cache_bytes)))
+    ShardFs::new(Namespace::new(store, IndexCache::new(cache_bytes), Arc::new(NoOverlay)))
 }
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).

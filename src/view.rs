@@ -7,9 +7,11 @@
 //! - [`index_cache`]: decoded shard indexes in a byte-bounded LRU, revalidated per file version.
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
 //! - [`namespace`]: path resolution and directory listings.
+//! - [`overlay`]: the hook through which uncommitted writes show in the view.
 
 pub mod array;
 pub mod documents;
 pub mod index_cache;
 pub mod namespace;
+pub mod overlay;
 pub mod shards;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::array::ShardedArray;
 use super::documents::Documents;
 use super::index_cache::IndexCache;
+use super::overlay::{Overlay, PendingChunk};
 use super::shards::Shards;
 use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
@@ -97,11 +98,22 @@ pub struct Namespace {
     store: DirStore,
     documents: Documents,
     shards: Shards,
+    overlay: Arc<dyn Overlay>,
 }
 
 impl Namespace {
-    pub fn new(store: DirStore, cache: IndexCache) -> Self {
-        Namespace { store, documents: Documents::default(), shards: Shards::new(cache) }
+    /// The view of `store`, showing the pending writes of `overlay`.
+    pub fn new(store: DirStore, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
+        Namespace { store, documents: Documents::default(), shards: Shards::new(cache), overlay }
+    }
+
+    pub fn store(&self) -> &DirStore {
+        &self.store
+    }
+
+    /// The sharded array whose directory is the store key `dir`, if the view shows one there.
+    pub fn array_at(&self, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
+        self.documents.array_at(&self.store, dir)
     }
 
     /// The root directory of the view.
@@ -151,12 +163,15 @@ impl Namespace {
             if !array.in_bounds(&coords) {
                 return Ok(None);
             }
-            let Some(found) = self.shards.locate(&self.store, array, &coords, false)? else { return Ok(None) };
-            let attr = Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard };
-            return Ok(Some((Node::Chunk { array: array.clone(), coords }, attr)));
+            let node = Node::Chunk { array: array.clone(), coords };
+            return match self.attr(&node) {
+                Ok(attr) => Ok(Some((node, attr))),
+                Err(Error::NotFound) => Ok(None),
+                Err(e) => Err(e),
+            };
         }
         match enc.decode_dir(&rel, array.rank()) {
-            Some(prefix) if array.in_bounds(&prefix) && self.any_chunk(array, &prefix)? => {
+            Some(prefix) if array.in_bounds(&prefix) && self.dir_exists(array, &rel, &prefix)? => {
                 let node = Node::ChunkDir { array: array.clone(), dir: rel, prefix };
                 let attr = self.attr(&node)?;
                 Ok(Some((node, attr)))
@@ -165,13 +180,42 @@ impl Namespace {
         }
     }
 
+    /// True when the chunk-key directory `dir` fixing `prefix` has a chunk below it or was made
+    /// through the view.
+    fn dir_exists(&self, array: &ShardedArray, dir: &str, prefix: &[u64]) -> Result<bool> {
+        let below = format!("{dir}/");
+        if self.overlay.dirs(array).iter().any(|d| d == dir || d.starts_with(&below)) {
+            return Ok(true);
+        }
+        self.any_chunk(array, prefix)
+    }
+
     fn any_chunk(&self, array: &ShardedArray, prefix: &[u64]) -> Result<bool> {
         let mut found = false;
-        self.shards.for_each_chunk(&self.store, array, prefix, &mut |_, _| {
+        self.for_each_visible_chunk(array, prefix, &mut |_| {
             found = true;
             ControlFlow::Break(())
         })?;
         Ok(found)
+    }
+
+    /// Every chunk the view shows under `prefix`: pending writes first, then stored chunks that
+    /// no pending write replaces or deletes.
+    fn for_each_visible_chunk(
+        &self,
+        array: &ShardedArray,
+        prefix: &[u64],
+        visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let pending = self.overlay.chunks_under(array, prefix);
+        for (coords, state) in &pending {
+            if matches!(state, PendingChunk::Written(_)) && visit(coords).is_break() {
+                return Ok(());
+            }
+        }
+        self.shards.for_each_chunk(&self.store, array, prefix, &mut |coords, _| {
+            if pending.iter().any(|(c, _)| c == coords) { ControlFlow::Continue(()) } else { visit(coords) }
+        })
     }
 
     /// The attributes the view shows for `node`.
@@ -187,10 +231,19 @@ impl Namespace {
                 let attr = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
                 Ok(Attr { kind: Kind::Dir, nlink: 2, ..attr })
             }
-            Node::Chunk { array, coords } => {
-                let found = self.shards.locate(&self.store, array, coords, false)?.ok_or(Error::NotFound)?;
-                Ok(Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard })
-            }
+            Node::Chunk { array, coords } => match self.overlay.chunk(array, coords) {
+                Some(PendingChunk::Written(buffer)) => {
+                    let dir = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
+                    let now = std::time::SystemTime::now();
+                    let size = buffer.read().len() as u64;
+                    Ok(Attr { kind: Kind::File, size, perm: 0o644, nlink: 1, mtime: now, ctime: now, ..dir })
+                }
+                Some(PendingChunk::Deleted) => Err(Error::NotFound),
+                None => {
+                    let found = self.shards.locate(&self.store, array, coords, false)?.ok_or(Error::NotFound)?;
+                    Ok(Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard })
+                }
+            },
         }
     }
 
@@ -215,23 +268,35 @@ impl Namespace {
     }
 
     fn virtual_list(&self, array: &ShardedArray, dir: &str, prefix: &[u64]) -> Result<Vec<(String, Kind)>> {
+        // The entry of `dir` that leads to `path` (relative to the array), and whether `path`
+        // goes deeper than that entry.
+        let entry_towards = |path: &str| -> Option<(String, bool)> {
+            let rest = if dir.is_empty() { path } else { path.strip_prefix(dir)?.strip_prefix('/')? };
+            Some(match rest.split_once('/') {
+                Some((first, _)) => (first.to_string(), true),
+                None => (rest.to_string(), false),
+            })
+        };
+        let mut names = BTreeMap::new();
+        for made in self.overlay.dirs(array) {
+            if let Some((name, _)) = entry_towards(&made) {
+                names.insert(name, Kind::Dir);
+            }
+        }
         let enc = &array.meta.key_encoding;
         if dir.is_empty() && enc.style == KeyStyle::Default && enc.separator == '/' && array.rank() > 0 {
             // Every key starts with "c/": one chunk anywhere is enough to show the directory.
-            let any = self.any_chunk(array, prefix)?;
-            return Ok(if any { vec![("c".to_string(), Kind::Dir)] } else { Vec::new() });
+            if self.any_chunk(array, prefix)? {
+                names.insert("c".to_string(), Kind::Dir);
+            }
+        } else {
+            self.for_each_visible_chunk(array, prefix, &mut |coords| {
+                if let Some((name, deeper)) = entry_towards(&array.chunk_key(coords)) {
+                    names.insert(name, if deeper { Kind::Dir } else { Kind::File });
+                }
+                ControlFlow::Continue(())
+            })?;
         }
-        let skip = if dir.is_empty() { 0 } else { dir.len() + 1 };
-        let mut names = BTreeMap::new();
-        self.shards.for_each_chunk(&self.store, array, prefix, &mut |coords, _| {
-            let key = array.chunk_key(coords);
-            let rest = &key[skip..];
-            match rest.split_once('/') {
-                Some((first, _)) => names.insert(first.to_string(), Kind::Dir),
-                None => names.insert(rest.to_string(), Kind::File),
-            };
-            ControlFlow::Continue(())
-        })?;
         Ok(names.into_iter().collect())
     }
 
@@ -251,6 +316,11 @@ impl Namespace {
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
             Node::Chunk { array, coords } => {
+                match self.overlay.chunk(array, coords) {
+                    Some(PendingChunk::Written(buffer)) => return Ok(Content::Bytes(buffer.read().as_slice().into())),
+                    Some(PendingChunk::Deleted) => return Err(Error::NotFound),
+                    None => {}
+                }
                 let found = self.shards.locate(&self.store, array, coords, true)?.ok_or(Error::NotFound)?;
                 let shard = array.shard_path(&array.meta.sharding.locate(coords).shard);
                 let shown = self.store.path(&shard).display().to_string();
