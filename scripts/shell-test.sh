@@ -32,7 +32,7 @@ chunk_sums() { (cd "$1" && find . -type f ! -name zarr.json -print0 | sort -z | 
 sizes() { (cd "$1" && find . -type f ! -name zarr.json -print0 | sort -z | xargs -0 stat -c '%n %s'); }
 json_equal() { python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); sys.exit(a!=b)' "$1" "$2"; }
 
-check "mount returns once the view is ready" "$bin" mount "$store" "$mnt" -o fsname=golden
+check "mount returns once the view is ready" "$bin" mount --read-only "$store" "$mnt" -o fsname=golden
 check "ls of a chunk directory" same "ls $mnt/zp/gzip_crc_end/c/2" "ls $twin/zp/gzip_crc_end/c/2"
 check "ls of a flat key encoding" same "ls $mnt/zp/keys/v2_dot" "ls $twin/zp/keys/v2_dot"
 check "find lists exactly the twin's files" same "files $mnt" "files $twin"
@@ -44,9 +44,28 @@ check "consolidated metadata rewritten" json_equal "$mnt/zarr.json" "$twin/zarr.
 check "a chunk has its shard's mtime" same "stat -c %Y $mnt/ts/zstd_crc/c/2/1" "stat -c %Y $store/ts/zstd_crc/c/1/0"
 check "cp -r copies an unsharded store" bash -c "cp -r $mnt/zp $work/copy && diff -r -x zarr.json $work/copy $twin/zp"
 check "tar reads the whole view" same "tar -C $mnt -cf - . | tar -tf - | grep -v '/\$' | sort" "files $mnt"
-check "writes are refused" bash -c "! touch $mnt/zp/new 2>/dev/null"
+check "a read-only mount refuses writes" bash -c "! touch $mnt/zp/new 2>/dev/null"
 check "shardfs unmount" "$bin" unmount "$mnt"
 check "nothing left mounted" bash -c "! mountpoint -q $mnt"
+
+# Writes through a writable mount of a copy, checked after unmount on the sharded store itself.
+copy=$work/store
+cp -r "$store" "$copy"
+check "writable mount" "$bin" mount "$copy" "$mnt"
+check "cp over a chunk" cp "$twin/zp/gzip_crc_end/c/4/0" "$mnt/zp/gzip_crc_end/c/2/1"
+check "read your write" cmp "$twin/zp/gzip_crc_end/c/4/0" "$mnt/zp/gzip_crc_end/c/2/1"
+check "rm a chunk" rm "$mnt/zp/raw_nocrc/c/7"
+check "mkdir -p and write a new chunk" bash -c "mkdir -p $mnt/zp/big_endian_index/c/0 && printf new > $mnt/zp/big_endian_index/c/0/1"
+check "mv a temporary file onto a chunk key" bash -c "printf moved > $mnt/zp/raw_nocrc/c/.tmp && mv $mnt/zp/raw_nocrc/c/.tmp $mnt/zp/raw_nocrc/c/2"
+check "shardfs unmount commits everything" "$bin" unmount "$mnt"
+check "shardfs check passes after the writes" "$bin" check "$copy"
+check "remount read-only" "$bin" mount --read-only "$copy" "$mnt"
+check "overwritten chunk is durable" cmp "$twin/zp/gzip_crc_end/c/4/0" "$mnt/zp/gzip_crc_end/c/2/1"
+check "removed chunk stays removed" bash -c "! test -e $mnt/zp/raw_nocrc/c/7"
+check "new chunk is durable" bash -c "test \"\$(cat $mnt/zp/big_endian_index/c/0/1)\" = new"
+check "renamed chunk is durable" bash -c "test \"\$(cat $mnt/zp/raw_nocrc/c/2)\" = moved"
+check "untouched chunks unchanged" cmp "$twin/zp/zstd_start/c/1/2/3" "$mnt/zp/zstd_start/c/1/2/3"
+check "final unmount" "$bin" unmount "$mnt"
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]

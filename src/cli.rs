@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use crate::fuse::MountSettings;
 use crate::mount::MountConfig;
+use crate::write::pending::Policy;
 
 /// Mount a sharded Zarr v3 store and see the equivalent unsharded store: one file per inner chunk.
 #[derive(Debug, Parser)]
@@ -29,7 +30,7 @@ pub enum Command {
         /// Stay attached and serve until unmounted or interrupted.
         #[arg(short, long)]
         foreground: bool,
-        /// Mount read-only (this release always does; the flag keeps scripts future-proof).
+        /// Mount read-only: every change fails with EROFS, and the store is never written.
         #[arg(long)]
         read_only: bool,
         /// Mount options as for mount(8), comma-separated or repeated: allow_other, allow_root,
@@ -42,6 +43,12 @@ pub enum Command {
         /// Memory for decoded shard indexes, in bytes (suffixes K, M, G).
         #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
         cache_size: usize,
+        /// Commit a shard's pending chunk writes once they reach this many bytes (K, M, G).
+        #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
+        commit_bytes: usize,
+        /// Commit a shard's pending chunk writes after this many milliseconds without a write.
+        #[arg(long, default_value_t = 2000, value_name = "MS")]
+        commit_idle_ms: u64,
         /// Append log lines to this file (default: stderr in the foreground, syslog otherwise).
         #[arg(long, value_name = "PATH")]
         log_file: Option<PathBuf>,
@@ -92,8 +99,18 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 impl Command {
     /// The typed configuration of `shardfs mount`, or `None` for other commands.
     pub fn mount_config(&self, verbosity: u8) -> Option<MountConfig> {
-        let Command::Mount { store, mountpoint, foreground, read_only: _, options, threads, cache_size, log_file } =
-            self
+        let Command::Mount {
+            store,
+            mountpoint,
+            foreground,
+            read_only,
+            options,
+            threads,
+            cache_size,
+            commit_bytes,
+            commit_idle_ms,
+            log_file,
+        } = self
         else {
             return None;
         };
@@ -101,8 +118,9 @@ impl Command {
             store: store.clone(),
             mountpoint: mountpoint.clone(),
             foreground: *foreground,
-            settings: MountSettings { options: options.clone(), threads: *threads },
+            settings: MountSettings { options: options.clone(), threads: *threads, read_only: *read_only },
             cache_bytes: *cache_size,
+            policy: Policy { shard_bytes: *commit_bytes, idle: std::time::Duration::from_millis(*commit_idle_ms) },
             verbosity,
             log_file: log_file.clone(),
         })

@@ -15,6 +15,7 @@ use crate::format::shard_index::{Endian, IndexLocation, IndexSpec, assemble_shar
 use crate::fuse::MountSettings;
 use crate::mount::{self, MountConfig};
 use crate::view::index_cache::DEFAULT_BUDGET;
+use crate::write::pending::Policy;
 
 /// One demo array: its store path, its documents' fields and how its values are made.
 struct DemoArray {
@@ -167,8 +168,9 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
         store,
         mountpoint: view,
         foreground: true,
-        settings: MountSettings { options: Vec::new(), threads: 2 },
+        settings: MountSettings { options: Vec::new(), threads: 2, read_only: false },
         cache_bytes: DEFAULT_BUDGET,
+        policy: Policy::default(),
         verbosity,
         log_file: None,
     })

@@ -21,6 +21,17 @@ pub enum Error {
     IsADirectory,
     #[error("read-only view")]
     ReadOnly,
+    /// The operation makes no sense at this place of the view (a chunk outside the array, a
+    /// chunk key of the wrong rank, a document change that cannot be stored sharded).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("already exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    /// A rename the view cannot do in place (a whole chunk directory); `mv` then copies.
+    #[error("cannot be renamed in place")]
+    CrossDevice,
     #[error("stale file handle")]
     BadHandle,
 }

@@ -6,17 +6,27 @@
 //! kernel holds follows its lookup/forget counts, so memory follows the kernel's cache, not the
 //! size of the store.
 
+mod write_ops;
+
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
+use std::fs::File;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::store::{Attr, Kind, Space, join};
+use crate::store::{Attr, DirStore, Kind, Space, join};
+use crate::view::array::ShardedArray;
+use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Content, Namespace, Node};
+use crate::view::overlay::{Buffer, NoOverlay};
+use crate::write::pending::{Pending, Policy};
+
+pub use write_ops::OpenMode;
 
 /// The root directory's inode number, fixed by FUSE.
 pub const ROOT_INO: u64 = 1;
@@ -36,12 +46,26 @@ struct Inode {
     lookups: u64,
 }
 
-/// The filesystem: a [`Namespace`] plus the inode and handle tables the kernel protocol needs.
+/// An open file.
+#[derive(Debug)]
+enum Handle {
+    /// Opened for reading only.
+    Read(Content),
+    /// A chunk opened for writing: its whole content, shared with the pending overlay.
+    Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
+    /// A store file opened for writing.
+    Store { file: File, key: String, append: bool },
+}
+
+/// The filesystem: a [`Namespace`] plus the inode and handle tables the kernel protocol needs,
+/// and, when writable, the pending writes and their background committer.
 #[derive(Debug)]
 pub struct ShardFs {
     ns: Namespace,
+    pending: Option<Arc<Pending>>,
+    stop_committer: Arc<AtomicBool>,
     inodes: Mutex<HashMap<u64, Inode>>,
-    files: Mutex<HashMap<u64, Arc<Content>>>,
+    files: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_handle: AtomicU64,
 }
@@ -58,10 +82,36 @@ pub fn path_ino(path: &str) -> u64 {
 }
 
 impl ShardFs {
-    pub fn new(ns: Namespace) -> Self {
+    /// A read-only filesystem over `store`.
+    pub fn read_only(store: DirStore, cache: IndexCache) -> Self {
+        Self::build(Namespace::new(store, cache, Arc::new(NoOverlay)), None)
+    }
+
+    /// A writable filesystem over `store`: chunk writes are committed to shards as `policy` says,
+    /// idle shards by a background thread.
+    pub fn writable(store: DirStore, cache: IndexCache, policy: Policy) -> Self {
+        let pending = Arc::new(Pending::new(policy));
+        let fs = Self::build(Namespace::new(store.clone(), cache, pending.clone()), Some(pending.clone()));
+        let stop = fs.stop_committer.clone();
+        let tick = (policy.idle / 4).max(std::time::Duration::from_millis(50));
+        std::thread::Builder::new()
+            .name("shardfs-commit".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    pending.commit_idle(&store);
+                }
+            })
+            .expect("spawning the commit thread");
+        fs
+    }
+
+    fn build(ns: Namespace, pending: Option<Arc<Pending>>) -> Self {
         let root = Inode { node: ns.root(), path: String::new(), lookups: 1 };
         ShardFs {
             ns,
+            pending,
+            stop_committer: Arc::default(),
             inodes: Mutex::new(HashMap::from([(ROOT_INO, root)])),
             files: Mutex::default(),
             dirs: Mutex::default(),
@@ -162,20 +212,32 @@ impl ShardFs {
         self.dirs.lock().remove(&fh);
     }
 
-    /// Opens file `ino`; the view is read-only, so `write` fails.
-    pub fn open(&self, ino: u64, write: bool) -> Result<u64> {
-        if write {
-            return Err(Error::ReadOnly);
-        }
-        let content = self.ns.open(&self.node(ino)?)?;
+    fn add_handle(&self, handle: Handle) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(fh, Arc::new(content));
-        Ok(fh)
+        self.files.lock().insert(fh, Arc::new(handle));
+        fh
+    }
+
+    fn handle(&self, fh: u64) -> Result<Arc<Handle>> {
+        self.files.lock().get(&fh).cloned().ok_or(Error::BadHandle)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let content = self.files.lock().get(&fh).cloned().ok_or(Error::BadHandle)?;
-        content.read(offset, size)
+        match &*self.handle(fh)? {
+            Handle::Read(content) => content.read(offset, size),
+            Handle::Chunk { buffer, .. } => {
+                let buffer = buffer.read();
+                let start = (offset as usize).min(buffer.len());
+                let end = start.saturating_add(size as usize).min(buffer.len());
+                Ok(buffer[start..end].to_vec())
+            }
+            Handle::Store { file, key, .. } => {
+                let mut buf = vec![0; size as usize];
+                let n = file.read_at(&mut buf, offset).map_err(|e| Error::io(key, e))?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+        }
     }
 
     pub fn release(&self, fh: u64) {
@@ -189,5 +251,11 @@ impl ShardFs {
 
     pub fn statfs(&self) -> Result<Space> {
         self.ns.space()
+    }
+}
+
+impl Drop for ShardFs {
+    fn drop(&mut self) {
+        self.stop_committer.store(true, Ordering::Relaxed);
     }
 }

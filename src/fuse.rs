@@ -4,14 +4,16 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
+use std::time::SystemTime;
+
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyXattr, Request,
+    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Error;
-use crate::fs::ShardFs;
+use crate::fs::{OpenMode, ShardFs};
 use crate::store::{Attr, Kind};
 
 /// How long the kernel may trust names and attributes before asking again. A shard rewritten
@@ -33,6 +35,10 @@ pub fn errno(error: &Error) -> Errno {
         Error::NotADirectory => Errno::ENOTDIR,
         Error::IsADirectory => Errno::EISDIR,
         Error::ReadOnly => Errno::EROFS,
+        Error::Invalid(_) => Errno::EINVAL,
+        Error::Exists => Errno::EEXIST,
+        Error::NotEmpty => Errno::ENOTEMPTY,
+        Error::CrossDevice => Errno::EXDEV,
         Error::BadHandle => Errno::EBADF,
     }
 }
@@ -74,6 +80,14 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
+fn open_mode(flags: i32) -> OpenMode {
+    OpenMode {
+        write: OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY,
+        truncate: flags & libc::O_TRUNC != 0,
+        append: flags & libc::O_APPEND != 0,
+    }
+}
+
 fn name(name: &OsStr) -> Result<&str, Errno> {
     name.to_str().ok_or(Errno::ENOENT)
 }
@@ -83,6 +97,8 @@ impl Filesystem for Fuse {
         // The kernel drops cached pages of a file whose mtime or size it sees change, so
         // keep_cache never serves a rewritten shard's old bytes past the attribute TTL.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        // O_TRUNC arrives with the open instead of as a separate truncate.
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         let _ = config.set_max_readahead(MAX_READAHEAD);
         Ok(())
     }
@@ -114,10 +130,141 @@ impl Filesystem for Fuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        match self.0.open(ino.0, write) {
+        match self.0.open(ino.0, open_mode(flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(fail("open", &e)),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        child: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result = name(child)
+            .and_then(|n| self.0.create(parent.0, n, mode & !umask, open_mode(flags)).map_err(|e| fail("create", &e)));
+        match result {
+            Ok((ino, attr, fh)) => {
+                reply.created(&CACHE_TTL, &file_attr(ino, &attr), Generation(0), FileHandle(fh), FopenFlags::empty())
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.0.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(fail("write", &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let result = match size {
+            Some(size) => self.0.set_size(ino.0, fh.map(|f| f.0), size),
+            None => self.0.getattr(ino.0),
+        };
+        match result {
+            Ok(attr) => reply.attr(&CACHE_TTL, &file_attr(ino.0, &attr)),
+            Err(e) => reply.error(fail("setattr", &e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, child: &OsStr, reply: ReplyEmpty) {
+        match name(child).and_then(|n| self.0.unlink(parent.0, n).map_err(|e| fail("unlink", &e))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, child: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        match name(child).and_then(|n| self.0.mkdir(parent.0, n, mode & !umask).map_err(|e| fail("mkdir", &e))) {
+            Ok((ino, attr)) => reply.entry(&CACHE_TTL, &file_attr(ino, &attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, child: &OsStr, reply: ReplyEmpty) {
+        match name(child).and_then(|n| self.0.rmdir(parent.0, n).map_err(|e| fail("rmdir", &e))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        child: &OsStr,
+        new_parent: INodeNo,
+        new_child: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.bits() != 0 {
+            // RENAME_NOREPLACE and RENAME_EXCHANGE cannot be done atomically across the overlay.
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        let result = name(child).and_then(|from| {
+            let to = name(new_child)?;
+            self.0.rename(parent.0, from, new_parent.0, to).map_err(|e| fail("rename", &e))
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.0.fsync(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail("fsync", &e)),
+        }
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.0.commit_all() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail("fsyncdir", &e)),
+        }
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.0.commit_all() {
+            log::error!("unmount: pending writes could not be committed: {e}");
         }
     }
 
@@ -152,8 +299,11 @@ impl Filesystem for Fuse {
         reply.ok();
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        match self.0.flush(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail("flush", &e)),
+        }
     }
 
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
@@ -231,6 +381,15 @@ impl Drop for Mounted {
 pub struct MountSettings {
     pub options: Vec<String>,
     pub threads: usize,
+    /// Mount read-only (also set by `-o ro`).
+    pub read_only: bool,
+}
+
+impl MountSettings {
+    /// True when the mount must reject every write.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only || self.options.iter().any(|o| o == "ro")
+    }
 }
 
 /// Checks `-o` options without mounting, so that a typo fails before anything happens.
@@ -241,12 +400,13 @@ pub fn check_options(settings: &MountSettings) -> Result<(), String> {
 fn config(settings: &MountSettings) -> Result<fuser::Config, String> {
     use fuser::{MountOption as O, SessionACL};
     let mut config = fuser::Config::default();
-    // The view is read-only in this release, whatever the options say.
-    config.mount_options = vec![O::RO, O::FSName("shardfs".into()), O::Subtype("shardfs".into())];
+    let access = if settings.is_read_only() { O::RO } else { O::RW };
+    config.mount_options = vec![access, O::FSName("shardfs".into()), O::Subtype("shardfs".into())];
     for option in &settings.options {
         let parsed = match option.as_str() {
             "ro" => O::RO,
-            "rw" => return Err("-o rw: this release of shardfs mounts read-only".into()),
+            "rw" if settings.read_only => return Err("-o rw contradicts --read-only".into()),
+            "rw" => O::RW,
             "allow_other" => {
                 config.acl = SessionACL::All;
                 continue;
@@ -297,7 +457,7 @@ mod tests {
     use super::*;
 
     fn settings(options: &[&str]) -> MountSettings {
-        MountSettings { options: options.iter().map(|s| s.to_string()).collect(), threads: 2 }
+        MountSettings { options: options.iter().map(|s| s.to_string()).collect(), threads: 2, read_only: false }
     }
 
     #[test]
@@ -306,7 +466,11 @@ mod tests {
         assert_eq!(c.acl, fuser::SessionACL::All);
         assert!(c.mount_options.contains(&fuser::MountOption::FSName("data".into())));
         assert!(!c.mount_options.contains(&fuser::MountOption::FSName("shardfs".into())));
-        assert!(c.mount_options.contains(&fuser::MountOption::RO));
+        assert!(c.mount_options.contains(&fuser::MountOption::RW));
+        let ro = config(&settings(&["ro"])).unwrap();
+        assert!(
+            ro.mount_options.contains(&fuser::MountOption::RO) && !ro.mount_options.contains(&fuser::MountOption::RW)
+        );
         assert_eq!(c.n_threads, Some(2));
     }
 
@@ -314,7 +478,8 @@ mod tests {
     fn rejects_unknown_and_conflicting_options() {
         assert!(config(&settings(&["bogus"])).unwrap_err().contains("bogus"));
         assert!(config(&settings(&["auto_unmount"])).unwrap_err().contains("allow_other"));
-        assert!(config(&settings(&["rw"])).is_err());
+        let read_only = MountSettings { read_only: true, ..settings(&["rw"]) };
+        assert!(config(&read_only).is_err());
     }
 
     #[test]

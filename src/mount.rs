@@ -13,9 +13,9 @@ use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
 use crate::store::DirStore;
 use crate::view::index_cache::IndexCache;
-use crate::view::namespace::{Namespace, ZARR_JSON};
-use crate::view::overlay::NoOverlay;
-use std::sync::Arc;
+use crate::view::namespace::ZARR_JSON;
+use crate::write::journal;
+use crate::write::pending::Policy;
 
 /// Everything `shardfs mount` needs, already parsed.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub struct MountConfig {
     pub foreground: bool,
     pub settings: MountSettings,
     pub cache_bytes: usize,
+    /// When pending chunk writes are committed (writable mounts).
+    pub policy: Policy,
     pub verbosity: u8,
     pub log_file: Option<PathBuf>,
 }
@@ -65,9 +67,17 @@ fn check_fuse_device() -> Result<(), String> {
         .map_err(|e| format!("/dev/fuse: cannot open: {e} (is the fuse module loaded and the device accessible?)"))
 }
 
-/// Builds the filesystem for a store.
-pub fn filesystem(store: DirStore, cache_bytes: usize) -> ShardFs {
-    ShardFs::new(Namespace::new(store, IndexCache::new(cache_bytes), Arc::new(NoOverlay)))
+/// Builds the filesystem for a store: read-only, or writable with `policy`, after settling the
+/// commits a crash left unfinished.
+pub fn filesystem(store: DirStore, cache_bytes: usize, writes: Option<Policy>) -> Result<ShardFs, String> {
+    let cache = IndexCache::new(cache_bytes);
+    let Some(policy) = writes else { return Ok(ShardFs::read_only(store, cache)) };
+    let recovered =
+        journal::recover(&store).map_err(|e| format!("{}: recovery failed: {e}", store.path("").display()))?;
+    for done in recovered {
+        log::warn!("recovered an unfinished commit: {done:?}");
+    }
+    Ok(ShardFs::writable(store, cache, policy))
 }
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
@@ -86,11 +96,13 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
     daemonize(store, config)
 }
 
-/// Mounts with termination signals blocked, so that every session thread inherits the mask and
-/// [`serve`] alone receives them.
+/// Mounts with termination signals blocked, so that every thread (the session's and the
+/// committer) inherits the mask and [`serve`] alone receives them.
 fn mount_blocking_signals(store: DirStore, config: &MountConfig) -> Result<Mounted, String> {
     block_termination_signals();
-    fuse::mount(filesystem(store, config.cache_bytes), &config.mountpoint, &config.settings)
+    let writes = (!config.settings.is_read_only()).then_some(config.policy);
+    let fs = filesystem(store, config.cache_bytes, writes)?;
+    fuse::mount(fs, &config.mountpoint, &config.settings)
 }
 
 fn termination_signals() -> libc::sigset_t {
@@ -200,10 +212,18 @@ fn detach_stdio() {
     }
 }
 
-/// `shardfs unmount`: unmounts directly when allowed, else through fusermount3 (or fusermount).
+/// `shardfs unmount`: first makes every pending write durable (an fsync of the mount's root
+/// directory commits them all; if that fails, nothing is unmounted and the writes stay pending in
+/// the daemon), then unmounts directly when allowed, else through fusermount3 (or fusermount).
 pub fn unmount(mountpoint: &Path) -> Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     let shown = mountpoint.display();
+    if let Ok(root) = std::fs::File::open(mountpoint)
+        && let Err(e) = root.sync_all()
+        && e.raw_os_error() != Some(libc::EINVAL)
+    {
+        return Err(format!("{shown}: pending writes could not be committed, not unmounting: {e}"));
+    }
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).map_err(|e| format!("{shown}: {e}"))?;
     // SAFETY: a valid C string path.
     if unsafe { libc::umount2(path.as_ptr(), 0) } == 0 {

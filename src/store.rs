@@ -99,7 +99,7 @@ pub struct Space {
 }
 
 /// A store rooted at a local directory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DirStore {
     root: PathBuf,
 }

@@ -6,6 +6,7 @@
 //!   at once.
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
 //! - [`commit`]: one shard update.
+//! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
 //! - [`crash_point`]: the fault-injection hook that stops a commit at any byte, for crash tests.
 //!
 //! Everything shardfs keeps for itself lives under [`PRIVATE_DIR`] at the store root.
@@ -14,5 +15,6 @@ pub mod commit;
 pub mod crash_point;
 pub mod journal;
 pub mod lock;
+pub mod pending;
 
 pub use crate::store::PRIVATE_DIR;

@@ -102,7 +102,7 @@ fn bad_entries_fail_alone() {
 fn a_shard_truncated_while_open_reads_as_damaged() {
     let store = sharded_copy();
     let fs = fs_of(store.path());
-    let fh = fs.open(lookup(&fs, "zp/raw_nocrc/c/7").unwrap(), false).unwrap();
+    let fh = fs.open(lookup(&fs, "zp/raw_nocrc/c/7").unwrap(), shardfs::fs::OpenMode::default()).unwrap();
     let shard = store.path().join("zp/raw_nocrc/c/2");
     std::fs::OpenOptions::new().write(true).open(&shard).unwrap().set_len(2).unwrap();
     match fs.read(fh, 0, 4096) {

@@ -13,7 +13,7 @@ use shardfs::fuse::{self, MountSettings};
 const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
 
 fn settings() -> MountSettings {
-    MountSettings { options: Vec::new(), threads: 4 }
+    MountSettings { options: Vec::new(), threads: 4, read_only: true }
 }
 
 fn shardfs(args: &[&str]) -> Output {
@@ -85,7 +85,7 @@ fn damaged_chunks_read_as_eio_and_the_rest_is_served() {
 }
 
 #[test]
-fn the_view_is_read_only() {
+fn a_read_only_mount_refuses_writes() {
     if !fuse_available() {
         return;
     }

@@ -2,7 +2,9 @@
 //! of the shards that hold them.
 
 use crate::format::metadata::ShardedArrayMeta;
-use crate::store::join;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::store::{PRIVATE_DIR, join};
 
 /// A sharded array found at `dir` (a store key), shown unsharded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +41,15 @@ impl ShardedArray {
     /// The store key of the shard at shard coordinates `shard`.
     pub fn shard_path(&self, shard: &[u64]) -> String {
         join(&self.dir, &self.meta.key_encoding.encode(shard))
+    }
+
+    /// Where a file that is not a chunk, made through the view inside a chunk-key directory
+    /// (`rel` relative to the array; an atomic writer's temporary file), is kept: under the store's
+    /// private directory, since chunk-key directories exist only in the view.
+    pub fn scratch_key(&self, rel: &str) -> String {
+        let mut hasher = DefaultHasher::new();
+        join(&self.dir, rel).hash(&mut hasher);
+        format!("{PRIVATE_DIR}/scratch/{:016x}", hasher.finish())
     }
 
     /// True when `name`, an entry of the array directory, belongs to the shard key space, so the

@@ -143,7 +143,14 @@ impl Namespace {
                 let attr = self.attr(&node)?;
                 Ok((node, attr))
             }
-            Node::ChunkDir { array, dir, .. } => self.virtual_child(array, dir, name)?.ok_or(Error::NotFound),
+            Node::ChunkDir { array, dir, .. } => match self.virtual_child(array, dir, name)? {
+                Some(found) => Ok(found),
+                None => {
+                    let scratch = Node::Backing(array.scratch_key(&join(dir, name)));
+                    let attr = self.attr(&scratch)?;
+                    Ok((scratch, attr))
+                }
+            },
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
     }

@@ -54,6 +54,17 @@ pub enum CommitError {
     Crashed,
 }
 
+impl From<CommitError> for crate::error::Error {
+    fn from(e: CommitError) -> Self {
+        use crate::error::Error;
+        match e {
+            CommitError::Io { path, source } => Error::Io { path, source },
+            CommitError::Damaged(msg) => Error::Damaged(msg),
+            CommitError::Crashed => Error::Damaged("commit stopped by an injected crash".into()),
+        }
+    }
+}
+
 /// Applies `changes` to the shard at store key `key`, whose outermost index is laid out as
 /// `spec` says.
 pub fn commit(

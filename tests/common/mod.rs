@@ -61,9 +61,14 @@ pub fn sharded_copy() -> TempDir {
     dir
 }
 
-/// The filesystem of a store, as a mount would build it.
+/// The read-only filesystem of a store, as `--read-only` mounts build it.
 pub fn fs_of(store: &Path) -> ShardFs {
-    filesystem(open_store(store).unwrap(), 1 << 20)
+    filesystem(open_store(store).unwrap(), 1 << 20, None).unwrap()
+}
+
+/// The writable filesystem of a store, committing as `policy` says.
+pub fn writable_fs(store: &Path, policy: shardfs::write::pending::Policy) -> ShardFs {
+    filesystem(open_store(store).unwrap(), 1 << 20, Some(policy)).unwrap()
 }
 
 /// Every file of a view (path -> bytes) and every directory path, read through `fs`.
@@ -101,7 +106,7 @@ fn walk_view_dir(fs: &ShardFs, ino: u64, path: &str, files: &mut BTreeMap<String
 
 /// The whole content of file `ino`, read in odd-sized pieces.
 pub fn read_all(fs: &ShardFs, ino: u64) -> Vec<u8> {
-    let fh = fs.open(ino, false).unwrap();
+    let fh = fs.open(ino, shardfs::fs::OpenMode::default()).unwrap();
     let mut out = Vec::new();
     loop {
         let piece = fs.read(fh, out.len() as u64, 7).unwrap();

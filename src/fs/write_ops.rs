@@ -1,0 +1,384 @@
+//! Opening and changing files through the view. Chunks of sharded arrays are written into
+//! in-memory buffers that the pending overlay shares with the view (read-your-writes), and reach
+//! their shard by group commit; everything else is the store's own files and directories, changed
+//! in place. A non-chunk file made inside a chunk-key directory (an atomic writer's temporary
+//! file) lives under `__shardfs/scratch/` until it is renamed onto a chunk key.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::{Handle, ShardFs};
+use crate::error::{Error, Result};
+use crate::store::{Attr, Kind, PRIVATE_DIR, join};
+use crate::view::array::ShardedArray;
+use crate::view::namespace::{Node, ZARR_JSON};
+use crate::view::overlay::{Buffer, Overlay, PendingChunk};
+use crate::write::pending::Pending;
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenMode {
+    pub write: bool,
+    pub truncate: bool,
+    pub append: bool,
+}
+
+/// What a name in a directory of the view stands for, for the operations that change it.
+enum Target {
+    Chunk(Arc<ShardedArray>, Vec<u64>),
+    ChunkDir(Arc<ShardedArray>, String, Vec<u64>),
+    /// A file or directory of the store, at this key.
+    Store(String),
+}
+
+impl ShardFs {
+    fn pending(&self) -> Result<&Arc<Pending>> {
+        self.pending.as_ref().ok_or(Error::ReadOnly)
+    }
+
+    fn target(&self, parent: &Node, name: &str) -> Result<Target> {
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(Error::Invalid(format!("{name:?} is not a file name")));
+        }
+        match parent {
+            Node::Backing(dir) => {
+                if dir.is_empty() && name == PRIVATE_DIR {
+                    return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
+                }
+                if let Some(array) = self.ns.array_at(dir)? {
+                    if let Some(target) = chunk_target(&array, name)? {
+                        return Ok(target);
+                    }
+                    if array.is_shard_name(name) {
+                        return Err(Error::Invalid(format!("{name}: a shard key of {}", array.dir)));
+                    }
+                }
+                Ok(Target::Store(join(dir, name)))
+            }
+            Node::ChunkDir { array, dir, .. } => {
+                let rel = join(dir, name);
+                Ok(chunk_target(array, &rel)?.unwrap_or_else(|| Target::Store(array.scratch_key(&rel))))
+            }
+            Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
+        }
+    }
+
+    /// The node a store key is shown as.
+    fn store_node(key: &str) -> Node {
+        if key.rsplit('/').next() == Some(ZARR_JSON) {
+            Node::Document(key.to_string())
+        } else {
+            Node::Backing(key.to_string())
+        }
+    }
+
+    /// The whole current content of a chunk.
+    fn chunk_bytes(&self, node: &Node) -> Result<Vec<u8>> {
+        let content = self.ns.open(node)?;
+        let mut out = Vec::new();
+        loop {
+            let piece = content.read(out.len() as u64, 1 << 20)?;
+            if piece.is_empty() {
+                return Ok(out);
+            }
+            out.extend(piece);
+        }
+    }
+
+    /// Records a chunk's new state and commits its shard at once when the policy says so.
+    fn publish(&self, array: &Arc<ShardedArray>, coords: &[u64], state: PendingChunk) -> Result<()> {
+        let pending = self.pending()?;
+        if let Some(shard) = pending.set(array, coords, state) {
+            pending.commit_shard(self.ns.store(), &shard)?;
+        }
+        Ok(())
+    }
+
+    fn writable_array(array: &ShardedArray) -> Result<()> {
+        if array.meta.sharding.levels.len() > 1 {
+            return Err(Error::Invalid(format!("{}: writing nested-sharding arrays is not supported", array.dir)));
+        }
+        Ok(())
+    }
+
+    /// Opens file `ino` as `mode` says.
+    pub fn open(&self, ino: u64, mode: OpenMode) -> Result<u64> {
+        let node = self.node(ino)?;
+        if !mode.write {
+            return Ok(self.add_handle(Handle::Read(self.ns.open(&node)?)));
+        }
+        self.pending()?;
+        let handle = match &node {
+            Node::Chunk { array, coords } => {
+                Self::writable_array(array)?;
+                // The buffer is published at once, so that a truncate or a second open of the same
+                // chunk works on this very buffer.
+                let buffer = match self.ns_overlay_chunk(array, coords) {
+                    Some(PendingChunk::Written(buffer)) => buffer,
+                    _ => Arc::new(RwLock::new(if mode.truncate { Vec::new() } else { self.chunk_bytes(&node)? })),
+                };
+                if mode.truncate {
+                    buffer.write().clear();
+                }
+                self.publish(array, coords, PendingChunk::Written(buffer.clone()))?;
+                Handle::Chunk { array: array.clone(), coords: coords.clone(), buffer, append: mode.append }
+            }
+            Node::Document(key) | Node::Backing(key) => {
+                if self.ns.attr(&node)?.kind == Kind::Dir {
+                    return Err(Error::IsADirectory);
+                }
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .truncate(mode.truncate)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(self.ns.store().path(key))
+                    .map_err(|e| Error::io(key, e))?;
+                Handle::Store { file, key: key.clone(), append: mode.append }
+            }
+            Node::ChunkDir { .. } => return Err(Error::IsADirectory),
+        };
+        Ok(self.add_handle(handle))
+    }
+
+    fn ns_overlay_chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
+        self.pending.as_ref()?.chunk(array, coords)
+    }
+
+    /// Creates and opens file `name` in directory `parent`.
+    pub fn create(&self, parent: u64, name: &str, mode: u32, open: OpenMode) -> Result<(u64, Attr, u64)> {
+        self.pending()?;
+        let target = self.target(&self.node(parent)?, name)?;
+        let (node, handle) = match target {
+            Target::Chunk(array, coords) => {
+                Self::writable_array(&array)?;
+                let buffer: Buffer = Arc::default();
+                self.publish(&array, &coords, PendingChunk::Written(buffer.clone()))?;
+                let handle =
+                    Handle::Chunk { array: array.clone(), coords: coords.clone(), buffer, append: open.append };
+                (Node::Chunk { array, coords }, handle)
+            }
+            Target::Store(key) => {
+                let path = self.ns.store().path(&key);
+                if key.starts_with(PRIVATE_DIR) {
+                    std::fs::create_dir_all(path.parent().expect("scratch has a parent"))
+                        .map_err(|e| Error::io(&key, e))?;
+                }
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(open.truncate)
+                    .mode(mode & 0o7777)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&path)
+                    .map_err(|e| Error::io(&key, e))?;
+                (Self::store_node(&key), Handle::Store { file, key, append: open.append })
+            }
+            Target::ChunkDir(..) => return Err(Error::Invalid(format!("{name} is a chunk-key directory"))),
+        };
+        let attr = self.ns.attr(&node)?;
+        let ino = self.remember(node);
+        Ok((ino, attr, self.add_handle(handle)))
+    }
+
+    /// Writes `data` at `offset` (at the end for files opened to append).
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        match &*self.handle(fh)? {
+            Handle::Chunk { array, coords, buffer, append } => {
+                {
+                    let mut buffer = buffer.write();
+                    let at = if *append { buffer.len() } else { offset as usize };
+                    if buffer.len() < at + data.len() {
+                        buffer.resize(at + data.len(), 0);
+                    }
+                    buffer[at..at + data.len()].copy_from_slice(data);
+                }
+                self.publish(array, coords, PendingChunk::Written(buffer.clone()))?;
+            }
+            Handle::Store { file, key, append } => {
+                let result = if *append { (&*file).write_all(data) } else { file.write_all_at(data, offset) };
+                result.map_err(|e| Error::io(key, e))?;
+            }
+            Handle::Read(_) => return Err(Error::BadHandle),
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Truncates or extends file `ino` (through `fh` when given) to `size` bytes.
+    pub fn set_size(&self, ino: u64, fh: Option<u64>, size: u64) -> Result<Attr> {
+        self.pending()?;
+        let node = self.node(ino)?;
+        let handle = fh.map(|fh| self.handle(fh)).transpose()?;
+        match (&node, handle.as_deref()) {
+            (_, Some(Handle::Store { file, key, .. })) => file.set_len(size).map_err(|e| Error::io(key, e))?,
+            (Node::Chunk { array, coords }, handle) => {
+                Self::writable_array(array)?;
+                let buffer = match (handle, self.ns_overlay_chunk(array, coords)) {
+                    (Some(Handle::Chunk { buffer, .. }), _) => buffer.clone(),
+                    (_, Some(PendingChunk::Written(buffer))) => buffer,
+                    _ => Arc::new(RwLock::new(self.chunk_bytes(&node)?)),
+                };
+                buffer.write().resize(size as usize, 0);
+                self.publish(array, coords, PendingChunk::Written(buffer))?;
+            }
+            (Node::Backing(key) | Node::Document(key), _) => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(self.ns.store().path(key))
+                    .map_err(|e| Error::io(key, e))?;
+                file.set_len(size).map_err(|e| Error::io(key, e))?;
+            }
+            (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
+        }
+        self.ns.attr(&node)
+    }
+
+    /// Removes file `name` of directory `parent`.
+    pub fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+        self.pending()?;
+        let parent_node = self.node(parent)?;
+        match self.target(&parent_node, name)? {
+            Target::Chunk(array, coords) => {
+                Self::writable_array(&array)?;
+                self.ns.attr(&Node::Chunk { array: array.clone(), coords: coords.clone() })?;
+                self.publish(&array, &coords, PendingChunk::Deleted)
+            }
+            Target::Store(key) => std::fs::remove_file(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e)),
+            Target::ChunkDir(..) => Err(Error::IsADirectory),
+        }
+    }
+
+    /// Makes directory `name` in `parent`.
+    pub fn mkdir(&self, parent: u64, name: &str, mode: u32) -> Result<(u64, Attr)> {
+        let pending = self.pending()?;
+        let parent_node = self.node(parent)?;
+        let node = match self.target(&parent_node, name)? {
+            Target::ChunkDir(array, dir, prefix) => {
+                if self.ns.child(&parent_node, name).is_ok() {
+                    return Err(Error::Exists);
+                }
+                pending.add_dir(&array, &dir);
+                Node::ChunkDir { array, dir, prefix }
+            }
+            Target::Store(key) => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(mode & 0o7777)
+                    .create(self.ns.store().path(&key))
+                    .map_err(|e| Error::io(&key, e))?;
+                Node::Backing(key)
+            }
+            Target::Chunk(..) => return Err(Error::Invalid(format!("{name} is a chunk key, not a directory"))),
+        };
+        let attr = self.ns.attr(&node)?;
+        Ok((self.remember(node), attr))
+    }
+
+    /// Removes the empty directory `name` of `parent`.
+    pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        let pending = self.pending()?;
+        let parent_node = self.node(parent)?;
+        match self.target(&parent_node, name)? {
+            Target::ChunkDir(array, dir, prefix) => {
+                let node = Node::ChunkDir { array: array.clone(), dir: dir.clone(), prefix };
+                self.ns.child(&parent_node, name)?;
+                if !self.ns.list(&node)?.is_empty() {
+                    return Err(Error::NotEmpty);
+                }
+                pending.remove_dir(&array, &dir);
+                Ok(())
+            }
+            Target::Store(key) => std::fs::remove_dir(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e)),
+            Target::Chunk(..) => Err(Error::NotADirectory),
+        }
+    }
+
+    /// Renames `name` of `parent` to `new_name` of `new_parent`, replacing a file there.
+    pub fn rename(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) -> Result<()> {
+        self.pending()?;
+        let from = self.target(&self.node(parent)?, name)?;
+        let to = self.target(&self.node(new_parent)?, new_name)?;
+        let store = self.ns.store();
+        let content = match &from {
+            Target::Store(key) if matches!(to, Target::Store(_)) => {
+                let Target::Store(new_key) = &to else { unreachable!() };
+                return std::fs::rename(store.path(key), store.path(new_key)).map_err(|e| Error::io(key, e));
+            }
+            Target::Store(key) => store.read(key).map_err(|e| Error::io(key, e))?,
+            Target::Chunk(array, coords) => {
+                Self::writable_array(array)?;
+                self.chunk_bytes(&Node::Chunk { array: array.clone(), coords: coords.clone() })?
+            }
+            Target::ChunkDir(..) => return Err(Error::CrossDevice),
+        };
+        match &to {
+            Target::Chunk(array, coords) => {
+                Self::writable_array(array)?;
+                self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
+            }
+            Target::Store(key) => std::fs::write(store.path(key), content).map_err(|e| Error::io(key, e))?,
+            Target::ChunkDir(..) => return Err(Error::CrossDevice),
+        }
+        match from {
+            Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
+            Target::Store(key) => std::fs::remove_file(store.path(&key)).map_err(|e| Error::io(&key, e)),
+            Target::ChunkDir(..) => unreachable!("refused above"),
+        }
+    }
+
+    /// Makes what was written to `fh` durable: a chunk's whole shard is committed.
+    pub fn fsync(&self, fh: u64) -> Result<()> {
+        match &*self.handle(fh)? {
+            Handle::Chunk { array, coords, .. } => {
+                Ok(self.pending()?.commit_chunk_shard(self.ns.store(), array, coords)?)
+            }
+            Handle::Store { file, key, .. } => file.sync_all().map_err(|e| Error::io(key, e)),
+            Handle::Read(_) => Ok(()),
+        }
+    }
+
+    /// Called at each close: reports a failed commit of the file's shard.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        if let Handle::Chunk { array, coords, .. } = &*self.handle(fh)?
+            && let Some((errno, message)) = self.pending()?.take_error(array, coords)
+        {
+            let source = std::io::Error::from_raw_os_error(errno.unwrap_or(libc::EIO));
+            return Err(Error::Io { path: message, source });
+        }
+        Ok(())
+    }
+
+    /// Commits every pending write (fsync of a directory, and unmount).
+    pub fn commit_all(&self) -> Result<()> {
+        match &self.pending {
+            Some(pending) => Ok(pending.commit_all(self.ns.store())?),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The chunk or chunk-key directory `rel` (relative to the array) stands for, if any.
+fn chunk_target(array: &Arc<ShardedArray>, rel: &str) -> Result<Option<Target>> {
+    let enc = &array.meta.key_encoding;
+    if let Some(coords) = enc.decode(rel, array.rank()) {
+        if !array.in_bounds(&coords) {
+            return Err(Error::Invalid(format!("{rel}: chunk outside the bounds of {}", array.dir)));
+        }
+        return Ok(Some(Target::Chunk(array.clone(), coords)));
+    }
+    match enc.decode_dir(rel, array.rank()) {
+        Some(prefix) if !rel.is_empty() => {
+            if !array.in_bounds(&prefix) {
+                return Err(Error::Invalid(format!("{rel}: outside the chunk grid of {}", array.dir)));
+            }
+            Ok(Some(Target::ChunkDir(array.clone(), rel.to_string(), prefix)))
+        }
+        _ => Ok(None),
+    }
+}

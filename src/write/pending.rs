@@ -1,0 +1,232 @@
+//! Group commit: chunk writes wait here, visible through the view at once (this is the view's
+//! [`Overlay`]), until one commit carries every pending chunk of a shard to disk. A shard is
+//! committed when a chunk file in it is fsync'd, when its pending bytes pass
+//! [`Policy::shard_bytes`], once it has been idle for [`Policy::idle`], and at unmount, so that
+//! writing a shard's chunks one file at a time appends a handful of indexes, not one per chunk.
+//!
+//! A failed commit keeps its chunks pending (nothing acknowledged is dropped) and its error is
+//! reported by the next fsync or close of a file in that shard.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::commit::{Changes, CommitError, commit};
+use super::crash_point::CrashPoint;
+use crate::store::DirStore;
+use crate::view::array::ShardedArray;
+use crate::view::overlay::{Overlay, PendingChunk};
+
+/// When pending chunks are committed besides fsync and unmount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// A shard whose pending chunks reach this many bytes is committed at once.
+    pub shard_bytes: usize,
+    /// A shard with no new write for this long is committed by the background flusher.
+    pub idle: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { shard_bytes: 16 << 20, idle: Duration::from_secs(2) }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    coords: Vec<u64>,
+    state: PendingChunk,
+    /// Bumped by every change, so a commit drops only the entries it carried unchanged.
+    generation: u64,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Shard {
+    array: Arc<ShardedArray>,
+    entries: HashMap<u64, Entry>,
+    bytes: usize,
+    last_write: Instant,
+    /// The last failed commit: its errno (when it had one) and message.
+    error: Option<(Option<i32>, String)>,
+    /// Held while the shard is being committed, so one commit at a time carries its chunks.
+    committing: Arc<Mutex<()>>,
+}
+
+/// Every pending chunk write and chunk directory of one mount.
+#[derive(Debug, Default)]
+pub struct Pending {
+    shards: Mutex<HashMap<String, Shard>>,
+    dirs: Mutex<HashMap<String, BTreeSet<String>>>,
+    generation: AtomicU64,
+    policy: Policy,
+}
+
+/// Where a chunk's pending state is kept: its shard's store key and its index entry.
+fn slot(array: &ShardedArray, coords: &[u64]) -> (String, u64) {
+    let location = array.meta.sharding.locate(coords);
+    (array.shard_path(&location.shard), location.entries[0])
+}
+
+impl Pending {
+    pub fn new(policy: Policy) -> Self {
+        Pending { policy, ..Default::default() }
+    }
+
+    /// Records a new state for a chunk (its content, shared with the files writing it, or its
+    /// deletion). Returns the shard's key when the shard should be committed now.
+    pub fn set(&self, array: &Arc<ShardedArray>, coords: &[u64], state: PendingChunk) -> Option<String> {
+        let bytes = match &state {
+            PendingChunk::Written(buffer) => buffer.read().len(),
+            PendingChunk::Deleted => 0,
+        };
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let (key, entry) = slot(array, coords);
+        let mut shards = self.shards.lock();
+        let shard = shards.entry(key.clone()).or_insert_with(|| Shard {
+            array: array.clone(),
+            entries: HashMap::new(),
+            bytes: 0,
+            last_write: Instant::now(),
+            error: None,
+            committing: Arc::default(),
+        });
+        let old = shard.entries.insert(entry, Entry { coords: coords.to_vec(), state, generation, bytes });
+        shard.bytes = shard.bytes + bytes - old.map_or(0, |e| e.bytes);
+        shard.last_write = Instant::now();
+        (shard.bytes >= self.policy.shard_bytes).then_some(key)
+    }
+
+    /// Remembers a chunk-key directory made through the view (`dir` relative to the array).
+    pub fn add_dir(&self, array: &ShardedArray, dir: &str) {
+        self.dirs.lock().entry(array.dir.clone()).or_default().insert(dir.to_string());
+    }
+
+    /// Forgets a made directory; true when it was one.
+    pub fn remove_dir(&self, array: &ShardedArray, dir: &str) -> bool {
+        self.dirs.lock().get_mut(&array.dir).is_some_and(|dirs| dirs.remove(dir))
+    }
+
+    /// The errno and message of the last failed commit of the chunk's shard, if any, cleared by
+    /// reading it.
+    pub fn take_error(&self, array: &ShardedArray, coords: &[u64]) -> Option<(Option<i32>, String)> {
+        let (key, _) = slot(array, coords);
+        self.shards.lock().get_mut(&key).and_then(|s| s.error.take())
+    }
+
+    /// Commits the pending chunks of the shard that holds `coords`.
+    pub fn commit_chunk_shard(
+        &self,
+        store: &DirStore,
+        array: &ShardedArray,
+        coords: &[u64],
+    ) -> Result<(), CommitError> {
+        self.commit_shard(store, &slot(array, coords).0)
+    }
+
+    /// Commits every pending chunk of the shard at `key`, durably.
+    pub fn commit_shard(&self, store: &DirStore, key: &str) -> Result<(), CommitError> {
+        let Some(committing) = self.shards.lock().get(key).map(|s| s.committing.clone()) else { return Ok(()) };
+        let _one_at_a_time = committing.lock();
+        let (array, carried) = {
+            let shards = self.shards.lock();
+            let Some(shard) = shards.get(key) else { return Ok(()) };
+            let carried: Vec<(u64, u64, Option<Vec<u8>>)> = shard
+                .entries
+                .iter()
+                .map(|(entry, e)| {
+                    let content = match &e.state {
+                        PendingChunk::Written(buffer) => Some(buffer.read().clone()),
+                        PendingChunk::Deleted => None,
+                    };
+                    (*entry, e.generation, content)
+                })
+                .collect();
+            (shard.array.clone(), carried)
+        };
+        let changes: Changes = carried.iter().map(|(entry, _, content)| (*entry, content.clone())).collect();
+        let spec = array.meta.sharding.levels[0].index;
+        let result = commit(store, key, &spec, &changes, &mut CrashPoint::never());
+        let mut shards = self.shards.lock();
+        let Some(shard) = shards.get_mut(key) else { return result.map(drop) };
+        match result {
+            Ok(_) => {
+                for (entry, generation, _) in carried {
+                    if shard.entries.get(&entry).is_some_and(|e| e.generation == generation) {
+                        let e = shard.entries.remove(&entry).expect("present");
+                        shard.bytes -= e.bytes;
+                    }
+                }
+                if shard.entries.is_empty() {
+                    shards.remove(key);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                log::error!("commit failed, chunks stay pending: {e}");
+                let errno = match &e {
+                    CommitError::Io { source, .. } => source.raw_os_error(),
+                    _ => None,
+                };
+                shard.error = Some((errno, e.to_string()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits the shards idle for at least the policy's interval; errors are kept for the next
+    /// fsync or close.
+    pub fn commit_idle(&self, store: &DirStore) {
+        let idle: Vec<String> = {
+            let shards = self.shards.lock();
+            shards.iter().filter(|(_, s)| s.last_write.elapsed() >= self.policy.idle).map(|(k, _)| k.clone()).collect()
+        };
+        for key in idle {
+            let _ = self.commit_shard(store, &key);
+        }
+    }
+
+    /// Commits everything pending; the first error is returned after trying every shard.
+    pub fn commit_all(&self, store: &DirStore) -> Result<(), CommitError> {
+        let keys: Vec<String> = self.shards.lock().keys().cloned().collect();
+        let mut first = Ok(());
+        for key in keys {
+            if let Err(e) = self.commit_shard(store, &key)
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// The policy's idle interval.
+    pub fn idle(&self) -> Duration {
+        self.policy.idle
+    }
+}
+
+impl Overlay for Pending {
+    fn chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
+        let (key, entry) = slot(array, coords);
+        self.shards.lock().get(&key)?.entries.get(&entry).map(|e| e.state.clone())
+    }
+
+    fn chunks_under(&self, array: &ShardedArray, prefix: &[u64]) -> Vec<(Vec<u64>, PendingChunk)> {
+        let shards = self.shards.lock();
+        shards
+            .values()
+            .filter(|s| s.array.dir == array.dir)
+            .flat_map(|s| s.entries.values())
+            .filter(|e| e.coords.starts_with(prefix))
+            .map(|e| (e.coords.clone(), e.state.clone()))
+            .collect()
+    }
+
+    fn dirs(&self, array: &ShardedArray) -> Vec<String> {
+        self.dirs.lock().get(&array.dir).map(|d| d.iter().cloned().collect()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,254 @@
+//! Writes through the view, without FUSE: read-your-writes before any commit, group commit
+//! (fsync, size threshold, idle interval, everything at unmount), overwrite/append/truncate,
+//! unlink, atomic-rename writers, chunk-key directories, concurrency, and a failed commit that
+//! loses nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shardfs::error::Error;
+use shardfs::fs::{OpenMode, ROOT_INO, ShardFs};
+use shardfs::inspect::scan;
+use shardfs::store::DirStore;
+use shardfs::write::pending::Policy;
+
+const WRITE: OpenMode = OpenMode { write: true, truncate: false, append: false };
+const TRUNCATE: OpenMode = OpenMode { write: true, truncate: true, append: false };
+const APPEND: OpenMode = OpenMode { write: true, truncate: false, append: true };
+
+/// A policy that commits only when asked to (fsync, commit_all).
+fn manual() -> Policy {
+    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) }
+}
+
+fn ino(fs: &ShardFs, path: &str) -> Result<u64, Error> {
+    let mut ino = ROOT_INO;
+    for name in path.split('/') {
+        ino = fs.lookup(ino, name)?.0;
+    }
+    Ok(ino)
+}
+
+fn parent_and_name(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap()
+}
+
+/// Writes a whole file as `mkdir -p` plus `cat > path` would.
+fn write_file(fs: &ShardFs, path: &str, bytes: &[u8]) {
+    let (dir, name) = parent_and_name(path);
+    if ino(fs, dir).is_err() {
+        let (up, last) = parent_and_name(dir);
+        match fs.mkdir(ino(fs, up).unwrap(), last, 0o755) {
+            Ok(_) | Err(Error::Exists) => {}
+            Err(e) => panic!("mkdir {dir}: {e}"),
+        }
+    }
+    let fh = match ino(fs, path) {
+        Ok(file) => fs.open(file, TRUNCATE).unwrap(),
+        Err(_) => fs.create(ino(fs, dir).unwrap(), name, 0o644, TRUNCATE).unwrap().2,
+    };
+    fs.write(fh, 0, bytes).unwrap();
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+}
+
+fn read(fs: &ShardFs, path: &str) -> Vec<u8> {
+    read_all(fs, ino(fs, path).unwrap())
+}
+
+/// What a fresh read-only mount of the store shows at `path`.
+fn on_disk(store: &std::path::Path, path: &str) -> Option<Vec<u8>> {
+    let fs = fs_of(store);
+    ino(&fs, path).ok().map(|i| read_all(&fs, i))
+}
+
+#[test]
+fn writes_are_visible_at_once_and_durable_after_fsync() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let path = "zp/gzip_crc_end/c/2/1";
+    let fh = fs.open(ino(&fs, path).unwrap(), TRUNCATE).unwrap();
+    fs.write(fh, 0, b"new bytes").unwrap();
+    assert_eq!(read(&fs, path), b"new bytes", "read-your-writes before any commit");
+    assert_ne!(on_disk(store.path(), path).unwrap(), b"new bytes", "not committed yet");
+    fs.fsync(fh).unwrap();
+    assert_eq!(on_disk(store.path(), path).unwrap(), b"new bytes", "durable after fsync");
+    fs.release(fh);
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+}
+
+#[test]
+fn partial_overwrites_appends_and_truncation() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let path = "zp/raw_nocrc/c/3";
+    let original = read(&fs, path);
+    let fh = fs.open(ino(&fs, path).unwrap(), WRITE).unwrap();
+    fs.write(fh, 1, b"XY").unwrap();
+    fs.release(fh);
+    let mut expected = original.clone();
+    expected[1..3].copy_from_slice(b"XY");
+    assert_eq!(read(&fs, path), expected);
+    let fh = fs.open(ino(&fs, path).unwrap(), APPEND).unwrap();
+    fs.write(fh, 0, b"tail").unwrap();
+    fs.release(fh);
+    expected.extend_from_slice(b"tail");
+    assert_eq!(read(&fs, path), expected);
+    let attr = fs.set_size(ino(&fs, path).unwrap(), None, 2).unwrap();
+    assert_eq!(attr.size, 2);
+    fs.commit_all().unwrap();
+    assert_eq!(on_disk(store.path(), path).unwrap(), expected[..2]);
+}
+
+#[test]
+fn unlinked_chunks_vanish_and_an_emptied_shard_is_deleted() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    // raw_nocrc shard c/2 holds chunks 6 and 7 (8 lies outside the array).
+    fs.unlink(ino(&fs, "zp/raw_nocrc/c").unwrap(), "6").unwrap();
+    assert!(matches!(ino(&fs, "zp/raw_nocrc/c/6"), Err(Error::NotFound)));
+    fs.unlink(ino(&fs, "zp/raw_nocrc/c").unwrap(), "7").unwrap();
+    assert!(matches!(fs.unlink(ino(&fs, "zp/raw_nocrc/c").unwrap(), "7"), Err(Error::NotFound)));
+    fs.commit_all().unwrap();
+    assert!(!store.path().join("zp/raw_nocrc/c/2").exists(), "a shard with no chunk left is deleted");
+    assert_eq!(on_disk(store.path(), "zp/raw_nocrc/c/5"), Some(read(&fs, "zp/raw_nocrc/c/5")));
+}
+
+#[test]
+fn atomic_rename_writers_and_new_chunk_directories() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    // tensorstore's way: write "<key>.__lock" beside the key, then rename it onto the key.
+    let dir = ino(&fs, "zp/gzip_crc_end/c/4").unwrap();
+    let (_, _, fh) = fs.create(dir, "2.__lock", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, b"renamed into place").unwrap();
+    fs.release(fh);
+    fs.rename(dir, "2.__lock", dir, "2").unwrap();
+    assert_eq!(read(&fs, "zp/gzip_crc_end/c/4/2"), b"renamed into place");
+    assert!(matches!(ino(&fs, "zp/gzip_crc_end/c/4/2.__lock"), Err(Error::NotFound)));
+    // zarr-python's way into a row with no chunk yet: mkdir -p, then write the key.
+    let c = ino(&fs, "zp/big_endian_index/c").unwrap();
+    assert!(matches!(ino(&fs, "zp/big_endian_index/c/0"), Err(Error::NotFound)));
+    fs.mkdir(c, "0", 0o755).unwrap();
+    assert!(matches!(fs.mkdir(c, "0", 0o755), Err(Error::Exists)));
+    write_file(&fs, "zp/big_endian_index/c/0/1", b"first row");
+    fs.commit_all().unwrap();
+    assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/4/2").unwrap(), b"renamed into place");
+    assert_eq!(on_disk(store.path(), "zp/big_endian_index/c/0/1").unwrap(), b"first row");
+    assert!(store.path().join("zp/big_endian_index/c/0/0").exists(), "shard (0, 0) was created");
+    // Writes outside the array or of the wrong rank are refused.
+    assert!(matches!(fs.create(c, "9", 0o644, TRUNCATE), Err(Error::Invalid(_))));
+    assert!(matches!(fs.rmdir(c, "0"), Err(Error::NotEmpty)));
+}
+
+#[test]
+fn group_commit_appends_one_index_for_many_chunks() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    // zstd_start: index at the start, so commits rewrite; gzip_crc_end appends. Rewrite every
+    // chunk of shard c/1/0 of gzip_crc_end (chunks (2..4) x (0..2)) one file at a time.
+    for (i, j) in [(2, 0), (2, 1), (3, 0), (3, 1)] {
+        write_file(&fs, &format!("zp/gzip_crc_end/c/{i}/{j}"), &[i as u8; 40]);
+    }
+    let before = std::fs::metadata(store.path().join("zp/gzip_crc_end/c/1/0")).unwrap().len();
+    fs.commit_all().unwrap();
+    let after = std::fs::metadata(store.path().join("zp/gzip_crc_end/c/1/0")).unwrap().len();
+    assert_eq!(after - before, 4 * 40 + 4 * 16 + 4, "one append: four chunks and one index");
+}
+
+#[test]
+fn a_full_shard_of_new_chunks_is_written_once() {
+    let store = sharded_copy();
+    let policy = Policy { shard_bytes: 64, idle: Duration::from_secs(3600) };
+    let fs = writable_fs(store.path(), policy);
+    // Crossing the 64-byte threshold commits at once, without fsync.
+    write_file(&fs, "zp/raw_nocrc/c/0", &[1; 40]);
+    assert!(on_disk(store.path(), "zp/raw_nocrc/c/0").is_none());
+    write_file(&fs, "zp/raw_nocrc/c/1", &[2; 40]);
+    assert_eq!(on_disk(store.path(), "zp/raw_nocrc/c/1").unwrap(), [2; 40]);
+}
+
+#[test]
+fn idle_shards_are_committed_in_the_background() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), Policy { shard_bytes: usize::MAX, idle: Duration::from_millis(100) });
+    write_file(&fs, "zp/raw_nocrc/c/0", b"idle");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while on_disk(store.path(), "zp/raw_nocrc/c/0").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the idle shard was never committed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(on_disk(store.path(), "zp/raw_nocrc/c/0").unwrap(), b"idle");
+}
+
+#[test]
+fn concurrent_writers_lose_nothing() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), Policy { shard_bytes: 200, idle: Duration::from_millis(50) });
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let fs = &fs;
+            s.spawn(move || {
+                for round in 0..20u8 {
+                    let (i, j) = (t % 5, (round % 3) as usize);
+                    write_file(fs, &format!("zp/gzip_crc_end/c/{i}/{j}"), &[t, round, 7]);
+                }
+            });
+        }
+    });
+    let expected: Vec<(String, Vec<u8>)> = (0..5)
+        .flat_map(|i| (0..3).map(move |j| format!("zp/gzip_crc_end/c/{i}/{j}")))
+        .map(|p| (p.clone(), read(&fs, &p)))
+        .collect();
+    fs.commit_all().unwrap();
+    for (path, bytes) in expected {
+        assert_eq!(on_disk(store.path(), &path).unwrap(), bytes, "{path}");
+    }
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+}
+
+#[test]
+fn a_failed_commit_reports_at_fsync_and_close_and_keeps_the_writes() {
+    let store = sharded_copy();
+    let shard = store.path().join("zp/gzip_crc_end/c/1/0");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 0xff;
+    std::fs::write(&shard, &bytes).unwrap();
+    let fs = writable_fs(store.path(), manual());
+    let (dir, _) = parent_and_name("zp/gzip_crc_end/c/2/0");
+    let fh = fs.create(ino(&fs, dir).unwrap(), "0", 0o644, TRUNCATE);
+    // The chunk is damaged on disk, so it cannot even be looked up; creating it anew works.
+    let fh = fh.unwrap().2;
+    fs.write(fh, 0, b"kept").unwrap();
+    assert!(matches!(fs.fsync(fh), Err(Error::Damaged(_))));
+    assert!(fs.flush(fh).is_err(), "close reports the failed commit");
+    assert_eq!(read(&fs, "zp/gzip_crc_end/c/2/0"), b"kept", "the write is still pending, not lost");
+    assert_eq!(std::fs::read(&shard).unwrap(), bytes, "the damaged shard was not written over");
+    assert_eq!(read(&fs, "zp/gzip_crc_end/c/4/0"), on_disk(store.path(), "zp/gzip_crc_end/c/4/0").unwrap());
+}
+
+#[test]
+fn read_only_filesystems_refuse_every_change() {
+    let fs = fs_of(&golden().join("sharded"));
+    let c = ino(&fs, "zp/raw_nocrc/c").unwrap();
+    assert!(matches!(fs.open(ino(&fs, "zp/raw_nocrc/c/3").unwrap(), WRITE), Err(Error::ReadOnly)));
+    assert!(matches!(fs.create(c, "0", 0o644, TRUNCATE), Err(Error::ReadOnly)));
+    assert!(matches!(fs.unlink(c, "3"), Err(Error::ReadOnly)));
+    assert!(matches!(fs.mkdir(ROOT_INO, "x", 0o755), Err(Error::ReadOnly)));
+}
+
+#[test]
+fn a_truncate_between_open_and_write_applies_to_the_open_file() {
+    // The kernel's order for `cp` onto an existing file without atomic O_TRUNC.
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let chunk = ino(&fs, "zp/gzip_crc_end/c/2/1").unwrap();
+    let fh = fs.open(chunk, WRITE).unwrap();
+    fs.set_size(chunk, None, 0).unwrap();
+    fs.write(fh, 0, b"short").unwrap();
+    fs.release(fh);
+    assert_eq!(read(&fs, "zp/gzip_crc_end/c/2/1"), b"short");
+}
