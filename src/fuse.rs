@@ -20,6 +20,10 @@ use crate::store::{Attr, Kind};
 /// underneath the mount shows its new content at most this long after the change.
 pub const CACHE_TTL: Duration = Duration::from_secs(1);
 
+/// Extended attribute of the mount's root holding the serving process's id, so that
+/// `shardfs unmount` can wait for the daemon to finish.
+pub const PID_XATTR: &str = "user.shardfs.pid";
+
 /// Largest read the kernel sends at once, and its readahead.
 const MAX_READAHEAD: u32 = 1 << 20;
 
@@ -306,8 +310,17 @@ impl Filesystem for Fuse {
         }
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENODATA);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if ino.0 != crate::fs::ROOT_INO || name != PID_XATTR {
+            reply.error(Errno::ENODATA);
+            return;
+        }
+        let pid = std::process::id().to_string();
+        match size {
+            0 => reply.size(pid.len() as u32),
+            n if (n as usize) < pid.len() => reply.error(Errno::ERANGE),
+            _ => reply.data(pid.as_bytes()),
+        }
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {

@@ -216,7 +216,6 @@ fn detach_stdio() {
 /// directory commits them all; if that fails, nothing is unmounted and the writes stay pending in
 /// the daemon), then unmounts directly when allowed, else through fusermount3 (or fusermount).
 pub fn unmount(mountpoint: &Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
     let shown = mountpoint.display();
     if let Ok(root) = std::fs::File::open(mountpoint)
         && let Err(e) = root.sync_all()
@@ -224,6 +223,48 @@ pub fn unmount(mountpoint: &Path) -> Result<(), String> {
     {
         return Err(format!("{shown}: pending writes could not be committed, not unmounting: {e}"));
     }
+    let daemon = daemon_pid(mountpoint);
+    unmount_now(mountpoint)?;
+    // The daemon finishes after the kernel lets go of the mount; wait for it, so that a mount made
+    // right after this returns is not disturbed by the old daemon's last steps.
+    if let Some(pid) = daemon {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while process_alive(pid) {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{shown}: unmounted, but daemon {pid} is still running after 60 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
+/// The id of the process serving the shardfs mount at `mountpoint`, if it is one.
+fn daemon_pid(mountpoint: &Path) -> Option<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).ok()?;
+    let name = std::ffi::CString::new(fuse::PID_XATTR).expect("no NUL");
+    let mut buf = [0u8; 32];
+    // SAFETY: valid C strings and a buffer of the given length.
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 {
+        return None;
+    }
+    std::str::from_utf8(&buf[..n as usize]).ok()?.parse().ok().filter(|pid| *pid != std::process::id() as i32)
+}
+
+/// True while process `pid` exists and is not a zombie.
+fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_none_or(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Unmounts directly when allowed, else through fusermount3 (or fusermount).
+fn unmount_now(mountpoint: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let shown = mountpoint.display();
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).map_err(|e| format!("{shown}: {e}"))?;
     // SAFETY: a valid C string path.
     if unsafe { libc::umount2(path.as_ptr(), 0) } == 0 {

@@ -133,6 +133,30 @@ fn binary_mounts_in_the_background_and_unmounts() {
 }
 
 #[test]
+fn unmount_waits_for_the_daemon_so_a_remount_survives() {
+    if !fuse_available() {
+        return;
+    }
+    let store = sharded_copy();
+    let mnt = TempDir::new("mnt");
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let (s, m) = (store.path().to_str().unwrap(), mnt.path().to_str().unwrap());
+    for round in 0..5 {
+        assert!(shardfs(&["mount", s, m]).status.success());
+        let chunk = mnt.path().join("zp/raw_nocrc/c/3");
+        std::fs::write(&chunk, format!("round {round}")).unwrap();
+        let out = shardfs(&["unmount", m]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!is_mounted(mnt.path()));
+    }
+    assert!(shardfs(&["mount", "--read-only", s, m]).status.success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(is_mounted(mnt.path()), "the previous daemon unmounted the new mount");
+    assert_eq!(std::fs::read(mnt.path().join("zp/raw_nocrc/c/3")).unwrap(), b"round 4");
+    assert!(shardfs(&["unmount", m]).status.success());
+}
+
+#[test]
 fn sigterm_unmounts_a_foreground_mount() {
     if !fuse_available() {
         return;
