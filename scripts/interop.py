@@ -1,4 +1,4 @@
-"""Interop test: peers write sharded arrays, shardfs mounts them, peers read the view unsharded.
+"""Interop test: peers write sharded arrays, shardfs mounts them, peers read and write the view.
 
     target/venv/bin/python scripts/interop.py [path/to/shardfs]
 
@@ -6,7 +6,10 @@ zarr-python 3 and tensorstore (installed by scripts/setup.sh) write every layout
 tests/data/generate.py afresh, with their unsharded twins. The shardfs binary mounts the sharded
 store; then, for every array, zarr-python and tensorstore open the *mounted view* as plain
 unsharded arrays and must read exactly the data written, and the view's chunk files must be
-exactly the twin's (the non-empty inner chunks inside the array bounds).
+exactly the twin's (the non-empty inner chunks inside the array bounds). Then both peers write
+through the view (partial overwrites, regions set to fill value, which deletes chunks), `cp -r`
+copies an unsharded array in, and after `shardfs unmount` the sharded store itself, read by both
+peers directly, must hold exactly that data, and `shardfs check` must pass.
 """
 
 import os
@@ -32,6 +35,35 @@ def chunk_files(root):
             if name != "zarr.json":
                 found.add(os.path.relpath(os.path.join(dirpath, name), root))
     return found
+
+
+def write_through_view(mnt, sharded, twin, check):
+    """Both peers write through the mounted view; returns the data each array must now hold."""
+    expected = {}
+    for path in ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/raw_nocrc"]:
+        view = zarr.open_array(os.path.join(mnt, path), mode="r+")
+        data = view[...].copy()
+        region = tuple(slice(1, min(5, n)) for n in data.shape)
+        data[region] = 77
+        view[region] = 77
+        # A whole leading chunk row back to fill value: zarr-python deletes those chunk files.
+        first = tuple(slice(0, c) for c in view.chunks[:1]) + (slice(None),) * (data.ndim - 1)
+        data[first] = 0
+        view[first] = 0
+        check(f"{path}: zarr-python writes through the view", np.array_equal(view[...], data))
+        expected[path] = data
+    for path in ["ts/zstd_crc", "ts/gzip_start_nocrc"]:
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(mnt, path)}}
+        store = ts.open(spec, open=True, read=True, write=True).result()
+        data = store.read().result().copy()
+        region = tuple(slice(2, min(7, n)) for n in data.shape)
+        data[region] = 5
+        store[region] = 5
+        check(f"{path}: tensorstore writes through the view", np.array_equal(store.read().result(), data))
+        expected[path] = data
+    subprocess.run(["cp", "-r", os.path.join(twin, "zp", "nested"), os.path.join(mnt, "zp", "copied")], check=True)
+    expected["zp/copied"] = zarr.open_array(os.path.join(twin, "zp", "nested"), mode="r")[...]
+    return expected
 
 
 def main():
@@ -72,9 +104,21 @@ def main():
             unsharded = all("sharding_indexed" not in str(a.metadata.codecs)
                             for a in members.values() if isinstance(a, zarr.Array))
             check("consolidated metadata describes unsharded arrays", unsharded and len(members) >= len(arrays))
+            expected = write_through_view(mnt, sharded, twin, check)
         finally:
             subprocess.run([binary, "unmount", mnt], check=False)
         check("unmounted", not os.path.ismount(mnt))
+        for path, data in expected.items():
+            stored = zarr.open_array(os.path.join(sharded, path), mode="r")[...]
+            check(f"{path}: zarr-python reads the written data from the sharded store",
+                  np.array_equal(stored, data, equal_nan=True))
+            if path.startswith("ts/") or path.startswith("zp/gzip"):
+                spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(sharded, path)}}
+                got = ts.open(spec, open=True, read=True).result().read().result()
+                check(f"{path}: tensorstore reads the written data from the sharded store",
+                      np.array_equal(got, data, equal_nan=True))
+        result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
+        check("shardfs check passes after the writes", result.returncode == 0, result.stdout[-500:])
     print(f"interop: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

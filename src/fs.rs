@@ -151,6 +151,21 @@ impl ShardFs {
         }
     }
 
+    /// After a rename, the kernel knows the renamed file by its old inode under the new name: that
+    /// inode must now stand for the file at its new place.
+    fn rebind(&self, from_path: &str, to: &Node) {
+        let mut inodes = self.inodes.lock();
+        let mut ino = path_ino(from_path);
+        while let Some(inode) = inodes.get_mut(&ino) {
+            if inode.path == from_path {
+                inode.node = to.clone();
+                inode.path = to.path();
+                return;
+            }
+            ino = ino.wrapping_add(1) | (1 << 63);
+        }
+    }
+
     /// The kernel dropped `n` references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO {

@@ -252,3 +252,22 @@ fn a_truncate_between_open_and_write_applies_to_the_open_file() {
     fs.release(fh);
     assert_eq!(read(&fs, "zp/gzip_crc_end/c/2/1"), b"short");
 }
+
+#[test]
+fn a_renamed_file_keeps_its_inode_under_the_new_name() {
+    // After rename(2) the kernel reads the target name through the source's inode number.
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let dir = ino(&fs, "zp/raw_nocrc/c").unwrap();
+    let (tmp_ino, _, fh) = fs.create(dir, "3.abc.partial", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, b"via the old inode").unwrap();
+    fs.release(fh);
+    fs.rename(dir, "3.abc.partial", dir, "3").unwrap();
+    assert_eq!(read_all(&fs, tmp_ino), b"via the old inode");
+    assert_eq!(fs.getattr(tmp_ino).unwrap().size, 17);
+    // A new file under the old temporary name is a different file.
+    let (new_ino, _, fh) = fs.create(dir, "3.abc.partial", 0o644, TRUNCATE).unwrap();
+    fs.release(fh);
+    assert_ne!(new_ino, tmp_ino);
+    assert_eq!(read_all(&fs, tmp_ino), b"via the old inode");
+}

@@ -304,6 +304,13 @@ impl ShardFs {
         self.pending()?;
         let from = self.target(&self.node(parent)?, name)?;
         let to = self.target(&self.node(new_parent)?, new_name)?;
+        let (from_node, to_node) = (from.node(), to.node());
+        self.move_content(from, to)?;
+        self.rebind(&from_node.path(), &to_node);
+        Ok(())
+    }
+
+    fn move_content(&self, from: Target, to: Target) -> Result<()> {
         let store = self.ns.store();
         let content = match &from {
             Target::Store(key) if matches!(to, Target::Store(_)) => {
@@ -359,6 +366,19 @@ impl ShardFs {
         match &self.pending {
             Some(pending) => Ok(pending.commit_all(self.ns.store())?),
             None => Ok(()),
+        }
+    }
+}
+
+impl Target {
+    /// The node the view shows for this target.
+    fn node(&self) -> Node {
+        match self {
+            Target::Chunk(array, coords) => Node::Chunk { array: array.clone(), coords: coords.clone() },
+            Target::ChunkDir(array, dir, prefix) => {
+                Node::ChunkDir { array: array.clone(), dir: dir.clone(), prefix: prefix.clone() }
+            }
+            Target::Store(key) => ShardFs::store_node(key),
         }
     }
 }
