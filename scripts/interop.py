@@ -63,7 +63,34 @@ def write_through_view(mnt, sharded, twin, check):
         expected[path] = data
     subprocess.run(["cp", "-r", os.path.join(twin, "zp", "nested"), os.path.join(mnt, "zp", "copied")], check=True)
     expected["zp/copied"] = zarr.open_array(os.path.join(twin, "zp", "nested"), mode="r")[...]
+    # Metadata through the view: attributes and a resize land in the stored (sharded) zarr.json.
+    view = zarr.open_array(os.path.join(mnt, "zp/raw_nocrc"), mode="r+")
+    view.attrs["edited"] = "through the view"
+    view.resize((20,))
+    expected["zp/raw_nocrc"] = expected["zp/raw_nocrc"][:20]
+    check("zp/raw_nocrc: resized through the view", zarr.open_array(os.path.join(mnt, "zp/raw_nocrc"), mode="r").shape == (20,))
     return expected
+
+
+def shard_new_through_view(binary, work, check):
+    """With --shard-new, an array zarr-python creates through the view is stored sharded."""
+    store, mnt = os.path.join(work, "fresh"), os.path.join(work, "mnt-fresh")
+    zarr.open_group(store, mode="w")
+    os.mkdir(mnt)
+    data = np.arange(24 * 20, dtype="int32").reshape(24, 20)
+    subprocess.run([binary, "mount", "--shard-new", "4,2", store, mnt], check=True)
+    try:
+        created = zarr.create_array(store=os.path.join(mnt, "made"), shape=data.shape, chunks=(3, 5), dtype="int32",
+                                    compressors=zarr.codecs.GzipCodec(level=1), fill_value=0)
+        created[...] = data
+        check("--shard-new: the view shows the array as created",
+              "sharding_indexed" not in str(zarr.open_array(os.path.join(mnt, "made"), mode="r").metadata.codecs))
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=False)
+    stored = zarr.open_array(os.path.join(store, "made"), mode="r")
+    check("--shard-new: stored sharded, 4x2 inner chunks per shard",
+          stored.shards == (12, 10) and stored.chunks == (3, 5), f"{stored.shards} {stored.chunks}")
+    check("--shard-new: zarr-python reads the data from the sharded store", np.array_equal(stored[...], data))
 
 
 def main():
@@ -119,6 +146,10 @@ def main():
                       np.array_equal(got, data, equal_nan=True))
         result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
         check("shardfs check passes after the writes", result.returncode == 0, result.stdout[-500:])
+        stored = zarr.open_array(os.path.join(sharded, "zp/raw_nocrc"), mode="r")
+        check("zp/raw_nocrc: the stored document keeps its sharding and takes the edits",
+              stored.shards is not None and stored.shape == (20,) and stored.attrs["edited"] == "through the view")
+        shard_new_through_view(binary, work, check)
     print(f"interop: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

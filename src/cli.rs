@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
 use crate::mount::MountConfig;
 use crate::write::pending::Policy;
@@ -46,6 +47,10 @@ pub enum Command {
         /// Commit a shard's pending chunk writes once they reach this many bytes (K, M, G).
         #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
         commit_bytes: usize,
+        /// Store arrays created through the view sharded, with K inner chunks per shard along
+        /// each dimension (or one K per dimension: 2,2,8); without it they are stored as written.
+        #[arg(long, value_delimiter = ',', value_name = "K")]
+        shard_new: Option<Vec<u64>>,
         /// Commit a shard's pending chunk writes after this many milliseconds without a write.
         #[arg(long, default_value_t = 2000, value_name = "MS")]
         commit_idle_ms: u64,
@@ -109,6 +114,7 @@ impl Command {
             cache_size,
             commit_bytes,
             commit_idle_ms,
+            shard_new,
             log_file,
         } = self
         else {
@@ -120,7 +126,10 @@ impl Command {
             foreground: *foreground,
             settings: MountSettings { options: options.clone(), threads: *threads, read_only: *read_only },
             cache_bytes: *cache_size,
-            policy: Policy { shard_bytes: *commit_bytes, idle: std::time::Duration::from_millis(*commit_idle_ms) },
+            writes: WriteOptions {
+                policy: Policy { shard_bytes: *commit_bytes, idle: std::time::Duration::from_millis(*commit_idle_ms) },
+                shard_new: shard_new.clone(),
+            },
             verbosity,
             log_file: log_file.clone(),
         })

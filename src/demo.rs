@@ -12,10 +12,10 @@ use flate2::write::GzEncoder;
 use serde_json::json;
 
 use crate::format::shard_index::{Endian, IndexLocation, IndexSpec, assemble_shard};
+use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
 use crate::mount::{self, MountConfig};
 use crate::view::index_cache::DEFAULT_BUDGET;
-use crate::write::pending::Policy;
 
 /// One demo array: its store path, its documents' fields and how its values are made.
 struct DemoArray {
@@ -170,7 +170,7 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
         foreground: true,
         settings: MountSettings { options: Vec::new(), threads: 2, read_only: false },
         cache_bytes: DEFAULT_BUDGET,
-        policy: Policy::default(),
+        writes: WriteOptions::default(),
         verbosity,
         log_file: None,
     })

@@ -46,6 +46,16 @@ struct Inode {
     lookups: u64,
 }
 
+/// How a writable filesystem stores writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// When pending chunk writes are committed.
+    pub policy: Policy,
+    /// `--shard-new`: inner chunks per shard (one number: every dimension) for arrays created
+    /// through the view, which are then stored sharded; `None` stores them as written.
+    pub shard_new: Option<Vec<u64>>,
+}
+
 /// An open file.
 #[derive(Debug)]
 enum Handle {
@@ -55,6 +65,8 @@ enum Handle {
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
     /// A store file opened for writing.
     Store { file: File, key: String, append: bool },
+    /// A `zarr.json` opened for writing: stored, translated, when it is closed or fsync'd.
+    Document { key: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool },
 }
 
 /// The filesystem: a [`Namespace`] plus the inode and handle tables the kernel protocol needs,
@@ -63,6 +75,8 @@ enum Handle {
 pub struct ShardFs {
     ns: Namespace,
     pending: Option<Arc<Pending>>,
+    /// `--shard-new`: inner chunks per shard for arrays created through the view.
+    shard_new: Option<Vec<u64>>,
     stop_committer: Arc<AtomicBool>,
     inodes: Mutex<HashMap<u64, Inode>>,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
@@ -87,11 +101,13 @@ impl ShardFs {
         Self::build(Namespace::new(store, cache, Arc::new(NoOverlay)), None)
     }
 
-    /// A writable filesystem over `store`: chunk writes are committed to shards as `policy` says,
-    /// idle shards by a background thread.
-    pub fn writable(store: DirStore, cache: IndexCache, policy: Policy) -> Self {
+    /// A writable filesystem over `store`: chunk writes are committed to shards as the options'
+    /// policy says, idle shards by a background thread.
+    pub fn writable(store: DirStore, cache: IndexCache, options: WriteOptions) -> Self {
+        let policy = options.policy;
         let pending = Arc::new(Pending::new(policy));
-        let fs = Self::build(Namespace::new(store.clone(), cache, pending.clone()), Some(pending.clone()));
+        let mut fs = Self::build(Namespace::new(store.clone(), cache, pending.clone()), Some(pending.clone()));
+        fs.shard_new = options.shard_new;
         let stop = fs.stop_committer.clone();
         let tick = (policy.idle / 4).max(std::time::Duration::from_millis(50));
         std::thread::Builder::new()
@@ -111,6 +127,7 @@ impl ShardFs {
         ShardFs {
             ns,
             pending,
+            shard_new: None,
             stop_committer: Arc::default(),
             inodes: Mutex::new(HashMap::from([(ROOT_INO, root)])),
             files: Mutex::default(),
@@ -246,6 +263,12 @@ impl ShardFs {
                 let end = start.saturating_add(size as usize).min(buffer.len());
                 Ok(buffer[start..end].to_vec())
             }
+            Handle::Document { buffer, .. } => {
+                let buffer = buffer.lock();
+                let start = (offset as usize).min(buffer.len());
+                let end = start.saturating_add(size as usize).min(buffer.len());
+                Ok(buffer[start..end].to_vec())
+            }
             Handle::Store { file, key, .. } => {
                 let mut buf = vec![0; size as usize];
                 let n = file.read_at(&mut buf, offset).map_err(|e| Error::io(key, e))?;
@@ -256,7 +279,11 @@ impl ShardFs {
     }
 
     pub fn release(&self, fh: u64) {
-        self.files.lock().remove(&fh);
+        if let Some(handle) = self.files.lock().remove(&fh)
+            && let Err(e) = self.store_if_dirty(&handle)
+        {
+            log::warn!("closing a document: {e}");
+        }
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {

@@ -8,14 +8,13 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::fs::ShardFs;
+use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
 use crate::store::DirStore;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::ZARR_JSON;
 use crate::write::journal;
-use crate::write::pending::Policy;
 
 /// Everything `shardfs mount` needs, already parsed.
 #[derive(Debug, Clone)]
@@ -25,8 +24,8 @@ pub struct MountConfig {
     pub foreground: bool,
     pub settings: MountSettings,
     pub cache_bytes: usize,
-    /// When pending chunk writes are committed (writable mounts).
-    pub policy: Policy,
+    /// How writes are stored (writable mounts).
+    pub writes: WriteOptions,
     pub verbosity: u8,
     pub log_file: Option<PathBuf>,
 }
@@ -67,17 +66,17 @@ fn check_fuse_device() -> Result<(), String> {
         .map_err(|e| format!("/dev/fuse: cannot open: {e} (is the fuse module loaded and the device accessible?)"))
 }
 
-/// Builds the filesystem for a store: read-only, or writable with `policy`, after settling the
+/// Builds the filesystem for a store: read-only, or writable as `writes` says, after settling the
 /// commits a crash left unfinished.
-pub fn filesystem(store: DirStore, cache_bytes: usize, writes: Option<Policy>) -> Result<ShardFs, String> {
+pub fn filesystem(store: DirStore, cache_bytes: usize, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
     let cache = IndexCache::new(cache_bytes);
-    let Some(policy) = writes else { return Ok(ShardFs::read_only(store, cache)) };
+    let Some(options) = writes else { return Ok(ShardFs::read_only(store, cache)) };
     let recovered =
         journal::recover(&store).map_err(|e| format!("{}: recovery failed: {e}", store.path("").display()))?;
     for done in recovered {
         log::warn!("recovered an unfinished commit: {done:?}");
     }
-    Ok(ShardFs::writable(store, cache, policy))
+    Ok(ShardFs::writable(store, cache, options))
 }
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
@@ -100,7 +99,7 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
 /// committer) inherits the mask and [`serve`] alone receives them.
 fn mount_blocking_signals(store: DirStore, config: &MountConfig) -> Result<Mounted, String> {
     block_termination_signals();
-    let writes = (!config.settings.is_read_only()).then_some(config.policy);
+    let writes = (!config.settings.is_read_only()).then(|| config.writes.clone());
     let fs = filesystem(store, config.cache_bytes, writes)?;
     fuse::mount(fs, &config.mountpoint, &config.settings)
 }

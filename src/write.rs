@@ -6,6 +6,7 @@
 //!   at once.
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
 //! - [`commit`]: one shard update.
+//! - [`document`]: storing a `zarr.json` written through the view, translated back to its sharding.
 //! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
 //! - [`crash_point`]: the fault-injection hook that stops a commit at any byte, for crash tests.
 //!
@@ -13,6 +14,7 @@
 
 pub mod commit;
 pub mod crash_point;
+pub mod document;
 pub mod journal;
 pub mod lock;
 pub mod pending;

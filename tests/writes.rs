@@ -38,11 +38,15 @@ fn parent_and_name(path: &str) -> (&str, &str) {
 /// Writes a whole file as `mkdir -p` plus `cat > path` would.
 fn write_file(fs: &ShardFs, path: &str, bytes: &[u8]) {
     let (dir, name) = parent_and_name(path);
-    if ino(fs, dir).is_err() {
-        let (up, last) = parent_and_name(dir);
-        match fs.mkdir(ino(fs, up).unwrap(), last, 0o755) {
-            Ok(_) | Err(Error::Exists) => {}
-            Err(e) => panic!("mkdir {dir}: {e}"),
+    let mut made = String::new();
+    for part in dir.split('/') {
+        let parent = if made.is_empty() { ROOT_INO } else { ino(fs, &made).unwrap() };
+        made = if made.is_empty() { part.to_string() } else { format!("{made}/{part}") };
+        if ino(fs, &made).is_err() {
+            match fs.mkdir(parent, part, 0o755) {
+                Ok(_) | Err(Error::Exists) => {}
+                Err(e) => panic!("mkdir {made}: {e}"),
+            }
         }
     }
     let fh = match ino(fs, path) {
@@ -270,4 +274,111 @@ fn a_renamed_file_keeps_its_inode_under_the_new_name() {
     fs.release(fh);
     assert_ne!(new_ino, tmp_ino);
     assert_eq!(read_all(&fs, tmp_ino), b"via the old inode");
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+/// Writes `doc` onto `dir/zarr.json` the way zarr-python does: a temporary file, then a rename.
+fn write_document(fs: &ShardFs, dir: &str, doc: &serde_json::Value) -> Result<(), Error> {
+    let parent = ino(fs, dir).unwrap();
+    let (_, _, fh) = fs.create(parent, "zarr.1234.partial", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, &serde_json::to_vec_pretty(doc).unwrap()).unwrap();
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+    fs.rename(parent, "zarr.1234.partial", parent, "zarr.json")
+}
+
+#[test]
+fn a_document_written_back_keeps_the_array_sharded() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let stored_before = json(&std::fs::read(store.path().join("zp/gzip_crc_end/zarr.json")).unwrap());
+    let mut doc = json(&read(&fs, "zp/gzip_crc_end/zarr.json"));
+    doc["attributes"]["note"] = "written through the view".into();
+    doc["shape"] = serde_json::json!([8, 18]);
+    write_document(&fs, "zp/gzip_crc_end", &doc).unwrap();
+    let stored = json(&std::fs::read(store.path().join("zp/gzip_crc_end/zarr.json")).unwrap());
+    assert_eq!(stored["codecs"], stored_before["codecs"], "still sharded on disk");
+    assert_eq!(stored["chunk_grid"], stored_before["chunk_grid"]);
+    assert_eq!(stored["shape"], serde_json::json!([8, 18]));
+    assert_eq!(stored["attributes"]["note"], "written through the view");
+    assert_eq!(json(&read(&fs, "zp/gzip_crc_end/zarr.json")), doc, "the view shows what was written");
+    // After the shrink to 8 rows (chunk rows 0 and 1), no chunk beyond the bounds stays visible.
+    assert!(matches!(ino(&fs, "zp/gzip_crc_end/c/2"), Err(Error::NotFound)));
+    assert!(ino(&fs, "zp/gzip_crc_end/c/1/0").is_ok());
+}
+
+#[test]
+fn a_document_change_sharding_cannot_hold_is_refused() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let before = std::fs::read(store.path().join("zp/gzip_crc_end/zarr.json")).unwrap();
+    let mut doc = json(&read(&fs, "zp/gzip_crc_end/zarr.json"));
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([2, 2]);
+    assert!(matches!(write_document(&fs, "zp/gzip_crc_end", &doc), Err(Error::Invalid(_))));
+    assert_eq!(std::fs::read(store.path().join("zp/gzip_crc_end/zarr.json")).unwrap(), before);
+    // Writing it in place fails at close, and the stored document is kept as well.
+    let fh = fs.open(ino(&fs, "zp/gzip_crc_end/zarr.json").unwrap(), TRUNCATE).unwrap();
+    fs.write(fh, 0, b"not json").unwrap();
+    assert!(matches!(fs.flush(fh), Err(Error::Invalid(_))));
+    fs.release(fh);
+    assert_eq!(std::fs::read(store.path().join("zp/gzip_crc_end/zarr.json")).unwrap(), before);
+}
+
+#[test]
+fn consolidated_metadata_written_back_keeps_the_children_sharded() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let stored_before = json(&std::fs::read(store.path().join("zarr.json")).unwrap());
+    let mut doc = json(&read(&fs, "zarr.json"));
+    doc["attributes"]["touched"] = true.into();
+    let parent = ROOT_INO;
+    let (_, _, fh) = fs.create(parent, "zarr.tmp.partial", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, &serde_json::to_vec(&doc).unwrap()).unwrap();
+    fs.release(fh);
+    fs.rename(parent, "zarr.tmp.partial", parent, "zarr.json").unwrap();
+    let stored = json(&std::fs::read(store.path().join("zarr.json")).unwrap());
+    let children = stored["consolidated_metadata"]["metadata"].as_object().unwrap();
+    assert_eq!(children.len(), stored_before["consolidated_metadata"]["metadata"].as_object().unwrap().len());
+    for (path, child) in children {
+        let own = std::fs::read(store.path().join(path).join("zarr.json")).unwrap();
+        if child["node_type"] == "array" {
+            let own = json(&own);
+            assert_eq!(child["codecs"], own["codecs"], "{path} keeps its stored codecs");
+            assert_eq!(child["chunk_grid"], own["chunk_grid"], "{path} keeps its stored grid");
+            assert_eq!(child["attributes"], own["attributes"], "{path}");
+        }
+    }
+    assert_eq!(stored["attributes"]["touched"], true);
+}
+
+#[test]
+fn shard_new_stores_new_arrays_sharded() {
+    let store = sharded_copy();
+    let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: Some(vec![2]) };
+    let fs =
+        shardfs::mount::filesystem(shardfs::mount::open_store(store.path()).unwrap(), 1 << 20, Some(options)).unwrap();
+    let (zp, _) = fs.mkdir(ino(&fs, "zp").unwrap(), "fresh", 0o755).unwrap();
+    let doc = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [6, 6], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}], "attributes": {}});
+    let (_, _, fh) = fs.create(zp, "zarr.json", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, &serde_json::to_vec(&doc).unwrap()).unwrap();
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+    assert_eq!(json(&read(&fs, "zp/fresh/zarr.json")), doc, "the view shows the array as written");
+    let stored = json(&std::fs::read(store.path().join("zp/fresh/zarr.json")).unwrap());
+    assert_eq!(stored["chunk_grid"]["configuration"]["chunk_shape"], serde_json::json!([4, 4]));
+    assert_eq!(stored["codecs"][0]["name"], "sharding_indexed");
+    for (i, j) in [(0, 0), (0, 1), (2, 2)] {
+        write_file(&fs, &format!("zp/fresh/c/{i}/{j}"), &[i as u8 * 3 + j as u8; 4]);
+    }
+    fs.commit_all().unwrap();
+    assert!(store.path().join("zp/fresh/c/0/0").is_file(), "shard (0, 0) holds chunks (0, 0) and (0, 1)");
+    assert!(store.path().join("zp/fresh/c/1/1").is_file(), "shard (1, 1) holds chunk (2, 2)");
+    assert_eq!(on_disk(store.path(), "zp/fresh/c/2/2").unwrap(), [8; 4]);
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
 }

@@ -132,6 +132,107 @@ fn rewrite_consolidated(doc: &Doc) -> Option<Doc> {
     })
 }
 
+/// The document to store when `written` (a view document) replaces `stored`, the document of an
+/// array stored sharded: the written fields, with the stored chunk grid and codecs. Fails when the
+/// written document changes what the sharded layout fixes (chunk shape, codecs) or is no array.
+pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, String> {
+    let doc = parse_object(written)?;
+    let stored = parse_object(stored)?;
+    let Some((stored_view, _)) = unsharded_array(&stored)? else {
+        return Err("the stored document is not a sharded array".into());
+    };
+    Ok(to_bytes(&reshard_doc(&doc, &stored, &stored_view)?, written.contains(&b'\n')))
+}
+
+fn reshard_doc(doc: &Doc, stored: &Doc, stored_view: &Doc) -> Result<Doc, String> {
+    if doc.get("node_type") != Some(&Value::from("array")) {
+        return Err("replacing a sharded array's document with a non-array one".into());
+    }
+    for field in ["chunk_grid", "codecs"] {
+        if doc.get(field) != stored_view.get(field) {
+            return Err(format!(
+                "{field} differs from the array's ({}); it cannot be stored sharded",
+                stored_view[field]
+            ));
+        }
+    }
+    let mut out = doc.clone();
+    out["chunk_grid"] = stored["chunk_grid"].clone();
+    out["codecs"] = stored["codecs"].clone();
+    match unsharded_array(&out)? {
+        Some(_) => Ok(out),
+        None => Err("the result is not a sharded array".into()),
+    }
+}
+
+/// The document to store for a group document written through the view: each inline
+/// consolidated child that is stored sharded (`stored_child` gives its stored document by path)
+/// gets its stored chunk grid and codecs back. `None` when nothing needs translating.
+pub fn reshard_consolidated(
+    written: &[u8],
+    stored_child: &dyn Fn(&str) -> Option<Vec<u8>>,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut doc = parse_object(written)?;
+    let Some(children) =
+        doc.get_mut("consolidated_metadata").and_then(|c| c.get_mut("metadata")).and_then(Value::as_object_mut)
+    else {
+        return Ok(None);
+    };
+    let mut changed = false;
+    for (path, child) in children.iter_mut() {
+        let Some(child_doc) = child.as_object() else { continue };
+        let Some(stored) = stored_child(path).and_then(|b| parse_object(&b).ok()) else { continue };
+        let Ok(Some((stored_view, _))) = unsharded_array(&stored) else { continue };
+        *child = Value::Object(reshard_doc(child_doc, &stored, &stored_view).map_err(|e| format!("{path}: {e}"))?);
+        changed = true;
+    }
+    Ok(changed.then(|| to_bytes(&doc, written.contains(&b'\n'))))
+}
+
+/// The document that stores a new unsharded array sharded, `per_shard` inner chunks per shard
+/// along each dimension (one number: every dimension), with a crc32c index at the end. `None`
+/// when `written` is not an unsharded array with a regular grid.
+pub fn shard_new(written: &[u8], per_shard: &[u64]) -> Result<Option<Vec<u8>>, String> {
+    let mut doc = parse_object(written)?;
+    let is_array =
+        doc.get("node_type") == Some(&Value::from("array")) && doc.get("zarr_format") == Some(&Value::from(3));
+    let Some(codecs) = doc.get("codecs").and_then(Value::as_array).cloned() else { return Ok(None) };
+    let grid = doc.get("chunk_grid");
+    let regular = grid.and_then(|g| g.get("name")) == Some(&Value::from("regular"));
+    if !is_array || !regular || codecs.iter().any(|c| codec_name(c) == Some("sharding_indexed")) {
+        return Ok(None);
+    }
+    let Some(chunk) = shape(grid.and_then(|g| g.get("configuration")).and_then(|c| c.get("chunk_shape"))) else {
+        return Ok(None);
+    };
+    let factors: Vec<u64> = match per_shard {
+        [k] => vec![*k; chunk.len()],
+        list if list.len() == chunk.len() => list.to_vec(),
+        list => return Err(format!("--shard-new has {} factors for a {}-d array", list.len(), chunk.len())),
+    };
+    let outer: Option<Vec<u64>> = chunk.iter().zip(&factors).map(|(c, k)| c.checked_mul(*k)).collect();
+    let outer = outer.ok_or("shard shape overflows")?;
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = Value::from(outer);
+    doc.insert(
+        "codecs".into(),
+        serde_json::json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": chunk,
+        "codecs": codecs,
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": "end"}}]),
+    );
+    unsharded_array(&doc)?.ok_or("the result is not a sharded array")?;
+    Ok(Some(to_bytes(&doc, written.contains(&b'\n'))))
+}
+
+fn parse_object(bytes: &[u8]) -> Result<Doc, String> {
+    match serde_json::from_slice(bytes) {
+        Ok(Value::Object(doc)) => Ok(doc),
+        Ok(_) => Err("not a JSON object".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
 fn to_bytes(doc: &Doc, pretty: bool) -> Vec<u8> {
     let result = if pretty { serde_json::to_vec_pretty(doc) } else { serde_json::to_vec(doc) };
     result.expect("a JSON map always serialises")
@@ -213,6 +314,69 @@ mod tests {
         assert!(refused(&|d| d["surprise"] = json!({"v": 1})).contains("surprise"));
         assert!(refused(&|d| d["shape"] = json!([-1, 9])).contains("shape"));
         assert!(matches!(interpret(b"{not json"), Interpretation::Refused(r) if r.starts_with("not JSON")));
+    }
+
+    fn view_of(doc: &Value) -> Vec<u8> {
+        match interpret_value(doc) {
+            Interpretation::ShardedArray { view, .. } => view,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_view_document_written_back_keeps_the_sharding() {
+        let stored = serde_json::to_vec(&sharded_doc()).unwrap();
+        let mut written: Value = serde_json::from_slice(&view_of(&sharded_doc())).unwrap();
+        written["shape"] = json!([30, 9]);
+        written["attributes"]["new"] = json!("yes");
+        let out: Value =
+            serde_json::from_slice(&reshard(&serde_json::to_vec(&written).unwrap(), &stored).unwrap()).unwrap();
+        let mut expected = sharded_doc();
+        expected["shape"] = json!([30, 9]);
+        expected["attributes"]["new"] = json!("yes");
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn changes_the_sharding_cannot_hold_are_refused() {
+        let stored = serde_json::to_vec(&sharded_doc()).unwrap();
+        let view: Value = serde_json::from_slice(&view_of(&sharded_doc())).unwrap();
+        let mut chunk = view.clone();
+        chunk["chunk_grid"]["configuration"]["chunk_shape"] = json!([2, 2]);
+        assert!(reshard(&serde_json::to_vec(&chunk).unwrap(), &stored).unwrap_err().contains("chunk_grid"));
+        let mut codecs = view.clone();
+        codecs["codecs"] = json!([{"name": "bytes"}]);
+        assert!(reshard(&serde_json::to_vec(&codecs).unwrap(), &stored).unwrap_err().contains("codecs"));
+        let mut rank = view.clone();
+        rank["shape"] = json!([3]);
+        assert!(reshard(&serde_json::to_vec(&rank).unwrap(), &stored).is_err());
+        assert!(reshard(b"[1]", &stored).is_err());
+        assert!(reshard(br#"{"zarr_format":3,"node_type":"group"}"#, &stored).is_err());
+    }
+
+    #[test]
+    fn consolidated_children_written_back_keep_their_sharding() {
+        let view_child: Value = serde_json::from_slice(&view_of(&sharded_doc())).unwrap();
+        let written = json!({"zarr_format": 3, "node_type": "group",
+            "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {"a": view_child, "b": {"zarr_format": 3, "node_type": "group"}}}});
+        let stored_a = serde_json::to_vec(&sharded_doc()).unwrap();
+        let lookup = |path: &str| (path == "a").then(|| stored_a.clone());
+        let out = reshard_consolidated(&serde_json::to_vec(&written).unwrap(), &lookup).unwrap().unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(out["consolidated_metadata"]["metadata"]["a"], sharded_doc());
+        assert_eq!(out["consolidated_metadata"]["metadata"]["b"], written["consolidated_metadata"]["metadata"]["b"]);
+    }
+
+    #[test]
+    fn new_arrays_can_be_stored_sharded() {
+        let view: Value = serde_json::from_slice(&view_of(&sharded_doc())).unwrap();
+        let out = shard_new(&serde_json::to_vec(&view).unwrap(), &[2]).unwrap().unwrap();
+        let Interpretation::ShardedArray { view: shown, array } = interpret(&out) else { panic!() };
+        assert_eq!(array.sharding.shard_shape, vec![4, 6]);
+        assert_eq!(serde_json::from_slice::<Value>(&shown).unwrap(), view, "the view shows what was written");
+        assert!(shard_new(br#"{"zarr_format":3,"node_type":"group"}"#, &[2]).unwrap().is_none());
+        assert!(shard_new(&serde_json::to_vec(&sharded_doc()).unwrap(), &[2]).unwrap().is_none());
+        assert!(shard_new(&serde_json::to_vec(&view).unwrap(), &[2, 3, 4]).is_err());
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, RwLock};
 
 use super::{Handle, ShardFs};
 use crate::error::{Error, Result};
@@ -17,6 +19,7 @@ use crate::store::{Attr, Kind, PRIVATE_DIR, join};
 use crate::view::array::ShardedArray;
 use crate::view::namespace::{Node, ZARR_JSON};
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
+use crate::write::document::store_document;
 use crate::write::pending::Pending;
 
 /// How a file is opened.
@@ -31,6 +34,8 @@ pub struct OpenMode {
 enum Target {
     Chunk(Arc<ShardedArray>, Vec<u64>),
     ChunkDir(Arc<ShardedArray>, String, Vec<u64>),
+    /// A `zarr.json`, at this store key: written through the view, it is translated.
+    Document(String),
     /// A file or directory of the store, at this key.
     Store(String),
 }
@@ -48,6 +53,9 @@ impl ShardFs {
             Node::Backing(dir) => {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
+                }
+                if name == ZARR_JSON {
+                    return Ok(Target::Document(join(dir, name)));
                 }
                 if let Some(array) = self.ns.array_at(dir)? {
                     if let Some(target) = chunk_target(&array, name)? {
@@ -76,7 +84,7 @@ impl ShardFs {
         }
     }
 
-    /// The whole current content of a chunk.
+    /// The whole current content of a file of the view.
     fn chunk_bytes(&self, node: &Node) -> Result<Vec<u8>> {
         let content = self.ns.open(node)?;
         let mut out = Vec::new();
@@ -127,7 +135,16 @@ impl ShardFs {
                 self.publish(array, coords, PendingChunk::Written(buffer.clone()))?;
                 Handle::Chunk { array: array.clone(), coords: coords.clone(), buffer, append: mode.append }
             }
-            Node::Document(key) | Node::Backing(key) => {
+            Node::Document(key) => {
+                let content = if mode.truncate { Vec::new() } else { self.chunk_bytes(&node)? };
+                Handle::Document {
+                    key: key.clone(),
+                    buffer: Mutex::new(content),
+                    dirty: AtomicBool::new(mode.truncate),
+                    append: mode.append,
+                }
+            }
+            Node::Backing(key) => {
                 if self.ns.attr(&node)?.kind == Kind::Dir {
                     return Err(Error::IsADirectory);
                 }
@@ -179,6 +196,16 @@ impl ShardFs {
                     .map_err(|e| Error::io(&key, e))?;
                 (Self::store_node(&key), Handle::Store { file, key, append: open.append })
             }
+            Target::Document(key) => {
+                // The document exists (empty) from now on; its content is stored at close.
+                if !self.ns.store().path(&key).exists() {
+                    std::fs::write(self.ns.store().path(&key), b"").map_err(|e| Error::io(&key, e))?;
+                }
+                let buffer = Mutex::new(Vec::new());
+                let handle =
+                    Handle::Document { key: key.clone(), buffer, dirty: AtomicBool::new(true), append: open.append };
+                (Node::Document(key), handle)
+            }
             Target::ChunkDir(..) => return Err(Error::Invalid(format!("{name} is a chunk-key directory"))),
         };
         let attr = self.ns.attr(&node)?;
@@ -204,6 +231,15 @@ impl ShardFs {
                 let result = if *append { (&*file).write_all(data) } else { file.write_all_at(data, offset) };
                 result.map_err(|e| Error::io(key, e))?;
             }
+            Handle::Document { buffer, dirty, append, .. } => {
+                let mut buffer = buffer.lock();
+                let at = if *append { buffer.len() } else { offset as usize };
+                if buffer.len() < at + data.len() {
+                    buffer.resize(at + data.len(), 0);
+                }
+                buffer[at..at + data.len()].copy_from_slice(data);
+                dirty.store(true, Ordering::Relaxed);
+            }
             Handle::Read(_) => return Err(Error::BadHandle),
         }
         Ok(data.len() as u32)
@@ -216,6 +252,15 @@ impl ShardFs {
         let handle = fh.map(|fh| self.handle(fh)).transpose()?;
         match (&node, handle.as_deref()) {
             (_, Some(Handle::Store { file, key, .. })) => file.set_len(size).map_err(|e| Error::io(key, e))?,
+            (_, Some(Handle::Document { buffer, dirty, .. })) => {
+                buffer.lock().resize(size as usize, 0);
+                dirty.store(true, Ordering::Relaxed);
+            }
+            (Node::Document(key), _) => {
+                let mut content = self.chunk_bytes(&node)?;
+                content.resize(size as usize, 0);
+                self.store_document(key, &content)?;
+            }
             (Node::Chunk { array, coords }, handle) => {
                 Self::writable_array(array)?;
                 let buffer = match (handle, self.ns_overlay_chunk(array, coords)) {
@@ -226,7 +271,7 @@ impl ShardFs {
                 buffer.write().resize(size as usize, 0);
                 self.publish(array, coords, PendingChunk::Written(buffer))?;
             }
-            (Node::Backing(key) | Node::Document(key), _) => {
+            (Node::Backing(key), _) => {
                 let file = OpenOptions::new()
                     .write(true)
                     .custom_flags(libc::O_NOFOLLOW)
@@ -249,7 +294,9 @@ impl ShardFs {
                 self.ns.attr(&Node::Chunk { array: array.clone(), coords: coords.clone() })?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
-            Target::Store(key) => std::fs::remove_file(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e)),
+            Target::Store(key) | Target::Document(key) => {
+                std::fs::remove_file(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e))
+            }
             Target::ChunkDir(..) => Err(Error::IsADirectory),
         }
     }
@@ -274,7 +321,9 @@ impl ShardFs {
                     .map_err(|e| Error::io(&key, e))?;
                 Node::Backing(key)
             }
-            Target::Chunk(..) => return Err(Error::Invalid(format!("{name} is a chunk key, not a directory"))),
+            Target::Chunk(..) | Target::Document(_) => {
+                return Err(Error::Invalid(format!("{name} cannot be a directory")));
+            }
         };
         let attr = self.ns.attr(&node)?;
         Ok((self.remember(node), attr))
@@ -295,7 +344,7 @@ impl ShardFs {
                 Ok(())
             }
             Target::Store(key) => std::fs::remove_dir(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e)),
-            Target::Chunk(..) => Err(Error::NotADirectory),
+            Target::Chunk(..) | Target::Document(_) => Err(Error::NotADirectory),
         }
     }
 
@@ -322,20 +371,22 @@ impl ShardFs {
                 Self::writable_array(array)?;
                 self.chunk_bytes(&Node::Chunk { array: array.clone(), coords: coords.clone() })?
             }
-            Target::ChunkDir(..) => return Err(Error::CrossDevice),
+            // A document moved elsewhere would lose its translation; a copy keeps it.
+            Target::ChunkDir(..) | Target::Document(_) => return Err(Error::CrossDevice),
         };
         match &to {
             Target::Chunk(array, coords) => {
                 Self::writable_array(array)?;
                 self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
             }
+            Target::Document(key) => self.store_document(key, &content)?,
             Target::Store(key) => std::fs::write(store.path(key), content).map_err(|e| Error::io(key, e))?,
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
         }
         match from {
             Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::Store(key) => std::fs::remove_file(store.path(&key)).map_err(|e| Error::io(&key, e)),
-            Target::ChunkDir(..) => unreachable!("refused above"),
+            Target::ChunkDir(..) | Target::Document(_) => unreachable!("refused above"),
         }
     }
 
@@ -346,19 +397,40 @@ impl ShardFs {
                 Ok(self.pending()?.commit_chunk_shard(self.ns.store(), array, coords)?)
             }
             Handle::Store { file, key, .. } => file.sync_all().map_err(|e| Error::io(key, e)),
+            Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
             Handle::Read(_) => Ok(()),
         }
     }
 
-    /// Called at each close: reports a failed commit of the file's shard.
+    /// Called at each close: stores a written document, and reports a failed commit of a chunk's
+    /// shard.
     pub fn flush(&self, fh: u64) -> Result<()> {
-        if let Handle::Chunk { array, coords, .. } = &*self.handle(fh)?
+        let handle = self.handle(fh)?;
+        if let Handle::Chunk { array, coords, .. } = &*handle
             && let Some((errno, message)) = self.pending()?.take_error(array, coords)
         {
             let source = std::io::Error::from_raw_os_error(errno.unwrap_or(libc::EIO));
             return Err(Error::Io { path: message, source });
         }
+        self.store_if_dirty(&handle)
+    }
+
+    /// Stores a document handle's content if it changed since it was last stored.
+    pub(super) fn store_if_dirty(&self, handle: &Handle) -> Result<()> {
+        if let Handle::Document { key, buffer, dirty, .. } = handle
+            && dirty.swap(false, Ordering::Relaxed)
+        {
+            let content = buffer.lock().clone();
+            if let Err(e) = self.store_document(key, &content) {
+                dirty.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
         Ok(())
+    }
+
+    fn store_document(&self, key: &str, content: &[u8]) -> Result<()> {
+        store_document(self.ns.store(), key, content, self.shard_new.as_deref())
     }
 
     /// Commits every pending write (fsync of a directory, and unmount).
@@ -378,7 +450,7 @@ impl Target {
             Target::ChunkDir(array, dir, prefix) => {
                 Node::ChunkDir { array: array.clone(), dir: dir.clone(), prefix: prefix.clone() }
             }
-            Target::Store(key) => ShardFs::store_node(key),
+            Target::Store(key) | Target::Document(key) => ShardFs::store_node(key),
         }
     }
 }

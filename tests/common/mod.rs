@@ -68,7 +68,8 @@ pub fn fs_of(store: &Path) -> ShardFs {
 
 /// The writable filesystem of a store, committing as `policy` says.
 pub fn writable_fs(store: &Path, policy: shardfs::write::pending::Policy) -> ShardFs {
-    filesystem(open_store(store).unwrap(), 1 << 20, Some(policy)).unwrap()
+    let options = shardfs::fs::WriteOptions { policy, shard_new: None };
+    filesystem(open_store(store).unwrap(), 1 << 20, Some(options)).unwrap()
 }
 
 /// Every file of a view (path -> bytes) and every directory path, read through `fs`.
