@@ -216,9 +216,10 @@ fn detach_stdio() {
 /// the daemon), then unmounts directly when allowed, else through fusermount3 (or fusermount).
 pub fn unmount(mountpoint: &Path) -> Result<(), String> {
     let shown = mountpoint.display();
+    // EINVAL: not a shardfs mount; ENOTCONN: its daemon is gone, and nothing pending is left.
     if let Ok(root) = std::fs::File::open(mountpoint)
         && let Err(e) = root.sync_all()
-        && e.raw_os_error() != Some(libc::EINVAL)
+        && !matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOTCONN))
     {
         return Err(format!("{shown}: pending writes could not be committed, not unmounting: {e}"));
     }

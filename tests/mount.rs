@@ -222,3 +222,41 @@ fn demo_store_shows_its_features() {
     assert_eq!(doc["chunk_grid"]["configuration"]["chunk_shape"], serde_json::json!([10, 10]));
     assert!(Path::new(&store).join("temperature/c/2/2").is_file());
 }
+
+#[test]
+fn kill_9_loses_nothing_that_was_fsynced() {
+    if !fuse_available() {
+        return;
+    }
+    let store = sharded_copy();
+    let mnt = TempDir::new("mnt");
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let (s, m) = (store.path().to_str().unwrap(), mnt.path().to_str().unwrap());
+    let mut child = Command::new(BIN).args(["mount", "-f", "--commit-idle-ms", "3600000", s, m]).spawn().unwrap();
+    wait_for("the mount", || is_mounted(mnt.path()));
+    let mut durable = Vec::new();
+    for (k, path) in ["zp/raw_nocrc/c/3", "zp/gzip_crc_end/c/2/0", "zp/zstd_start/c/1/0/0"].iter().enumerate() {
+        let bytes = format!("durable {k}").into_bytes();
+        let mut file = std::fs::File::create(mnt.path().join(path)).unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        file.sync_all().unwrap();
+        durable.push((path.to_string(), bytes));
+    }
+    // Acknowledged by write(2) but never fsync'd: may be lost, must not damage anything.
+    std::fs::write(mnt.path().join("zp/raw_nocrc/c/4"), b"volatile").unwrap();
+    // SAFETY: killing our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let out = shardfs(&["unmount", m]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = shardfs(&["check", s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let fs = fs_of(store.path());
+    for (path, bytes) in durable {
+        let mut ino = shardfs::fs::ROOT_INO;
+        for name in path.split('/') {
+            ino = fs.lookup(ino, name).unwrap().0;
+        }
+        assert_eq!(read_all(&fs, ino), bytes, "{path} was fsync'd before the kill");
+    }
+}

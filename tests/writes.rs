@@ -382,3 +382,32 @@ fn shard_new_stores_new_arrays_sharded() {
     assert_eq!(on_disk(store.path(), "zp/fresh/c/2/2").unwrap(), [8; 4]);
     assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
 }
+
+#[test]
+fn writing_every_chunk_of_a_32x32x32_shard_appends_one_index() {
+    let store = sharded_copy();
+    let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: Some(vec![32]) };
+    let fs =
+        shardfs::mount::filesystem(shardfs::mount::open_store(store.path()).unwrap(), 1 << 20, Some(options)).unwrap();
+    let (array, _) = fs.mkdir(ROOT_INO, "cube", 0o755).unwrap();
+    let doc = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [32, 32, 32], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1, 1]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}]});
+    let (_, _, fh) = fs.create(array, "zarr.json", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, &serde_json::to_vec(&doc).unwrap()).unwrap();
+    fs.release(fh);
+    for i in 0..32u64 {
+        for j in 0..32u64 {
+            for k in 0..32u64 {
+                let (_, _, fh) = fs.create(array, &format!("c.{i}.{j}.{k}"), 0o644, TRUNCATE).unwrap();
+                fs.write(fh, 0, &[(i + j + k) as u8]).unwrap();
+                fs.release(fh);
+            }
+        }
+    }
+    fs.commit_all().unwrap();
+    let shard = std::fs::metadata(store.path().join("cube/c.0.0.0")).unwrap().len();
+    assert_eq!(shard, 32768 + 32768 * 16 + 4, "32,768 chunk bytes and exactly one index");
+    assert_eq!(on_disk(store.path(), "cube/c.31.2.7").unwrap(), [40]);
+}
