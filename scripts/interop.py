@@ -40,7 +40,7 @@ def chunk_files(root):
 def write_through_view(mnt, sharded, twin, check):
     """Both peers write through the mounted view; returns the data each array must now hold."""
     expected = {}
-    for path in ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/raw_nocrc"]:
+    for path in ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/raw_nocrc", "zp/nested"]:
         view = zarr.open_array(os.path.join(mnt, path), mode="r+")
         data = view[...].copy()
         region = tuple(slice(1, min(5, n)) for n in data.shape)

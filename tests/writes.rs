@@ -411,3 +411,22 @@ fn writing_every_chunk_of_a_32x32x32_shard_appends_one_index() {
     assert_eq!(shard, 32768 + 32768 * 16 + 4, "32,768 chunk bytes and exactly one index");
     assert_eq!(on_disk(store.path(), "cube/c.31.2.7").unwrap(), [40]);
 }
+
+#[test]
+fn nested_sharding_arrays_are_writable() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    // zp/nested: shards of 16x16 holding inner shards of 8x8 holding 4x4 chunks.
+    let untouched = read(&fs, "zp/nested/c/1/1");
+    write_file(&fs, "zp/nested/c/0/0", b"outer 0, inner 0, chunk 0");
+    write_file(&fs, "zp/nested/c/3/2", b"outer 0, inner 3, chunk 1");
+    write_file(&fs, "zp/nested/c/4/0", b"a shard of its own");
+    fs.unlink(ino(&fs, "zp/nested/c/1").unwrap(), "0").unwrap();
+    fs.commit_all().unwrap();
+    assert_eq!(on_disk(store.path(), "zp/nested/c/0/0").unwrap(), b"outer 0, inner 0, chunk 0");
+    assert_eq!(on_disk(store.path(), "zp/nested/c/3/2").unwrap(), b"outer 0, inner 3, chunk 1");
+    assert_eq!(on_disk(store.path(), "zp/nested/c/4/0").unwrap(), b"a shard of its own");
+    assert_eq!(on_disk(store.path(), "zp/nested/c/1/0"), None);
+    assert_eq!(on_disk(store.path(), "zp/nested/c/1/1").unwrap(), untouched, "neighbours in the same inner shard stay");
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+}

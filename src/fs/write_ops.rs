@@ -106,13 +106,6 @@ impl ShardFs {
         Ok(())
     }
 
-    fn writable_array(array: &ShardedArray) -> Result<()> {
-        if array.meta.sharding.levels.len() > 1 {
-            return Err(Error::Invalid(format!("{}: writing nested-sharding arrays is not supported", array.dir)));
-        }
-        Ok(())
-    }
-
     /// Opens file `ino` as `mode` says.
     pub fn open(&self, ino: u64, mode: OpenMode) -> Result<u64> {
         let node = self.node(ino)?;
@@ -122,7 +115,6 @@ impl ShardFs {
         self.pending()?;
         let handle = match &node {
             Node::Chunk { array, coords } => {
-                Self::writable_array(array)?;
                 // The buffer is published at once, so that a truncate or a second open of the same
                 // chunk works on this very buffer.
                 let buffer = match self.ns_overlay_chunk(array, coords) {
@@ -172,7 +164,6 @@ impl ShardFs {
         let target = self.target(&self.node(parent)?, name)?;
         let (node, handle) = match target {
             Target::Chunk(array, coords) => {
-                Self::writable_array(&array)?;
                 let buffer: Buffer = Arc::default();
                 self.publish(&array, &coords, PendingChunk::Written(buffer.clone()))?;
                 let handle =
@@ -262,7 +253,6 @@ impl ShardFs {
                 self.store_document(key, &content)?;
             }
             (Node::Chunk { array, coords }, handle) => {
-                Self::writable_array(array)?;
                 let buffer = match (handle, self.ns_overlay_chunk(array, coords)) {
                     (Some(Handle::Chunk { buffer, .. }), _) => buffer.clone(),
                     (_, Some(PendingChunk::Written(buffer))) => buffer,
@@ -290,7 +280,6 @@ impl ShardFs {
         let parent_node = self.node(parent)?;
         match self.target(&parent_node, name)? {
             Target::Chunk(array, coords) => {
-                Self::writable_array(&array)?;
                 self.ns.attr(&Node::Chunk { array: array.clone(), coords: coords.clone() })?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
@@ -368,7 +357,6 @@ impl ShardFs {
             }
             Target::Store(key) => store.read(key).map_err(|e| Error::io(key, e))?,
             Target::Chunk(array, coords) => {
-                Self::writable_array(array)?;
                 self.chunk_bytes(&Node::Chunk { array: array.clone(), coords: coords.clone() })?
             }
             // A document moved elsewhere would lose its translation; a copy keeps it.
@@ -376,7 +364,6 @@ impl ShardFs {
         };
         match &to {
             Target::Chunk(array, coords) => {
-                Self::writable_array(array)?;
                 self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
             }
             Target::Document(key) => self.store_document(key, &content)?,

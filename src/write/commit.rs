@@ -81,6 +81,110 @@ pub fn commit(
     };
     let slot = lock_slot(key);
     let _lock = ShardLock::acquire(store, slot).map_err(|e| fail(Step::Io(e)))?;
+    commit_locked(store, key, slot, spec, changes, crash)
+}
+
+/// New content per innermost chunk of a nested shard, keyed by its entry at every level
+/// (outermost first): `Some(bytes)` stores, `None` empties.
+pub type NestedChanges = BTreeMap<Vec<u64>, Option<Vec<u8>>>;
+
+/// Applies `changes` to a shard with one index spec per level (outermost first). Each inner
+/// shard that holds a changed chunk is rebuilt whole from the shard as it is under the lock, and
+/// then committed as an outer chunk like any other.
+pub fn commit_levels(
+    store: &DirStore,
+    key: &str,
+    specs: &[IndexSpec],
+    changes: &NestedChanges,
+    crash: &mut CrashPoint,
+) -> Result<Outcome, CommitError> {
+    let shown = store.path(key).display().to_string();
+    let fail = |source: std::io::Error| CommitError::Io { path: shown.clone(), source };
+    let slot = lock_slot(key);
+    let _lock = ShardLock::acquire(store, slot).map_err(fail)?;
+    let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
+    for (path, content) in changes {
+        by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
+    }
+    let mut outer = Changes::new();
+    if specs.len() == 1 {
+        outer = by_outer.into_iter().map(|(entry, mut inner)| (entry, inner.remove(&Vec::new()).flatten())).collect();
+    } else {
+        let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
+            Ok(file) => Some(file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(fail(e)),
+        };
+        let current = match &file {
+            Some(file) => {
+                let len = file.metadata().map_err(fail)?.len();
+                read_entries(file, &specs[0], len).map_err(|e| match e {
+                    Ok(reason) => CommitError::Damaged(format!("{shown}: {reason}; not writing over it")),
+                    Err(io) => fail(io),
+                })?
+            }
+            None => vec![None; specs[0].entries as usize],
+        };
+        for (entry, inner) in by_outer {
+            let blob = match (&file, &current[entry as usize]) {
+                (Some(file), Some(range)) => Some(read_range(file, range).map_err(fail)?),
+                _ => None,
+            };
+            let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
+                CommitError::Damaged(format!("{shown}: inner shard {entry}: {reason}; not writing over it"))
+            })?;
+            outer.insert(entry, rebuilt);
+        }
+    }
+    commit_locked(store, key, slot, &specs[0], &outer, crash)
+}
+
+/// An inner shard laid out by `specs` (its own level first) with `changes` applied; `None` when
+/// no chunk is left in it.
+fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) -> Result<Option<Vec<u8>>, String> {
+    let spec = &specs[0];
+    let mut chunks: Vec<Option<Vec<u8>>> = vec![None; spec.entries as usize];
+    if let Some(blob) = blob {
+        let len = blob.len() as u64;
+        let range = spec.index_range(len).map_err(|e| e.to_string())?;
+        let index = ShardIndex::decode(spec, &blob[range.start as usize..range.end as usize], len, 0)
+            .map_err(|e| e.to_string())?;
+        for (i, chunk) in chunks.iter_mut().enumerate() {
+            *chunk = index
+                .chunk(i as u64)
+                .map_err(|e| e.to_string())?
+                .map(|r| blob[r.start as usize..r.end as usize].to_vec());
+        }
+    }
+    let mut by_entry: BTreeMap<u64, NestedChanges> = BTreeMap::new();
+    for (path, content) in changes {
+        by_entry.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
+    }
+    for (entry, mut inner) in by_entry {
+        let slot = &mut chunks[entry as usize];
+        *slot = if specs.len() == 1 {
+            inner.remove(&Vec::new()).flatten()
+        } else {
+            rebuild(&specs[1..], slot.take(), &inner)?
+        };
+    }
+    Ok(chunks.iter().any(Option::is_some).then(|| assemble_shard(spec, &chunks)))
+}
+
+/// [`commit`] with the shard's lock already held.
+fn commit_locked(
+    store: &DirStore,
+    key: &str,
+    slot: u64,
+    spec: &IndexSpec,
+    changes: &Changes,
+    crash: &mut CrashPoint,
+) -> Result<Outcome, CommitError> {
+    let shown = store.path(key).display().to_string();
+    let fail = |step: Step| match step {
+        Step::Crashed => CommitError::Crashed,
+        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
+    };
     let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
         Ok(file) => Some(file),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

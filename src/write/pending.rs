@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::commit::{Changes, CommitError, commit};
+use super::commit::{CommitError, NestedChanges, commit_levels};
 use super::crash_point::CrashPoint;
 use crate::store::DirStore;
 use crate::view::array::ShardedArray;
@@ -37,7 +37,6 @@ impl Default for Policy {
 
 #[derive(Debug)]
 struct Entry {
-    coords: Vec<u64>,
     state: PendingChunk,
     /// Bumped by every change, so a commit drops only the entries it carried unchanged.
     generation: u64,
@@ -47,7 +46,8 @@ struct Entry {
 #[derive(Debug)]
 struct Shard {
     array: Arc<ShardedArray>,
-    entries: HashMap<u64, Entry>,
+    /// Pending chunks by grid coordinates.
+    entries: HashMap<Vec<u64>, Entry>,
     bytes: usize,
     last_write: Instant,
     /// The last failed commit: its errno (when it had one) and message.
@@ -65,10 +65,9 @@ pub struct Pending {
     policy: Policy,
 }
 
-/// Where a chunk's pending state is kept: its shard's store key and its index entry.
-fn slot(array: &ShardedArray, coords: &[u64]) -> (String, u64) {
-    let location = array.meta.sharding.locate(coords);
-    (array.shard_path(&location.shard), location.entries[0])
+/// The store key of the shard that holds a chunk.
+fn shard_key(array: &ShardedArray, coords: &[u64]) -> String {
+    array.shard_path(&array.meta.sharding.locate(coords).shard)
 }
 
 impl Pending {
@@ -84,7 +83,7 @@ impl Pending {
             PendingChunk::Deleted => 0,
         };
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let (key, entry) = slot(array, coords);
+        let key = shard_key(array, coords);
         let mut shards = self.shards.lock();
         let shard = shards.entry(key.clone()).or_insert_with(|| Shard {
             array: array.clone(),
@@ -94,7 +93,7 @@ impl Pending {
             error: None,
             committing: Arc::default(),
         });
-        let old = shard.entries.insert(entry, Entry { coords: coords.to_vec(), state, generation, bytes });
+        let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
         shard.bytes = shard.bytes + bytes - old.map_or(0, |e| e.bytes);
         shard.last_write = Instant::now();
         (shard.bytes >= self.policy.shard_bytes).then_some(key)
@@ -113,8 +112,7 @@ impl Pending {
     /// The errno and message of the last failed commit of the chunk's shard, if any, cleared by
     /// reading it.
     pub fn take_error(&self, array: &ShardedArray, coords: &[u64]) -> Option<(Option<i32>, String)> {
-        let (key, _) = slot(array, coords);
-        self.shards.lock().get_mut(&key).and_then(|s| s.error.take())
+        self.shards.lock().get_mut(&shard_key(array, coords)).and_then(|s| s.error.take())
     }
 
     /// Commits the pending chunks of the shard that holds `coords`.
@@ -124,7 +122,7 @@ impl Pending {
         array: &ShardedArray,
         coords: &[u64],
     ) -> Result<(), CommitError> {
-        self.commit_shard(store, &slot(array, coords).0)
+        self.commit_shard(store, &shard_key(array, coords))
     }
 
     /// Commits every pending chunk of the shard at `key`, durably.
@@ -134,29 +132,31 @@ impl Pending {
         let (array, carried) = {
             let shards = self.shards.lock();
             let Some(shard) = shards.get(key) else { return Ok(()) };
-            let carried: Vec<(u64, u64, Option<Vec<u8>>)> = shard
+            let carried: Vec<(Vec<u64>, u64, Option<Vec<u8>>)> = shard
                 .entries
                 .iter()
-                .map(|(entry, e)| {
+                .map(|(coords, e)| {
                     let content = match &e.state {
                         PendingChunk::Written(buffer) => Some(buffer.read().clone()),
                         PendingChunk::Deleted => None,
                     };
-                    (*entry, e.generation, content)
+                    (coords.clone(), e.generation, content)
                 })
                 .collect();
             (shard.array.clone(), carried)
         };
-        let changes: Changes = carried.iter().map(|(entry, _, content)| (*entry, content.clone())).collect();
-        let spec = array.meta.sharding.levels[0].index;
-        let result = commit(store, key, &spec, &changes, &mut CrashPoint::never());
+        let sharding = &array.meta.sharding;
+        let changes: NestedChanges =
+            carried.iter().map(|(coords, _, content)| (sharding.locate(coords).entries, content.clone())).collect();
+        let specs: Vec<_> = sharding.levels.iter().map(|level| level.index).collect();
+        let result = commit_levels(store, key, &specs, &changes, &mut CrashPoint::never());
         let mut shards = self.shards.lock();
         let Some(shard) = shards.get_mut(key) else { return result.map(drop) };
         match result {
             Ok(_) => {
-                for (entry, generation, _) in carried {
-                    if shard.entries.get(&entry).is_some_and(|e| e.generation == generation) {
-                        let e = shard.entries.remove(&entry).expect("present");
+                for (coords, generation, _) in carried {
+                    if shard.entries.get(&coords).is_some_and(|e| e.generation == generation) {
+                        let e = shard.entries.remove(&coords).expect("present");
                         shard.bytes -= e.bytes;
                     }
                 }
@@ -211,8 +211,7 @@ impl Pending {
 
 impl Overlay for Pending {
     fn chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
-        let (key, entry) = slot(array, coords);
-        self.shards.lock().get(&key)?.entries.get(&entry).map(|e| e.state.clone())
+        self.shards.lock().get(&shard_key(array, coords))?.entries.get(coords).map(|e| e.state.clone())
     }
 
     fn chunks_under(&self, array: &ShardedArray, prefix: &[u64]) -> Vec<(Vec<u64>, PendingChunk)> {
@@ -220,9 +219,9 @@ impl Overlay for Pending {
         shards
             .values()
             .filter(|s| s.array.dir == array.dir)
-            .flat_map(|s| s.entries.values())
-            .filter(|e| e.coords.starts_with(prefix))
-            .map(|e| (e.coords.clone(), e.state.clone()))
+            .flat_map(|s| s.entries.iter())
+            .filter(|(coords, _)| coords.starts_with(prefix))
+            .map(|(coords, e)| (coords.clone(), e.state.clone()))
             .collect()
     }
 
