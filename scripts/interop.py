@@ -146,6 +146,17 @@ def main():
                       np.array_equal(got, data, equal_nan=True))
         result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
         check("shardfs check passes after the writes", result.returncode == 0, result.stdout[-500:])
+        result = subprocess.run([binary, "compact", sharded], capture_output=True, text=True)
+        check("shardfs compact frees the space the appends left", result.returncode == 0 and "bytes freed" in result.stdout,
+              result.stdout[-300:] + result.stderr[-300:])
+        info = subprocess.run([binary, "info", sharded], capture_output=True, text=True).stdout
+        unused = [line.split()[4] for line in info.splitlines()[1:] if not line.startswith("zp/nested")]
+        check("shardfs info shows no unused bytes after compaction", all(u == "0" for u in unused), info)
+        for path, data in expected.items():
+            stored = zarr.open_array(os.path.join(sharded, path), mode="r")[...]
+            check(f"{path}: zarr-python reads the same data after compaction", np.array_equal(stored, data, equal_nan=True))
+        result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
+        check("shardfs check passes after compaction", result.returncode == 0, result.stdout[-500:])
         stored = zarr.open_array(os.path.join(sharded, "zp/raw_nocrc"), mode="r")
         check("zp/raw_nocrc: the stored document keeps its sharding and takes the edits",
               stored.shards is not None and stored.shape == (20,) and stored.attrs["edited"] == "through the view")

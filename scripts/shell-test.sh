@@ -12,7 +12,10 @@ work=$(mktemp -d -t shardfs-shell.XXXXXX)
 mnt=$work/mnt
 mkdir "$mnt"
 cleanup() {
-  if mountpoint -q "$mnt"; then "$bin" unmount "$mnt" || umount -l "$mnt"; fi
+  for m in "$mnt" "$work/full/mnt"; do
+    if mountpoint -q "$m"; then "$bin" unmount "$m" 2>/dev/null || umount -l "$m"; fi
+  done
+  if mountpoint -q "$work/full"; then umount -l "$work/full"; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -66,6 +69,28 @@ check "new chunk is durable" bash -c "test \"\$(cat $mnt/zp/big_endian_index/c/0
 check "renamed chunk is durable" bash -c "test \"\$(cat $mnt/zp/raw_nocrc/c/2)\" = moved"
 check "untouched chunks unchanged" cmp "$twin/zp/zstd_start/c/1/2/3" "$mnt/zp/zstd_start/c/1/2/3"
 check "final unmount" "$bin" unmount "$mnt"
+
+# A full disk: the commit fails with ENOSPC at fsync, the shard keeps its last good state, the
+# daemon keeps serving, unmount refuses to drop the pending write, and once space is freed the
+# write is committed after all. Needs root for a small tmpfs.
+full=$work/full
+mkdir "$full"
+if mount -t tmpfs -o size=1m tmpfs "$full" 2>/dev/null; then
+  cp -r "$store" "$full/store" && mkdir "$full/mnt"
+  check "writable mount on a small tmpfs" "$bin" mount "$full/store" "$full/mnt"
+  head -c 2000000 /dev/zero > "$full/filler" 2>/dev/null
+  check "fsync of a chunk on a full disk fails with ENOSPC" bash -c \
+    "! dd if=/dev/urandom of=$full/mnt/zp/gzip_crc_end/c/2/1 bs=64k count=4 conv=fsync 2>$work/dd.err && grep -q 'No space left' $work/dd.err"
+  check "the daemon keeps serving" cmp "$twin/zp/zstd_start/c/1/2/3" "$full/mnt/zp/zstd_start/c/1/2/3"
+  check "the shard kept its last good state" "$bin" check "$full/store"
+  check "unmount refuses to drop the pending write" bash -c "! $bin unmount $full/mnt 2>/dev/null && mountpoint -q $full/mnt"
+  rm -f "$full/filler"
+  check "unmount commits once space is free" "$bin" unmount "$full/mnt"
+  check "the write survived the full disk" bash -c "test \$(stat -c %s $full/store/zp/gzip_crc_end/c/1/0) -gt 262144"
+  check "shardfs check passes after it" "$bin" check "$full/store"
+else
+  echo "skip full-disk checks: cannot mount a tmpfs (not root?)"
+fi
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -314,8 +314,16 @@ fn append(
     let new_len = old_len + blob.len() as u64;
     let record = AppendRecord { shard: key.to_string(), old_len, new_len, crc32c: crc32c::crc32c(&blob) };
     let record_path = journal::begin(store, slot, &record, crash)?;
-    crash.write_at(file, &blob, old_len)?;
-    file.sync_data()?;
+    let appended = crash.write_at(file, &blob, old_len).and_then(|()| Ok(file.sync_data()?));
+    if let Err(Step::Io(e)) = &appended {
+        // A failed append (a full disk) is undone at once, so that the shard is never left torn
+        // while the daemon lives; if even that fails, the record stays for recovery.
+        if file.set_len(old_len).and_then(|()| file.sync_all()).is_ok() {
+            let _ = std::fs::remove_file(&record_path);
+        }
+        log::warn!("{}: append failed and was rolled back: {e}", store.path(key).display());
+    }
+    appended?;
     journal::end(&record_path, crash)?;
     Ok(Outcome::Appended { old_len, new_len })
 }

@@ -49,10 +49,13 @@ pub fn begin(store: &DirStore, slot: u64, record: &AppendRecord, crash: &mut Cra
     let path = dir.join(format!("{slot:016x}-{}", record.old_len));
     let bytes = serde_json::to_vec(record).expect("a record always serialises");
     let file = File::create(&path)?;
-    crash.write_at(&file, &bytes, 0)?;
-    file.sync_all()?;
-    sync_dir(&dir)?;
-    Ok(path)
+    let written =
+        crash.write_at(&file, &bytes, 0).and_then(|()| Ok(file.sync_all()?)).and_then(|()| Ok(sync_dir(&dir)?));
+    if let Err(Step::Io(_)) = &written {
+        // Nothing was appended yet: a record that could not be written is simply dropped.
+        let _ = std::fs::remove_file(&path);
+    }
+    written.map(|()| path)
 }
 
 /// Drops the record of a finished append. It need not be durable: a leftover record of a
