@@ -430,3 +430,27 @@ fn nested_sharding_arrays_are_writable() {
     assert_eq!(on_disk(store.path(), "zp/nested/c/1/1").unwrap(), untouched, "neighbours in the same inner shard stay");
     assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
 }
+
+#[test]
+fn two_mounts_of_one_store_do_not_lose_each_others_commits() {
+    // Two writable filesystems over one store stand for two mounts (or a mount and another
+    // process): each commit re-reads the shard's index under the shard lock.
+    let store = sharded_copy();
+    let (a, b) = (writable_fs(store.path(), manual()), writable_fs(store.path(), manual()));
+    std::thread::scope(|s| {
+        for (fs, tag) in [(&a, 1u8), (&b, 2u8)] {
+            s.spawn(move || {
+                for round in 0..10u8 {
+                    let path = format!("zp/gzip_crc_end/c/{}/{}", 2 + tag as usize % 2, round % 2);
+                    write_file(fs, &path, &[tag, round]);
+                    fs.commit_all().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/3/1").unwrap(), [1, 9]);
+    assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/2/1").unwrap(), [2, 9]);
+    assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/3/0").unwrap(), [1, 8]);
+    assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/2/0").unwrap(), [2, 8]);
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+}
