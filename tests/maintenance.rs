@@ -157,3 +157,16 @@ fn compact_of_an_unknown_array_fails() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such: no sharded array there"));
 }
+
+#[test]
+fn recovery_removes_leftover_temporary_files() {
+    let store = sharded_copy();
+    let dir = DirStore::open(store.path()).unwrap();
+    let tmp = store.path().join("__shardfs/tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let slot = shardfs::write::lock::lock_slot("zp/raw_nocrc/zarr.json");
+    let leftover = tmp.join(format!("{slot:016x}-document-1-0"));
+    std::fs::write(&leftover, b"half a document").unwrap();
+    recover(&dir).unwrap();
+    assert!(!leftover.exists());
+}

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::journal::{sync_dir, tmp_dir};
+use super::lock::{ShardLock, lock_slot};
 use crate::error::{Error, Result};
 use crate::format::metadata::{Interpretation, interpret, reshard, reshard_consolidated, shard_new};
 use crate::store::{DirStore, join};
@@ -46,13 +47,18 @@ pub fn store_document(store: &DirStore, key: &str, written: &[u8], shard_new_fac
     replace_file(store, key, &document)
 }
 
-/// Replaces the file at `key` with `bytes` atomically and durably.
+/// Replaces the file at `key` with `bytes` atomically and durably. The temporary file is named
+/// after the key's lock slot and written under that lock, so that recovery removes it if a crash
+/// leaves it behind.
 fn replace_file(store: &DirStore, key: &str, bytes: &[u8]) -> Result<()> {
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     let io = |e| Error::io(key, e);
+    let slot = lock_slot(key);
+    let _lock = ShardLock::acquire(store, slot).map_err(io)?;
     let tmp_dir = store.path(&tmp_dir());
     std::fs::create_dir_all(&tmp_dir).map_err(io)?;
-    let tmp = tmp_dir.join(format!("document-{}-{}", std::process::id(), SEQUENCE.fetch_add(1, Ordering::Relaxed)));
+    let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    let tmp = tmp_dir.join(format!("{slot:016x}-document-{}-{n}", std::process::id()));
     let mut file = File::create(&tmp).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
