@@ -65,6 +65,15 @@ impl From<CommitError> for crate::error::Error {
     }
 }
 
+/// Turns a failed step on the shard at `key` into a [`CommitError`] naming the shard.
+fn failure(store: &DirStore, key: &str) -> impl Fn(Step) -> CommitError {
+    let shown = store.path(key).display().to_string();
+    move |step| match step {
+        Step::Crashed => CommitError::Crashed,
+        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
+    }
+}
+
 /// Applies `changes` to the shard at store key `key`, whose outermost index is laid out as
 /// `spec` says.
 pub fn commit(
@@ -74,11 +83,7 @@ pub fn commit(
     changes: &Changes,
     crash: &mut CrashPoint,
 ) -> Result<Outcome, CommitError> {
-    let shown = store.path(key).display().to_string();
-    let fail = |step: Step| match step {
-        Step::Crashed => CommitError::Crashed,
-        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
-    };
+    let fail = failure(store, key);
     let slot = lock_slot(key);
     let _lock = ShardLock::acquire(store, slot).map_err(|e| fail(Step::Io(e)))?;
     commit_locked(store, key, slot, spec, changes, crash)
@@ -101,7 +106,7 @@ pub fn commit_levels(
     let shown = store.path(key).display().to_string();
     let fail = |source: std::io::Error| CommitError::Io { path: shown.clone(), source };
     let slot = lock_slot(key);
-    let _lock = ShardLock::acquire(store, slot).map_err(fail)?;
+    let _lock = ShardLock::acquire(store, slot).map_err(&fail)?;
     let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
     for (path, content) in changes {
         by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
@@ -117,7 +122,7 @@ pub fn commit_levels(
         };
         let current = match &file {
             Some(file) => {
-                let len = file.metadata().map_err(fail)?.len();
+                let len = file.metadata().map_err(&fail)?.len();
                 read_entries(file, &specs[0], len).map_err(|e| match e {
                     Ok(reason) => CommitError::Damaged(format!("{shown}: {reason}; not writing over it")),
                     Err(io) => fail(io),
@@ -127,7 +132,7 @@ pub fn commit_levels(
         };
         for (entry, inner) in by_outer {
             let blob = match (&file, &current[entry as usize]) {
-                (Some(file), Some(range)) => Some(read_range(file, range).map_err(fail)?),
+                (Some(file), Some(range)) => Some(read_range(file, range).map_err(&fail)?),
                 _ => None,
             };
             let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
@@ -181,10 +186,7 @@ fn commit_locked(
     crash: &mut CrashPoint,
 ) -> Result<Outcome, CommitError> {
     let shown = store.path(key).display().to_string();
-    let fail = |step: Step| match step {
-        Step::Crashed => CommitError::Crashed,
-        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
-    };
+    let fail = failure(store, key);
     let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
         Ok(file) => Some(file),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -195,7 +197,7 @@ fn commit_locked(
         if chunks.iter().all(Option::is_none) {
             return Ok(Outcome::Unchanged);
         }
-        replace(store, key, slot, spec, &chunks, crash).map_err(fail)?;
+        replace(store, key, slot, spec, &chunks, crash).map_err(&fail)?;
         return Ok(Outcome::Created);
     };
     let meta = file.metadata().map_err(|e| fail(Step::Io(e)))?;
@@ -210,7 +212,7 @@ fn commit_locked(
     let kept = |i: u64| !changes.contains_key(&i) && current[i as usize].is_some();
     let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
     if stays_empty {
-        crash.step(|| std::fs::remove_file(store.path(key))).map_err(fail)?;
+        crash.step(|| std::fs::remove_file(store.path(key))).map_err(&fail)?;
         sync_dir(store.path(key).parent().expect("a shard has a parent")).map_err(|e| fail(Step::Io(e)))?;
         return Ok(Outcome::Deleted);
     }
@@ -223,20 +225,17 @@ fn commit_locked(
                 (None, None) => None,
             });
         }
-        replace(store, key, slot, spec, &chunks, crash).map_err(fail)?;
+        replace(store, key, slot, spec, &chunks, crash).map_err(&fail)?;
         return Ok(Outcome::Rewritten);
     }
-    append(store, key, slot, &file, len, spec, &current, changes, crash).map_err(fail)
+    append(store, key, slot, &file, len, spec, &current, changes, crash).map_err(&fail)
 }
 
 /// Rewrites the shard at `key` without unused space (replaced chunks and old indexes left by
 /// appends), atomically: readers see the old shard or the new one, never a mix.
 pub fn compact(store: &DirStore, key: &str, spec: &IndexSpec, crash: &mut CrashPoint) -> Result<Outcome, CommitError> {
     let shown = store.path(key).display().to_string();
-    let fail = |step: Step| match step {
-        Step::Crashed => CommitError::Crashed,
-        Step::Io(source) => CommitError::Io { path: shown.clone(), source },
-    };
+    let fail = failure(store, key);
     let slot = lock_slot(key);
     let _lock = ShardLock::acquire(store, slot).map_err(|e| fail(Step::Io(e)))?;
     let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
@@ -261,7 +260,7 @@ pub fn compact(store: &DirStore, key: &str, spec: &IndexSpec, crash: &mut CrashP
             None => None,
         });
     }
-    replace(store, key, slot, spec, &chunks, crash).map_err(fail)?;
+    replace(store, key, slot, spec, &chunks, crash).map_err(&fail)?;
     Ok(Outcome::Compacted { old_len, new_len })
 }
 
