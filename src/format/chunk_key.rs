@@ -1,7 +1,8 @@
 //! Chunk keys: how chunk coordinates become store keys, relative to the array's directory.
 //!
 //! `default` keys are `c` followed by each coordinate (`c/1/2`, `c.1.2`, 0-d: `c`); `v2` keys
-//! join the coordinates (`1.2`, `1/2`, 0-d: `0`). Decoding is strict (canonical decimals only) so
+//! join the coordinates (`1.2`, `1/2`, 0-d: `0`); keys of the draft storage-transformer layout glue
+//! the `c` to the first coordinate (`c1/2`, `c1.2`, 0-d: `c`). Decoding is strict (canonical decimals only) so
 //! that every chunk has exactly one key and no stray file is mistaken for a chunk.
 
 use serde_json::Value;
@@ -13,6 +14,8 @@ pub enum KeyStyle {
     Default,
     /// The coordinates joined by the separator; `0` for a 0-d array.
     V2,
+    /// `"c"` glued to the coordinates joined by the separator (zarr-python 2.x experimental v3).
+    Draft,
 }
 
 /// A chunk key encoding: style plus separator (`/` or `.`).
@@ -26,16 +29,13 @@ impl ChunkKeyEncoding {
     /// Parses the `chunk_key_encoding` field of a v3 array document.
     pub fn from_json(value: &Value) -> Result<Self, String> {
         let name = value.get("name").and_then(Value::as_str).ok_or("chunk_key_encoding has no name")?;
-        let style = match name {
-            "default" => KeyStyle::Default,
-            "v2" => KeyStyle::V2,
+        let (style, default_separator) = match name {
+            "default" => (KeyStyle::Default, '/'),
+            "v2" => (KeyStyle::V2, '.'),
             other => return Err(format!("unsupported chunk_key_encoding {other:?}")),
         };
         let separator = match value.get("configuration").and_then(|c| c.get("separator")) {
-            None => match style {
-                KeyStyle::Default => '/',
-                KeyStyle::V2 => '.',
-            },
+            None => default_separator,
             Some(Value::String(s)) if s == "/" => '/',
             Some(Value::String(s)) if s == "." => '.',
             Some(other) => return Err(format!("unsupported chunk key separator {other}")),
@@ -47,7 +47,7 @@ impl ChunkKeyEncoding {
     pub fn encode(&self, coords: &[u64]) -> String {
         let mut key = String::with_capacity(2 + coords.len() * 4);
         match self.style {
-            KeyStyle::Default => key.push('c'),
+            KeyStyle::Default | KeyStyle::Draft => key.push('c'),
             KeyStyle::V2 if coords.is_empty() => key.push('0'),
             KeyStyle::V2 => {}
         }
@@ -83,7 +83,7 @@ impl ChunkKeyEncoding {
     /// `prefix`; only for `/`-separated keys with `prefix` shorter than the rank.
     pub fn dir_key(&self, prefix: &[u64]) -> String {
         match (self.style, prefix.is_empty()) {
-            (KeyStyle::V2, true) => String::new(),
+            (KeyStyle::V2 | KeyStyle::Draft, true) => String::new(),
             _ => self.encode(prefix),
         }
     }
@@ -99,6 +99,13 @@ impl ChunkKeyEncoding {
             }
             KeyStyle::V2 if rank == 0 => return (key == "0").then(Vec::new),
             KeyStyle::V2 => key,
+            KeyStyle::Draft => {
+                let rest = key.strip_prefix('c')?;
+                if rest.is_empty() {
+                    return Some(Vec::new());
+                }
+                rest
+            }
         };
         let coords: Option<Vec<u64>> = rest.split(self.separator).map(parse_canonical).collect();
         coords.filter(|c| c.len() <= rank)
@@ -165,6 +172,22 @@ mod tests {
         assert_eq!(DEFAULT_SLASH.dir_key(&[4]), "c/4");
         assert_eq!(V2_SLASH.dir_key(&[]), "");
         assert_eq!(V2_SLASH.dir_key(&[4, 5]), "4/5");
+    }
+
+    #[test]
+    fn draft_keys_glue_c_to_the_first_coordinate() {
+        let slash = ChunkKeyEncoding { style: KeyStyle::Draft, separator: '/' };
+        let dot = ChunkKeyEncoding { style: KeyStyle::Draft, separator: '.' };
+        assert_eq!(slash.encode(&[96, 18]), "c96/18");
+        assert_eq!(dot.encode(&[2, 1]), "c2.1");
+        assert_eq!(slash.encode(&[0]), "c0");
+        assert_eq!(slash.encode(&[]), "c");
+        assert_eq!(slash.decode("c96/18", 2), Some(vec![96, 18]));
+        assert_eq!(slash.decode("c/96/18", 2), None);
+        assert_eq!(slash.decode_dir("c96", 2), Some(vec![96]));
+        assert_eq!(slash.dir_key(&[]), "");
+        assert_eq!(slash.dir_key(&[3]), "c3");
+        assert_eq!(dot.decode("c2.1", 2), Some(vec![2, 1]));
     }
 
     #[test]
