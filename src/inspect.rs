@@ -8,11 +8,12 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
-use crate::format::metadata::{Interpretation, interpret};
+use crate::format::metadata::Interpretation;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::store::{DirStore, Kind, join};
 use crate::view::array::ShardedArray;
+use crate::view::documents::Layout;
 use crate::view::shards::shards_on_disk;
 use crate::write::PRIVATE_DIR;
 use crate::write::journal::journal_dir;
@@ -78,19 +79,31 @@ pub struct FoundArrays {
 /// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
 pub fn find_arrays(store: &DirStore) -> io::Result<FoundArrays> {
     let mut found = FoundArrays::default();
-    find_in(store, "", &mut found)?;
+    let layout = Layout::detect(store);
+    let top = if layout == Layout::Draft { "meta" } else { "" };
+    if layout == Layout::Draft && !store.path(top).is_dir() {
+        return Ok(found);
+    }
+    find_in(store, layout, top, &mut found)?;
     Ok(found)
 }
 
-fn find_in(store: &DirStore, dir: &str, found: &mut FoundArrays) -> io::Result<()> {
+fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays) -> io::Result<()> {
     let mut entries = store.list(dir)?;
     entries.sort_by(|a, b| a.0.cmp(&b.0));
-    if entries.iter().any(|(name, kind)| name == "zarr.json" && *kind == Kind::File) {
-        let key = join(dir, "zarr.json");
-        match interpret(&store.read(&key)?) {
+    for (name, kind) in &entries {
+        let key = join(dir, name);
+        if *kind != Kind::File || !layout.is_document(&key) {
+            continue;
+        }
+        match layout.interpret(&key, &store.read(&key)?) {
             Interpretation::ShardedArray { array, .. } => {
-                found.sharded.push(ShardedArray::new(dir.to_string(), array));
-                return Ok(());
+                if let Some(array_dir) = layout.array_dir(&key) {
+                    found.sharded.push(ShardedArray::new(array_dir, array));
+                }
+                if layout == Layout::V3 {
+                    return Ok(());
+                }
             }
             Interpretation::Refused(reason) => found.refused.push((key, reason)),
             Interpretation::Unchanged | Interpretation::Group { .. } => {}
@@ -98,7 +111,7 @@ fn find_in(store: &DirStore, dir: &str, found: &mut FoundArrays) -> io::Result<(
     }
     for (name, kind) in entries {
         if kind == Kind::Dir && !(dir.is_empty() && name == PRIVATE_DIR) {
-            find_in(store, &join(dir, &name), found)?;
+            find_in(store, layout, &join(dir, &name), found)?;
         }
     }
     Ok(())

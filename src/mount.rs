@@ -41,7 +41,7 @@ pub fn open_store(path: &Path) -> Result<DirStore, String> {
         .map_err(|e| format!("{shown}: not a Zarr v3 store: cannot read {ZARR_JSON} at its root: {e}"))?;
     let doc: serde_json::Value = serde_json::from_slice(&doc)
         .map_err(|e| format!("{}: not a Zarr v3 store: {e}", path.join(ZARR_JSON).display()))?;
-    if doc.get("zarr_format") != Some(&serde_json::Value::from(3)) {
+    if doc.get("zarr_format") != Some(&serde_json::Value::from(3)) && !crate::format::draft::is_bootstrap(&doc) {
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", path.join(ZARR_JSON).display()));
     }
     DirStore::open(path).map_err(|e| format!("{shown}: cannot open store: {e}"))

@@ -88,6 +88,15 @@ impl ChunkKeyEncoding {
         }
     }
 
+    /// The coordinate spelled by one path component of a `/`-separated key, at position `depth`
+    /// (`c3` at depth 0 for draft keys, `3` otherwise).
+    pub fn component(&self, depth: usize, name: &str) -> Option<u64> {
+        match (self.style, depth) {
+            (KeyStyle::Draft, 0) => parse_canonical(name.strip_prefix('c')?),
+            _ => parse_canonical(name),
+        }
+    }
+
     fn parse(&self, key: &str, rank: usize) -> Option<Vec<u64>> {
         let rest = match self.style {
             KeyStyle::Default => {
@@ -188,6 +197,10 @@ mod tests {
         assert_eq!(slash.dir_key(&[]), "");
         assert_eq!(slash.dir_key(&[3]), "c3");
         assert_eq!(dot.decode("c2.1", 2), Some(vec![2, 1]));
+        assert_eq!(slash.component(0, "c12"), Some(12));
+        assert_eq!(slash.component(1, "12"), Some(12));
+        assert_eq!(slash.component(0, "12"), None);
+        assert_eq!(DEFAULT_SLASH.component(0, "12"), Some(12));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! `storage_transformers` hold the sharding entry (`chunks_per_shard`; `chunk_grid.chunk_shape`
 //! is the inner chunk shape), data under `data/root/<path>/`, chunk keys with the `c` glued to the
 //! first coordinate, and shard indexes of little-endian (offset, nbytes) pairs at the end with no
-//! checksum. Its unsharded view is the same document without the sharding entry.
+//! checksum. Its unsharded view is the same document without the sharding entry (and, as that is
+//! the only transformer shardfs accepts, without the `storage_transformers` field, as zarr-python
+//! 2.x writes unsharded arrays).
 
 use serde_json::{Map, Value};
 
@@ -121,8 +123,9 @@ fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
         inner_codecs: Vec::new(),
     };
     let key_encoding = ChunkKeyEncoding { style: KeyStyle::Draft, separator };
+    // zarr-python 2.x writes no storage_transformers field for an array without transformers.
     let mut view = doc.clone();
-    view.insert("storage_transformers".into(), Value::Array(Vec::new()));
+    view.shift_remove("storage_transformers");
     Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding })))
 }
 
@@ -177,7 +180,7 @@ mod tests {
             panic!()
         };
         let mut expected = doc();
-        expected["storage_transformers"] = json!([]);
+        expected.as_object_mut().unwrap().remove("storage_transformers");
         assert_eq!(serde_json::from_slice::<Value>(&view).unwrap(), expected);
         assert_eq!(array.sharding.shard_shape, vec![20, 30]);
         assert_eq!(array.key_encoding.encode(&[4, 6]), "c4/6");
@@ -198,7 +201,7 @@ mod tests {
     fn written_back_documents_get_the_transformer_again() {
         let stored = serde_json::to_vec(&doc()).unwrap();
         let mut written = doc();
-        written["storage_transformers"] = json!([]);
+        written.as_object_mut().unwrap().remove("storage_transformers");
         written["shape"] = json!([50, 70]);
         let out: Value =
             serde_json::from_slice(&reshard(&serde_json::to_vec(&written).unwrap(), &stored).unwrap()).unwrap();

@@ -17,7 +17,7 @@ use super::{Handle, ShardFs};
 use crate::error::{Error, Result};
 use crate::store::{Attr, Kind, PRIVATE_DIR, join};
 use crate::view::array::ShardedArray;
-use crate::view::namespace::{Node, ZARR_JSON};
+use crate::view::namespace::Node;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 use crate::write::document::store_document;
 use crate::write::pending::Pending;
@@ -54,7 +54,7 @@ impl ShardFs {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
                 }
-                if name == ZARR_JSON {
+                if self.ns.layout().is_document(&join(dir, name)) {
                     return Ok(Target::Document(join(dir, name)));
                 }
                 if let Some(array) = self.ns.array_at(dir)? {
@@ -76,12 +76,8 @@ impl ShardFs {
     }
 
     /// The node a store key is shown as.
-    fn store_node(key: &str) -> Node {
-        if key.rsplit('/').next() == Some(ZARR_JSON) {
-            Node::Document(key.to_string())
-        } else {
-            Node::Backing(key.to_string())
-        }
+    fn store_node(&self, key: &str) -> Node {
+        if self.ns.layout().is_document(key) { Node::Document(key.to_string()) } else { Node::Backing(key.to_string()) }
     }
 
     /// The whole current content of a file of the view.
@@ -185,7 +181,7 @@ impl ShardFs {
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&path)
                     .map_err(|e| Error::io(&key, e))?;
-                (Self::store_node(&key), Handle::Store { file, key, append: open.append })
+                (self.store_node(&key), Handle::Store { file, key, append: open.append })
             }
             Target::Document(key) => {
                 // The document exists (empty) from now on; its content is stored at close.
@@ -342,7 +338,7 @@ impl ShardFs {
         self.pending()?;
         let from = self.target(&self.node(parent)?, name)?;
         let to = self.target(&self.node(new_parent)?, new_name)?;
-        let (from_node, to_node) = (from.node(), to.node());
+        let (from_node, to_node) = (self.target_node(&from), self.target_node(&to));
         self.move_content(from, to)?;
         self.rebind(&from_node.path(), &to_node);
         Ok(())
@@ -429,15 +425,15 @@ impl ShardFs {
     }
 }
 
-impl Target {
-    /// The node the view shows for this target.
-    fn node(&self) -> Node {
-        match self {
+impl ShardFs {
+    /// The node the view shows for a target.
+    fn target_node(&self, target: &Target) -> Node {
+        match target {
             Target::Chunk(array, coords) => Node::Chunk { array: array.clone(), coords: coords.clone() },
             Target::ChunkDir(array, dir, prefix) => {
                 Node::ChunkDir { array: array.clone(), dir: dir.clone(), prefix: prefix.clone() }
             }
-            Target::Store(key) | Target::Document(key) => ShardFs::store_node(key),
+            Target::Store(key) | Target::Document(key) => self.store_node(key),
         }
     }
 }

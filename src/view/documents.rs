@@ -1,5 +1,6 @@
-//! `zarr.json` documents as the view serves them, cached per file version so that each document
-//! is parsed (and each refusal logged) once per change.
+//! Metadata documents as the view serves them (`zarr.json`, or the draft layout's
+//! `.array.json`), cached per file version so that each document is parsed (and each refusal
+//! logged) once per change, and the [`Layout`] that says where a store keeps them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,8 +9,10 @@ use parking_lot::Mutex;
 
 use super::array::ShardedArray;
 use crate::error::{Error, Result};
+use crate::format::draft;
 use crate::format::metadata::{Interpretation, interpret};
-use crate::store::{Attr, DirStore, Kind, Stamp};
+use crate::store::{Attr, DirStore, Kind, Stamp, join};
+use crate::view::namespace::ZARR_JSON;
 
 /// How the view serves one `zarr.json`.
 #[derive(Debug)]
@@ -20,13 +23,73 @@ pub struct Document {
     pub array: Option<Arc<ShardedArray>>,
 }
 
-/// Interpretations of `zarr.json` files keyed by store key.
+/// Which Zarr v3 layout a store uses, and so where its array documents live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// Zarr v3: `zarr.json` in every node's directory.
+    #[default]
+    V3,
+    /// The draft storage-transformer layout of zarr-python 2.x (see [`draft`]).
+    Draft,
+}
+
+impl Layout {
+    /// The layout of `store`, told by its root `zarr.json`.
+    pub fn detect(store: &DirStore) -> Layout {
+        let root = store.read(ZARR_JSON).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        if root.as_ref().is_some_and(draft::is_bootstrap) { Layout::Draft } else { Layout::V3 }
+    }
+
+    /// The key of the document of the array whose chunks would live in directory `dir`.
+    pub fn document_key(self, dir: &str) -> Option<String> {
+        match self {
+            Layout::V3 => Some(join(dir, ZARR_JSON)),
+            Layout::Draft => draft::document_key(dir),
+        }
+    }
+
+    /// True when the file at `key` is a metadata document that the view may rewrite.
+    pub fn is_document(self, key: &str) -> bool {
+        match self {
+            Layout::V3 => key.rsplit('/').next() == Some(ZARR_JSON),
+            Layout::Draft => key.starts_with("meta/") && key.ends_with(draft::ARRAY_SUFFIX),
+        }
+    }
+
+    /// The directory holding the chunks of the array described by document `key`.
+    pub fn array_dir(self, key: &str) -> Option<String> {
+        match self {
+            Layout::V3 => Some(key.rsplit_once('/').map_or("", |(dir, _)| dir).to_string()),
+            Layout::Draft => draft::data_dir(key),
+        }
+    }
+
+    /// How the view shows the document at `key`, whose content is `bytes`.
+    pub fn interpret(self, key: &str, bytes: &[u8]) -> Interpretation {
+        match self {
+            Layout::Draft if key.ends_with(draft::ARRAY_SUFFIX) => draft::interpret_array(bytes),
+            Layout::Draft => Interpretation::Unchanged,
+            Layout::V3 => interpret(bytes),
+        }
+    }
+}
+
+/// Interpretations of the store's metadata documents keyed by store key.
 #[derive(Debug, Default)]
 pub struct Documents {
+    layout: Layout,
     cache: Mutex<HashMap<String, (Stamp, Arc<Document>)>>,
 }
 
 impl Documents {
+    pub fn new(layout: Layout) -> Self {
+        Documents { layout, cache: Mutex::default() }
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
     /// The document at `key` (a `zarr.json` whose attributes are `attr`), from cache when the
     /// file has not changed.
     pub fn get(&self, store: &DirStore, key: &str, attr: &Attr) -> Result<Arc<Document>> {
@@ -36,13 +99,13 @@ impl Documents {
             return Ok(doc.clone());
         }
         let bytes = store.read(key).map_err(|e| Error::io(key, e))?;
-        let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
-        let doc = Arc::new(match interpret(&bytes) {
+        let doc = Arc::new(match self.layout.interpret(key, &bytes) {
             Interpretation::Unchanged => Document { view: None, array: None },
             Interpretation::Group { view } => Document { view: Some(view.into()), array: None },
-            Interpretation::ShardedArray { view, array } => {
-                Document { view: Some(view.into()), array: Some(Arc::new(ShardedArray::new(dir.to_string(), array))) }
-            }
+            Interpretation::ShardedArray { view, array } => match self.layout.array_dir(key) {
+                Some(dir) => Document { view: Some(view.into()), array: Some(Arc::new(ShardedArray::new(dir, array))) },
+                None => Document { view: None, array: None },
+            },
             Interpretation::Refused(reason) => {
                 log::warn!("{key}: shown as stored, not unsharded: {reason}");
                 Document { view: None, array: None }
@@ -54,7 +117,7 @@ impl Documents {
 
     /// The sharded array whose directory is `dir`, if the view shows one there.
     pub fn array_at(&self, store: &DirStore, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
-        let key = crate::store::join(dir, "zarr.json");
+        let Some(key) = self.layout.document_key(dir) else { return Ok(None) };
         match store.attr(&key) {
             Ok(attr) if attr.kind == Kind::File => Ok(self.get(store, &key, &attr)?.array.clone()),
             Ok(_) => Ok(None),

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::array::ShardedArray;
-use super::documents::Documents;
+use super::documents::{Documents, Layout};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::shards::Shards;
@@ -104,7 +104,13 @@ pub struct Namespace {
 impl Namespace {
     /// The view of `store`, showing the pending writes of `overlay`.
     pub fn new(store: DirStore, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
-        Namespace { store, documents: Documents::default(), shards: Shards::new(cache), overlay }
+        let documents = Documents::new(Layout::detect(&store));
+        Namespace { store, documents, shards: Shards::new(cache), overlay }
+    }
+
+    /// Where the store keeps its metadata documents.
+    pub fn layout(&self) -> Layout {
+        self.documents.layout()
     }
 
     pub fn store(&self) -> &DirStore {
@@ -156,7 +162,7 @@ impl Namespace {
     }
 
     fn backing_node(&self, key: String) -> Result<Node> {
-        let is_document = key.rsplit('/').next() == Some(ZARR_JSON);
+        let is_document = self.layout().is_document(&key);
         if is_document && self.store.attr(&key).map_err(|e| Error::io(&key, e))?.kind == Kind::File {
             return Ok(Node::Document(key));
         }

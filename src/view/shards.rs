@@ -10,7 +10,6 @@ use std::sync::Arc;
 use super::array::ShardedArray;
 use super::index_cache::IndexCache;
 use crate::error::{Error, Result};
-use crate::format::chunk_key::parse_canonical;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::store::{Attr, DirStore, Kind, file_attr, join};
@@ -248,7 +247,9 @@ fn collect_shard_tree(
 ) -> Result<()> {
     let depth = coords.len();
     for (name, kind) in list_or_empty(store, dir)? {
-        let Some(c) = parse_canonical(&name).filter(|c| *c < array.shard_grid[depth]) else { continue };
+        let Some(c) = array.meta.key_encoding.component(depth, &name).filter(|c| *c < array.shard_grid[depth]) else {
+            continue;
+        };
         coords.push(c);
         if depth + 1 == array.rank() {
             found.push(coords.clone());

@@ -1,6 +1,6 @@
-//! Storing a `zarr.json` written through the view. The view shows sharded arrays unsharded, so a
-//! document written back must be translated before it is stored: an array stored sharded keeps
-//! its stored chunk grid and codecs (shape, attributes, dimension names and the rest take the
+//! Storing a metadata document written through the view. The view shows sharded arrays
+//! unsharded, so a document written back must be translated before it is stored: an array stored
+//! sharded keeps its stored chunk grid and codecs (for the draft layout: its sharding transformer) (shape, attributes, dimension names and the rest take the
 //! written values), a group's consolidated metadata gets each sharded child's stored layout back,
 //! and with `--shard-new` a new unsharded array is stored sharded. The stored document is replaced
 //! atomically: written beside it, fsync'd, renamed over it.
@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::journal::{sync_dir, tmp_dir};
 use super::lock::{ShardLock, lock_slot};
 use crate::error::{Error, Result};
+use crate::format::draft;
 use crate::format::metadata::{Interpretation, interpret, reshard, reshard_consolidated, shard_new};
 use crate::store::{DirStore, join};
 
-/// Stores `written` as the document at store key `key` (a `zarr.json`).
+/// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
+/// `.array.json`).
 pub fn store_document(store: &DirStore, key: &str, written: &[u8], shard_new_factors: Option<&[u64]>) -> Result<()> {
     let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
     let stored = match store.read(key) {
@@ -27,13 +29,15 @@ pub fn store_document(store: &DirStore, key: &str, written: &[u8], shard_new_fac
         log::warn!("{}: not stored: {why}", store.path(key).display());
         Error::Invalid(format!("{key}: {why}"))
     };
+    let draft_array = key.ends_with(draft::ARRAY_SUFFIX);
+    let interpret = |doc: &[u8]| if draft_array { draft::interpret_array(doc) } else { interpret(doc) };
     let stored_is_sharded =
         stored.as_deref().is_some_and(|s| matches!(interpret(s), Interpretation::ShardedArray { .. }));
     let stored_is_array = stored.as_deref().is_some_and(|s| {
         serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
     });
     let document = if let Some(stored) = stored.as_deref().filter(|_| stored_is_sharded) {
-        reshard(written, stored).map_err(refuse)?
+        if draft_array { draft::reshard(written, stored) } else { reshard(written, stored) }.map_err(refuse)?
     } else if let Some(regrouped) =
         reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
             .map_err(refuse)?

@@ -150,7 +150,7 @@ pub fn assert_same_tree(view: &BTreeMap<String, Vec<u8>>, twin: &BTreeMap<String
     let twin_keys: Vec<_> = twin.keys().collect();
     assert_eq!(view_keys, twin_keys, "the view's files differ from the unsharded twin's");
     for (path, bytes) in view {
-        if path.ends_with("zarr.json") {
+        if path.ends_with(".json") {
             let a: serde_json::Value = serde_json::from_slice(bytes).unwrap();
             let b: serde_json::Value = serde_json::from_slice(&twin[path]).unwrap();
             assert_eq!(a, b, "{path}");
