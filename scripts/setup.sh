@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what shardfs's tests need on a fresh Debian machine, and nothing when it is already
-# there: fuse3 (fusermount3, as users have it) from apt, and the interop peers (zarr-python 3,
-# tensorstore, numpy) in a Python venv under target/venv.
+# there: fuse3 (fusermount3, as users have it) from apt, the interop peers (zarr-python 3,
+# tensorstore, numpy) in a Python venv under target/venv, and zarr-python 2.16.1 (the draft
+# sharding storage transformer) in target/venv2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +21,14 @@ if [ ! -f "$stamp" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3'
   touch "$stamp"
+fi
+
+venv2=target/venv2
+stamp2="$venv2/.installed-zarr2.16.1"
+if [ ! -f "$stamp2" ]; then
+  echo "setup: creating $venv2 with zarr-python 2.16.1"
+  python3 -m venv "$venv2"
+  # pytest: zarr 2.16.1 imports one of its test modules when reading v3 metadata.
+  "$venv2/bin/pip" install -q --disable-pip-version-check 'zarr==2.16.1' 'numcodecs<0.13' 'numpy<2' pytest
+  touch "$stamp2"
 fi

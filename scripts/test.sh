@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need, then runs every test: unit and
-# integration tests (cargo test, real mounts included), the shell-level test and the interop test
-# against zarr-python 3 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE
+# integration tests (cargo test, real mounts included), the shell-level test, and the interop
+# tests against zarr-python 3 and tensorstore, and against zarr-python 2.16.1 (draft layout). With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE
 # fails the run instead of skipping the mount tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +20,4 @@ if ! (exec 3<>/dev/fuse) 2>/dev/null; then
 fi
 scripts/shell-test.sh target/debug/shardfs
 target/venv/bin/python scripts/interop.py target/debug/shardfs
+target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
