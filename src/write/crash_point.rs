@@ -37,11 +37,6 @@ impl CrashPoint {
         CrashPoint { remaining: Some(bytes) }
     }
 
-    /// True once the crash happened.
-    pub fn crashed(&self) -> bool {
-        self.remaining == Some(0)
-    }
-
     /// Writes `buf` at `offset`, or as much of it as the crash point allows.
     pub fn write_at(&mut self, file: &File, buf: &[u8], offset: u64) -> Result<(), Step> {
         match self.remaining {

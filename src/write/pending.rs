@@ -202,11 +202,6 @@ impl Pending {
         }
         first
     }
-
-    /// The policy's idle interval.
-    pub fn idle(&self) -> Duration {
-        self.policy.idle
-    }
 }
 
 impl Overlay for Pending {
