@@ -84,8 +84,10 @@ pub enum Command {
     },
 }
 
+/// Requests mostly wait on the store rather than compute, so more threads than cores pay off
+/// when several clients read at once.
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 16))
+    std::thread::available_parallelism().map_or(8, |n| (n.get() * 4).clamp(8, 32))
 }
 
 /// A byte count with an optional binary suffix: `4096`, `512K`, `64M`, `1G`.

@@ -134,8 +134,15 @@ impl Filesystem for Fuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.open(ino.0, open_mode(flags.0)) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+        let mode = open_mode(flags.0);
+        // A file opened only for reading has nothing to report at close: skip the FLUSH request.
+        let reply_flags = if mode.write {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+        };
+        match self.0.open(ino.0, mode) {
+            Ok(fh) => reply.opened(FileHandle(fh), reply_flags),
             Err(e) => reply.error(fail("open", &e)),
         }
     }

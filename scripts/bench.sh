@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Benchmark: shardfs against the same chunks as plain files (the speed limit) and packed into
+# archives served by established FUSE tools (squashfuse, fuse-zip, ratarmount), side by side in
+# one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
+# ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
+#
+#   scripts/bench.sh [--profile tiny|small|large] [--runs N] [--out FILE]
+#
+# Profiles: small = 262,144 chunks of 1 KiB in 64 shards; large = 4,096 chunks of 256 KiB in 64
+# shards; tiny = 1,024 chunks of 1 KiB in 4 shards (the test suite runs it so the script keeps
+# working). Not a test: nothing here asserts a speed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=small runs=5 out=BENCHMARKS.md
+while [ $# -gt 0 ]; do
+  case $1 in
+    --profile) profile=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large] [--runs N] [--out FILE]" >&2; exit 2 ;;
+  esac
+done
+case $profile in
+  tiny) shards=4 per=256 bytes=1024 copies=1024 rss_shards=64 ;;
+  small) shards=64 per=4096 bytes=1024 copies=65536 rss_shards=2442 ;;
+  large) shards=64 per=64 bytes=262144 copies=4096 rss_shards=2442 ;;
+  *) echo "unknown profile $profile" >&2; exit 2 ;;
+esac
+total=$((shards * per))
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+need=()
+for tool in hyperfine mksquashfs squashfuse fuse-zip zip; do command -v "$tool" >/dev/null || need+=("$tool"); done
+if [ ${#need[@]} -gt 0 ]; then
+  pkgs=$(printf '%s\n' "${need[@]}" | sed 's/^mksquashfs$/squashfs-tools/' | sort -u | tr '\n' ' ')
+  echo "bench: installing $pkgs with apt-get"
+  as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq $pkgs >/dev/null
+fi
+venv=target/venv-bench
+if [ ! -x "$venv/bin/ratarmount" ]; then
+  echo "bench: installing ratarmount in $venv"
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check ratarmount
+fi
+cargo build --release --locked -q
+bin=$PWD/target/release/shardfs
+
+work=$(mktemp -d -t shardfs-bench.XXXXXX)
+mounts=()
+cleanup() {
+  for m in "${mounts[@]}"; do
+    if mountpoint -q "$m"; then fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; fi
+  done
+  # Never delete through a mount that is still there.
+  if grep -q " $work/" /proc/mounts; then echo "bench: mounts left under $work, not removing it" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+# mkmnt NAME: a fresh mount point in $m, remembered for cleanup (no subshell, so the list sticks).
+mkmnt() { m=$work/$1; mkdir -p "$m"; mounts+=("$m"); }
+
+echo "bench: profile $profile: $total chunks of $bytes bytes in $shards shards"
+python3 scripts/bench_store.py "$work/gen" --shards "$shards" --chunks-per-shard "$per" --chunk-bytes "$bytes"
+mksquashfs "$work/gen/plain" "$work/store.sqfs" -noappend -quiet -no-progress >/dev/null
+(cd "$work/gen/plain" && zip -qr0 "$work/store.zip" .)
+tar -C "$work/gen/plain" -cf "$work/store.tar" .
+
+declare -A dir
+dir[plain]=$work/gen/plain
+mkmnt m-shardfs; dir[shardfs]=$m; "$bin" mount --read-only "$work/gen/sharded" "$m"
+mkmnt m-squashfuse; dir[squashfuse]=$m; squashfuse "$work/store.sqfs" "$m"
+mkmnt m-fuse-zip; dir[fuse-zip]=$m; fuse-zip -r "$work/store.zip" "$m"
+mkmnt m-ratarmount; dir[ratarmount]=$m; "$venv/bin/ratarmount" "$work/store.tar" "$m" >/dev/null
+systems=(plain shardfs squashfuse fuse-zip ratarmount)
+
+results=$work/results.md
+: > "$results"
+measure() { # measure TITLE COMMAND-WITH-{}  (one hyperfine run over every system)
+  local title=$1 template=$2 args=()
+  for s in "${systems[@]}"; do args+=(-n "$s" "${template//\{\}/${dir[$s]}}"); done
+  hyperfine -N --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null 2>&1 ||
+    hyperfine --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null
+  python3 - "$title" "$work/h.json" >>"$results" <<'PY'
+import json, sys
+title, data = sys.argv[1], json.load(open(sys.argv[2]))["results"]
+med = {r["command"]: r["median"] for r in data}
+base = med["plain"]
+cells = " | ".join(f"{med[s]*1000:.1f} ms ({med[s]/base:.2f}x)" for s in med)
+print(f"| {title} | {cells} |")
+PY
+}
+
+measure "find -type f \\| wc -l" "bash -c 'find {} -type f | wc -l'"
+measure "ls -lR (stat of every chunk)" "bash -c 'ls -lR {} >/dev/null'"
+measure "cat of every chunk, warm" "bash -c 'find {} -type f -print0 | xargs -0 cat >/dev/null'"
+measure "10,000 random reads, 1 thread" "python3 scripts/bench_random_reads.py {} 10000 1 $total"
+measure "10,000 random reads, 8 threads" "python3 scripts/bench_random_reads.py {} 10000 8 $total"
+
+# Writes: cp -r of new chunk files into a writable view (committed by shardfs unmount) and into
+# plain files (then sync), three fresh runs each; then the index and unused bytes cp -r left.
+python3 scripts/bench_store.py "$work/src" --shards 1 --chunks-per-shard "$copies" --chunk-bytes "$bytes"
+cp_times=()
+for target in plain shardfs; do
+  times=()
+  for run in 1 2 3; do
+    rm -rf "$work/w"; mkdir -p "$work/w/store/b"
+    cp "$work/gen/sharded/zarr.json" "$work/w/store/"
+    python3 - "$work/gen/sharded/a/zarr.json" "$work/w/store/b/zarr.json" "$copies" "$bytes" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["shape"] = [int(sys.argv[3]) * int(sys.argv[4])]
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+    if [ "$target" = shardfs ]; then
+      mkmnt m-write; "$bin" mount "$work/w/store" "$m"
+      start=$(date +%s.%N); cp -r "$work/src/plain/a/c" "$m/b/"; "$bin" unmount "$m"; end=$(date +%s.%N)
+    else
+      start=$(date +%s.%N); cp -r "$work/src/plain/a/c" "$work/w/store/b/"; sync; end=$(date +%s.%N)
+    fi
+    times+=("$(python3 -c "print($end - $start)")")
+  done
+  cp_times+=("$(printf '%s\n' "${times[@]}" | sort -g | sed -n 2p)")
+done
+overhead=$("$bin" info "$work/w/store" | awk '$1 == "b" { printf "%.2f%% (index %d + unused %d bytes for %d data bytes)", 100 * ($5 + $6) / $4, $6, $5, $4 }')
+python3 - "${cp_times[0]}" "${cp_times[1]}" "$copies" >>"$results" <<'PY'
+import sys
+plain, shardfs, n = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+print(f"| cp -r of {int(n):,} new chunks (+ commit) | {plain*1000:.1f} ms (1.00x) | {shardfs*1000:.1f} ms ({shardfs/plain:.2f}x) | - | - | - |")
+PY
+
+# Memory: the daemon's peak RSS after a full find on an index-only store.
+python3 scripts/bench_store.py "$work/rss" --shards "$rss_shards" --chunks-per-shard 4096 --chunk-bytes 1 --index-only
+mkmnt m-rss; "$bin" mount --read-only "$work/rss/sharded" "$m"
+found=$(find "$m" -type f | wc -l)
+pid=$(python3 -c "import os,sys; print(os.getxattr(sys.argv[1], 'user.shardfs.pid').decode())" "$m")
+rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+"$bin" unmount "$m"
+
+# Mount time for 100 and 100,000 shards.
+mount_ms() {
+  python3 scripts/bench_store.py "$work/mt$1" --shards "$1" --chunks-per-shard 1 --chunk-bytes 1 --index-only
+  mkmnt "m-mt$1"
+  local start end; start=$(date +%s%N); "$bin" mount --read-only "$work/mt$1/sharded" "$m"; end=$(date +%s%N)
+  "$bin" unmount "$m"
+  mount_time=$(((end - start) / 1000000))
+}
+big=100000; [ "$profile" = tiny ] && big=1000
+mount_ms 100; mt100=$mount_time
+mount_ms "$big"; mt100k=$mount_time
+
+{
+  echo "# Benchmarks"
+  echo
+  echo "Profile \`$profile\`: $total chunks of $bytes bytes in $shards shards; medians of $runs runs"
+  echo "after one warm-up (hyperfine); ratios against plain files on the same disk, all in one run."
+  echo
+  echo "Reproduce: \`scripts/bench.sh --profile $profile --runs $runs\`"
+  echo
+  echo "| operation | plain files | shardfs | squashfuse | fuse-zip | ratarmount |"
+  echo "|---|---|---|---|---|---|"
+  cat "$results"
+  echo
+  echo "- cp -r into the view leaves index + unused space of $overhead."
+  echo "- Daemon peak RSS after \`find\` over $found files (index-only shards): $((rss / 1024)) MiB."
+  echo "- Mount time: $mt100 ms for 100 shards, $mt100k ms for $big shards."
+  echo
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r)."
+  echo "Versions: $("$bin" --version), squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null), fuse-zip $(dpkg-query -W -f='${Version}' fuse-zip 2>/dev/null), $("$venv/bin/ratarmount" --version 2>/dev/null | head -1), $(hyperfine --version)."
+} > "$work/report.md"
+cat "$work/report.md"
+cp "$work/report.md" "$out"
