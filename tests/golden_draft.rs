@@ -12,12 +12,7 @@ fn golden_draft() -> std::path::PathBuf {
 
 #[test]
 fn draft_view_equals_the_unsharded_twin() {
-    let fs = fs_of(&golden_draft().join("sharded"));
-    let (view, view_dirs) = walk_view(&fs);
-    let (twin, twin_dirs) = walk_dir(&golden_draft().join("unsharded"));
-    assert_same_tree(&view, &twin);
-    let holds_files = |d: &String| twin.keys().any(|f| f.starts_with(&format!("{d}/")));
-    assert_eq!(view_dirs, twin_dirs.into_iter().filter(holds_files).collect::<Vec<_>>());
+    assert_view_equals_twin(&golden_draft());
 }
 
 #[test]
