@@ -42,8 +42,9 @@ if [ ! -x "$venv/bin/ratarmount" ]; then
   echo "bench: installing ratarmount in $venv"
   python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check ratarmount
 fi
-cargo build --release --locked -q
+cargo build --release --locked -q --bins --examples
 bin=$PWD/target/release/shardfs
+reads=$PWD/target/release/examples/random_reads
 
 work=$(mktemp -d -t shardfs-bench.XXXXXX)
 mounts=()
@@ -66,11 +67,25 @@ tar -C "$work/gen/plain" -cf "$work/store.tar" .
 
 declare -A dir
 dir[plain]=$work/gen/plain
-mkmnt m-shardfs; dir[shardfs]=$m; "$bin" mount --read-only "$work/gen/sharded" "$m"
-mkmnt m-squashfuse; dir[squashfuse]=$m; squashfuse "$work/store.sqfs" "$m"
-mkmnt m-fuse-zip; dir[fuse-zip]=$m; fuse-zip -r "$work/store.zip" "$m"
-mkmnt m-ratarmount; dir[ratarmount]=$m; "$venv/bin/ratarmount" "$work/store.tar" "$m" >/dev/null
+# serve SYSTEM: mounts SYSTEM's copy of the chunks at its mount point.
+serve() {
+  case $1 in
+    shardfs) "$bin" mount --read-only "$work/gen/sharded" "${dir[$1]}" ;;
+    squashfuse) squashfuse "$work/store.sqfs" "${dir[$1]}" ;;
+    fuse-zip) fuse-zip -r "$work/store.zip" "${dir[$1]}" ;;
+    ratarmount) "$venv/bin/ratarmount" "$work/store.tar" "${dir[$1]}" >/dev/null ;;
+  esac
+}
+# unserve SYSTEM: unmounts it.
+unserve() {
+  case $1 in
+    plain) ;;
+    shardfs) "$bin" unmount "${dir[$1]}" ;;
+    *) fusermount3 -u "${dir[$1]}" ;;
+  esac
+}
 systems=(plain shardfs squashfuse fuse-zip ratarmount)
+for s in "${systems[@]:1}"; do mkmnt "m-$s"; dir[$s]=$m; serve "$s"; done
 
 results=$work/results.md
 : > "$results"
@@ -92,8 +107,26 @@ PY
 measure "find -type f \\| wc -l" "bash -c 'find {} -type f | wc -l'"
 measure "ls -lR (stat of every chunk)" "bash -c 'ls -lR {} >/dev/null'"
 measure "cat of every chunk, warm" "bash -c 'find {} -type f -print0 | xargs -0 cat >/dev/null'"
-measure "10,000 random reads, 1 thread" "python3 scripts/bench_random_reads.py {} 10000 1 $total"
-measure "10,000 random reads, 8 threads" "python3 scripts/bench_random_reads.py {} 10000 8 $total"
+measure "10,000 random reads, 1 thread" "$reads {} 10000 1 $total"
+measure "10,000 random reads, 8 threads" "$reads {} 10000 8 $total"
+
+# Cold cat: every run on a fresh mount with the kernel's caches dropped (hyperfine cannot
+# remount between runs of one command, so this loop keeps the same rules: median of $runs).
+cold_cells=()
+for s in "${systems[@]}"; do
+  times=()
+  for ((run = 0; run < runs; run++)); do
+    unserve "$s"; sync; as_root sh -c "echo 3 >/proc/sys/vm/drop_caches"; serve "$s"
+    start=$(date +%s%N); find "${dir[$s]}" -type f -print0 | xargs -0 cat >/dev/null; end=$(date +%s%N)
+    times+=("$(((end - start) / 1000))")
+  done
+  cold_cells+=("$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(((runs + 1) / 2))p")")
+done
+python3 - "${cold_cells[@]}" >>"$results" <<'PY'
+import sys
+us = [int(x) for x in sys.argv[1:]]
+print("| cat of every chunk, cold (fresh mount, caches dropped) | " + " | ".join(f"{u/1000:.1f} ms ({u/us[0]:.2f}x)" for u in us) + " |")
+PY
 
 # Writes: cp -r of new chunk files into a writable view (committed by shardfs unmount) and into
 # plain files (then sync), three fresh runs each; then the index and unused bytes cp -r left.
@@ -129,9 +162,9 @@ PY
 
 # Memory: the daemon's peak RSS after a full find on an index-only store.
 python3 scripts/bench_store.py "$work/rss" --shards "$rss_shards" --chunks-per-shard 4096 --chunk-bytes 1 --index-only
-mkmnt m-rss; "$bin" mount --read-only "$work/rss/sharded" "$m"
+mkmnt m-rss; "$bin" mount -f --read-only "$work/rss/sharded" "$m" & pid=$!
+until mountpoint -q "$m"; do kill -0 "$pid"; sleep 0.05; done
 found=$(find "$m" -type f | wc -l)
-pid=$(python3 -c "import os,sys; print(os.getxattr(sys.argv[1], 'user.shardfs.pid').decode())" "$m")
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 "$bin" unmount "$m"
 

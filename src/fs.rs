@@ -39,6 +39,13 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
+/// An open directory: its node and the entries it had when opened.
+#[derive(Debug)]
+struct Listing {
+    node: Node,
+    entries: Vec<DirEntry>,
+}
+
 #[derive(Debug)]
 struct Inode {
     node: Node,
@@ -80,7 +87,7 @@ pub struct ShardFs {
     stop_committer: Arc<AtomicBool>,
     inodes: Mutex<HashMap<u64, Inode>>,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
-    dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_handle: AtomicU64,
 }
 
@@ -224,16 +231,58 @@ impl ShardFs {
             kind,
         }));
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().insert(fh, Arc::new(entries));
+        self.dirs.lock().insert(fh, Arc::new(Listing { node, entries }));
         Ok(fh)
+    }
+
+    fn listing(&self, fh: u64) -> Result<Arc<Listing>> {
+        self.dirs.lock().get(&fh).cloned().ok_or(Error::BadHandle)
     }
 
     /// Passes the entries of an open directory from position `offset` to `add`, with the offset
     /// of the entry after each, until `add` says the reply is full.
     pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
-        let entries = self.dirs.lock().get(&fh).cloned().ok_or(Error::BadHandle)?;
-        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+        let listing = self.listing(fh)?;
+        for (i, entry) in listing.entries.iter().enumerate().skip(offset as usize) {
             if add(entry, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`ShardFs::readdir`] that also passes each entry's attributes, sparing the kernel one
+    /// lookup per entry (`ls -l`, `find -size`). The kernel holds a reference to every entry it
+    /// accepts but `.` and `..`; `None` marks an entry whose attributes cannot be had (a chunk of a
+    /// damaged shard), which the kernel must not cache. Entries gone since `opendir` are skipped.
+    pub fn readdirplus(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
+    ) -> Result<()> {
+        let listing = self.listing(fh)?;
+        for (i, entry) in listing.entries.iter().enumerate().skip(offset as usize) {
+            let next = i as u64 + 1;
+            if entry.name == "." || entry.name == ".." {
+                // The kernel takes neither attributes nor a reference for these two.
+                if add(entry, None, next) {
+                    break;
+                }
+                continue;
+            }
+            let (node, attr) = match self.ns.entry(&listing.node, &entry.name) {
+                Ok(found) => found,
+                Err(e) => {
+                    log::debug!("readdirplus: {}: {e}", entry.name);
+                    continue;
+                }
+            };
+            let ino = self.remember(node);
+            let full = add(&DirEntry { ino, ..entry.clone() }, attr.as_ref().ok(), next);
+            if full {
+                // The kernel did not take this entry, so it holds no reference to it.
+                self.forget(ino, 1);
                 break;
             }
         }
@@ -252,6 +301,17 @@ impl ShardFs {
 
     fn handle(&self, fh: u64) -> Result<Arc<Handle>> {
         self.files.lock().get(&fh).cloned().ok_or(Error::BadHandle)
+    }
+
+    /// True when the filesystem rejects every write.
+    pub fn is_read_only(&self) -> bool {
+        self.pending.is_none()
+    }
+
+    /// Reads file `ino` without an open handle: the chunk is located afresh, so the bytes come
+    /// from the index and data of one shard version.
+    pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        self.ns.open(&self.node(ino)?)?.read(offset, size)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {

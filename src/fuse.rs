@@ -8,8 +8,9 @@ use std::time::SystemTime;
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Error;
@@ -20,9 +21,9 @@ use crate::store::{Attr, Kind};
 /// underneath the mount shows its new content at most this long after the change.
 pub const CACHE_TTL: Duration = Duration::from_secs(1);
 
-/// Extended attribute of the mount's root holding the serving process's id, so that
-/// `shardfs unmount` can wait for the daemon to finish.
-pub const PID_XATTR: &str = "user.shardfs.pid";
+/// ioctl on the mount's root directory answering the serving process's id (a native-endian
+/// `u32`), so that `shardfs unmount` can wait for the daemon to finish: `_IOR('Z', 0x70, u32)`.
+pub const PID_IOCTL: u32 = (2 << 30) | (4 << 16) | ((b'Z' as u32) << 8) | 0x70;
 
 /// Largest read the kernel sends at once, and its readahead.
 const MAX_READAHEAD: u32 = 1 << 20;
@@ -76,6 +77,27 @@ fn file_attr(ino: u64, attr: &Attr) -> FileAttr {
     }
 }
 
+/// Attributes for an entry whose real ones cannot be had: only its inode and type are true.
+fn unknown_attr(ino: u64, kind: Kind) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: file_type(kind),
+        perm: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::File | Kind::Other => FileType::RegularFile,
@@ -104,6 +126,10 @@ impl Filesystem for Fuse {
         // O_TRUNC arrives with the open instead of as a separate truncate.
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         let _ = config.set_max_readahead(MAX_READAHEAD);
+        // Listings carry attributes, so `ls -l` costs no lookup per entry.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        // Lookups in one directory (every chunk of a 1-D array) run in parallel.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         Ok(())
     }
 
@@ -135,6 +161,10 @@ impl Filesystem for Fuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let mode = open_mode(flags.0);
+        if self.0.is_read_only() {
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         // A file opened only for reading has nothing to report at close: skip the FLUSH request.
         let reply_flags = if mode.write {
             FopenFlags::FOPEN_KEEP_CACHE
@@ -282,7 +312,7 @@ impl Filesystem for Fuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -290,7 +320,8 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.0.read(fh.0, offset, size) {
+        let data = if fh.0 == 0 { self.0.read_unopened(ino.0, offset, size) } else { self.0.read(fh.0, offset, size) };
+        match data {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail("read", &e)),
         }
@@ -311,27 +342,43 @@ impl Filesystem for Fuse {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        if fh.0 == 0 {
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         match self.0.flush(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("flush", &e)),
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if ino.0 != crate::fs::ROOT_INO || name != PID_XATTR {
-            reply.error(Errno::ENODATA);
-            return;
-        }
-        let pid = std::process::id().to_string();
-        match size {
-            0 => reply.size(pid.len() as u32),
-            n if (n as usize) < pid.len() => reply.error(Errno::ERANGE),
-            _ => reply.data(pid.as_bytes()),
-        }
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        // ENOSYS makes the kernel answer every later getxattr itself: `ls -l` asks two per file.
+        reply.error(Errno::ENOSYS);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 { reply.size(0) } else { reply.data(&[]) }
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if ino.0 == crate::fs::ROOT_INO && cmd == PID_IOCTL && out_size >= 4 {
+            reply.ioctl(0, &std::process::id().to_ne_bytes());
+            return;
+        }
+        // Every Python open() asks whether the file is a terminal (TCGETS), and the kernel does not
+        // remember a refusal: answer "not a terminal" quietly instead of logging each one.
+        reply.error(Errno::ENOTTY);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -348,6 +395,21 @@ impl Filesystem for Fuse {
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("readdir", &e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let result = self.0.readdirplus(fh.0, offset, |entry, attr, next| {
+            let (attr, ttl) = match attr {
+                Some(attr) => (file_attr(entry.ino, attr), CACHE_TTL),
+                // Not cached, so that the next stat or open asks again and gets the error.
+                None => (unknown_attr(entry.ino, entry.kind), Duration::ZERO),
+            };
+            reply.add(INodeNo(entry.ino), next, &entry.name, &ttl, &attr, Generation(0))
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fail("readdirplus", &e)),
         }
     }
 

@@ -241,16 +241,13 @@ pub fn unmount(mountpoint: &Path) -> Result<(), String> {
 
 /// The id of the process serving the shardfs mount at `mountpoint`, if it is one.
 fn daemon_pid(mountpoint: &Path) -> Option<i32> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()).ok()?;
-    let name = std::ffi::CString::new(fuse::PID_XATTR).expect("no NUL");
-    let mut buf = [0u8; 32];
-    // SAFETY: valid C strings and a buffer of the given length.
-    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n <= 0 {
-        return None;
-    }
-    std::str::from_utf8(&buf[..n as usize]).ok()?.parse().ok().filter(|pid| *pid != std::process::id() as i32)
+    use std::os::fd::AsRawFd;
+    let root = std::fs::File::open(mountpoint).ok()?;
+    let mut pid: u32 = 0;
+    // SAFETY: an open descriptor, and a request that writes one u32 to the pointer given.
+    let rc = unsafe { libc::ioctl(root.as_raw_fd(), fuse::PID_IOCTL as _, &mut pid as *mut u32) };
+    let pid = i32::try_from(pid).ok()?;
+    (rc == 0 && pid > 0 && pid != std::process::id() as i32).then_some(pid)
 }
 
 /// True while process `pid` exists and is not a zombie.

@@ -28,6 +28,23 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// The pid the mount's root answers to [`fuse::PID_IOCTL`].
+fn daemon_pid(mountpoint: &Path) -> i32 {
+    use std::os::fd::AsRawFd;
+    let root = std::fs::File::open(mountpoint).unwrap();
+    let mut pid: u32 = 0;
+    // SAFETY: an open descriptor, and a request that writes one u32 to the pointer given.
+    let rc = unsafe { libc::ioctl(root.as_raw_fd(), fuse::PID_IOCTL as _, &mut pid as *mut u32) };
+    assert_eq!(rc, 0, "pid ioctl: {}", std::io::Error::last_os_error());
+    pid as i32
+}
+
+/// True while process `pid` exists and is not a zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
 #[test]
 fn mounted_view_equals_the_unsharded_twin() {
     if !fuse_available() {
@@ -124,9 +141,12 @@ fn binary_mounts_in_the_background_and_unmounts() {
     assert_eq!(std::fs::read(mnt.path().join("zp/gzip_crc_end/c/4/0")).unwrap(), std::fs::read(twin).unwrap());
     let err = std::fs::read(mnt.path().join("zp/raw_nocrc/c/4")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    let daemon = daemon_pid(mnt.path());
+    assert!(running(daemon), "the mount's root names daemon {daemon}, which is not running");
     let out = shardfs(&["unmount", mnt.path().to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!is_mounted(mnt.path()));
+    assert!(!running(daemon), "unmount returned before daemon {daemon} exited");
     let log = std::fs::read_to_string(&log).unwrap();
     let shard = store.path().join("zp/raw_nocrc/c/1");
     assert!(log.lines().any(|l| l.contains(shard.to_str().unwrap())), "no log line names the shard:\n{log}");

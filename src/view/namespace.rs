@@ -129,6 +129,13 @@ impl Namespace {
 
     /// The entry `name` of directory `parent`, with its attributes.
     pub fn child(&self, parent: &Node, name: &str) -> Result<(Node, Attr)> {
+        let (node, attr) = self.entry(parent, name)?;
+        Ok((node, attr?))
+    }
+
+    /// The entry `name` of directory `parent`, and its attributes or why they cannot be had: a
+    /// chunk of a damaged shard is still an entry of its directory, one that cannot be read.
+    pub fn entry(&self, parent: &Node, name: &str) -> Result<(Node, Result<Attr>)> {
         if name.is_empty() || name == "." || name == ".." || name.contains('/') {
             return Err(Error::NotFound);
         }
@@ -147,14 +154,14 @@ impl Namespace {
                 }
                 let node = self.backing_node(join(dir, name))?;
                 let attr = self.attr(&node)?;
-                Ok((node, attr))
+                Ok((node, Ok(attr)))
             }
             Node::ChunkDir { array, dir, .. } => match self.virtual_child(array, dir, name)? {
                 Some(found) => Ok(found),
                 None => {
                     let scratch = Node::Backing(array.scratch_key(&join(dir, name)));
                     let attr = self.attr(&scratch)?;
-                    Ok((scratch, attr))
+                    Ok((scratch, Ok(attr)))
                 }
             },
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
@@ -169,7 +176,7 @@ impl Namespace {
         Ok(Node::Backing(key))
     }
 
-    fn virtual_child(&self, array: &Arc<ShardedArray>, dir: &str, name: &str) -> Result<Option<(Node, Attr)>> {
+    fn virtual_child(&self, array: &Arc<ShardedArray>, dir: &str, name: &str) -> Result<Option<(Node, Result<Attr>)>> {
         let rel = join(dir, name);
         let enc = &array.meta.key_encoding;
         if let Some(coords) = enc.decode(&rel, array.rank()) {
@@ -178,15 +185,14 @@ impl Namespace {
             }
             let node = Node::Chunk { array: array.clone(), coords };
             return match self.attr(&node) {
-                Ok(attr) => Ok(Some((node, attr))),
                 Err(Error::NotFound) => Ok(None),
-                Err(e) => Err(e),
+                attr => Ok(Some((node, attr))),
             };
         }
         match enc.decode_dir(&rel, array.rank()) {
             Some(prefix) if array.in_bounds(&prefix) && self.dir_exists(array, &rel, &prefix)? => {
                 let node = Node::ChunkDir { array: array.clone(), dir: rel, prefix };
-                let attr = self.attr(&node)?;
+                let attr = self.attr(&node);
                 Ok(Some((node, attr)))
             }
             _ => Ok(None),

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use shardfs::fs::{ROOT_INO, ShardFs};
+use shardfs::fs::{DirEntry, ROOT_INO, ShardFs};
 use shardfs::mount::{filesystem, open_store};
-use shardfs::store::Kind;
+use shardfs::store::{Attr, Kind};
 
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(PathBuf);
@@ -81,19 +81,18 @@ pub fn walk_view(fs: &ShardFs) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
 }
 
 fn walk_view_dir(fs: &ShardFs, ino: u64, path: &str, files: &mut BTreeMap<String, Vec<u8>>, dirs: &mut Vec<String>) {
-    let fh = fs.opendir(ino).unwrap();
-    let mut entries = Vec::new();
-    fs.readdir(fh, 0, |e, _| {
-        entries.push(e.clone());
-        false
-    })
-    .unwrap();
-    fs.releasedir(fh);
-    for entry in entries.into_iter().filter(|e| e.name != "." && e.name != "..") {
+    let entries = list_plus(fs, ino);
+    for (entry, plus) in entries.into_iter().filter(|(e, _)| e.name != "." && e.name != "..") {
         let child = if path.is_empty() { entry.name.clone() } else { format!("{path}/{}", entry.name) };
         let (child_ino, attr) = fs.lookup(ino, &entry.name).unwrap_or_else(|e| panic!("{child}: {e}"));
-        assert_eq!(child_ino, entry.ino, "{child}: readdir and lookup disagree on the inode");
+        assert_eq!(child_ino, entry.ino, "{child}: readdirplus and lookup disagree on the inode");
         assert_eq!(attr.kind, entry.kind, "{child}");
+        let plus = plus.unwrap_or_else(|| panic!("{child}: readdirplus gave no attributes"));
+        assert_eq!(
+            (plus.kind, plus.size, plus.perm, plus.mtime),
+            (attr.kind, attr.size, attr.perm, attr.mtime),
+            "{child}"
+        );
         if entry.kind == Kind::Dir {
             dirs.push(child.clone());
             walk_view_dir(fs, child_ino, &child, files, dirs);
@@ -103,6 +102,38 @@ fn walk_view_dir(fs: &ShardFs, ino: u64, path: &str, files: &mut BTreeMap<String
             files.insert(child, bytes);
         }
     }
+}
+
+/// Every entry of directory `ino` with the attributes readdirplus gives it, fetched a few entries
+/// per call as the kernel's small reply buffers do; the listing must equal plain readdir's.
+pub fn list_plus(fs: &ShardFs, ino: u64) -> Vec<(DirEntry, Option<Attr>)> {
+    let fh = fs.opendir(ino).unwrap();
+    let mut plain = Vec::new();
+    fs.readdir(fh, 0, |e, _| {
+        plain.push(e.clone());
+        false
+    })
+    .unwrap();
+    let mut entries: Vec<(DirEntry, Option<Attr>)> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let before = entries.len();
+        fs.readdirplus(fh, offset, |e, attr, next| {
+            if entries.len() - before == 3 {
+                return true;
+            }
+            entries.push((e.clone(), attr.copied()));
+            offset = next;
+            false
+        })
+        .unwrap();
+        if entries.len() == before {
+            break;
+        }
+    }
+    fs.releasedir(fh);
+    assert_eq!(entries.iter().map(|(e, _)| e.clone()).collect::<Vec<_>>(), plain, "readdirplus and readdir disagree");
+    entries
 }
 
 /// The whole content of file `ino`, read in odd-sized pieces.
