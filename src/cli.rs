@@ -44,6 +44,10 @@ pub enum Command {
         /// Memory for decoded shard indexes, in bytes (suffixes K, M, G).
         #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
         cache_size: usize,
+        /// Show an array unsharded only if one shard's index needs at most this many bytes of
+        /// memory (K, M, G; at most the default, 2^24 entries); bigger ones are shown as stored.
+        #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
+        max_index_size: usize,
         /// Commit a shard's pending chunk writes once they reach this many bytes (K, M, G).
         #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
         commit_bytes: usize,
@@ -114,6 +118,7 @@ impl Command {
             options,
             threads,
             cache_size,
+            max_index_size,
             commit_bytes,
             commit_idle_ms,
             shard_new,
@@ -128,6 +133,7 @@ impl Command {
             foreground: *foreground,
             settings: MountSettings { options: options.clone(), threads: *threads, read_only: *read_only },
             cache_bytes: *cache_size,
+            max_index_bytes: *max_index_size as u64,
             writes: WriteOptions {
                 policy: Policy { shard_bytes: *commit_bytes, idle: std::time::Duration::from_millis(*commit_idle_ms) },
                 shard_new: shard_new.clone(),

@@ -15,7 +15,7 @@ use crate::format::shard_index::{Endian, IndexLocation, IndexSpec, assemble_shar
 use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
 use crate::mount::{self, MountConfig};
-use crate::view::index_cache::DEFAULT_BUDGET;
+use crate::view::index_cache::{DEFAULT_BUDGET, DEFAULT_MAX_INDEX_BYTES};
 
 /// One demo array: its store path, its documents' fields and how its values are made.
 struct DemoArray {
@@ -170,6 +170,7 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
         foreground: true,
         settings: MountSettings { options: Vec::new(), threads: 2, read_only: false },
         cache_bytes: DEFAULT_BUDGET,
+        max_index_bytes: DEFAULT_MAX_INDEX_BYTES,
         writes: WriteOptions::default(),
         verbosity,
         log_file: None,

@@ -3,10 +3,10 @@
 //! area, half-empty sentinels, overlapping entries), and commits the journal says were cut short.
 //! Only indexes are read, never chunk data.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 
 use crate::format::metadata::Interpretation;
 use crate::format::shard_index::ShardIndex;
@@ -41,6 +41,8 @@ pub struct StoreReport {
     pub arrays: Vec<ArrayReport>,
     /// Arrays shown as stored rather than unsharded, with the reason.
     pub refused: Vec<(String, String)>,
+    /// Metadata documents that are not JSON objects, with the reason: no reader can open them.
+    pub invalid: Vec<(String, String)>,
     /// Journal records of commits that did not finish (`shardfs check --repair` settles them).
     pub unfinished: Vec<String>,
 }
@@ -48,7 +50,7 @@ pub struct StoreReport {
 impl StoreReport {
     /// True when nothing is damaged and no commit is unfinished.
     pub fn healthy(&self) -> bool {
-        self.unfinished.is_empty() && self.arrays.iter().all(|a| a.problems.is_empty())
+        self.unfinished.is_empty() && self.invalid.is_empty() && self.arrays.iter().all(|a| a.problems.is_empty())
     }
 }
 
@@ -57,6 +59,7 @@ pub fn scan(store: &DirStore) -> io::Result<StoreReport> {
     let mut report = StoreReport::default();
     let found = find_arrays(store)?;
     report.refused = found.refused;
+    report.invalid = found.invalid;
     for array in &found.sharded {
         report.arrays.push(scan_array(store, array)?);
     }
@@ -74,6 +77,8 @@ pub struct FoundArrays {
     pub sharded: Vec<ShardedArray>,
     /// `zarr.json` path and reason, for sharded arrays with no faithful unsharded view.
     pub refused: Vec<(String, String)>,
+    /// Document path and reason, for metadata documents that are not JSON objects.
+    pub invalid: Vec<(String, String)>,
 }
 
 /// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
@@ -96,7 +101,12 @@ fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays)
         if *kind != Kind::File || !layout.is_document(&key) {
             continue;
         }
-        match layout.interpret(&key, &store.read(&key)?) {
+        let bytes = store.read(&key)?;
+        if !serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object()) {
+            found.invalid.push((key, "not a JSON object".into()));
+            continue;
+        }
+        match layout.interpret(&key, &bytes) {
             Interpretation::ShardedArray { array, .. } => {
                 if let Some(array_dir) = layout.array_dir(&key) {
                     found.sharded.push(ShardedArray::new(array_dir, array));
@@ -124,7 +134,8 @@ fn scan_array(store: &DirStore, array: &ShardedArray) -> io::Result<ArrayReport>
         let key = array.shard_path(&coords);
         let shown = store.path(&key).display().to_string();
         report.shards += 1;
-        let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(&key)) {
+        let opened = store.open_file(&key);
+        let file = match opened {
             Ok(file) => file,
             Err(e) => {
                 report.problems.push(format!("{shown}: cannot open: {e}"));
@@ -213,6 +224,9 @@ pub fn check_command(store: &DirStore, repair: bool) -> io::Result<bool> {
         }
     }
     let report = scan(store)?;
+    for (doc, reason) in &report.invalid {
+        println!("INVALID {}: {reason}", store.path(doc).display());
+    }
     for (doc, reason) in &report.refused {
         println!("note: {doc}: not sharded in a way the view shows unsharded ({reason})");
     }
@@ -228,8 +242,9 @@ pub fn check_command(store: &DirStore, repair: bool) -> io::Result<bool> {
     }
     let damaged = report.arrays.iter().filter(|a| !a.problems.is_empty()).count();
     println!(
-        "{} arrays checked, {damaged} damaged, {} unfinished commits",
+        "{} arrays checked, {damaged} damaged, {} invalid documents, {} unfinished commits",
         report.arrays.len(),
+        report.invalid.len(),
         report.unfinished.len()
     );
     Ok(report.healthy())

@@ -24,6 +24,8 @@ pub struct MountConfig {
     pub foreground: bool,
     pub settings: MountSettings,
     pub cache_bytes: usize,
+    /// `--max-index-size`: the largest index of one shard of an array shown unsharded.
+    pub max_index_bytes: u64,
     /// How writes are stored (writable mounts).
     pub writes: WriteOptions,
     pub verbosity: u8,
@@ -68,8 +70,7 @@ fn check_fuse_device() -> Result<(), String> {
 
 /// Builds the filesystem for a store: read-only, or writable as `writes` says, after settling the
 /// commits a crash left unfinished.
-pub fn filesystem(store: DirStore, cache_bytes: usize, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
-    let cache = IndexCache::new(cache_bytes);
+pub fn filesystem(store: DirStore, cache: IndexCache, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
     let Some(options) = writes else { return Ok(ShardFs::read_only(store, cache)) };
     let recovered =
         journal::recover(&store).map_err(|e| format!("{}: recovery failed: {e}", store.path("").display()))?;
@@ -100,7 +101,8 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
 fn mount_blocking_signals(store: DirStore, config: &MountConfig) -> Result<Mounted, String> {
     block_termination_signals();
     let writes = (!config.settings.is_read_only()).then(|| config.writes.clone());
-    let fs = filesystem(store, config.cache_bytes, writes)?;
+    let cache = IndexCache::new(config.cache_bytes).with_max_index_bytes(config.max_index_bytes);
+    let fs = filesystem(store, cache, writes)?;
     fuse::mount(fs, &config.mountpoint, &config.settings)
 }
 

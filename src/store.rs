@@ -1,10 +1,18 @@
 //! The backing store: a directory on a local filesystem, addressed by `/`-separated keys
-//! relative to its root (`""` is the root). Symbolic links are reported, never followed.
+//! relative to its root (`""` is the root). Symbolic links are reported, never followed: every
+//! key is resolved from the root's descriptor with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS)`, so no key reaches outside the store, even through a link or a `..`
+//! swapped in while the mount runs (such a key fails with ELOOP or EXDEV).
 
-use std::fs::{File, OpenOptions};
+use std::ffi::CString;
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::ops::Deref;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The directory at the store root where shardfs keeps its own files (journal, locks, temporary
@@ -102,16 +110,41 @@ pub struct Space {
 #[derive(Debug, Clone)]
 pub struct DirStore {
     root: PathBuf,
+    /// The root, opened once: every key is resolved beneath this descriptor.
+    root_fd: Arc<OwnedFd>,
+}
+
+/// A store path that the standard library's path functions can use without leaving the store:
+/// `/proc/self/fd/N/name`, where N is the key's parent directory, opened beneath the root. Only the
+/// last component is resolved by name, so open it with `O_NOFOLLOW` where a link could sit there.
+#[derive(Debug)]
+pub struct Beneath {
+    _parent: OwnedFd,
+    path: PathBuf,
+}
+
+impl Deref for Beneath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Beneath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl DirStore {
     /// Opens the store at `root`, which must be a directory.
     pub fn open(root: &Path) -> io::Result<Self> {
         let root = root.canonicalize()?;
-        if !root.is_dir() {
+        let dir = File::open(&root)?;
+        if !dir.metadata()?.is_dir() {
             return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
         }
-        Ok(DirStore { root })
+        Ok(DirStore { root, root_fd: Arc::new(dir.into()) })
     }
 
     /// The local path of `key`, for messages and for tools that read the store directly.
@@ -119,16 +152,74 @@ impl DirStore {
         if key.is_empty() { self.root.clone() } else { self.root.join(key) }
     }
 
+    /// Opens `key` beneath the root with `flags`, crossing no symbolic link and no `..` out.
+    fn open_beneath(&self, key: &str, flags: i32) -> io::Result<OwnedFd> {
+        let rel = CString::new(if key.is_empty() { "." } else { key })?;
+        // SAFETY: open_how is plain data; all-zero is its documented default.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (flags | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+        loop {
+            // SAFETY: a valid directory descriptor, C string and open_how of the size passed.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    self.root_fd.as_raw_fd(),
+                    rel.as_ptr(),
+                    &how as *const libc::open_how,
+                    std::mem::size_of::<libc::open_how>(),
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: openat2 returned a new descriptor that nothing else owns.
+                return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            }
+            let error = io::Error::last_os_error();
+            // EAGAIN: a rename raced with the resolution; the kernel asks for a retry.
+            if !matches!(error.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
+                return Err(error);
+            }
+        }
+    }
+
+    /// `key` as a path the standard library can use, confined to the store (see [`Beneath`]).
+    pub fn beneath(&self, key: &str) -> io::Result<Beneath> {
+        let (parent, name) = (parent_key(key), key.rsplit('/').next().unwrap_or(key));
+        let parent = self.open_beneath(parent, libc::O_PATH | libc::O_DIRECTORY)?;
+        let mut path = PathBuf::from(format!("/proc/self/fd/{}", parent.as_raw_fd()));
+        if !name.is_empty() {
+            path.push(name);
+        }
+        Ok(Beneath { _parent: parent, path })
+    }
+
+    /// Creates directory `key` and its missing parents, all beneath the root.
+    pub fn create_dirs(&self, key: &str) -> io::Result<()> {
+        let mut at = String::new();
+        for part in key.split('/').filter(|p| !p.is_empty()) {
+            at = join(&at, part);
+            match std::fs::create_dir(&*self.beneath(&at)?) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Attributes of the entry at `key`, not following a final symlink.
     pub fn attr(&self, key: &str) -> io::Result<Attr> {
-        std::fs::symlink_metadata(self.path(key)).map(|m| Attr::from_metadata(&m))
+        let fd = self.open_beneath(key, libc::O_PATH | libc::O_NOFOLLOW)?;
+        File::from(fd).metadata().map(|m| Attr::from_metadata(&m))
     }
 
     /// The names and kinds in directory `key`. Names that are not UTF-8 are left out with a log
     /// line: Zarr keys are UTF-8 and the view's paths are strings.
     pub fn list(&self, key: &str) -> io::Result<Vec<(String, Kind)>> {
+        let dir = self.open_beneath(key, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
-        for entry in std::fs::read_dir(self.path(key))? {
+        // The descriptor names the directory itself, so reading it through /proc follows no link
+        // of the store.
+        for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
             let entry = entry?;
             let Ok(name) = entry.file_name().into_string() else {
                 log::warn!("{}: skipping an entry whose name is not UTF-8", self.path(key).display());
@@ -139,10 +230,15 @@ impl DirStore {
         Ok(out)
     }
 
-    /// Opens the file at `key` for reading; a final symlink is refused rather than followed.
+    /// Opens the file at `key` for reading; a symlink anywhere on the way is refused (ELOOP).
     pub fn open_file(&self, key: &str) -> io::Result<File> {
         // O_NONBLOCK: opening a FIFO that sits in the store must not stall a worker thread.
-        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(self.path(key))
+        self.open_beneath(key, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK).map(File::from)
+    }
+
+    /// Opens the file at `key` for reading and writing, refusing links as [`DirStore::open_file`].
+    pub fn open_file_rw(&self, key: &str) -> io::Result<File> {
+        self.open_beneath(key, libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK).map(File::from)
     }
 
     /// The whole content of the file at `key`.
@@ -156,13 +252,12 @@ impl DirStore {
 
     /// The target of the symlink at `key`, as stored.
     pub fn read_link(&self, key: &str) -> io::Result<PathBuf> {
-        std::fs::read_link(self.path(key))
+        std::fs::read_link(&*self.beneath(key)?)
     }
 
     /// Space figures of the filesystem that holds the store.
     pub fn space(&self) -> io::Result<Space> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(self.root.as_os_str().as_bytes())?;
+        let path = CString::new(self.root.as_os_str().as_bytes())?;
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: path is a valid C string and st a properly sized out-parameter.
         if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
@@ -184,6 +279,11 @@ impl DirStore {
 /// Attributes of an open file, taken from the descriptor itself.
 pub fn file_attr(file: &File) -> io::Result<Attr> {
     file.metadata().map(|m| Attr::from_metadata(&m))
+}
+
+/// The key of the directory holding `key` (`""`: the root).
+pub fn parent_key(key: &str) -> &str {
+    key.rsplit_once('/').map_or("", |(parent, _)| parent)
 }
 
 /// Joins a store key and a name.

@@ -4,40 +4,9 @@
 
 mod common;
 
-use std::os::unix::fs::FileExt;
-use std::path::Path;
-
 use common::*;
 use shardfs::error::Error;
-use shardfs::fs::{ROOT_INO, ShardFs};
-
-/// Looks up a `/`-separated view path.
-fn lookup(fs: &ShardFs, path: &str) -> Result<u64, Error> {
-    let mut ino = ROOT_INO;
-    for name in path.split('/') {
-        ino = fs.lookup(ino, name)?.0;
-    }
-    Ok(ino)
-}
-
-fn twin(path: &str) -> Vec<u8> {
-    std::fs::read(golden().join("unsharded").join(path)).unwrap()
-}
-
-fn assert_damaged(fs: &ShardFs, path: &str, shard: &Path) {
-    match lookup(fs, path) {
-        Err(Error::Damaged(msg)) => assert!(msg.contains(&shard.display().to_string()), "{msg}"),
-        other => panic!("{path}: expected a damaged-shard error, got {other:?}"),
-    }
-}
-
-/// Overwrites bytes of a file at `offset` (negative: from the end).
-fn patch(path: &Path, offset: i64, bytes: &[u8]) {
-    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    let len = file.metadata().unwrap().len() as i64;
-    let at = if offset < 0 { len + offset } else { offset };
-    file.write_all_at(bytes, at as u64).unwrap();
-}
+use shardfs::fs::ShardFs;
 
 fn names(fs: &ShardFs, path: &str) -> Vec<String> {
     let fh = fs.opendir(lookup(fs, path).unwrap()).unwrap();

@@ -358,8 +358,12 @@ fn consolidated_metadata_written_back_keeps_the_children_sharded() {
 fn shard_new_stores_new_arrays_sharded() {
     let store = sharded_copy();
     let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: Some(vec![2]) };
-    let fs =
-        shardfs::mount::filesystem(shardfs::mount::open_store(store.path()).unwrap(), 1 << 20, Some(options)).unwrap();
+    let fs = shardfs::mount::filesystem(
+        shardfs::mount::open_store(store.path()).unwrap(),
+        shardfs::view::index_cache::IndexCache::new(1 << 20),
+        Some(options),
+    )
+    .unwrap();
     let (zp, _) = fs.mkdir(ino(&fs, "zp").unwrap(), "fresh", 0o755).unwrap();
     let doc = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [6, 6], "data_type": "uint8",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
@@ -387,8 +391,12 @@ fn shard_new_stores_new_arrays_sharded() {
 fn writing_every_chunk_of_a_32x32x32_shard_appends_one_index() {
     let store = sharded_copy();
     let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: Some(vec![32]) };
-    let fs =
-        shardfs::mount::filesystem(shardfs::mount::open_store(store.path()).unwrap(), 1 << 20, Some(options)).unwrap();
+    let fs = shardfs::mount::filesystem(
+        shardfs::mount::open_store(store.path()).unwrap(),
+        shardfs::view::index_cache::IndexCache::new(1 << 20),
+        Some(options),
+    )
+    .unwrap();
     let (array, _) = fs.mkdir(ROOT_INO, "cube", 0o755).unwrap();
     let doc = serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": [32, 32, 32], "data_type": "uint8",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1, 1]}},

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::{Handle, ShardFs};
 use crate::error::{Error, Result};
-use crate::store::{Attr, Kind, PRIVATE_DIR, join};
+use crate::store::{Attr, Kind, PRIVATE_DIR, join, parent_key};
 use crate::view::array::ShardedArray;
 use crate::view::namespace::Node;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
@@ -167,11 +167,11 @@ impl ShardFs {
                 (Node::Chunk { array, coords }, handle)
             }
             Target::Store(key) => {
-                let path = self.ns.store().path(&key);
+                let store = self.ns.store();
                 if key.starts_with(PRIVATE_DIR) {
-                    std::fs::create_dir_all(path.parent().expect("scratch has a parent"))
-                        .map_err(|e| Error::io(&key, e))?;
+                    store.create_dirs(parent_key(&key)).map_err(|e| Error::io(&key, e))?;
                 }
+                let path = store.beneath(&key).map_err(|e| Error::io(&key, e))?;
                 let file = OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -179,14 +179,15 @@ impl ShardFs {
                     .truncate(open.truncate)
                     .mode(mode & 0o7777)
                     .custom_flags(libc::O_NOFOLLOW)
-                    .open(&path)
+                    .open(&*path)
                     .map_err(|e| Error::io(&key, e))?;
                 (self.store_node(&key), Handle::Store { file, key, append: open.append })
             }
             Target::Document(key) => {
                 // The document exists (empty) from now on; its content is stored at close.
-                if !self.ns.store().path(&key).exists() {
-                    std::fs::write(self.ns.store().path(&key), b"").map_err(|e| Error::io(&key, e))?;
+                let path = self.ns.store().beneath(&key).map_err(|e| Error::io(&key, e))?;
+                if !path.exists() {
+                    std::fs::write(&*path, b"").map_err(|e| Error::io(&key, e))?;
                 }
                 let buffer = Mutex::new(Vec::new());
                 let handle =
@@ -279,9 +280,12 @@ impl ShardFs {
                 self.ns.attr(&Node::Chunk { array: array.clone(), coords: coords.clone() })?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
-            Target::Store(key) | Target::Document(key) => {
-                std::fs::remove_file(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e))
-            }
+            Target::Store(key) | Target::Document(key) => self
+                .ns
+                .store()
+                .beneath(&key)
+                .and_then(|path| std::fs::remove_file(&*path))
+                .map_err(|e| Error::io(&key, e)),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
         }
     }
@@ -300,9 +304,10 @@ impl ShardFs {
             }
             Target::Store(key) => {
                 use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .mode(mode & 0o7777)
-                    .create(self.ns.store().path(&key))
+                self.ns
+                    .store()
+                    .beneath(&key)
+                    .and_then(|path| std::fs::DirBuilder::new().mode(mode & 0o7777).create(&*path))
                     .map_err(|e| Error::io(&key, e))?;
                 Node::Backing(key)
             }
@@ -328,7 +333,12 @@ impl ShardFs {
                 pending.remove_dir(&array, &dir);
                 Ok(())
             }
-            Target::Store(key) => std::fs::remove_dir(self.ns.store().path(&key)).map_err(|e| Error::io(&key, e)),
+            Target::Store(key) => self
+                .ns
+                .store()
+                .beneath(&key)
+                .and_then(|path| std::fs::remove_dir(&*path))
+                .map_err(|e| Error::io(&key, e)),
             Target::Chunk(..) | Target::Document(_) => Err(Error::NotADirectory),
         }
     }
@@ -349,7 +359,8 @@ impl ShardFs {
         let content = match &from {
             Target::Store(key) if matches!(to, Target::Store(_)) => {
                 let Target::Store(new_key) = &to else { unreachable!() };
-                return std::fs::rename(store.path(key), store.path(new_key)).map_err(|e| Error::io(key, e));
+                return (store.beneath(key).and_then(|from| std::fs::rename(&*from, &*store.beneath(new_key)?)))
+                    .map_err(|e| Error::io(key, e));
             }
             Target::Store(key) => store.read(key).map_err(|e| Error::io(key, e))?,
             Target::Chunk(array, coords) => {
@@ -363,12 +374,16 @@ impl ShardFs {
                 self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
             }
             Target::Document(key) => self.store_document(key, &content)?,
-            Target::Store(key) => std::fs::write(store.path(key), content).map_err(|e| Error::io(key, e))?,
+            Target::Store(key) => {
+                store.beneath(key).and_then(|path| std::fs::write(&*path, content)).map_err(|e| Error::io(key, e))?
+            }
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
         }
         match from {
             Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
-            Target::Store(key) => std::fs::remove_file(store.path(&key)).map_err(|e| Error::io(&key, e)),
+            Target::Store(key) => {
+                store.beneath(&key).and_then(|path| std::fs::remove_file(&*path)).map_err(|e| Error::io(&key, e))
+            }
             Target::ChunkDir(..) | Target::Document(_) => unreachable!("refused above"),
         }
     }

@@ -78,12 +78,14 @@ impl Layout {
 #[derive(Debug, Default)]
 pub struct Documents {
     layout: Layout,
+    /// Arrays whose shards need a bigger index than this are shown as stored.
+    max_index_bytes: u64,
     cache: Mutex<HashMap<String, (Stamp, Arc<Document>)>>,
 }
 
 impl Documents {
-    pub fn new(layout: Layout) -> Self {
-        Documents { layout, cache: Mutex::default() }
+    pub fn new(layout: Layout, max_index_bytes: u64) -> Self {
+        Documents { layout, max_index_bytes, cache: Mutex::default() }
     }
 
     pub fn layout(&self) -> Layout {
@@ -99,7 +101,8 @@ impl Documents {
             return Ok(doc.clone());
         }
         let bytes = store.read(key).map_err(|e| Error::io(key, e))?;
-        let doc = Arc::new(match self.layout.interpret(key, &bytes) {
+        let shown = store.path(key).display().to_string();
+        let doc = Arc::new(match self.limited(self.layout.interpret(key, &bytes)) {
             Interpretation::Unchanged => Document { view: None, array: None },
             Interpretation::Group { view } => Document { view: Some(view.into()), array: None },
             Interpretation::ShardedArray { view, array } => match self.layout.array_dir(key) {
@@ -107,12 +110,27 @@ impl Documents {
                 None => Document { view: None, array: None },
             },
             Interpretation::Refused(reason) => {
-                log::warn!("{key}: shown as stored, not unsharded: {reason}");
+                log::warn!("{shown}: shown as stored, not unsharded: {reason}");
                 Document { view: None, array: None }
             }
         });
         self.cache.lock().insert(key.to_string(), (attr.stamp, doc.clone()));
         Ok(doc)
+    }
+
+    /// `interpretation`, refused when a shard of the array would need an index bigger than the
+    /// limit: decoding it would take that much memory for every shard read.
+    fn limited(&self, interpretation: Interpretation) -> Interpretation {
+        if let Interpretation::ShardedArray { array, .. } = &interpretation
+            && let Some(largest) = array.sharding.levels.iter().map(|l| l.index.encoded_len()).max()
+            && largest > self.max_index_bytes
+        {
+            return Interpretation::Refused(format!(
+                "one shard's index takes {largest} bytes, more than the limit of {} (--max-index-size)",
+                self.max_index_bytes
+            ));
+        }
+        interpretation
     }
 
     /// The sharded array whose directory is `dir`, if the view shows one there.

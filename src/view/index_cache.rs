@@ -40,12 +40,28 @@ struct Inner {
 pub struct IndexCache {
     inner: Mutex<Inner>,
     budget: usize,
+    max_index_bytes: u64,
 }
 
 impl IndexCache {
     /// A cache that holds at most `budget` bytes of decoded indexes (at least one index).
     pub fn new(budget: usize) -> Self {
-        IndexCache { inner: Mutex::new(Inner { lru: LruCache::unbounded(), used: 0 }), budget }
+        IndexCache {
+            inner: Mutex::new(Inner { lru: LruCache::unbounded(), used: 0 }),
+            budget,
+            max_index_bytes: DEFAULT_MAX_INDEX_BYTES,
+        }
+    }
+
+    /// The same cache, refusing arrays whose shards would each need an index of more than
+    /// `bytes` (`--max-index-size`): such an array is shown as stored, with a log line.
+    pub fn with_max_index_bytes(self, bytes: u64) -> Self {
+        IndexCache { max_index_bytes: bytes, ..self }
+    }
+
+    /// The largest index one shard of a shown array may need.
+    pub fn max_index_bytes(&self) -> u64 {
+        self.max_index_bytes
     }
 
     /// The index for `key` if it was decoded from the file version `stamp`.
@@ -85,6 +101,10 @@ impl IndexCache {
 
 /// The budget used when none is given: 64 MiB holds the indexes of 4 million inner chunks.
 pub const DEFAULT_BUDGET: usize = 64 << 20;
+
+/// The largest index of one shard shown unsharded when no limit is given: the format layer's own
+/// ceiling of 2^24 entries, 16 bytes each.
+pub const DEFAULT_MAX_INDEX_BYTES: u64 = crate::format::sharding::MAX_INDEX_ENTRIES * 16;
 
 impl Default for IndexCache {
     fn default() -> Self {

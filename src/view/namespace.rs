@@ -104,7 +104,7 @@ pub struct Namespace {
 impl Namespace {
     /// The view of `store`, showing the pending writes of `overlay`.
     pub fn new(store: DirStore, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
-        let documents = Documents::new(Layout::detect(&store));
+        let documents = Documents::new(Layout::detect(&store), cache.max_index_bytes());
         Namespace { store, documents, shards: Shards::new(cache), overlay }
     }
 

@@ -10,15 +10,15 @@
 //! Every outcome is durable when [`commit`] returns.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::crash_point::{CrashPoint, Step};
 use super::journal::{self, AppendRecord, sync_dir, tmp_dir};
 use super::lock::{ShardLock, lock_slot};
 use crate::format::shard_index::{EMPTY, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
-use crate::store::DirStore;
+use crate::store::{DirStore, parent_key};
 
 /// New content per index entry: `Some(bytes)` stores, `None` empties the entry.
 pub type Changes = BTreeMap<u64, Option<Vec<u8>>>;
@@ -115,7 +115,7 @@ pub fn commit_levels(
     if specs.len() == 1 {
         outer = by_outer.into_iter().map(|(entry, mut inner)| (entry, inner.remove(&Vec::new()).flatten())).collect();
     } else {
-        let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
+        let file = match store.open_file(key) {
             Ok(file) => Some(file),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(fail(e)),
@@ -187,7 +187,8 @@ fn commit_locked(
 ) -> Result<Outcome, CommitError> {
     let shown = store.path(key).display().to_string();
     let fail = failure(store, key);
-    let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
+    let opened = store.open_file_rw(key);
+    let file = match opened {
         Ok(file) => Some(file),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(fail(Step::Io(e))),
@@ -212,8 +213,8 @@ fn commit_locked(
     let kept = |i: u64| !changes.contains_key(&i) && current[i as usize].is_some();
     let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
     if stays_empty {
-        crash.step(|| std::fs::remove_file(store.path(key))).map_err(&fail)?;
-        sync_dir(store.path(key).parent().expect("a shard has a parent")).map_err(|e| fail(Step::Io(e)))?;
+        crash.step(|| std::fs::remove_file(&*store.beneath(key)?)).map_err(&fail)?;
+        store.beneath(parent_key(key)).and_then(|dir| sync_dir(&dir)).map_err(|e| fail(Step::Io(e)))?;
         return Ok(Outcome::Deleted);
     }
     if spec.location == IndexLocation::Start {
@@ -238,7 +239,7 @@ pub fn compact(store: &DirStore, key: &str, spec: &IndexSpec, crash: &mut CrashP
     let fail = failure(store, key);
     let slot = lock_slot(key);
     let _lock = ShardLock::acquire(store, slot).map_err(|e| fail(Step::Io(e)))?;
-    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(store.path(key)) {
+    let file = match store.open_file(key) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Unchanged),
         Err(e) => return Err(fail(Step::Io(e))),
@@ -337,17 +338,15 @@ fn replace(
     crash: &mut CrashPoint,
 ) -> Result<(), Step> {
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-    let tmp_dir = store.path(&tmp_dir());
-    std::fs::create_dir_all(&tmp_dir)?;
+    store.create_dirs(&tmp_dir())?;
     let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-    let tmp = tmp_dir.join(format!("{slot:016x}-{}-{n}", std::process::id()));
+    let tmp = store.path(&tmp_dir()).join(format!("{slot:016x}-{}-{n}", std::process::id()));
     let file = File::create(&tmp)?;
     crash.write_at(&file, &assemble_shard(spec, chunks), 0)?;
     file.sync_all()?;
-    let target = store.path(key);
-    let parent = target.parent().expect("a shard has a parent");
-    std::fs::create_dir_all(parent)?;
-    crash.step(|| std::fs::rename(&tmp, &target))?;
-    sync_dir(parent)?;
+    store.create_dirs(parent_key(key))?;
+    let target = store.beneath(key)?;
+    crash.step(|| std::fs::rename(&tmp, &*target))?;
+    sync_dir(&store.beneath(parent_key(key))?)?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use super::lock::{ShardLock, lock_slot};
 use crate::error::{Error, Result};
 use crate::format::draft;
 use crate::format::metadata::{Interpretation, interpret, reshard, reshard_consolidated, shard_new};
-use crate::store::{DirStore, join};
+use crate::store::{DirStore, join, parent_key};
 
 /// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
 /// `.array.json`).
@@ -59,14 +59,12 @@ fn replace_file(store: &DirStore, key: &str, bytes: &[u8]) -> Result<()> {
     let io = |e| Error::io(key, e);
     let slot = lock_slot(key);
     let _lock = ShardLock::acquire(store, slot).map_err(io)?;
-    let tmp_dir = store.path(&tmp_dir());
-    std::fs::create_dir_all(&tmp_dir).map_err(io)?;
+    store.create_dirs(&tmp_dir()).map_err(io)?;
     let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-    let tmp = tmp_dir.join(format!("{slot:016x}-document-{}-{n}", std::process::id()));
+    let tmp = store.path(&tmp_dir()).join(format!("{slot:016x}-document-{}-{n}", std::process::id()));
     let mut file = File::create(&tmp).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
-    let target = store.path(key);
-    std::fs::rename(&tmp, &target).map_err(io)?;
-    sync_dir(target.parent().expect("a document has a parent")).map_err(io)
+    std::fs::rename(&tmp, &*store.beneath(key).map_err(io)?).map_err(io)?;
+    sync_dir(&store.beneath(parent_key(key)).map_err(io)?).map_err(io)
 }

@@ -9,9 +9,9 @@
 //! named `<lock slot>-...`, and are removed by recovery under the same lock.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -44,8 +44,8 @@ pub fn tmp_dir() -> String {
 
 /// Writes `record` durably before the append it describes. Returns the record's path.
 pub fn begin(store: &DirStore, slot: u64, record: &AppendRecord, crash: &mut CrashPoint) -> Result<PathBuf, Step> {
+    store.create_dirs(&journal_dir())?;
     let dir = store.path(&journal_dir());
-    std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{slot:016x}-{}", record.old_len));
     let bytes = serde_json::to_vec(record).expect("a record always serialises");
     let file = File::create(&path)?;
@@ -121,7 +121,8 @@ pub fn recover(store: &DirStore) -> io::Result<Vec<Recovery>> {
 
 fn settle(store: &DirStore, record: &AppendRecord) -> io::Result<Recovery> {
     let key = record.shard.clone();
-    let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(store.path(&key)) {
+    let opened = store.open_file_rw(&key);
+    let file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Recovery::Skipped(key, "shard is gone".into())),
         Err(e) => return Err(e),

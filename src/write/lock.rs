@@ -28,8 +28,8 @@ pub struct ShardLock {
 impl ShardLock {
     /// Waits for and takes the lock of slot `slot` (see [`lock_slot`]).
     pub fn acquire(store: &DirStore, slot: u64) -> io::Result<Self> {
+        store.create_dirs(PRIVATE_DIR)?;
         let dir = store.path(PRIVATE_DIR);
-        std::fs::create_dir_all(&dir)?;
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join("lock"))?;
         set_lock(&file, slot, libc::F_WRLCK as i16)?;
         Ok(ShardLock { file })

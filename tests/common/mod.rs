@@ -4,9 +4,11 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use shardfs::error::Error;
 use shardfs::fs::{DirEntry, ROOT_INO, ShardFs};
 use shardfs::mount::{filesystem, open_store};
 use shardfs::store::{Attr, Kind};
@@ -63,13 +65,13 @@ pub fn sharded_copy() -> TempDir {
 
 /// The read-only filesystem of a store, as `--read-only` mounts build it.
 pub fn fs_of(store: &Path) -> ShardFs {
-    filesystem(open_store(store).unwrap(), 1 << 20, None).unwrap()
+    filesystem(open_store(store).unwrap(), shardfs::view::index_cache::IndexCache::new(1 << 20), None).unwrap()
 }
 
 /// The writable filesystem of a store, committing as `policy` says.
 pub fn writable_fs(store: &Path, policy: shardfs::write::pending::Policy) -> ShardFs {
     let options = shardfs::fs::WriteOptions { policy, shard_new: None };
-    filesystem(open_store(store).unwrap(), 1 << 20, Some(options)).unwrap()
+    filesystem(open_store(store).unwrap(), shardfs::view::index_cache::IndexCache::new(1 << 20), Some(options)).unwrap()
 }
 
 /// Every file of a view (path -> bytes) and every directory path, read through `fs`.
@@ -230,4 +232,34 @@ impl Drop for UnmountGuard {
             let _ = shardfs::mount::unmount(&self.0);
         }
     }
+}
+
+/// Looks up a `/`-separated view path.
+pub fn lookup(fs: &ShardFs, path: &str) -> Result<u64, Error> {
+    let mut ino = ROOT_INO;
+    for name in path.split('/') {
+        ino = fs.lookup(ino, name)?.0;
+    }
+    Ok(ino)
+}
+
+/// The bytes of `path` in the unsharded twin of the golden store.
+pub fn twin(path: &str) -> Vec<u8> {
+    std::fs::read(golden().join("unsharded").join(path)).unwrap()
+}
+
+/// Asserts that looking up `path` fails as damage, naming `shard`.
+pub fn assert_damaged(fs: &ShardFs, path: &str, shard: &Path) {
+    match lookup(fs, path) {
+        Err(Error::Damaged(msg)) => assert!(msg.contains(&shard.display().to_string()), "{msg}"),
+        other => panic!("{path}: expected a damaged-shard error, got {other:?}"),
+    }
+}
+
+/// Overwrites bytes of a file at `offset` (negative: from the end).
+pub fn patch(path: &Path, offset: i64, bytes: &[u8]) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let len = file.metadata().unwrap().len() as i64;
+    let at = if offset < 0 { len + offset } else { offset };
+    file.write_all_at(bytes, at as u64).unwrap();
 }
