@@ -483,7 +483,10 @@ fn config(settings: &MountSettings) -> Result<fuser::Config, String> {
     use fuser::{MountOption as O, SessionACL};
     let mut config = fuser::Config::default();
     let access = if settings.is_read_only() { O::RO } else { O::RW };
-    config.mount_options = vec![access, O::FSName("shardfs".into()), O::Subtype("shardfs".into())];
+    // default_permissions: the kernel checks every access against the mode, owner and group the
+    // view reports (the backing files' own), as on any local filesystem.
+    config.mount_options =
+        vec![access, O::FSName("shardfs".into()), O::Subtype("shardfs".into()), O::DefaultPermissions];
     for option in &settings.options {
         let parsed = match option.as_str() {
             "ro" => O::RO,

@@ -115,6 +115,38 @@ fn a_read_only_mount_refuses_writes() {
     assert_eq!(err.raw_os_error(), Some(libc::EROFS));
 }
 
+/// Runs `cat path` as the unprivileged user nobody; its exit status and stderr.
+fn cat_as_nobody(path: &Path) -> (bool, String) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("cat").arg(path).uid(65534).gid(65534).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn the_view_honours_permission_bits_and_only_its_user_enters_without_allow_other() {
+    if !fuse_available() {
+        return;
+    }
+    let store = sharded_copy();
+    use std::os::unix::fs::PermissionsExt;
+    let private = store.path().join("zp/raw_nocrc/c/1");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mnt = TempDir::new("mnt");
+    let shared = MountSettings { options: vec!["allow_other".into()], ..settings() };
+    let mounted = fuse::mount(fs_of(store.path()), mnt.path(), &shared).unwrap();
+    let (ok, err) = cat_as_nobody(&mnt.path().join("zp/raw_nocrc/c/2"));
+    assert!(ok, "a chunk of a 0644 shard is readable by others: {err}");
+    let (ok, err) = cat_as_nobody(&mnt.path().join("zp/raw_nocrc/c/4"));
+    assert!(!ok && err.contains("Permission denied"), "a chunk of a 0600 shard must not be: {err}");
+    assert!(std::fs::read(mnt.path().join("zp/raw_nocrc/c/4")).is_ok(), "its owner reads it");
+    mounted.unmount().unwrap();
+
+    let mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
+    let (ok, err) = cat_as_nobody(&mnt.path().join("zp/raw_nocrc/c/2"));
+    assert!(!ok && err.contains("Permission denied"), "without allow_other only the mounting user enters: {err}");
+    mounted.unmount().unwrap();
+}
+
 #[test]
 fn binary_mounts_in_the_background_and_unmounts() {
     if !fuse_available() {
