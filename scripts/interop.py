@@ -93,6 +93,66 @@ def shard_new_through_view(binary, work, check):
     check("--shard-new: zarr-python reads the data from the sharded store", np.array_equal(stored[...], data))
 
 
+def external_rewrite(binary, work, check):
+    """zarr-python rewrites every shard of an array underneath a read-only mount, again and again,
+    while chunk files are read through the view: each read must be some whole version of its chunk
+    (or a clean EIO while a shard is half-written), and after the cache timeout the view serves the
+    last version."""
+    import gzip
+    import threading
+    import time
+    store, mnt = os.path.join(work, "rewritten"), os.path.join(work, "mnt-rewritten")
+    arr = zarr.create_array(store=store, shape=(64, 64), chunks=(8, 8), shards=(32, 32), dtype="uint16",
+                            compressors=zarr.codecs.GzipCodec(level=1), fill_value=0)
+    arr[...] = 1
+    os.mkdir(mnt)
+    subprocess.run([binary, "mount", "--read-only", store, mnt], check=True)
+    counts = {"whole": 0, "eio": 0, "wrong": 0}
+    last, seen = [1], set()
+    stop = threading.Event()
+
+    def rewrite():
+        version = 1
+        while not stop.is_set():
+            version = version % 200 + 1
+            arr[...] = version
+            last[0] = version
+
+    writer = threading.Thread(target=rewrite)
+    try:
+        writer.start()
+        deadline = time.time() + 4
+        while time.time() < deadline:
+            for i in range(8):
+                for j in range(8):
+                    try:
+                        with open(os.path.join(mnt, "c", str(i), str(j)), "rb") as f:
+                            raw = f.read()
+                    except OSError:
+                        counts["eio"] += 1
+                        continue
+                    try:
+                        values = np.frombuffer(gzip.decompress(raw), dtype="<u2")
+                        whole = values.size == 64 and (values == values[0]).all() and 1 <= values[0] <= 200
+                    except (OSError, EOFError, ValueError):
+                        whole = False
+                    counts["whole" if whole else "wrong"] += 1
+                    if whole:
+                        seen.add(int(values[0]))
+        stop.set()
+        writer.join()
+        time.sleep(1.5)
+        final = zarr.open_array(mnt, mode="r")[...]
+        check("external rewrite: every chunk read was a whole version or EIO, never mixed bytes",
+              counts["wrong"] == 0 and len(seen) > 1, f"{counts}, {len(seen)} versions seen")
+        check("external rewrite: after the cache timeout the view serves the last version",
+              (final == last[0]).all(), f"want {last[0]}, got {np.unique(final)}")
+    finally:
+        stop.set()
+        subprocess.run([binary, "unmount", mnt], check=False)
+    print(f"     external rewrite reads: {counts}, {len(seen)} versions seen")
+
+
 def main():
     binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
     passed, failed = 0, 0
@@ -161,6 +221,7 @@ def main():
         check("zp/raw_nocrc: the stored document keeps its sharding and takes the edits",
               stored.shards is not None and stored.shape == (20,) and stored.attrs["edited"] == "through the view")
         shard_new_through_view(binary, work, check)
+        external_rewrite(binary, work, check)
     print(f"interop: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
