@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --locked
 cargo test --locked
+# A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
+scripts/fuzz.sh 20
 
 if ! (exec 3<>/dev/fuse) 2>/dev/null; then
   if [ "${SHARDFS_REQUIRE_FUSE:-}" = 1 ]; then
@@ -21,3 +23,5 @@ fi
 scripts/shell-test.sh target/debug/shardfs
 target/venv/bin/python scripts/interop.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
+# The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
+scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

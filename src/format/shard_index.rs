@@ -164,9 +164,11 @@ impl ShardIndex {
         self.entries.len() as u64
     }
 
-    /// The absolute byte range of entry `i`'s chunk, `None` when it is empty.
+    /// The absolute byte range of entry `i`'s chunk, `None` when it is empty (or past the index).
     pub fn chunk(&self, i: u64) -> Result<Option<Range<u64>>, EntryError> {
-        let (offset, nbytes) = self.entries[i as usize];
+        let Some(&(offset, nbytes)) = usize::try_from(i).ok().and_then(|i| self.entries.get(i)) else {
+            return Ok(None);
+        };
         match (offset == EMPTY, nbytes == EMPTY) {
             (true, true) => return Ok(None),
             (false, false) => {}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Fuzzing with cargo-fuzz (libFuzzer): the metadata parser, the chunk-key decoder, the shard-index
+# decoder and a whole-shard read through the view. Seeds come from the golden stores.
+#
+#   scripts/fuzz.sh [SECONDS-PER-TARGET] [TARGET...]     (default: 20 s, every target)
+#
+# The machine's toolchain is stable: RUSTC_BOOTSTRAP lets cargo-fuzz pass its flags, and
+# `-s none` builds without a sanitizer (Rust's own bounds and overflow checks stay on: -O keeps
+# debug assertions). A crash leaves its input under fuzz/artifacts/ and fails this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-20}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read)
+command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+export RUSTC_BOOTSTRAP=1
+seed() { # seed TARGET FILES...: copies FILES into the target's corpus, named by content
+  local dir=fuzz/corpus/$1; shift
+  mkdir -p "$dir"
+  for f in "$@"; do cp "$f" "$dir/seed-$(sha1sum "$f" | cut -c1-16)"; done
+}
+mapfile -t documents < <(find tests/data/golden tests/data/golden_draft -name zarr.json -o -name '*.array.json')
+mapfile -t shards < <(find tests/data/golden/sharded -path '*/c/*' -type f -size -64k)
+seed metadata "${documents[@]}"
+seed shard_index "${shards[@]}"
+seed shard_read "${shards[@]}"
+cargo fuzz build -s none -O 2>&1 | tail -1
+for target in "${targets[@]}"; do
+  log=$(mktemp)
+  if ! cargo fuzz run -s none -O "$target" -- -max_total_time="$seconds" >"$log" 2>&1; then
+    tail -30 "$log"; echo "fuzz: $target FAILED"; exit 1
+  fi
+  echo "fuzz: $target: $(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1 | sed 's/Done //')s, no crash"
+  rm -f "$log"
+done
