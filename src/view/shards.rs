@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::store::{Attr, DirStore, Kind, file_attr, join};
+use crate::write::lock;
 
 /// An inner chunk found in its shard.
 #[derive(Debug)]
@@ -36,6 +37,8 @@ pub enum ChunkState {
 
 /// One shard being read: its attributes, and the file once opened.
 struct OpenShard<'a> {
+    /// Keeps this process's commits off the shard while it is read.
+    _reading: parking_lot::RwLockReadGuard<'static, ()>,
     store: &'a DirStore,
     key: String,
     attr: Attr,
@@ -47,8 +50,9 @@ struct OpenShard<'a> {
 impl<'a> OpenShard<'a> {
     /// The shard at `key`, stat'ed but not opened; `None` when there is none.
     fn stat(store: &'a DirStore, key: String) -> Result<Option<Self>> {
+        let reading = lock::reading(&key);
         match store.attr(&key) {
-            Ok(attr) => Self::checked(store, key, attr, None),
+            Ok(attr) => Self::checked(reading, store, key, attr, None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(&key, e)),
         }
@@ -56,10 +60,11 @@ impl<'a> OpenShard<'a> {
 
     /// The shard at `key`, opened.
     fn open(store: &'a DirStore, key: String) -> Result<Option<Self>> {
+        let reading = lock::reading(&key);
         match store.open_file(&key) {
             Ok(file) => {
                 let attr = file_attr(&file).map_err(|e| Error::io(&key, e))?;
-                Self::checked(store, key, attr, Some(file))
+                Self::checked(reading, store, key, attr, Some(file))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
@@ -69,11 +74,17 @@ impl<'a> OpenShard<'a> {
         }
     }
 
-    fn checked(store: &'a DirStore, key: String, attr: Attr, file: Option<File>) -> Result<Option<Self>> {
+    fn checked(
+        reading: parking_lot::RwLockReadGuard<'static, ()>,
+        store: &'a DirStore,
+        key: String,
+        attr: Attr,
+        file: Option<File>,
+    ) -> Result<Option<Self>> {
         if attr.kind != Kind::File {
             return Err(Error::Damaged(format!("{}: shard is not a regular file", store.path(&key).display())));
         }
-        Ok(Some(OpenShard { store, key, attr, file, changed: false }))
+        Ok(Some(OpenShard { _reading: reading, store, key, attr, file, changed: false }))
     }
 
     fn file(&mut self) -> Result<&File> {

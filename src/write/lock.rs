@@ -3,14 +3,34 @@
 //! processes, two mounts, or two threads of one mount (each lock opens its own descriptor) never
 //! commit to one shard at the same time; two shards whose offsets collide merely wait for each
 //! other.
+//!
+//! Within one process, the same slots also stripe a table of read-write locks: a commit holds its
+//! stripe for writing, and the view reads a shard (stat, index, data range) holding it for
+//! reading, so that a daemon never reads a shard its own committer is half-way through appending
+//! to. (A commit by another process can still be seen half-done: its index then fails to decode,
+//! and that read is EIO, never wrong bytes.)
 
 use std::fs::{File, OpenOptions};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
 use std::os::fd::AsRawFd;
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use super::PRIVATE_DIR;
 use crate::store::DirStore;
+
+/// In-process stripes over lock slots: commits write-lock, readers read-lock.
+static STRIPES: [RwLock<()>; 64] = [const { parking_lot::const_rwlock(()) }; 64];
+
+fn stripe(slot: u64) -> &'static RwLock<()> {
+    &STRIPES[(slot % STRIPES.len() as u64) as usize]
+}
+
+/// Held while reading shard `shard_key`: no commit of this process to it runs meanwhile.
+pub fn reading(shard_key: &str) -> RwLockReadGuard<'static, ()> {
+    stripe(lock_slot(shard_key)).read_recursive()
+}
 
 /// The lock-file offset of a shard.
 pub fn lock_slot(shard_key: &str) -> u64 {
@@ -23,16 +43,18 @@ pub fn lock_slot(shard_key: &str) -> u64 {
 #[derive(Debug)]
 pub struct ShardLock {
     file: File,
+    _in_process: RwLockWriteGuard<'static, ()>,
 }
 
 impl ShardLock {
     /// Waits for and takes the lock of slot `slot` (see [`lock_slot`]).
     pub fn acquire(store: &DirStore, slot: u64) -> io::Result<Self> {
+        let in_process = stripe(slot).write();
         store.create_dirs(PRIVATE_DIR)?;
         let dir = store.path(PRIVATE_DIR);
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join("lock"))?;
         set_lock(&file, slot, libc::F_WRLCK as i16)?;
-        Ok(ShardLock { file })
+        Ok(ShardLock { file, _in_process: in_process })
     }
 }
 
