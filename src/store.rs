@@ -130,12 +130,6 @@ impl Deref for Beneath {
     }
 }
 
-impl AsRef<Path> for Beneath {
-    fn as_ref(&self) -> &Path {
-        &self.path
-    }
-}
-
 impl DirStore {
     /// Opens the store at `root`, which must be a directory.
     pub fn open(root: &Path) -> io::Result<Self> {
