@@ -6,6 +6,7 @@
 //! kernel holds follows its lookup/forget counts, so memory follows the kernel's cache, not the
 //! size of the store.
 
+mod freshness;
 mod write_ops;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Content, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
 use crate::write::pending::{Pending, Policy};
+use freshness::Freshness;
 
 pub use write_ops::OpenMode;
 
@@ -51,6 +53,16 @@ struct Inode {
     node: Node,
     path: String,
     lookups: u64,
+}
+
+/// An inode whose cached answers in the kernel are out of date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    pub ino: u64,
+    /// Its directory's inode and its name, for a file whose very existence may have changed (a
+    /// chunk or a document): the kernel forgets the name too. Directories keep their names, so
+    /// that the kernel does not drop everything cached below them.
+    pub entry: Option<(u64, String)>,
 }
 
 /// How a writable filesystem stores writes.
@@ -86,9 +98,22 @@ pub struct ShardFs {
     shard_new: Option<Vec<u64>>,
     stop_committer: Arc<AtomicBool>,
     inodes: Mutex<HashMap<u64, Inode>>,
+    freshness: Freshness,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_handle: AtomicU64,
+}
+
+/// The inode number the table gives `path`, if the kernel holds it.
+fn find_ino(inodes: &HashMap<u64, Inode>, path: &str) -> Option<u64> {
+    let mut ino = path_ino(path);
+    while let Some(inode) = inodes.get(&ino) {
+        if inode.path == path {
+            return Some(ino);
+        }
+        ino = ino.wrapping_add(1) | (1 << 63);
+    }
+    None
 }
 
 /// The inode number of a view path.
@@ -137,6 +162,7 @@ impl ShardFs {
             shard_new: None,
             stop_committer: Arc::default(),
             inodes: Mutex::new(HashMap::from([(ROOT_INO, root)])),
+            freshness: Freshness::default(),
             files: Mutex::default(),
             dirs: Mutex::default(),
             next_handle: AtomicU64::new(1),
@@ -150,7 +176,36 @@ impl ShardFs {
     /// Finds `name` in directory `parent`; the kernel now holds one more reference to it.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<(u64, Attr)> {
         let (node, attr) = self.ns.child(&self.node(parent)?, name)?;
-        Ok((self.remember(node), attr))
+        Ok((self.remember_told(node, &attr), attr))
+    }
+
+    /// [`ShardFs::remember`] for a node whose attributes the kernel is about to be told.
+    fn remember_told(&self, node: Node, attr: &Attr) -> u64 {
+        let sources = self.ns.sources(&node, attr);
+        let ino = self.remember(node);
+        self.freshness.watch(ino, &sources);
+        ino
+    }
+
+    /// Stats every store file the kernel's cached answers were read from, and returns the inodes
+    /// whose answers are out of date. Called periodically by the adapter, which invalidates them.
+    pub fn stale(&self) -> Vec<Stale> {
+        let changed = self.freshness.changed(|key| self.ns.store().attr(key).ok().map(|a| a.stamp));
+        let inodes = self.inodes.lock();
+        changed
+            .into_iter()
+            .filter_map(|ino| {
+                let inode = inodes.get(&ino)?;
+                let entry = match inode.node {
+                    Node::Chunk { .. } | Node::Document(_) => {
+                        let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
+                        find_ino(&inodes, parent).map(|p| (p, name.to_string()))
+                    }
+                    Node::Backing(_) | Node::ChunkDir { .. } => None,
+                };
+                Some(Stale { ino, entry })
+            })
+            .collect()
     }
 
     fn remember(&self, node: Node) -> u64 {
@@ -177,16 +232,15 @@ impl ShardFs {
 
     /// After a rename, the kernel knows the renamed file by its old inode under the new name: that
     /// inode must now stand for the file at its new place.
+    /// Its answers are then watched again when the kernel next asks for its attributes.
     fn rebind(&self, from_path: &str, to: &Node) {
         let mut inodes = self.inodes.lock();
-        let mut ino = path_ino(from_path);
-        while let Some(inode) = inodes.get_mut(&ino) {
-            if inode.path == from_path {
-                inode.node = to.clone();
-                inode.path = to.path();
-                return;
-            }
-            ino = ino.wrapping_add(1) | (1 << 63);
+        if let Some(ino) = find_ino(&inodes, from_path)
+            && let Some(inode) = inodes.get_mut(&ino)
+        {
+            self.freshness.unwatch(ino, &self.ns.source_keys(&inode.node));
+            inode.node = to.clone();
+            inode.path = to.path();
         }
     }
 
@@ -199,6 +253,7 @@ impl ShardFs {
         if let Some(inode) = inodes.get_mut(&ino) {
             inode.lookups = inode.lookups.saturating_sub(n);
             if inode.lookups == 0 {
+                self.freshness.unwatch(ino, &self.ns.source_keys(&inode.node));
                 inodes.remove(&ino);
             }
         }
@@ -210,7 +265,10 @@ impl ShardFs {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        self.ns.attr(&self.node(ino)?)
+        let node = self.node(ino)?;
+        let attr = self.ns.attr(&node)?;
+        self.freshness.watch(ino, &self.ns.sources(&node, &attr));
+        Ok(attr)
     }
 
     /// Lists directory `ino` once, for a stable sequence of [`ShardFs::readdir`] calls.
@@ -278,7 +336,10 @@ impl ShardFs {
                     continue;
                 }
             };
-            let ino = self.remember(node);
+            let ino = match &attr {
+                Ok(attr) => self.remember_told(node, attr),
+                Err(_) => self.remember(node),
+            };
             let full = add(&DirEntry { ino, ..entry.clone() }, attr.as_ref().ok(), next);
             if full {
                 // The kernel did not take this entry, so it holds no reference to it.

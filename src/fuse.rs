@@ -1,10 +1,11 @@
 //! The FUSE adapter: the only code that imports `fuser`, and the only place where an [`Error`]
 //! becomes an errno. Each callback is one call into [`ShardFs`] and one reply.
 
-use std::ffi::OsStr;
-use std::time::Duration;
+mod watcher;
 
-use std::time::SystemTime;
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -17,9 +18,12 @@ use crate::error::Error;
 use crate::fs::{OpenMode, ShardFs};
 use crate::store::{Attr, Kind};
 
-/// How long the kernel may trust names and attributes before asking again. A shard rewritten
-/// underneath the mount shows its new content at most this long after the change.
-pub const CACHE_TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may trust names and attributes before asking again. Long, so that a warm
+/// pass over a store asks nothing per file: the watcher invalidates what changes underneath the
+/// mount within [`WATCH_INTERVAL`]; this is only the backstop.
+pub const CACHE_TTL: Duration = Duration::from_secs(60);
+
+pub use watcher::INTERVAL as WATCH_INTERVAL;
 
 /// ioctl on the mount's root directory answering the serving process's id (a native-endian
 /// `u32`), so that `shardfs unmount` can wait for the daemon to finish: `_IOR('Z', 0x70, u32)`.
@@ -29,7 +33,14 @@ pub const PID_IOCTL: u32 = (2 << 30) | (4 << 16) | ((b'Z' as u32) << 8) | 0x70;
 const MAX_READAHEAD: u32 = 1 << 20;
 
 /// [`ShardFs`] served over FUSE.
-pub struct Fuse(pub ShardFs);
+pub struct Fuse(pub Arc<ShardFs>);
+
+impl Fuse {
+    /// FOPEN_NOFLUSH for a handle whose close has nothing to do, so the kernel sends no FLUSH.
+    fn close_flags(&self, fh: u64) -> FopenFlags {
+        if self.0.flushes_at_close(fh) { FopenFlags::empty() } else { FopenFlags::FOPEN_NOFLUSH }
+    }
+}
 
 /// The errno a failed operation returns to the caller.
 pub fn errno(error: &Error) -> Errno {
@@ -165,14 +176,8 @@ impl Filesystem for Fuse {
             reply.error(Errno::ENOSYS);
             return;
         }
-        // A file opened only for reading has nothing to report at close: skip the FLUSH request.
-        let reply_flags = if mode.write {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
-        };
         match self.0.open(ino.0, mode) {
-            Ok(fh) => reply.opened(FileHandle(fh), reply_flags),
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | self.close_flags(fh)),
             Err(e) => reply.error(fail("open", &e)),
         }
     }
@@ -191,7 +196,7 @@ impl Filesystem for Fuse {
             .and_then(|n| self.0.create(parent.0, n, mode & !umask, open_mode(flags)).map_err(|e| fail("create", &e)));
         match result {
             Ok((ino, attr, fh)) => {
-                reply.created(&CACHE_TTL, &file_attr(ino, &attr), Generation(0), FileHandle(fh), FopenFlags::empty())
+                reply.created(&CACHE_TTL, &file_attr(ino, &attr), Generation(0), FileHandle(fh), self.close_flags(fh))
             }
             Err(e) => reply.error(e),
         }
@@ -429,6 +434,7 @@ impl Filesystem for Fuse {
 /// A live mount. Dropping it unmounts, so a test or a daemon never leaves a mount behind.
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
+    watcher: Option<watcher::Watcher>,
 }
 
 impl Mounted {
@@ -439,17 +445,20 @@ impl Mounted {
 
     /// Unmounts and waits for the session's threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
+        self.watcher.take();
         self.session.take().map_or(Ok(()), |s| s.umount_and_join())
     }
 
     /// Waits for a session that already ended.
     pub fn join(mut self) -> std::io::Result<()> {
+        self.watcher.take();
         self.session.take().map_or(Ok(()), |s| s.join())
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        self.watcher.take();
         if let Some(session) = self.session.take()
             && let Err(e) = session.umount_and_join()
         {
@@ -531,10 +540,12 @@ fn config(settings: &MountSettings) -> Result<fuser::Config, String> {
 /// Mounts `fs` at `mountpoint` and serves it from background threads until unmounted.
 pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings) -> Result<Mounted, String> {
     let config = config(settings)?;
-    let session = fuser::Session::new(Fuse(fs), mountpoint, &config)
+    let fs = Arc::new(fs);
+    let session = fuser::Session::new(Fuse(fs.clone()), mountpoint, &config)
         .and_then(|s| s.spawn())
         .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
-    Ok(Mounted { session: Some(session) })
+    let watcher = watcher::Watcher::start(fs, session.notifier());
+    Ok(Mounted { session: Some(session), watcher: Some(watcher) })
 }
 
 #[cfg(test)]

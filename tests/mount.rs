@@ -102,6 +102,35 @@ fn damaged_chunks_read_as_eio_and_the_rest_is_served() {
 }
 
 #[test]
+fn a_shard_replaced_underneath_is_seen_long_before_the_kernel_cache_expires() {
+    if !fuse_available() {
+        return;
+    }
+    let store = sharded_copy();
+    let mnt = TempDir::new("mnt");
+    let _mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
+    let array = "zp/big_endian_index";
+    let (kept, gone, appears) = (mnt.path().join(array).join("c/1/0"), mnt.path().join(array).join("c/0/0"), "c/2/0");
+    // Read twice, so that the kernel holds its name, attributes and pages.
+    for _ in 0..2 {
+        assert_eq!(std::fs::read(&kept).unwrap(), twin(&format!("{array}/c/1/0")));
+    }
+    assert_eq!(std::fs::read(&gone).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    // Shard (0, 0) becomes a copy of shard (1, 0), replaced by rename as zarr-python does: chunk
+    // (1, 0) is gone from it, and chunk (0, 0) now holds the bytes of chunk (2, 0).
+    let shards = store.path().join(array).join("c");
+    std::fs::copy(shards.join("1/0"), shards.join("0/new")).unwrap();
+    std::fs::rename(shards.join("0/new"), shards.join("0/0")).unwrap();
+    let changed = Instant::now();
+    wait_for("the new shard to be served", || {
+        std::fs::read(&kept).is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT))
+            && std::fs::read(&gone).is_ok_and(|b| b == twin(&format!("{array}/{appears}")))
+    });
+    let seen = changed.elapsed();
+    assert!(seen < fuse::CACHE_TTL / 4, "seen after {seen:?}: the kernel cache expired, no watcher invalidated it");
+}
+
+#[test]
 fn a_read_only_mount_refuses_writes() {
     if !fuse_available() {
         return;

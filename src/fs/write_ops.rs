@@ -197,7 +197,7 @@ impl ShardFs {
             Target::ChunkDir(..) => return Err(Error::Invalid(format!("{name} is a chunk-key directory"))),
         };
         let attr = self.ns.attr(&node)?;
-        let ino = self.remember(node);
+        let ino = self.remember_told(node, &attr);
         Ok((ino, attr, self.add_handle(handle)))
     }
 
@@ -268,7 +268,9 @@ impl ShardFs {
             }
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
         }
-        self.ns.attr(&node)
+        let attr = self.ns.attr(&node)?;
+        self.freshness.watch(ino, &self.ns.sources(&node, &attr));
+        Ok(attr)
     }
 
     /// Removes file `name` of directory `parent`.
@@ -316,7 +318,7 @@ impl ShardFs {
             }
         };
         let attr = self.ns.attr(&node)?;
-        Ok((self.remember(node), attr))
+        Ok((self.remember_told(node, &attr), attr))
     }
 
     /// Removes the empty directory `name` of `parent`.
@@ -397,6 +399,19 @@ impl ShardFs {
             Handle::Store { file, key, .. } => file.sync_all().map_err(|e| Error::io(key, e)),
             Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
             Handle::Read(_) => Ok(()),
+        }
+    }
+
+    /// True when closing `fh` has something to do: a written document is stored at close, and a
+    /// chunk's close reports a failed commit of its shard. Every other close is left to the
+    /// kernel alone (no FLUSH request), which saves a round trip per file written.
+    pub fn flushes_at_close(&self, fh: u64) -> bool {
+        match self.handle(fh).as_deref() {
+            Ok(Handle::Document { .. }) => true,
+            Ok(Handle::Chunk { array, coords, .. }) => {
+                self.pending.as_ref().is_some_and(|p| p.has_error(array, coords))
+            }
+            Ok(Handle::Store { .. } | Handle::Read(_)) | Err(_) => false,
         }
     }
 

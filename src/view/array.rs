@@ -4,7 +4,7 @@
 use crate::format::metadata::ShardedArrayMeta;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use crate::store::{PRIVATE_DIR, join};
+use crate::store::{PRIVATE_DIR, Stamp, join};
 
 /// A sharded array found at `dir` (a store key), shown unsharded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,13 +15,21 @@ pub struct ShardedArray {
     pub grid: Vec<u64>,
     /// Shards along each dimension.
     pub shard_grid: Vec<u64>,
+    /// The store key and version of the document the array was read from, when known: answers
+    /// about its chunks are out of date once that document changes.
+    pub document: Option<(String, Stamp)>,
 }
 
 impl ShardedArray {
     pub fn new(dir: String, meta: ShardedArrayMeta) -> Self {
         let grid = meta.shape.iter().zip(meta.sharding.chunk_shape()).map(|(s, c)| s.div_ceil(*c)).collect();
         let shard_grid = meta.shape.iter().zip(&meta.sharding.shard_shape).map(|(s, c)| s.div_ceil(*c)).collect();
-        ShardedArray { dir, meta, grid, shard_grid }
+        ShardedArray { dir, meta, grid, shard_grid, document: None }
+    }
+
+    /// The same array, known to be read from the document at `key`, version `stamp`.
+    pub fn read_from(self, key: &str, stamp: Stamp) -> Self {
+        ShardedArray { document: Some((key.to_string(), stamp)), ..self }
     }
 
     pub fn rank(&self) -> usize {

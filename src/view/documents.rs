@@ -106,7 +106,10 @@ impl Documents {
             Interpretation::Unchanged => Document { view: None, array: None },
             Interpretation::Group { view } => Document { view: Some(view.into()), array: None },
             Interpretation::ShardedArray { view, array } => match self.layout.array_dir(key) {
-                Some(dir) => Document { view: Some(view.into()), array: Some(Arc::new(ShardedArray::new(dir, array))) },
+                Some(dir) => Document {
+                    view: Some(view.into()),
+                    array: Some(Arc::new(ShardedArray::new(dir, array).read_from(key, attr.stamp))),
+                },
                 None => Document { view: None, array: None },
             },
             Interpretation::Refused(reason) => {

@@ -19,7 +19,7 @@ use super::overlay::{Overlay, PendingChunk};
 use super::shards::Shards;
 use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
-use crate::store::{Attr, DirStore, Kind, PRIVATE_DIR, Space, join};
+use crate::store::{Attr, DirStore, Kind, PRIVATE_DIR, Space, Stamp, join};
 
 /// Name of the metadata document of every Zarr v3 node.
 pub const ZARR_JSON: &str = "zarr.json";
@@ -264,6 +264,38 @@ impl Namespace {
                 }
             },
         }
+    }
+
+    /// The store files answers about `node` are read from: the file its attributes come from
+    /// and, in the chunk key space, the array's document. Must follow [`Namespace::attr`].
+    pub fn source_keys(&self, node: &Node) -> Vec<String> {
+        let (first, array) = match node {
+            Node::Backing(key) | Node::Document(key) => (key.clone(), None),
+            Node::ChunkDir { array, .. } => (array.dir.clone(), Some(array)),
+            Node::Chunk { array, coords } => (array.shard_path(&array.meta.sharding.locate(coords).shard), Some(array)),
+        };
+        let document = array.and_then(|a| a.document.as_ref()).map(|(key, _)| key.clone());
+        std::iter::once(first).chain(document).collect()
+    }
+
+    /// [`Namespace::source_keys`], each with the version that `attr`, an answer of
+    /// [`Namespace::attr`] about `node`, was read from.
+    pub fn sources(&self, node: &Node, attr: &Attr) -> Vec<(String, Option<Stamp>)> {
+        let mut keys = self.source_keys(node).into_iter();
+        let first = keys.next().expect("every node has a source");
+        let stamp = match node {
+            // A pending chunk's attributes are not its shard's: what counts is the shard version a
+            // commit will change.
+            Node::Chunk { array, coords } if self.overlay.chunk(array, coords).is_some() => {
+                self.store.attr(&first).ok().map(|a| a.stamp)
+            }
+            _ => Some(attr.stamp),
+        };
+        let document = match node {
+            Node::ChunkDir { array, .. } | Node::Chunk { array, .. } => array.document.as_ref().map(|(_, s)| *s),
+            _ => None,
+        };
+        std::iter::once((first, stamp)).chain(keys.map(|key| (key, document))).collect()
     }
 
     /// The names and kinds in directory `node`, sorted by name.

@@ -115,6 +115,12 @@ impl Pending {
         self.shards.lock().get_mut(&shard_key(array, coords)).and_then(|s| s.error.take())
     }
 
+    /// True while the last commit of the chunk's shard has failed and no close or fsync has
+    /// reported it yet.
+    pub fn has_error(&self, array: &ShardedArray, coords: &[u64]) -> bool {
+        self.shards.lock().get(&shard_key(array, coords)).is_some_and(|s| s.error.is_some())
+    }
+
     /// Commits the pending chunks of the shard that holds `coords`.
     pub fn commit_chunk_shard(
         &self,

@@ -1,0 +1,153 @@
+//! Keeping the kernel's caches true to the store. The kernel keeps what it was told of an entry
+//! for a long time (`fuse::CACHE_TTL`), so that a second pass over a store costs no request per
+//! file; in exchange, this tracker remembers for every inode the kernel holds which store files
+//! its answers were read from, and in which version ([`Stamp`]). [`Freshness::changed`] stats
+//! those files again and names the inodes whose answers are out of date, for the adapter to
+//! invalidate in the kernel: a file rewritten underneath the mount is seen within one pass.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::store::Stamp;
+
+/// The version of a watched file that the kernel's cached answers agree with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Baseline {
+    /// Every answer was read from this version (`None`: the file did not exist).
+    Seen(Option<Stamp>),
+    /// Answers were read from different versions: the next pass invalidates them all.
+    Mixed,
+}
+
+#[derive(Debug)]
+struct Watched {
+    baseline: Baseline,
+    inodes: HashSet<u64>,
+}
+
+/// Which inodes were answered from which store files (keys), in which versions.
+#[derive(Debug, Default)]
+pub struct Freshness {
+    watched: Mutex<HashMap<Arc<str>, Watched>>,
+}
+
+impl Freshness {
+    /// Records that the kernel was just told about `ino` from `sources`: store keys and the
+    /// version each answer was read from.
+    pub fn watch(&self, ino: u64, sources: &[(String, Option<Stamp>)]) {
+        let mut watched = self.watched.lock();
+        for (key, stamp) in sources {
+            let seen = Baseline::Seen(*stamp);
+            match watched.get_mut(key.as_str()) {
+                Some(w) => {
+                    if w.baseline != seen {
+                        w.baseline = Baseline::Mixed;
+                    }
+                    w.inodes.insert(ino);
+                }
+                None => {
+                    watched.insert(key.as_str().into(), Watched { baseline: seen, inodes: HashSet::from([ino]) });
+                }
+            }
+        }
+    }
+
+    /// Forgets `ino` as a reader of the files at `keys` (the kernel dropped it).
+    pub fn unwatch(&self, ino: u64, keys: &[String]) {
+        let mut watched = self.watched.lock();
+        for key in keys {
+            if let Some(w) = watched.get_mut(key.as_str()) {
+                w.inodes.remove(&ino);
+                if w.inodes.is_empty() {
+                    watched.remove(key.as_str());
+                }
+            }
+        }
+    }
+
+    /// Stats every watched file with `stamp_of` and returns the inodes answered from a version
+    /// that is no longer there; their files' current versions become the new baselines.
+    pub fn changed(&self, stamp_of: impl Fn(&str) -> Option<Stamp>) -> Vec<u64> {
+        let keys: Vec<(Arc<str>, Baseline)> =
+            self.watched.lock().iter().map(|(k, w)| (k.clone(), w.baseline)).collect();
+        // Stat without the lock: lookups keep being answered meanwhile.
+        let now: Vec<(Arc<str>, Baseline, Option<Stamp>)> =
+            keys.into_iter().map(|(key, baseline)| (key.clone(), baseline, stamp_of(&key))).collect();
+        let mut stale = HashSet::new();
+        let mut watched = self.watched.lock();
+        for (key, before, current) in now {
+            let Some(w) = watched.get_mut(&key) else { continue };
+            if before != Baseline::Seen(current) {
+                stale.extend(w.inodes.iter().copied());
+                // An answer recorded since the snapshot may come from yet another version: it
+                // stays Mixed, for the next pass.
+                if w.baseline == before {
+                    w.baseline = Baseline::Seen(current);
+                }
+            }
+        }
+        stale.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp(size: u64) -> Option<Stamp> {
+        Some(Stamp { dev: 1, ino: 2, size, mtime_ns: 3, ctime_ns: 4 })
+    }
+
+    #[test]
+    fn a_changed_file_names_the_inodes_answered_from_it_once() {
+        let f = Freshness::default();
+        f.watch(10, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
+        f.watch(11, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
+        f.watch(12, &[("a/c/1".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
+        let disk = |k: &str| {
+            if k == "a/c/0" {
+                stamp(2)
+            } else if k == "a/c/1" {
+                stamp(1)
+            } else {
+                stamp(7)
+            }
+        };
+        let mut stale = f.changed(disk);
+        stale.sort();
+        assert_eq!(stale, [10, 11]);
+        assert!(f.changed(disk).is_empty(), "the new version is the baseline now");
+    }
+
+    #[test]
+    fn answers_from_two_versions_are_invalidated_even_if_the_file_did_not_change_again() {
+        let f = Freshness::default();
+        f.watch(10, &[("s".into(), stamp(1))]);
+        f.watch(11, &[("s".into(), stamp(2))]);
+        let mut stale = f.changed(|_| stamp(2));
+        stale.sort();
+        assert_eq!(stale, [10, 11]);
+        assert!(f.changed(|_| stamp(2)).is_empty());
+    }
+
+    #[test]
+    fn a_file_that_appears_or_disappears_is_a_change() {
+        let f = Freshness::default();
+        f.watch(10, &[("s".into(), None)]);
+        assert_eq!(f.changed(|_| stamp(1)), [10]);
+        assert_eq!(f.changed(|_| None), [10]);
+    }
+
+    #[test]
+    fn forgotten_inodes_stop_being_watched() {
+        let f = Freshness::default();
+        f.watch(10, &[("s".into(), stamp(1))]);
+        f.watch(11, &[("s".into(), stamp(1))]);
+        f.unwatch(10, &["s".into()]);
+        assert_eq!(f.changed(|_| stamp(2)), [11]);
+        f.unwatch(11, &["s".into()]);
+        assert!(f.changed(|_| stamp(3)).is_empty());
+    }
+}
