@@ -61,7 +61,7 @@ mkmnt() { m=$work/$1; mkdir -p "$m"; mounts+=("$m"); }
 
 echo "bench: profile $profile: $total chunks of $bytes bytes in $shards shards"
 python3 scripts/bench_store.py "$work/gen" --shards "$shards" --chunks-per-shard "$per" --chunk-bytes "$bytes"
-mksquashfs "$work/gen/plain" "$work/store.sqfs" -noappend -quiet -no-progress >/dev/null
+mksquashfs "$work/gen/plain" "$work/store.sqfs" -noappend -quiet -no-progress -no-duplicates >/dev/null
 (cd "$work/gen/plain" && zip -qr0 "$work/store.zip" .)
 tar -C "$work/gen/plain" -cf "$work/store.tar" .
 

@@ -190,7 +190,13 @@ impl ShardFs {
     /// Stats every store file the kernel's cached answers were read from, and returns the inodes
     /// whose answers are out of date. Called periodically by the adapter, which invalidates them.
     pub fn stale(&self) -> Vec<Stale> {
-        let changed = self.freshness.changed(|key| self.ns.store().attr(key).ok().map(|a| a.stamp));
+        let stamp_of = |key: &str| self.ns.store().attr(key).ok().map(|a| a.stamp);
+        // This mount's own commits change no byte the kernel holds: invalidating every cached
+        // chunk of a committed shard would only cost lookups (and contend with the writer).
+        for key in self.pending.as_ref().map(|p| p.take_committed()).unwrap_or_default() {
+            self.freshness.rebase(&key, stamp_of(&key));
+        }
+        let changed = self.freshness.changed(stamp_of);
         let inodes = self.inodes.lock();
         changed
             .into_iter()

@@ -67,6 +67,14 @@ impl Freshness {
         }
     }
 
+    /// Takes `stamp` as the version every cached answer about `key` agrees with: the file was
+    /// changed by this mount, in a way the kernel already knows of.
+    pub fn rebase(&self, key: &str, stamp: Option<Stamp>) {
+        if let Some(w) = self.watched.lock().get_mut(key) {
+            w.baseline = Baseline::Seen(stamp);
+        }
+    }
+
     /// Stats every watched file with `stamp_of` and returns the inodes answered from a version
     /// that is no longer there; their files' current versions become the new baselines.
     pub fn changed(&self, stamp_of: impl Fn(&str) -> Option<Stamp>) -> Vec<u64> {
@@ -138,6 +146,14 @@ mod tests {
         f.watch(10, &[("s".into(), None)]);
         assert_eq!(f.changed(|_| stamp(1)), [10]);
         assert_eq!(f.changed(|_| None), [10]);
+    }
+
+    #[test]
+    fn a_rebased_file_is_not_a_change() {
+        let f = Freshness::default();
+        f.watch(10, &[("s".into(), stamp(1))]);
+        f.rebase("s", stamp(2));
+        assert!(f.changed(|_| stamp(2)).is_empty());
     }
 
     #[test]

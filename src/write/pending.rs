@@ -7,7 +7,7 @@
 //! A failed commit keeps its chunks pending (nothing acknowledged is dropped) and its error is
 //! reported by the next fsync or close of a file in that shard.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -63,6 +63,8 @@ pub struct Pending {
     dirs: Mutex<HashMap<String, BTreeSet<String>>>,
     generation: AtomicU64,
     policy: Policy,
+    /// Shards committed since [`Pending::take_committed`] last asked.
+    committed: Mutex<HashSet<String>>,
 }
 
 /// The store key of the shard that holds a chunk.
@@ -160,6 +162,7 @@ impl Pending {
         let Some(shard) = shards.get_mut(key) else { return result.map(drop) };
         match result {
             Ok(_) => {
+                self.committed.lock().insert(key.to_string());
                 for (coords, generation, _) in carried {
                     if shard.entries.get(&coords).is_some_and(|e| e.generation == generation) {
                         let e = shard.entries.remove(&coords).expect("present");
@@ -181,6 +184,12 @@ impl Pending {
                 Err(e)
             }
         }
+    }
+
+    /// The keys of the shards committed since the last call: their new versions are this mount's
+    /// own doing, which the kernel's caches already reflect.
+    pub fn take_committed(&self) -> HashSet<String> {
+        std::mem::take(&mut *self.committed.lock())
     }
 
     /// Commits the shards idle for at least the policy's interval; errors are kept for the next
