@@ -7,6 +7,7 @@ use std::io::{IsTerminal, Write};
 use crate::inspect::find_arrays;
 use crate::store::DirStore;
 use crate::view::shards::shards_on_disk;
+use crate::view::sources::Sources;
 use crate::write::commit::{CommitError, Outcome, compact};
 use crate::write::crash_point::CrashPoint;
 
@@ -37,7 +38,7 @@ pub fn compact_command(store: &DirStore, only: &[String]) -> Result<Compacted, S
             continue;
         }
         let spec = array.meta.sharding.levels[0].index;
-        let shards = shards_on_disk(store, array, &[]).map_err(|e| e.to_string())?;
+        let shards = shards_on_disk(store, array, &[], &Sources::default()).map_err(|e| e.to_string())?;
         for (done, coords) in shards.iter().enumerate() {
             let key = array.shard_path(coords);
             totals.shards += 1;

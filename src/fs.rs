@@ -25,6 +25,7 @@ use crate::view::array::ShardedArray;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Content, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
+use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
 use freshness::Freshness;
 
@@ -284,7 +285,10 @@ impl ShardFs {
             let inode = inodes.get(&ino).ok_or(Error::BadHandle)?;
             (inode.node.clone(), inode.path.clone())
         };
-        let listing = self.ns.list(&node)?;
+        let sources = Sources::default();
+        let listing = self.ns.list_from(&node, &sources)?;
+        // The kernel keeps the listing: it is watched like any other answer.
+        self.freshness.watch_listing(ino, sources.into_vec());
         let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
         let mut entries = Vec::with_capacity(listing.len() + 2);
         entries.push(DirEntry { ino, name: ".".into(), kind: Kind::Dir });

@@ -387,8 +387,10 @@ impl Filesystem for Fuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel keeps listings (across opens too) until the watcher invalidates the
+        // directory, or a change through the mount does.
         match self.0.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(fail("opendir", &e)),
         }
     }

@@ -15,6 +15,7 @@ use crate::store::{DirStore, Kind, join};
 use crate::view::array::ShardedArray;
 use crate::view::documents::Layout;
 use crate::view::shards::shards_on_disk;
+use crate::view::sources::Sources;
 use crate::write::PRIVATE_DIR;
 use crate::write::journal::journal_dir;
 
@@ -129,7 +130,7 @@ fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays)
 
 fn scan_array(store: &DirStore, array: &ShardedArray) -> io::Result<ArrayReport> {
     let mut report = ArrayReport { dir: array.dir.clone(), ..Default::default() };
-    let shards = shards_on_disk(store, array, &[]).map_err(|e| io::Error::other(e.to_string()))?;
+    let shards = shards_on_disk(store, array, &[], &Sources::default()).map_err(|e| io::Error::other(e.to_string()))?;
     for coords in shards {
         let key = array.shard_path(&coords);
         let shown = store.path(&key).display().to_string();

@@ -209,7 +209,14 @@ impl DirStore {
     /// The names and kinds in directory `key`. Names that are not UTF-8 are left out with a log
     /// line: Zarr keys are UTF-8 and the view's paths are strings.
     pub fn list(&self, key: &str) -> io::Result<Vec<(String, Kind)>> {
-        let dir = self.open_beneath(key, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        self.list_versioned(key).map(|(entries, _)| entries)
+    }
+
+    /// [`DirStore::list`], with the version of the directory that was listed (taken before its
+    /// entries are read, so a change while listing shows as a newer version).
+    pub fn list_versioned(&self, key: &str) -> io::Result<(Vec<(String, Kind)>, Stamp)> {
+        let dir = File::from(self.open_beneath(key, libc::O_RDONLY | libc::O_DIRECTORY)?);
+        let stamp = Attr::from_metadata(&dir.metadata()?).stamp;
         let mut out = Vec::new();
         // The descriptor names the directory itself, so reading it through /proc follows no link
         // of the store.
@@ -221,7 +228,7 @@ impl DirStore {
             };
             out.push((name, kind_of(entry.file_type()?)));
         }
-        Ok(out)
+        Ok((out, stamp))
     }
 
     /// Opens the file at `key` for reading; a symlink anywhere on the way is refused (ELOOP).

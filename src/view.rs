@@ -8,6 +8,7 @@
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
 //! - [`namespace`]: path resolution and directory listings.
 //! - [`overlay`]: the hook through which uncommitted writes show in the view.
+//! - [`sources`]: the store files (and versions) an answer was read from.
 
 pub mod array;
 pub mod documents;
@@ -15,3 +16,4 @@ pub mod index_cache;
 pub mod namespace;
 pub mod overlay;
 pub mod shards;
+pub mod sources;

@@ -111,9 +111,20 @@ fn a_shard_replaced_underneath_is_seen_long_before_the_kernel_cache_expires() {
     let _mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
     let array = "zp/big_endian_index";
     let (kept, gone, appears) = (mnt.path().join(array).join("c/1/0"), mnt.path().join(array).join("c/0/0"), "c/2/0");
-    // Read twice, so that the kernel holds its name, attributes and pages.
+    let names = |dir: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(mnt.path().join(array).join(dir))
+            .map(|entries| entries.map(|e| e.unwrap().file_name().into_string().unwrap()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    // Read twice, so that the kernel holds the names, attributes, pages and listings.
     for _ in 0..2 {
         assert_eq!(std::fs::read(&kept).unwrap(), twin(&format!("{array}/c/1/0")));
+        assert_eq!(
+            (names("c"), names("c/1")),
+            (vec!["1".into(), "2".into()], vec!["0".into(), "1".into(), "2".into()])
+        );
     }
     assert_eq!(std::fs::read(&gone).unwrap_err().raw_os_error(), Some(libc::ENOENT));
     // Shard (0, 0) becomes a copy of shard (1, 0), replaced by rename as zarr-python does: chunk
@@ -125,6 +136,8 @@ fn a_shard_replaced_underneath_is_seen_long_before_the_kernel_cache_expires() {
     wait_for("the new shard to be served", || {
         std::fs::read(&kept).is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT))
             && std::fs::read(&gone).is_ok_and(|b| b == twin(&format!("{array}/{appears}")))
+            && names("c") == ["0", "1", "2"]
+            && names("c/1") == ["2"]
     });
     let seen = changed.elapsed();
     assert!(seen < fuse::CACHE_TTL / 4, "seen after {seen:?}: the kernel cache expired, no watcher invalidated it");

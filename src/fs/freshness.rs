@@ -1,7 +1,7 @@
 //! Keeping the kernel's caches true to the store. The kernel keeps what it was told of an entry
-//! for a long time (`fuse::CACHE_TTL`), so that a second pass over a store costs no request per
-//! file; in exchange, this tracker remembers for every inode the kernel holds which store files
-//! its answers were read from, and in which version ([`Stamp`]). [`Freshness::changed`] stats
+//! (and a directory's listing) for a long time (`fuse::CACHE_TTL`), so that a second pass over a
+//! store costs no request per file; in exchange, this tracker remembers for every inode the
+//! kernel holds which store files its answers were read from, and in which version ([`Stamp`]). [`Freshness::changed`] stats
 //! those files again and names the inodes whose answers are out of date, for the adapter to
 //! invalidate in the kernel: a file rewritten underneath the mount is seen within one pass.
 
@@ -24,53 +24,95 @@ enum Baseline {
 #[derive(Debug)]
 struct Watched {
     baseline: Baseline,
+    /// Inodes whose attributes (or content) were read from the file.
     inodes: HashSet<u64>,
+    /// Directories whose listing was read from it.
+    listings: HashSet<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    watched: HashMap<Arc<str>, Watched>,
+    /// The keys each cached listing was read from, to forget them with the directory.
+    listing_keys: HashMap<u64, Vec<Arc<str>>>,
+}
+
+impl Inner {
+    /// The entry of `key`, taking an answer read from version `stamp`.
+    fn entry(&mut self, key: &str, stamp: Option<Stamp>) -> &mut Watched {
+        let seen = Baseline::Seen(stamp);
+        let w = self.watched.entry(key.into()).or_insert_with(|| Watched {
+            baseline: seen,
+            inodes: HashSet::new(),
+            listings: HashSet::new(),
+        });
+        if w.baseline != seen {
+            w.baseline = Baseline::Mixed;
+        }
+        w
+    }
+
+    fn drop_if_unused(&mut self, key: &str) {
+        if self.watched.get(key).is_some_and(|w| w.inodes.is_empty() && w.listings.is_empty()) {
+            self.watched.remove(key);
+        }
+    }
+
+    fn forget_listing(&mut self, dir: u64) {
+        for key in self.listing_keys.remove(&dir).unwrap_or_default() {
+            if let Some(w) = self.watched.get_mut(&key) {
+                w.listings.remove(&dir);
+            }
+            self.drop_if_unused(&key);
+        }
+    }
 }
 
 /// Which inodes were answered from which store files (keys), in which versions.
 #[derive(Debug, Default)]
 pub struct Freshness {
-    watched: Mutex<HashMap<Arc<str>, Watched>>,
+    inner: Mutex<Inner>,
 }
 
 impl Freshness {
     /// Records that the kernel was just told about `ino` from `sources`: store keys and the
     /// version each answer was read from.
     pub fn watch(&self, ino: u64, sources: &[(String, Option<Stamp>)]) {
-        let mut watched = self.watched.lock();
+        let mut inner = self.inner.lock();
         for (key, stamp) in sources {
-            let seen = Baseline::Seen(*stamp);
-            match watched.get_mut(key.as_str()) {
-                Some(w) => {
-                    if w.baseline != seen {
-                        w.baseline = Baseline::Mixed;
-                    }
-                    w.inodes.insert(ino);
-                }
-                None => {
-                    watched.insert(key.as_str().into(), Watched { baseline: seen, inodes: HashSet::from([ino]) });
-                }
-            }
+            inner.entry(key, *stamp).inodes.insert(ino);
         }
     }
 
-    /// Forgets `ino` as a reader of the files at `keys` (the kernel dropped it).
-    pub fn unwatch(&self, ino: u64, keys: &[String]) {
-        let mut watched = self.watched.lock();
-        for key in keys {
-            if let Some(w) = watched.get_mut(key.as_str()) {
-                w.inodes.remove(&ino);
-                if w.inodes.is_empty() {
-                    watched.remove(key.as_str());
-                }
-            }
+    /// Records that the kernel was just given the listing of directory `dir`, read from
+    /// `sources`; it replaces the directory's previous listing.
+    pub fn watch_listing(&self, dir: u64, sources: Vec<(String, Option<Stamp>)>) {
+        let mut inner = self.inner.lock();
+        inner.forget_listing(dir);
+        let mut keys = Vec::with_capacity(sources.len());
+        for (key, stamp) in sources {
+            inner.entry(&key, stamp).listings.insert(dir);
+            keys.push(inner.watched.get_key_value(key.as_str()).expect("just added").0.clone());
         }
+        inner.listing_keys.insert(dir, keys);
+    }
+
+    /// Forgets `ino` as a reader of the files at `keys`, and its listing (the kernel dropped it).
+    pub fn unwatch(&self, ino: u64, keys: &[String]) {
+        let mut inner = self.inner.lock();
+        for key in keys {
+            if let Some(w) = inner.watched.get_mut(key.as_str()) {
+                w.inodes.remove(&ino);
+            }
+            inner.drop_if_unused(key);
+        }
+        inner.forget_listing(ino);
     }
 
     /// Takes `stamp` as the version every cached answer about `key` agrees with: the file was
     /// changed by this mount, in a way the kernel already knows of.
     pub fn rebase(&self, key: &str, stamp: Option<Stamp>) {
-        if let Some(w) = self.watched.lock().get_mut(key) {
+        if let Some(w) = self.inner.lock().watched.get_mut(key) {
             w.baseline = Baseline::Seen(stamp);
         }
     }
@@ -79,16 +121,16 @@ impl Freshness {
     /// that is no longer there; their files' current versions become the new baselines.
     pub fn changed(&self, stamp_of: impl Fn(&str) -> Option<Stamp>) -> Vec<u64> {
         let keys: Vec<(Arc<str>, Baseline)> =
-            self.watched.lock().iter().map(|(k, w)| (k.clone(), w.baseline)).collect();
+            self.inner.lock().watched.iter().map(|(k, w)| (k.clone(), w.baseline)).collect();
         // Stat without the lock: lookups keep being answered meanwhile.
         let now: Vec<(Arc<str>, Baseline, Option<Stamp>)> =
             keys.into_iter().map(|(key, baseline)| (key.clone(), baseline, stamp_of(&key))).collect();
         let mut stale = HashSet::new();
-        let mut watched = self.watched.lock();
+        let mut inner = self.inner.lock();
         for (key, before, current) in now {
-            let Some(w) = watched.get_mut(&key) else { continue };
+            let Some(w) = inner.watched.get_mut(&key) else { continue };
             if before != Baseline::Seen(current) {
-                stale.extend(w.inodes.iter().copied());
+                stale.extend(w.inodes.iter().chain(&w.listings).copied());
                 // An answer recorded since the snapshot may come from yet another version: it
                 // stays Mixed, for the next pass.
                 if w.baseline == before {
@@ -154,6 +196,19 @@ mod tests {
         f.watch(10, &[("s".into(), stamp(1))]);
         f.rebase("s", stamp(2));
         assert!(f.changed(|_| stamp(2)).is_empty());
+    }
+
+    #[test]
+    fn a_listing_is_stale_when_any_file_it_was_read_from_changes_and_forgotten_with_its_directory() {
+        let f = Freshness::default();
+        f.watch(5, &[("a".into(), stamp(1))]);
+        f.watch_listing(5, vec![("a".into(), stamp(1)), ("a/c/0".into(), stamp(1)), ("a/c/1".into(), None)]);
+        assert_eq!(f.changed(|_| stamp(1)), [5], "a/c/1 appeared");
+        // A new listing replaces the old one's files.
+        f.watch_listing(5, vec![("a".into(), stamp(1))]);
+        assert!(f.changed(|k| if k == "a" { stamp(1) } else { stamp(9) }).is_empty());
+        f.unwatch(5, &["a".into()]);
+        assert!(f.changed(|_| stamp(7)).is_empty(), "nothing is watched once the directory is forgotten");
     }
 
     #[test]

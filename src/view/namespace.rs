@@ -17,6 +17,7 @@ use super::documents::{Documents, Layout};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::shards::Shards;
+use super::sources::Sources;
 use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
 use crate::store::{Attr, DirStore, Kind, PRIVATE_DIR, Space, Stamp, join};
@@ -206,12 +207,12 @@ impl Namespace {
         if self.overlay.dirs(array).iter().any(|d| d == dir || d.starts_with(&below)) {
             return Ok(true);
         }
-        self.any_chunk(array, prefix)
+        self.any_chunk(array, prefix, &Sources::default())
     }
 
-    fn any_chunk(&self, array: &ShardedArray, prefix: &[u64]) -> Result<bool> {
+    fn any_chunk(&self, array: &ShardedArray, prefix: &[u64], sources: &Sources) -> Result<bool> {
         let mut found = false;
-        self.for_each_visible_chunk(array, prefix, &mut |_| {
+        self.for_each_visible_chunk(array, prefix, sources, &mut |_| {
             found = true;
             ControlFlow::Break(())
         })?;
@@ -224,6 +225,7 @@ impl Namespace {
         &self,
         array: &ShardedArray,
         prefix: &[u64],
+        sources: &Sources,
         visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
     ) -> Result<()> {
         let pending = self.overlay.chunks_under(array, prefix);
@@ -232,7 +234,7 @@ impl Namespace {
                 return Ok(());
             }
         }
-        self.shards.for_each_chunk(&self.store, array, prefix, &mut |coords, _| {
+        self.shards.for_each_chunk(&self.store, array, prefix, sources, &mut |coords, _| {
             if pending.iter().any(|(c, _)| c == coords) { ControlFlow::Continue(()) } else { visit(coords) }
         })
     }
@@ -300,25 +302,47 @@ impl Namespace {
 
     /// The names and kinds in directory `node`, sorted by name.
     pub fn list(&self, node: &Node) -> Result<Vec<(String, Kind)>> {
+        self.list_from(node, &Sources::default())
+    }
+
+    /// [`Namespace::list`], recording in `sources` every store file the listing was read from:
+    /// the listing is out of date once one of them changes.
+    pub fn list_from(&self, node: &Node, sources: &Sources) -> Result<Vec<(String, Kind)>> {
+        let document = |array: &ShardedArray| {
+            if let Some((key, stamp)) = &array.document {
+                sources.record(key, Some(*stamp));
+            }
+        };
         match node {
             Node::Backing(dir) => {
-                let mut entries = self.store.list(dir).map_err(|e| Error::io(dir, e))?;
+                let (mut entries, stamp) = self.store.list_versioned(dir).map_err(|e| Error::io(dir, e))?;
+                sources.record(dir, Some(stamp));
                 if dir.is_empty() {
                     entries.retain(|(name, _)| name != PRIVATE_DIR);
                 }
                 if let Some(array) = self.documents.array_at(&self.store, dir)? {
+                    document(&array);
                     entries.retain(|(name, _)| !array.is_shard_name(name));
-                    entries.extend(self.virtual_list(&array, "", &[])?);
+                    entries.extend(self.virtual_list(&array, "", &[], sources)?);
                 }
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
                 Ok(entries)
             }
-            Node::ChunkDir { array, dir, prefix } => self.virtual_list(array, dir, prefix),
+            Node::ChunkDir { array, dir, prefix } => {
+                document(array);
+                self.virtual_list(array, dir, prefix, sources)
+            }
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
     }
 
-    fn virtual_list(&self, array: &ShardedArray, dir: &str, prefix: &[u64]) -> Result<Vec<(String, Kind)>> {
+    fn virtual_list(
+        &self,
+        array: &ShardedArray,
+        dir: &str,
+        prefix: &[u64],
+        sources: &Sources,
+    ) -> Result<Vec<(String, Kind)>> {
         // The entry of `dir` that leads to `path` (relative to the array), and whether `path`
         // goes deeper than that entry.
         let entry_towards = |path: &str| -> Option<(String, bool)> {
@@ -337,11 +361,11 @@ impl Namespace {
         let enc = &array.meta.key_encoding;
         if dir.is_empty() && enc.style == KeyStyle::Default && enc.separator == '/' && array.rank() > 0 {
             // Every key starts with "c/": one chunk anywhere is enough to show the directory.
-            if self.any_chunk(array, prefix)? {
+            if self.any_chunk(array, prefix, sources)? {
                 names.insert("c".to_string(), Kind::Dir);
             }
         } else {
-            self.for_each_visible_chunk(array, prefix, &mut |coords| {
+            self.for_each_visible_chunk(array, prefix, sources, &mut |coords| {
                 if let Some((name, deeper)) = entry_towards(&array.chunk_key(coords)) {
                     names.insert(name, if deeper { Kind::Dir } else { Kind::File });
                 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::array::ShardedArray;
 use super::index_cache::IndexCache;
+use super::sources::Sources;
 use crate::error::{Error, Result};
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
@@ -194,22 +195,31 @@ impl Shards {
     /// be read (a damaged shard, a shard that is not a regular file), every chunk it may hold is
     /// visited as [`ChunkState::Damaged`]: the view then says EIO for them rather than letting a
     /// reader take them for missing chunks, which would read as fill value. `visit` may stop the
-    /// walk.
+    /// walk. Every directory listed and shard read is recorded in `sources`.
     pub fn for_each_chunk(
         &self,
         store: &DirStore,
         array: &ShardedArray,
         prefix: &[u64],
+        sources: &Sources,
         visit: &mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
     ) -> Result<()> {
         let per_shard = array.meta.sharding.chunks_per_shard();
         let shard_prefix: Vec<u64> = prefix.iter().zip(&per_shard).map(|(c, r)| c / r).collect();
-        for shard_coords in shards_on_disk(store, array, &shard_prefix)? {
-            let shard = match OpenShard::open(store, array.shard_path(&shard_coords)) {
-                Ok(Some(shard)) => Some(shard),
-                Ok(None) => continue,
+        for shard_coords in shards_on_disk(store, array, &shard_prefix, sources)? {
+            let key = array.shard_path(&shard_coords);
+            let shard = match OpenShard::open(store, key.clone()) {
+                Ok(Some(shard)) => {
+                    sources.record(&key, Some(shard.attr.stamp));
+                    Some(shard)
+                }
+                Ok(None) => {
+                    sources.record(&key, None);
+                    continue;
+                }
                 Err(e) => {
                     log::warn!("{e}; its chunks read as EIO");
+                    sources.record(&key, store.attr(&key).ok().map(|a| a.stamp));
                     None
                 }
             };
@@ -223,8 +233,14 @@ impl Shards {
     }
 }
 
-/// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`.
-pub fn shards_on_disk(store: &DirStore, array: &ShardedArray, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>> {
+/// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`; the
+/// directories listed are recorded in `sources`.
+pub fn shards_on_disk(
+    store: &DirStore,
+    array: &ShardedArray,
+    shard_prefix: &[u64],
+    sources: &Sources,
+) -> Result<Vec<Vec<u64>>> {
     let enc = &array.meta.key_encoding;
     let rank = array.rank();
     let mut found = Vec::new();
@@ -233,10 +249,10 @@ pub fn shards_on_disk(store: &DirStore, array: &ShardedArray, shard_prefix: &[u6
             found.push(shard_prefix.to_vec());
         } else {
             let dir = join(&array.dir, &enc.dir_key(shard_prefix));
-            collect_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), &mut found)?;
+            collect_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), &mut found, sources)?;
         }
     } else {
-        for (name, _) in list_or_empty(store, &array.dir)? {
+        for (name, _) in list_or_empty(store, &array.dir, sources)? {
             if let Some(coords) = enc.decode(&name, rank)
                 && coords.starts_with(shard_prefix)
                 && coords.iter().zip(&array.shard_grid).all(|(c, g)| c < g)
@@ -255,9 +271,10 @@ fn collect_shard_tree(
     dir: &str,
     coords: &mut Vec<u64>,
     found: &mut Vec<Vec<u64>>,
+    sources: &Sources,
 ) -> Result<()> {
     let depth = coords.len();
-    for (name, kind) in list_or_empty(store, dir)? {
+    for (name, kind) in list_or_empty(store, dir, sources)? {
         let Some(c) = array.meta.key_encoding.component(depth, &name).filter(|c| *c < array.shard_grid[depth]) else {
             continue;
         };
@@ -265,17 +282,23 @@ fn collect_shard_tree(
         if depth + 1 == array.rank() {
             found.push(coords.clone());
         } else if kind == Kind::Dir {
-            collect_shard_tree(store, array, &join(dir, &name), coords, found)?;
+            collect_shard_tree(store, array, &join(dir, &name), coords, found, sources)?;
         }
         coords.pop();
     }
     Ok(())
 }
 
-fn list_or_empty(store: &DirStore, dir: &str) -> Result<Vec<(String, Kind)>> {
-    match store.list(dir) {
-        Ok(entries) => Ok(entries),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => Ok(Vec::new()),
+fn list_or_empty(store: &DirStore, dir: &str, sources: &Sources) -> Result<Vec<(String, Kind)>> {
+    match store.list_versioned(dir) {
+        Ok((entries, stamp)) => {
+            sources.record(dir, Some(stamp));
+            Ok(entries)
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => {
+            sources.record(dir, store.attr(dir).ok().map(|a| a.stamp));
+            Ok(Vec::new())
+        }
         Err(e) => Err(Error::io(dir, e)),
     }
 }
