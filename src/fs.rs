@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::fs::File;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::store::{Attr, DirStore, Kind, Space, join};
 use crate::view::array::ShardedArray;
 use crate::view::index_cache::IndexCache;
-use crate::view::namespace::{Content, Namespace, Node};
+use crate::view::namespace::{ChunkCursor, ChunkFiles, Content, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
@@ -42,11 +43,31 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
-/// An open directory: its node and the entries it had when opened.
+/// An open directory: its node, the entries it had when opened, and its chunk files, read as
+/// the listing is read (at directory offsets from [`CHUNK_OFFSETS`] on).
 #[derive(Debug)]
-struct Listing {
+struct OpenDir {
+    ino: u64,
     node: Node,
+    path: String,
     entries: Vec<DirEntry>,
+    chunk_files: Option<ChunkFiles>,
+}
+
+/// Directory offsets from here on stand for a [`ChunkCursor`]: shard position in bits 32..62,
+/// chunks passed in that shard in bits 0..32 (a shard holds at most 2^24 entries).
+const CHUNK_OFFSETS: u64 = 1 << 62;
+
+fn chunk_offset(cursor: ChunkCursor) -> u64 {
+    CHUNK_OFFSETS | ((cursor.shard as u64) << 32) | cursor.skip
+}
+
+/// Where the chunk files resume after directory offset `offset`.
+fn chunk_cursor(offset: u64) -> ChunkCursor {
+    if offset < CHUNK_OFFSETS {
+        return ChunkCursor::default();
+    }
+    ChunkCursor { shard: ((offset & !CHUNK_OFFSETS) >> 32) as usize, skip: offset & 0xffff_ffff }
 }
 
 #[derive(Debug)]
@@ -101,7 +122,7 @@ pub struct ShardFs {
     inodes: Mutex<HashMap<u64, Inode>>,
     freshness: Freshness,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
-    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    dirs: Mutex<HashMap<u64, Arc<OpenDir>>>,
     next_handle: AtomicU64,
 }
 
@@ -278,7 +299,8 @@ impl ShardFs {
         Ok(attr)
     }
 
-    /// Lists directory `ino` once, for a stable sequence of [`ShardFs::readdir`] calls.
+    /// Lists directory `ino` once, for a stable sequence of [`ShardFs::readdir`] calls (chunk
+    /// files are read shard by shard as the listing is read).
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let (node, path) = {
             let inodes = self.inodes.lock();
@@ -290,32 +312,53 @@ impl ShardFs {
         // The kernel keeps the listing: it is watched like any other answer.
         self.freshness.watch_listing(ino, sources.into_vec());
         let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
-        let mut entries = Vec::with_capacity(listing.len() + 2);
+        let mut entries = Vec::with_capacity(listing.entries.len() + 2);
         entries.push(DirEntry { ino, name: ".".into(), kind: Kind::Dir });
         entries.push(DirEntry { ino: path_ino(parent), name: "..".into(), kind: Kind::Dir });
-        entries.extend(listing.into_iter().map(|(name, kind)| DirEntry {
+        entries.extend(listing.entries.into_iter().map(|(name, kind)| DirEntry {
             ino: path_ino(&join(&path, &name)),
             name,
             kind,
         }));
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().insert(fh, Arc::new(Listing { node, entries }));
+        let open = OpenDir { ino, node, path, entries, chunk_files: listing.chunk_files };
+        self.dirs.lock().insert(fh, Arc::new(open));
         Ok(fh)
     }
 
-    fn listing(&self, fh: u64) -> Result<Arc<Listing>> {
+    fn open_dir(&self, fh: u64) -> Result<Arc<OpenDir>> {
         self.dirs.lock().get(&fh).cloned().ok_or(Error::BadHandle)
+    }
+
+    /// Passes the chunk files of `dir` from directory offset `offset` on to `visit`, with the
+    /// offset after each; the shards read join the listing's watched sources.
+    fn chunk_files(
+        &self,
+        dir: &OpenDir,
+        offset: u64,
+        mut visit: impl FnMut(&str, Node, Result<Attr>, u64) -> ControlFlow<()>,
+    ) {
+        let Some(files) = &dir.chunk_files else { return };
+        let sources = Sources::default();
+        self.ns.chunk_files(files, chunk_cursor(offset), &sources, |name, node, attr, next| {
+            visit(name, node, attr, chunk_offset(next))
+        });
+        self.freshness.watch_listing(dir.ino, sources.into_vec());
     }
 
     /// Passes the entries of an open directory from position `offset` to `add`, with the offset
     /// of the entry after each, until `add` says the reply is full.
     pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
-        let listing = self.listing(fh)?;
-        for (i, entry) in listing.entries.iter().enumerate().skip(offset as usize) {
+        let dir = self.open_dir(fh)?;
+        for (i, entry) in dir.entries.iter().enumerate().skip(offset as usize) {
             if add(entry, i as u64 + 1) {
-                break;
+                return Ok(());
             }
         }
+        self.chunk_files(&dir, offset, |name, _, _, next| {
+            let entry = DirEntry { ino: path_ino(&join(&dir.path, name)), name: name.to_string(), kind: Kind::File };
+            if add(&entry, next) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        });
         Ok(())
     }
 
@@ -329,23 +372,15 @@ impl ShardFs {
         offset: u64,
         mut add: impl FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
     ) -> Result<()> {
-        let listing = self.listing(fh)?;
-        for (i, entry) in listing.entries.iter().enumerate().skip(offset as usize) {
-            let next = i as u64 + 1;
-            if entry.name == "." || entry.name == ".." {
-                // The kernel takes neither attributes nor a reference for these two.
-                if add(entry, None, next) {
-                    break;
-                }
-                continue;
-            }
-            let (node, attr) = match self.ns.entry(&listing.node, &entry.name) {
-                Ok(found) => found,
-                Err(e) => {
-                    log::debug!("readdirplus: {}: {e}", entry.name);
-                    continue;
-                }
-            };
+        let dir = self.open_dir(fh)?;
+        // Tells the kernel of one entry; true when its reply is full.
+        let add: &mut dyn FnMut(&DirEntry, Option<&Attr>, u64) -> bool = &mut add;
+        let pass = |add: &mut dyn FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
+                    entry: &DirEntry,
+                    node: Node,
+                    attr: Result<Attr>,
+                    next: u64|
+         -> bool {
             let ino = match &attr {
                 Ok(attr) => self.remember_told(node, attr),
                 Err(_) => self.remember(node),
@@ -354,9 +389,31 @@ impl ShardFs {
             if full {
                 // The kernel did not take this entry, so it holds no reference to it.
                 self.forget(ino, 1);
-                break;
+            }
+            full
+        };
+        for (i, entry) in dir.entries.iter().enumerate().skip(offset as usize) {
+            let next = i as u64 + 1;
+            if entry.name == "." || entry.name == ".." {
+                // The kernel takes neither attributes nor a reference for these two.
+                if add(entry, None, next) {
+                    return Ok(());
+                }
+                continue;
+            }
+            match self.ns.entry(&dir.node, &entry.name) {
+                Ok((node, attr)) => {
+                    if pass(add, entry, node, attr, next) {
+                        return Ok(());
+                    }
+                }
+                Err(e) => log::debug!("readdirplus: {}: {e}", entry.name),
             }
         }
+        self.chunk_files(&dir, offset, |name, node, attr, next| {
+            let entry = DirEntry { ino: 0, name: name.to_string(), kind: Kind::File };
+            if pass(add, &entry, node, attr, next) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        });
         Ok(())
     }
 

@@ -34,7 +34,7 @@ struct Watched {
 struct Inner {
     watched: HashMap<Arc<str>, Watched>,
     /// The keys each cached listing was read from, to forget them with the directory.
-    listing_keys: HashMap<u64, Vec<Arc<str>>>,
+    listing_keys: HashMap<u64, HashSet<Arc<str>>>,
 }
 
 impl Inner {
@@ -84,17 +84,16 @@ impl Freshness {
         }
     }
 
-    /// Records that the kernel was just given the listing of directory `dir`, read from
-    /// `sources`; it replaces the directory's previous listing.
+    /// Records that the kernel was just given (part of) the listing of directory `dir`, read
+    /// from `sources`. The kernel keeps listings across opens and fills them piecemeal, so the
+    /// files of every part count until the directory is forgotten.
     pub fn watch_listing(&self, dir: u64, sources: Vec<(String, Option<Stamp>)>) {
         let mut inner = self.inner.lock();
-        inner.forget_listing(dir);
-        let mut keys = Vec::with_capacity(sources.len());
         for (key, stamp) in sources {
             inner.entry(&key, stamp).listings.insert(dir);
-            keys.push(inner.watched.get_key_value(key.as_str()).expect("just added").0.clone());
+            let key = inner.watched.get_key_value(key.as_str()).expect("just added").0.clone();
+            inner.listing_keys.entry(dir).or_default().insert(key);
         }
-        inner.listing_keys.insert(dir, keys);
     }
 
     /// Forgets `ino` as a reader of the files at `keys`, and its listing (the kernel dropped it).
@@ -204,9 +203,9 @@ mod tests {
         f.watch(5, &[("a".into(), stamp(1))]);
         f.watch_listing(5, vec![("a".into(), stamp(1)), ("a/c/0".into(), stamp(1)), ("a/c/1".into(), None)]);
         assert_eq!(f.changed(|_| stamp(1)), [5], "a/c/1 appeared");
-        // A new listing replaces the old one's files.
-        f.watch_listing(5, vec![("a".into(), stamp(1))]);
-        assert!(f.changed(|k| if k == "a" { stamp(1) } else { stamp(9) }).is_empty());
+        // Later parts of the listing add their files; the earlier ones still count.
+        f.watch_listing(5, vec![("a/c/2".into(), stamp(1))]);
+        assert_eq!(f.changed(|k| if k == "a/c/0" { stamp(2) } else { stamp(1) }), [5]);
         f.unwatch(5, &["a".into()]);
         assert!(f.changed(|_| stamp(7)).is_empty(), "nothing is watched once the directory is forgotten");
     }

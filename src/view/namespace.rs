@@ -5,7 +5,7 @@
 //! for each `/`-separated key prefix that has a stored chunk below it, and one file per stored
 //! inner chunk inside the array bounds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::ops::{ControlFlow, Range};
 use std::os::unix::fs::FileExt;
@@ -16,7 +16,7 @@ use super::array::ShardedArray;
 use super::documents::{Documents, Layout};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
-use super::shards::Shards;
+use super::shards::{ChunkState, Shards, shard_prefix, shards_on_disk};
 use super::sources::Sources;
 use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
@@ -24,6 +24,46 @@ use crate::store::{Attr, DirStore, Kind, PRIVATE_DIR, Space, Stamp, join};
 
 /// Name of the metadata document of every Zarr v3 node.
 pub const ZARR_JSON: &str = "zarr.json";
+
+/// A directory's listing: the entries known at once, sorted by name, then, in a directory of
+/// chunk files, the stored chunks, read shard by shard with [`Namespace::chunk_files`] as the
+/// listing is read, so that a directory of millions of chunks is never held in memory.
+#[derive(Debug)]
+pub struct Listing {
+    pub entries: Vec<(String, Kind)>,
+    pub chunk_files: Option<ChunkFiles>,
+}
+
+/// The stored chunk files of one directory, to be read shard by shard.
+#[derive(Debug)]
+pub struct ChunkFiles {
+    array: Arc<ShardedArray>,
+    /// The directory, relative to the array.
+    dir: String,
+    prefix: Vec<u64>,
+    /// The shards on disk holding chunks of the directory, in the order they are read.
+    shards: Vec<Vec<u64>>,
+    /// Chunks with a pending write (listed with the entries) or deletion (not listed).
+    pending: HashSet<Vec<u64>>,
+}
+
+/// Where reading [`ChunkFiles`] resumes: the shard's position, and how many of its chunks were
+/// passed already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkCursor {
+    pub shard: usize,
+    pub skip: u64,
+}
+
+/// The entry of directory `dir` (relative to the array) that leads to `path`, and whether
+/// `path` goes deeper than that entry.
+fn entry_towards(dir: &str, path: &str) -> Option<(String, bool)> {
+    let rest = if dir.is_empty() { path } else { path.strip_prefix(dir)?.strip_prefix('/')? };
+    Some(match rest.split_once('/') {
+        Some((first, _)) => (first.to_string(), true),
+        None => (rest.to_string(), false),
+    })
+}
 
 /// One entry of the view.
 #[derive(Debug, Clone)]
@@ -300,14 +340,23 @@ impl Namespace {
         std::iter::once((first, stamp)).chain(keys.map(|key| (key, document))).collect()
     }
 
-    /// The names and kinds in directory `node`, sorted by name.
+    /// Every name and kind in directory `node`: [`Namespace::list_from`] with its chunk files.
     pub fn list(&self, node: &Node) -> Result<Vec<(String, Kind)>> {
-        self.list_from(node, &Sources::default())
+        let sources = Sources::default();
+        let listing = self.list_from(node, &sources)?;
+        let mut entries = listing.entries;
+        if let Some(files) = &listing.chunk_files {
+            self.chunk_files(files, ChunkCursor::default(), &sources, |name, _, _, _| {
+                entries.push((name.to_string(), Kind::File));
+                ControlFlow::Continue(())
+            });
+        }
+        Ok(entries)
     }
 
-    /// [`Namespace::list`], recording in `sources` every store file the listing was read from:
-    /// the listing is out of date once one of them changes.
-    pub fn list_from(&self, node: &Node, sources: &Sources) -> Result<Vec<(String, Kind)>> {
+    /// The listing of directory `node`, recording in `sources` every store file it was read from:
+    /// it is out of date once one of them changes (and so are the chunk files read later).
+    pub fn list_from(&self, node: &Node, sources: &Sources) -> Result<Listing> {
         let document = |array: &ShardedArray| {
             if let Some((key, stamp)) = &array.document {
                 sources.record(key, Some(*stamp));
@@ -320,13 +369,16 @@ impl Namespace {
                 if dir.is_empty() {
                     entries.retain(|(name, _)| name != PRIVATE_DIR);
                 }
+                let mut chunk_files = None;
                 if let Some(array) = self.documents.array_at(&self.store, dir)? {
                     document(&array);
                     entries.retain(|(name, _)| !array.is_shard_name(name));
-                    entries.extend(self.virtual_list(&array, "", &[], sources)?);
+                    let listing = self.virtual_list(&array, "", &[], sources)?;
+                    entries.extend(listing.entries);
+                    chunk_files = listing.chunk_files;
                 }
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
-                Ok(entries)
+                Ok(Listing { entries, chunk_files })
             }
             Node::ChunkDir { array, dir, prefix } => {
                 document(array);
@@ -336,43 +388,92 @@ impl Namespace {
         }
     }
 
-    fn virtual_list(
-        &self,
-        array: &ShardedArray,
-        dir: &str,
-        prefix: &[u64],
-        sources: &Sources,
-    ) -> Result<Vec<(String, Kind)>> {
-        // The entry of `dir` that leads to `path` (relative to the array), and whether `path`
-        // goes deeper than that entry.
-        let entry_towards = |path: &str| -> Option<(String, bool)> {
-            let rest = if dir.is_empty() { path } else { path.strip_prefix(dir)?.strip_prefix('/')? };
-            Some(match rest.split_once('/') {
-                Some((first, _)) => (first.to_string(), true),
-                None => (rest.to_string(), false),
-            })
-        };
+    fn virtual_list(&self, array: &Arc<ShardedArray>, dir: &str, prefix: &[u64], sources: &Sources) -> Result<Listing> {
         let mut names = BTreeMap::new();
         for made in self.overlay.dirs(array) {
-            if let Some((name, _)) = entry_towards(&made) {
+            if let Some((name, _)) = entry_towards(dir, &made) {
                 names.insert(name, Kind::Dir);
             }
         }
         let enc = &array.meta.key_encoding;
-        if dir.is_empty() && enc.style == KeyStyle::Default && enc.separator == '/' && array.rank() > 0 {
+        let top_of_c = dir.is_empty() && enc.style == KeyStyle::Default && enc.separator == '/';
+        let mut chunk_files = None;
+        if top_of_c && array.rank() > 0 {
             // Every key starts with "c/": one chunk anywhere is enough to show the directory.
             if self.any_chunk(array, prefix, sources)? {
                 names.insert("c".to_string(), Kind::Dir);
             }
+        } else if array.rank() > 0 && !top_of_c && (enc.separator != '/' || prefix.len() + 1 == array.rank()) {
+            // Every chunk here is a file of this directory: pending ones are listed now, stored ones
+            // read shard by shard as the listing is read.
+            let pending = self.overlay.chunks_under(array, prefix);
+            for (coords, state) in &pending {
+                if matches!(state, PendingChunk::Written(_))
+                    && let Some((name, _)) = entry_towards(dir, &array.chunk_key(coords))
+                {
+                    names.insert(name, Kind::File);
+                }
+            }
+            let mut shards = shards_on_disk(&self.store, array, &shard_prefix(array, prefix), sources)?;
+            shards.sort();
+            chunk_files = Some(ChunkFiles {
+                array: array.clone(),
+                dir: dir.to_string(),
+                prefix: prefix.to_vec(),
+                shards,
+                pending: pending.into_iter().map(|(coords, _)| coords).collect(),
+            });
         } else {
             self.for_each_visible_chunk(array, prefix, sources, &mut |coords| {
-                if let Some((name, deeper)) = entry_towards(&array.chunk_key(coords)) {
+                if let Some((name, deeper)) = entry_towards(dir, &array.chunk_key(coords)) {
                     names.insert(name, if deeper { Kind::Dir } else { Kind::File });
                 }
                 ControlFlow::Continue(())
             })?;
         }
-        Ok(names.into_iter().collect())
+        Ok(Listing { entries: names.into_iter().collect(), chunk_files })
+    }
+
+    /// Passes the stored chunk files of a listing to `visit`, from `from` on, shard by shard in
+    /// index order: each one's name, node, attributes (or why they cannot be had) and the cursor
+    /// just after it. Every shard read is recorded in `sources`. Stops where `visit` says.
+    pub fn chunk_files(
+        &self,
+        files: &ChunkFiles,
+        from: ChunkCursor,
+        sources: &Sources,
+        mut visit: impl FnMut(&str, Node, Result<Attr>, ChunkCursor) -> ControlFlow<()>,
+    ) {
+        let array = &files.array;
+        for (position, shard) in files.shards.iter().enumerate().skip(from.shard) {
+            let skip = if position == from.shard { from.skip } else { 0 };
+            let mut passed = 0;
+            let walked = self.shards.for_each_chunk_of(
+                &self.store,
+                array,
+                shard,
+                &files.prefix,
+                sources,
+                |coords: &[u64], state, shard_attr: Option<&Attr>| {
+                    passed += 1;
+                    if passed <= skip || files.pending.contains(coords) {
+                        return ControlFlow::Continue(());
+                    }
+                    let Some((name, _)) = entry_towards(&files.dir, &array.chunk_key(coords)) else {
+                        return ControlFlow::Continue(());
+                    };
+                    let attr = match (state, shard_attr) {
+                        (ChunkState::Stored(nbytes), Some(shard)) => Ok(Attr { size: nbytes, nlink: 1, ..*shard }),
+                        _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_path(shard)))),
+                    };
+                    let node = Node::Chunk { array: array.clone(), coords: coords.to_vec() };
+                    visit(&name, node, attr, ChunkCursor { shard: position, skip: passed })
+                },
+            );
+            if walked.is_break() {
+                return;
+            }
+        }
     }
 
     /// Opens `node` for reading.

@@ -204,33 +204,51 @@ impl Shards {
         sources: &Sources,
         visit: &mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
     ) -> Result<()> {
-        let per_shard = array.meta.sharding.chunks_per_shard();
-        let shard_prefix: Vec<u64> = prefix.iter().zip(&per_shard).map(|(c, r)| c / r).collect();
-        for shard_coords in shards_on_disk(store, array, &shard_prefix, sources)? {
-            let key = array.shard_path(&shard_coords);
-            let shard = match OpenShard::open(store, key.clone()) {
-                Ok(Some(shard)) => {
-                    sources.record(&key, Some(shard.attr.stamp));
-                    Some(shard)
-                }
-                Ok(None) => {
-                    sources.record(&key, None);
-                    continue;
-                }
-                Err(e) => {
-                    log::warn!("{e}; its chunks read as EIO");
-                    sources.record(&key, store.attr(&key).ok().map(|a| a.stamp));
-                    None
-                }
-            };
-            let blob = shard.as_ref().map(|s| 0..s.attr.size);
-            let mut walk = ShardWalk { shards: self, array, shard, coords: &shard_coords, prefix, visit: &mut *visit };
-            if walk.level(0, blob, &mut Vec::new()).is_break() {
+        for shard in shards_on_disk(store, array, &shard_prefix(array, prefix), sources)? {
+            if self.for_each_chunk_of(store, array, &shard, prefix, sources, |c, s, _| visit(c, s)).is_break() {
                 break;
             }
         }
         Ok(())
     }
+
+    /// [`Shards::for_each_chunk`] for the one shard at shard coordinates `shard`, in index order;
+    /// `visit` also gets the shard file's attributes when it could be read.
+    pub fn for_each_chunk_of(
+        &self,
+        store: &DirStore,
+        array: &ShardedArray,
+        shard: &[u64],
+        prefix: &[u64],
+        sources: &Sources,
+        mut visit: impl FnMut(&[u64], ChunkState, Option<&Attr>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let key = array.shard_path(shard);
+        let opened = match OpenShard::open(store, key.clone()) {
+            Ok(Some(opened)) => {
+                sources.record(&key, Some(opened.attr.stamp));
+                Some(opened)
+            }
+            Ok(None) => {
+                sources.record(&key, None);
+                return ControlFlow::Continue(());
+            }
+            Err(e) => {
+                log::warn!("{e}; its chunks read as EIO");
+                sources.record(&key, store.attr(&key).ok().map(|a| a.stamp));
+                None
+            }
+        };
+        let attr = opened.as_ref().map(|s| s.attr);
+        let blob = attr.map(|a| 0..a.size);
+        let visit = &mut |c: &[u64], s| visit(c, s, attr.as_ref());
+        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit }.level(0, blob, &mut Vec::new())
+    }
+}
+
+/// The shard coordinates fixed by chunk-grid leading coordinates `prefix`.
+pub fn shard_prefix(array: &ShardedArray, prefix: &[u64]) -> Vec<u64> {
+    prefix.iter().zip(array.meta.sharding.chunks_per_shard()).map(|(c, r)| c / r).collect()
 }
 
 /// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`; the
