@@ -1,18 +1,17 @@
 //! Filesystem operations on the view in plain types (inode numbers, [`Attr`], [`DirEntry`],
 //! handles), so that they can be tested without FUSE. `fuse.rs` adapts them to the kernel.
 //!
-//! Inode numbers are a hash of the view path: the same path has the same number for the life of
-//! the mount (and across mounts) without keeping every path ever seen. The table of paths the
-//! kernel holds follows its lookup/forget counts, so memory follows the kernel's cache, not the
-//! size of the store.
+//! Inode numbers come from the view path (`inode_number.rs`). The table of paths the kernel holds
+//! follows its lookup/forget counts, so memory follows the kernel's cache, not the size of the
+//! store.
 
 mod freshness;
+mod inode_number;
 mod write_ops;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::fs::File;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use crate::view::overlay::{Buffer, NoOverlay};
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
 use freshness::Freshness;
+use inode_number::{next_probe, path_ino};
 
 pub use write_ops::OpenMode;
 
@@ -133,20 +133,9 @@ fn find_ino(inodes: &HashMap<u64, Inode>, path: &str) -> Option<u64> {
         if inode.path == path {
             return Some(ino);
         }
-        ino = ino.wrapping_add(1) | (1 << 63);
+        ino = next_probe(ino);
     }
     None
-}
-
-/// The inode number of a view path.
-pub fn path_ino(path: &str) -> u64 {
-    if path.is_empty() {
-        return ROOT_INO;
-    }
-    let mut hasher = DefaultHasher::new();
-    path.hash(&mut hasher);
-    // 0 is invalid and 1 the root in FUSE; the top bit keeps clear of both.
-    hasher.finish() | (1 << 63)
 }
 
 impl ShardFs {
@@ -252,8 +241,8 @@ impl ShardFs {
                     inode.node = node;
                     return ino;
                 }
-                // Two paths with one hash: astronomically rare; the later one takes the next free number.
-                MapEntry::Occupied(_) => ino = ino.wrapping_add(1) | (1 << 63),
+                // Two paths with one number: rare; the later one takes another.
+                MapEntry::Occupied(_) => ino = next_probe(ino),
             }
         }
     }
