@@ -251,6 +251,25 @@ fn unmount_waits_for_the_daemon_so_a_remount_survives() {
 }
 
 #[test]
+fn a_mount_unmounted_from_outside_leaves_the_next_mount_at_its_place_alone() {
+    if !fuse_available() {
+        return;
+    }
+    let mnt = TempDir::new("mnt");
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let first = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
+    assert!(Command::new("umount").arg(mnt.path()).status().unwrap().success());
+    wait_for("the first session to end", || first.finished());
+    let second = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
+    // What a daemon does when its mount goes away: join its session, then exit.
+    first.join().unwrap();
+    assert!(is_mounted(mnt.path()), "the ended session unmounted the mount that replaced it");
+    assert!(std::fs::read(mnt.path().join("zarr.json")).is_ok());
+    second.unmount().unwrap();
+    assert!(!is_mounted(mnt.path()));
+}
+
+#[test]
 fn sigterm_unmounts_a_foreground_mount() {
     if !fuse_available() {
         return;
