@@ -55,11 +55,14 @@ struct OpenDir {
 }
 
 /// Directory offsets from here on stand for a [`ChunkCursor`]: shard position in bits 32..62,
-/// chunks passed in that shard in bits 0..32 (a shard holds at most 2^24 entries).
+/// chunks passed in that shard in bits 0..32. One index level holds at most 2^24 entries, so only
+/// nested sharding can pass more than 2^32 chunks of one shard in one directory (with 64 GiB of
+/// index); such a listing ends there.
 const CHUNK_OFFSETS: u64 = 1 << 62;
 
-fn chunk_offset(cursor: ChunkCursor) -> u64 {
-    CHUNK_OFFSETS | ((cursor.shard as u64) << 32) | cursor.skip
+fn chunk_offset(cursor: ChunkCursor) -> Option<u64> {
+    let fits = (cursor.shard as u64) < 1 << 30 && cursor.skip <= u64::from(u32::MAX);
+    fits.then_some(CHUNK_OFFSETS | ((cursor.shard as u64) << 32) | cursor.skip)
 }
 
 /// Where the chunk files resume after directory offset `offset`.
@@ -329,8 +332,12 @@ impl ShardFs {
     ) {
         let Some(files) = &dir.chunk_files else { return };
         let sources = Sources::default();
-        self.ns.chunk_files(files, chunk_cursor(offset), &sources, |name, node, attr, next| {
-            visit(name, node, attr, chunk_offset(next))
+        self.ns.chunk_files(files, chunk_cursor(offset), &sources, |name, node, attr, next| match chunk_offset(next) {
+            Some(next) => visit(name, node, attr, next),
+            None => {
+                log::warn!("{}: listing ends after 2^32 chunks of one shard", dir.path);
+                ControlFlow::Break(())
+            }
         });
         self.freshness.watch_listing(dir.ino, sources.into_vec());
     }
@@ -476,5 +483,20 @@ impl ShardFs {
 impl Drop for ShardFs {
     fn drop(&mut self) {
         self.stop_committer.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_cursors_survive_the_trip_through_a_directory_offset_or_end_the_listing() {
+        for cursor in [ChunkCursor { shard: 0, skip: 1 }, ChunkCursor { shard: (1 << 30) - 1, skip: u32::MAX.into() }] {
+            assert_eq!(chunk_cursor(chunk_offset(cursor).unwrap()), cursor);
+        }
+        assert_eq!(chunk_offset(ChunkCursor { shard: 0, skip: 1 << 32 }), None);
+        assert_eq!(chunk_offset(ChunkCursor { shard: 1 << 30, skip: 0 }), None);
+        assert_eq!(chunk_cursor(7), ChunkCursor::default());
     }
 }
