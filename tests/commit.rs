@@ -47,7 +47,8 @@ fn setup(root: &Path, spec: &IndexSpec, old: &[Option<Vec<u8>>]) {
 }
 
 fn apply(old: &[Option<Vec<u8>>], changes: &Changes) -> Vec<Option<Vec<u8>>> {
-    old.iter().enumerate().map(|(i, c)| changes.get(&(i as u64)).cloned().unwrap_or_else(|| c.clone())).collect()
+    let changed = |i: usize| changes.get(&(i as u64)).map(|c| c.as_deref().map(<[u8]>::to_vec));
+    old.iter().enumerate().map(|(i, c)| changed(i).unwrap_or_else(|| c.clone())).collect()
 }
 
 /// Stops the commit after 0, 1, 2, ... bytes until it completes; after each stop, recovery must
@@ -87,20 +88,21 @@ fn old_chunks() -> Vec<Option<Vec<u8>>> {
 
 #[test]
 fn torn_appends_roll_back() {
-    let changes: Changes = BTreeMap::from([(1, Some(chunk(2, 1, 9))), (3, None), (6, Some(chunk(2, 6, 4)))]);
+    let changes: Changes =
+        BTreeMap::from([(1, Some(chunk(2, 1, 9).into())), (3, None), (6, Some(chunk(2, 6, 4).into()))]);
     let steps = crash_at_every_byte(IndexLocation::End, old_chunks(), changes);
     assert!(steps > 150, "the commit wrote only {steps} bytes: the loop did not cover it");
 }
 
 #[test]
 fn torn_rewrites_of_index_at_start_shards_roll_back() {
-    let changes: Changes = BTreeMap::from([(0, Some(chunk(3, 0, 7))), (2, None)]);
+    let changes: Changes = BTreeMap::from([(0, Some(chunk(3, 0, 7).into())), (2, None)]);
     crash_at_every_byte(IndexLocation::Start, old_chunks(), changes);
 }
 
 #[test]
 fn torn_creation_leaves_no_shard() {
-    let changes: Changes = BTreeMap::from([(4, Some(chunk(4, 4, 6)))]);
+    let changes: Changes = BTreeMap::from([(4, Some(chunk(4, 4, 6).into()))]);
     crash_at_every_byte(IndexLocation::End, vec![None; 8], changes);
 }
 
@@ -124,7 +126,7 @@ fn appends_leave_old_bytes_as_unused_space() {
     let spec = spec(IndexLocation::End);
     setup(dir.path(), &spec, &old_chunks());
     let before = std::fs::metadata(dir.path().join(KEY)).unwrap().len();
-    let changes: Changes = BTreeMap::from([(1, Some(chunk(5, 1, 3)))]);
+    let changes: Changes = BTreeMap::from([(1, Some(chunk(5, 1, 3).into()))]);
     let outcome = commit(&store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap();
     assert_eq!(outcome, Outcome::Appended { old_len: before, new_len: before + 3 + spec.encoded_len() });
     assert_eq!(read_shard(dir.path(), &spec), Some(apply(&old_chunks(), &changes)));
@@ -140,7 +142,7 @@ fn a_damaged_shard_is_not_written_over() {
     let len = file.metadata().unwrap().len();
     file.write_all_at(&[0xee], len - 7).unwrap();
     let before = std::fs::read(dir.path().join(KEY)).unwrap();
-    let changes: Changes = BTreeMap::from([(0, Some(vec![1, 2, 3]))]);
+    let changes: Changes = BTreeMap::from([(0, Some(vec![1, 2, 3].into()))]);
     let err = commit(&store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap_err();
     assert!(matches!(err, CommitError::Damaged(ref m) if m.contains("checksum")), "{err}");
     assert_eq!(std::fs::read(dir.path().join(KEY)).unwrap(), before);
@@ -158,7 +160,8 @@ fn concurrent_committers_lose_nothing() {
             s.spawn(move || {
                 for i in 0..8u64 {
                     let entry = t * 8 + i;
-                    let changes: Changes = BTreeMap::from([(entry, Some(chunk(t as u8, entry, 3 + i as usize)))]);
+                    let changes: Changes =
+                        BTreeMap::from([(entry, Some(chunk(t as u8, entry, 3 + i as usize).into()))]);
                     commit(store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap();
                 }
             });
@@ -176,7 +179,7 @@ fn recovery_keeps_a_complete_append_whose_record_survived() {
     let dir = TempDir::new("keep");
     let store = DirStore::open(dir.path()).unwrap();
     let spec = spec(IndexLocation::End);
-    let changes: Changes = BTreeMap::from([(2, Some(chunk(6, 2, 4)))]);
+    let changes: Changes = BTreeMap::from([(2, Some(chunk(6, 2, 4).into()))]);
     setup(dir.path(), &spec, &old_chunks());
     commit(&store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap();
     let complete = std::fs::read(dir.path().join(KEY)).unwrap();

@@ -76,7 +76,7 @@ fn repair_settles_a_torn_append() {
     let dir = DirStore::open(store.path()).unwrap();
     let key = "zp/raw_nocrc/c/1";
     let before = std::fs::read(store.path().join(key)).unwrap();
-    let changes: Changes = BTreeMap::from([(0, Some(vec![9; 4]))]);
+    let changes: Changes = BTreeMap::from([(0, Some(vec![9; 4].into()))]);
     // Stop the commit after its journal record and part of the appended bytes.
     let _ = commit(&dir, key, &raw_nocrc_spec(), &changes, &mut CrashPoint::after(120));
     assert_ne!(std::fs::read(store.path().join(key)).unwrap(), before, "the crash left a torn tail");
@@ -93,7 +93,7 @@ fn repair_settles_a_torn_append() {
 fn info_counts_the_space_appends_leave_unused() {
     let store = sharded_copy();
     let dir = DirStore::open(store.path()).unwrap();
-    let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4]))]);
+    let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4].into()))]);
     commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
     let report = scan(&dir).unwrap();
     let array = report.arrays.iter().find(|a| a.dir == "zp/raw_nocrc").unwrap();
@@ -115,7 +115,7 @@ fn check_of_a_missing_store_says_so() {
 fn compact_frees_unused_space_and_changes_nothing_visible() {
     let store = sharded_copy();
     let dir = DirStore::open(store.path()).unwrap();
-    let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4])), (2, Some(vec![8; 4]))]);
+    let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4].into())), (2, Some(vec![8; 4].into()))]);
     commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
     let (before, _) = walk_view(&fs_of(store.path()));
     let out = Command::new(BIN).arg("compact").arg(store.path()).arg("zp/raw_nocrc").output().unwrap();
@@ -133,7 +133,7 @@ fn compaction_stopped_at_any_byte_keeps_the_shard_readable() {
     let store = sharded_copy();
     let dir = DirStore::open(store.path()).unwrap();
     let key = "zp/raw_nocrc/c/1";
-    let changes: Changes = BTreeMap::from([(1, Some(vec![5; 4]))]);
+    let changes: Changes = BTreeMap::from([(1, Some(vec![5; 4].into()))]);
     commit(&dir, key, &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
     let (expected, _) = walk_view(&fs_of(store.path()));
     let appended = std::fs::read(store.path().join(key)).unwrap();

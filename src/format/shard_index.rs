@@ -97,30 +97,35 @@ impl IndexSpec {
     }
 }
 
-/// Lays out a whole shard: the stored chunks back to back in entry order, and the index before or
-/// after them as `spec` says. `None` chunks are empty.
-pub fn assemble_shard(spec: &IndexSpec, chunks: &[Option<Vec<u8>>]) -> Vec<u8> {
+/// The index entries of a shard whose stored chunks lie back to back in entry order (after the
+/// index when it is at the start). `None` chunks are empty.
+pub fn shard_layout<C: AsRef<[u8]>>(spec: &IndexSpec, chunks: &[Option<C>]) -> Vec<(u64, u64)> {
     let mut offset = match spec.location {
         IndexLocation::Start => spec.encoded_len(),
         IndexLocation::End => 0,
     };
-    let mut entries = Vec::with_capacity(chunks.len());
-    let mut data = Vec::new();
-    for chunk in chunks {
-        match chunk {
-            Some(bytes) => {
-                entries.push((offset, bytes.len() as u64));
-                offset += bytes.len() as u64;
-                data.extend_from_slice(bytes);
-            }
-            None => entries.push((EMPTY, EMPTY)),
-        }
+    let mut place = |bytes: &[u8]| {
+        let entry = (offset, bytes.len() as u64);
+        offset += entry.1;
+        entry
+    };
+    chunks.iter().map(|chunk| chunk.as_ref().map_or((EMPTY, EMPTY), |bytes| place(bytes.as_ref()))).collect()
+}
+
+/// Lays out a whole shard as [`shard_layout`] says, with its index.
+pub fn assemble_shard<C: AsRef<[u8]>>(spec: &IndexSpec, chunks: &[Option<C>]) -> Vec<u8> {
+    let index = spec.encode(&shard_layout(spec, chunks));
+    let mut out = Vec::new();
+    if spec.location == IndexLocation::Start {
+        out.extend_from_slice(&index);
     }
-    let index = spec.encode(&entries);
-    match spec.location {
-        IndexLocation::Start => [index, data].concat(),
-        IndexLocation::End => [data, index].concat(),
+    for chunk in chunks.iter().flatten() {
+        out.extend_from_slice(chunk.as_ref());
     }
+    if spec.location == IndexLocation::End {
+        out.extend_from_slice(&index);
+    }
+    out
 }
 
 /// A decoded index of one shard blob, its offsets made absolute within the file.

@@ -9,6 +9,7 @@
 //!
 //! Every outcome is durable when [`commit`] returns.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -17,11 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::crash_point::{CrashPoint, Step};
 use super::journal::{self, AppendRecord, sync_dir, tmp_dir};
 use super::lock::{ShardLock, lock_slot};
-use crate::format::shard_index::{EMPTY, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
+use crate::format::shard_index::{EMPTY, IndexLocation, IndexSpec, ShardIndex, assemble_shard, shard_layout};
 use crate::store::{DirStore, parent_key};
 
-/// New content per index entry: `Some(bytes)` stores, `None` empties the entry.
-pub type Changes = BTreeMap<u64, Option<Vec<u8>>>;
+/// New content per index entry: `Some(bytes)` stores, `None` empties the entry. The bytes are
+/// borrowed where they can be (a pending chunk's buffer), so that a commit copies each chunk
+/// only into the file.
+pub type Changes<'a> = BTreeMap<u64, Option<Cow<'a, [u8]>>>;
 
 /// What a commit did to the shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +94,7 @@ pub fn commit(
 
 /// New content per innermost chunk of a nested shard, keyed by its entry at every level
 /// (outermost first): `Some(bytes)` stores, `None` empties.
-pub type NestedChanges = BTreeMap<Vec<u64>, Option<Vec<u8>>>;
+pub type NestedChanges<'a> = BTreeMap<Vec<u64>, Option<Cow<'a, [u8]>>>;
 
 /// Applies `changes` to a shard with one index spec per level (outermost first). Each inner
 /// shard that holds a changed chunk is rebuilt whole from the shard as it is under the lock, and
@@ -138,7 +141,7 @@ pub fn commit_levels(
             let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
                 CommitError::Damaged(format!("{shown}: inner shard {entry}: {reason}; not writing over it"))
             })?;
-            outer.insert(entry, rebuilt);
+            outer.insert(entry, rebuilt.map(Cow::Owned));
         }
     }
     commit_locked(store, key, slot, &specs[0], &outer, crash)
@@ -168,7 +171,7 @@ fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) 
     for (entry, mut inner) in by_entry {
         let slot = &mut chunks[entry as usize];
         *slot = if specs.len() == 1 {
-            inner.remove(&Vec::new()).flatten()
+            inner.remove(&Vec::new()).flatten().map(Cow::into_owned)
         } else {
             rebuild(&specs[1..], slot.take(), &inner)?
         };
@@ -194,7 +197,8 @@ fn commit_locked(
         Err(e) => return Err(fail(Step::Io(e))),
     };
     let Some(file) = file else {
-        let chunks: Vec<Option<Vec<u8>>> = (0..spec.entries).map(|i| changes.get(&i).cloned().flatten()).collect();
+        let chunks: Vec<Option<&[u8]>> =
+            (0..spec.entries).map(|i| changes.get(&i).and_then(|c| c.as_deref())).collect();
         if chunks.iter().all(Option::is_none) {
             return Ok(Outcome::Unchanged);
         }
@@ -221,8 +225,8 @@ fn commit_locked(
         let mut chunks = Vec::with_capacity(spec.entries as usize);
         for i in 0..spec.entries {
             chunks.push(match (changes.get(&i), &current[i as usize]) {
-                (Some(new), _) => new.clone(),
-                (None, Some(range)) => Some(read_range(&file, range).map_err(|e| fail(Step::Io(e)))?),
+                (Some(new), _) => new.as_deref().map(Cow::Borrowed),
+                (None, Some(range)) => Some(Cow::Owned(read_range(&file, range).map_err(|e| fail(Step::Io(e)))?)),
                 (None, None) => None,
             });
         }
@@ -297,25 +301,29 @@ fn append(
     changes: &Changes,
     crash: &mut CrashPoint,
 ) -> Result<Outcome, Step> {
-    let mut blob = Vec::new();
+    let mut appended: Vec<&[u8]> = Vec::new();
+    let mut end = old_len;
     let mut entries = Vec::with_capacity(current.len());
     for (i, range) in current.iter().enumerate() {
         entries.push(match (changes.get(&(i as u64)), range) {
             (Some(Some(bytes)), _) => {
-                let offset = old_len + blob.len() as u64;
-                blob.extend_from_slice(bytes);
+                appended.push(bytes);
+                let offset = end;
+                end += bytes.len() as u64;
                 (offset, bytes.len() as u64)
             }
             (Some(None), _) | (None, None) => (EMPTY, EMPTY),
             (None, Some(range)) => (range.start, range.end - range.start),
         });
     }
-    blob.extend_from_slice(&spec.encode(&entries));
-    let new_len = old_len + blob.len() as u64;
-    let record = AppendRecord { shard: key.to_string(), old_len, new_len, crc32c: crc32c::crc32c(&blob) };
+    let index = spec.encode(&entries);
+    appended.push(&index);
+    let new_len = end + index.len() as u64;
+    let crc32c = appended.iter().fold(0, |crc, piece| crc32c::crc32c_append(crc, piece));
+    let record = AppendRecord { shard: key.to_string(), old_len, new_len, crc32c };
     let record_path = journal::begin(store, slot, &record, crash)?;
-    let appended = crash.write_at(file, &blob, old_len).and_then(|()| Ok(file.sync_data()?));
-    if let Err(Step::Io(e)) = &appended {
+    let written = write_back_to_back(crash, file, old_len, &appended).and_then(|()| Ok(file.sync_data()?));
+    if let Err(Step::Io(e)) = &written {
         // A failed append (a full disk) is undone at once, so that the shard is never left torn
         // while the daemon lives; if even that fails, the record stays for recovery.
         if file.set_len(old_len).and_then(|()| file.sync_all()).is_ok() {
@@ -323,18 +331,18 @@ fn append(
         }
         log::warn!("{}: append failed and was rolled back: {e}", store.path(key).display());
     }
-    appended?;
+    written?;
     journal::end(&record_path, crash)?;
     Ok(Outcome::Appended { old_len, new_len })
 }
 
 /// Writes a whole new shard beside the old one and renames it over, durably.
-fn replace(
+fn replace<C: AsRef<[u8]>>(
     store: &DirStore,
     key: &str,
     slot: u64,
     spec: &IndexSpec,
-    chunks: &[Option<Vec<u8>>],
+    chunks: &[Option<C>],
     crash: &mut CrashPoint,
 ) -> Result<(), Step> {
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
@@ -342,11 +350,68 @@ fn replace(
     let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
     let tmp = store.path(&tmp_dir()).join(format!("{slot:016x}-{}-{n}", std::process::id()));
     let file = File::create(&tmp)?;
-    crash.write_at(&file, &assemble_shard(spec, chunks), 0)?;
+    let index = spec.encode(&shard_layout(spec, chunks));
+    let data = chunks.iter().flatten().map(AsRef::as_ref);
+    let pieces: Vec<&[u8]> = match spec.location {
+        IndexLocation::Start => std::iter::once(&index[..]).chain(data).collect(),
+        IndexLocation::End => data.chain(std::iter::once(&index[..])).collect(),
+    };
+    write_back_to_back(crash, &file, 0, &pieces)?;
     file.sync_all()?;
     store.create_dirs(parent_key(key))?;
     let target = store.beneath(key)?;
     crash.step(|| std::fs::rename(&tmp, &*target))?;
     sync_dir(&store.beneath(parent_key(key))?)?;
     Ok(())
+}
+
+/// Pieces this small are gathered into one write; bigger ones are written from where they are.
+const GATHER: usize = 256 << 10;
+
+/// Writes `pieces` back to back from `offset`, with a few large writes and without copying big
+/// pieces: many small chunks would each cost a system call, and big ones a copy.
+fn write_back_to_back(crash: &mut CrashPoint, file: &File, mut offset: u64, pieces: &[&[u8]]) -> Result<(), Step> {
+    let mut gathered = Vec::new();
+    for piece in pieces {
+        if !gathered.is_empty() && gathered.len() + piece.len() > GATHER {
+            crash.write_at(file, &gathered, offset)?;
+            offset += gathered.len() as u64;
+            gathered.clear();
+        }
+        if piece.len() >= GATHER {
+            crash.write_at(file, piece, offset)?;
+            offset += piece.len() as u64;
+        } else {
+            gathered.extend_from_slice(piece);
+        }
+    }
+    if !gathered.is_empty() {
+        crash.write_at(file, &gathered, offset)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_written_back_to_back_and_a_crash_leaves_a_prefix() {
+        let big = vec![7u8; GATHER + 3];
+        let pieces: [&[u8]; 5] = [b"ab", &big, b"c", &big[..GATHER - 1], b"de"];
+        let whole = pieces.concat();
+        let path = std::env::temp_dir().join(format!("shardfs-back-to-back-{}", std::process::id()));
+        for stop in [None, Some(1), Some(GATHER as u64), Some(whole.len() as u64 - 1)] {
+            let file = File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+            let mut crash = stop.map_or_else(CrashPoint::never, CrashPoint::after);
+            let result = write_back_to_back(&mut crash, &file, 5, &pieces);
+            let written = std::fs::read(&path).unwrap();
+            assert_eq!(written[..5], [0; 5]);
+            match stop {
+                None => assert!(result.is_ok() && written[5..] == whole[..]),
+                Some(n) => assert!(matches!(result, Err(Step::Crashed)) && written[5..] == whole[..n as usize]),
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -18,7 +18,7 @@ use super::commit::{CommitError, NestedChanges, commit_levels};
 use super::crash_point::CrashPoint;
 use crate::store::DirStore;
 use crate::view::array::ShardedArray;
-use crate::view::overlay::{Overlay, PendingChunk};
+use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 
 /// When pending chunks are committed besides fsync and unmount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,24 +140,32 @@ impl Pending {
         let (array, carried) = {
             let shards = self.shards.lock();
             let Some(shard) = shards.get(key) else { return Ok(()) };
-            let carried: Vec<(Vec<u64>, u64, Option<Vec<u8>>)> = shard
+            let carried: Vec<(Vec<u64>, u64, Option<Buffer>)> = shard
                 .entries
                 .iter()
                 .map(|(coords, e)| {
-                    let content = match &e.state {
-                        PendingChunk::Written(buffer) => Some(buffer.read().clone()),
+                    let buffer = match &e.state {
+                        PendingChunk::Written(buffer) => Some(buffer.clone()),
                         PendingChunk::Deleted => None,
                     };
-                    (coords.clone(), e.generation, content)
+                    (coords.clone(), e.generation, buffer)
                 })
                 .collect();
             (shard.array.clone(), carried)
         };
+        // The buffers are read in place, not copied: a write to one of these chunks waits for the
+        // commit; a write that got in before is carried along and re-committed (its generation).
+        let contents: Vec<_> = carried.iter().map(|(_, _, buffer)| buffer.as_ref().map(|b| b.read())).collect();
         let sharding = &array.meta.sharding;
-        let changes: NestedChanges =
-            carried.iter().map(|(coords, _, content)| (sharding.locate(coords).entries, content.clone())).collect();
+        let changes: NestedChanges = carried
+            .iter()
+            .zip(&contents)
+            .map(|((coords, ..), content)| (sharding.locate(coords).entries, content.as_ref().map(|c| c[..].into())))
+            .collect();
         let specs: Vec<_> = sharding.levels.iter().map(|level| level.index).collect();
         let result = commit_levels(store, key, &specs, &changes, &mut CrashPoint::never());
+        drop(changes);
+        drop(contents);
         let mut shards = self.shards.lock();
         let Some(shard) = shards.get_mut(key) else { return result.map(drop) };
         match result {
