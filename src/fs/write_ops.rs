@@ -205,14 +205,7 @@ impl ShardFs {
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         match &*self.handle(fh)? {
             Handle::Chunk { array, coords, buffer, append } => {
-                {
-                    let mut buffer = buffer.write();
-                    let at = if *append { buffer.len() } else { offset as usize };
-                    if buffer.len() < at + data.len() {
-                        buffer.resize(at + data.len(), 0);
-                    }
-                    buffer[at..at + data.len()].copy_from_slice(data);
-                }
+                write_into(&mut buffer.write(), *append, offset, data);
                 self.publish(array, coords, PendingChunk::Written(buffer.clone()))?;
             }
             Handle::Store { file, key, append } => {
@@ -220,12 +213,7 @@ impl ShardFs {
                 result.map_err(|e| Error::io(key, e))?;
             }
             Handle::Document { buffer, dirty, append, .. } => {
-                let mut buffer = buffer.lock();
-                let at = if *append { buffer.len() } else { offset as usize };
-                if buffer.len() < at + data.len() {
-                    buffer.resize(at + data.len(), 0);
-                }
-                buffer[at..at + data.len()].copy_from_slice(data);
+                write_into(&mut buffer.lock(), *append, offset, data);
                 dirty.store(true, Ordering::Relaxed);
             }
             Handle::Read(_) => return Err(Error::BadHandle),
@@ -486,4 +474,18 @@ fn chunk_target(array: &Arc<ShardedArray>, rel: &str) -> Result<Option<Target>> 
         }
         _ => Ok(None),
     }
+}
+
+/// Writes `data` into a file's buffer at `offset` (at its end when appending). Sequential writes,
+/// the common case, extend the buffer without zero-filling it first.
+fn write_into(buffer: &mut Vec<u8>, append: bool, offset: u64, data: &[u8]) {
+    let at = if append { buffer.len() } else { offset as usize };
+    if at == buffer.len() {
+        buffer.extend_from_slice(data);
+        return;
+    }
+    if buffer.len() < at + data.len() {
+        buffer.resize(at + data.len(), 0);
+    }
+    buffer[at..at + data.len()].copy_from_slice(data);
 }
