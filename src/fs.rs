@@ -148,7 +148,7 @@ impl ShardFs {
     }
 
     /// A writable filesystem over `store`: chunk writes are committed to shards as the options'
-    /// policy says, idle shards by a background thread.
+    /// policy says, shards past the threshold and idle ones by a background thread.
     pub fn writable(store: DirStore, cache: IndexCache, options: WriteOptions) -> Self {
         let policy = options.policy;
         let pending = Arc::new(Pending::new(policy));
@@ -160,7 +160,10 @@ impl ShardFs {
             .name("shardfs-commit".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
+                    for key in pending.wait_due(tick) {
+                        // A failure stays with the shard for its next fsync or close.
+                        let _ = pending.commit_shard(&store, &key);
+                    }
                     pending.commit_idle(&store);
                 }
             })

@@ -167,11 +167,25 @@ fn a_full_shard_of_new_chunks_is_written_once() {
     let store = sharded_copy();
     let policy = Policy { shard_bytes: 64, idle: Duration::from_secs(3600) };
     let fs = writable_fs(store.path(), policy);
-    // Crossing the 64-byte threshold commits at once, without fsync.
+    // Crossing the 64-byte threshold has the background committer commit the shard, without
+    // fsync or idle time.
     write_file(&fs, "zp/raw_nocrc/c/0", &[1; 40]);
     assert!(on_disk(store.path(), "zp/raw_nocrc/c/0").is_none());
     write_file(&fs, "zp/raw_nocrc/c/1", &[2; 40]);
-    assert_eq!(on_disk(store.path(), "zp/raw_nocrc/c/1").unwrap(), [2; 40]);
+    assert_eq!(eventually_on_disk(store.path(), "zp/raw_nocrc/c/1"), [2; 40]);
+    assert_eq!(on_disk(store.path(), "zp/raw_nocrc/c/0").unwrap(), [1; 40]);
+}
+
+/// The chunk at `path` once a background commit has stored it (at most 10 s).
+fn eventually_on_disk(store: &std::path::Path, path: &str) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(bytes) = on_disk(store, path) {
+            return bytes;
+        }
+        assert!(std::time::Instant::now() < deadline, "{path} was never committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -179,12 +193,7 @@ fn idle_shards_are_committed_in_the_background() {
     let store = sharded_copy();
     let fs = writable_fs(store.path(), Policy { shard_bytes: usize::MAX, idle: Duration::from_millis(100) });
     write_file(&fs, "zp/raw_nocrc/c/0", b"idle");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while on_disk(store.path(), "zp/raw_nocrc/c/0").is_none() {
-        assert!(std::time::Instant::now() < deadline, "the idle shard was never committed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(on_disk(store.path(), "zp/raw_nocrc/c/0").unwrap(), b"idle");
+    assert_eq!(eventually_on_disk(store.path(), "zp/raw_nocrc/c/0"), b"idle");
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! committed when a chunk file in it is fsync'd, when its pending bytes pass
 //! [`Policy::shard_bytes`], once it has been idle for [`Policy::idle`], and at unmount, so that
 //! writing a shard's chunks one file at a time appends a handful of indexes, not one per chunk.
+//! A shard past the threshold is committed by the background committer while the writer goes on
+//! (a copy into a shard overlaps the next writes), unless the committer has fallen behind: then
+//! the writer commits it, which bounds the memory pending writes take.
 //!
 //! A failed commit keeps its chunks pending (nothing acknowledged is dropped) and its error is
 //! reported by the next fsync or close of a file in that shard.
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::commit::{CommitError, NestedChanges, commit_levels};
 use super::crash_point::CrashPoint;
@@ -65,7 +68,14 @@ pub struct Pending {
     policy: Policy,
     /// Shards committed since [`Pending::take_committed`] last asked.
     committed: Mutex<HashSet<String>>,
+    /// Shards past the threshold, waiting for the background committer, which `due_ready` wakes.
+    due: Mutex<Vec<String>>,
+    due_ready: Condvar,
 }
+
+/// The most shards past the threshold that wait for the background committer; beyond them (or
+/// at twice the threshold in one shard) writers commit themselves.
+const MAX_DUE: usize = 4;
 
 /// The store key of the shard that holds a chunk.
 fn shard_key(array: &ShardedArray, coords: &[u64]) -> String {
@@ -78,7 +88,7 @@ impl Pending {
     }
 
     /// Records a new state for a chunk (its content, shared with the files writing it, or its
-    /// deletion). Returns the shard's key when the shard should be committed now.
+    /// deletion). Returns the shard's key when the caller should commit the shard now.
     pub fn set(&self, array: &Arc<ShardedArray>, coords: &[u64], state: PendingChunk) -> Option<String> {
         let bytes = match &state {
             PendingChunk::Written(buffer) => buffer.read().len(),
@@ -98,7 +108,27 @@ impl Pending {
         let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
         shard.bytes = shard.bytes + bytes - old.map_or(0, |e| e.bytes);
         shard.last_write = Instant::now();
-        (shard.bytes >= self.policy.shard_bytes).then_some(key)
+        if shard.bytes < self.policy.shard_bytes {
+            return None;
+        }
+        let mut due = self.due.lock();
+        if shard.bytes / 2 >= self.policy.shard_bytes || due.len() >= MAX_DUE {
+            return Some(key);
+        }
+        if !due.contains(&key) {
+            due.push(key);
+            self.due_ready.notify_one();
+        }
+        None
+    }
+
+    /// Waits up to `timeout` for shards past the threshold, and returns them.
+    pub fn wait_due(&self, timeout: Duration) -> Vec<String> {
+        let mut due = self.due.lock();
+        if due.is_empty() {
+            self.due_ready.wait_for(&mut due, timeout);
+        }
+        std::mem::take(&mut *due)
     }
 
     /// Remembers a chunk-key directory made through the view (`dir` relative to the array).
