@@ -358,8 +358,12 @@ impl Filesystem for Fuse {
     }
 
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        // ENOSYS makes the kernel answer every later getxattr itself: `ls -l` asks two per file.
-        reply.error(Errno::ENOSYS);
+        // There are no extended attributes; which "no" matters for speed. After ENOSYS the kernel
+        // answers every later getxattr itself, and must: it asks for security.capability before
+        // every write(2). But it then answers ACL queries "no ACL" (ENODATA), which `ls -l` asks
+        // again for every file, while EOPNOTSUPP it remembers for the whole mount (ls -lR of
+        // 4,096 chunks: 22 ms -> 13.5 ms). A read-only mount sees no writes, so it says that.
+        reply.error(if self.0.is_read_only() { Errno::EOPNOTSUPP } else { Errno::ENOSYS });
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {

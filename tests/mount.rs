@@ -143,6 +143,30 @@ fn a_shard_replaced_underneath_is_seen_long_before_the_kernel_cache_expires() {
     assert!(seen < fuse::CACHE_TTL / 4, "seen after {seen:?}: the kernel cache expired, no watcher invalidated it");
 }
 
+/// The errno of asking `path` for its POSIX access ACL.
+fn acl_query_errno(path: &Path) -> i32 {
+    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: valid C strings; a null buffer of size 0 only asks for the size.
+    let rc = unsafe { libc::getxattr(path.as_ptr(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0) };
+    assert_eq!(rc, -1);
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+#[test]
+fn a_read_only_mount_says_extended_attributes_are_unsupported_for_every_file() {
+    if !fuse_available() {
+        return;
+    }
+    let mnt = TempDir::new("mnt");
+    let mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
+    // EOPNOTSUPP each time (which `ls -l` remembers for the mount), not "no ACL" (ENODATA, which
+    // it asks again per file).
+    for chunk in ["zp/raw_nocrc/c/2", "zp/raw_nocrc/c/3", "zp/raw_nocrc/c/4"] {
+        assert_eq!(acl_query_errno(&mnt.path().join(chunk)), libc::EOPNOTSUPP, "{chunk}");
+    }
+    mounted.unmount().unwrap();
+}
+
 #[test]
 fn a_read_only_mount_refuses_writes() {
     if !fuse_available() {
