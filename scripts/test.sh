@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need, then runs every test: unit and
 # integration tests (cargo test, real mounts included), the shell-level test, and the interop
-# tests against zarr-python 3 and tensorstore, and against zarr-python 2.16.1 (draft layout). With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE
+# tests against zarr-python 3 and tensorstore (arrays changing while mounted too), and against
+# zarr-python 2.16.1 (draft layout). With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE
 # fails the run instead of skipping the mount tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ if ! (exec 3<>/dev/fuse) 2>/dev/null; then
 fi
 scripts/shell-test.sh target/debug/shardfs
 target/venv/bin/python scripts/interop.py target/debug/shardfs
+target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

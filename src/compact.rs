@@ -26,13 +26,13 @@ pub fn compact_command(store: &DirStore, only: &[String]) -> Result<Compacted, S
     let found = find_arrays(store).map_err(|e| e.to_string())?;
     let trim = |p: &String| p.trim_matches('/').to_string();
     let only: Vec<String> = only.iter().map(trim).collect();
-    if let Some(missing) = only.iter().find(|p| !found.sharded.iter().any(|a| &a.dir == *p)) {
+    if let Some(missing) = only.iter().find(|p| !found.sharded.iter().any(|a| *a.dir == **p)) {
         return Err(format!("{missing}: no sharded array there"));
     }
     let progress = std::io::stdout().is_terminal();
     let mut totals = Compacted::default();
     let mut failures = Vec::new();
-    for array in found.sharded.iter().filter(|a| only.is_empty() || only.contains(&a.dir)) {
+    for array in found.sharded.iter().filter(|a| only.is_empty() || only.iter().any(|p| *a.dir == **p)) {
         if array.meta.sharding.levels.len() > 1 {
             println!("{}: nested sharding, left as is", array.dir);
             continue;

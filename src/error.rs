@@ -34,6 +34,10 @@ pub enum Error {
     CrossDevice,
     #[error("stale file handle")]
     BadHandle,
+    /// The file was opened in an array whose document has since changed so that the file no
+    /// longer means the same chunk; the message names the array.
+    #[error("{0}")]
+    Stale(String),
 }
 
 impl Error {

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::store::{Attr, DirStore, Kind, Space, join};
 use crate::view::array::ShardedArray;
 use crate::view::index_cache::IndexCache;
-use crate::view::namespace::{ChunkCursor, ChunkFiles, Content, Namespace, Node};
+use crate::view::namespace::{Answer, ChunkCursor, ChunkFiles, Content, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
@@ -105,7 +105,8 @@ pub struct WriteOptions {
 enum Handle {
     /// Opened for reading only.
     Read(Content),
-    /// A chunk opened for writing: its whole content, shared with the pending overlay.
+    /// A chunk opened for writing: its whole content, shared with the pending overlay, and the
+    /// array as its document was when the file was opened.
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
     /// A store file opened for writing.
     Store { file: File, key: String, append: bool },
@@ -117,11 +118,13 @@ enum Handle {
 /// and, when writable, the pending writes and their background committer.
 #[derive(Debug)]
 pub struct ShardFs {
-    ns: Namespace,
+    ns: Arc<Namespace>,
     pending: Option<Arc<Pending>>,
     /// `--shard-new`: inner chunks per shard for arrays created through the view.
     shard_new: Option<Vec<u64>>,
     stop_committer: Arc<AtomicBool>,
+    /// Set when a document was stored through the view, until the watcher's next pass.
+    document_stored: AtomicBool,
     inodes: Mutex<HashMap<u64, Inode>>,
     freshness: Freshness,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
@@ -152,9 +155,10 @@ impl ShardFs {
     pub fn writable(store: DirStore, cache: IndexCache, options: WriteOptions) -> Self {
         let policy = options.policy;
         let pending = Arc::new(Pending::new(policy));
-        let mut fs = Self::build(Namespace::new(store.clone(), cache, pending.clone()), Some(pending.clone()));
+        let mut fs = Self::build(Namespace::new(store, cache, pending.clone()), Some(pending.clone()));
         fs.shard_new = options.shard_new;
         let stop = fs.stop_committer.clone();
+        let ns = fs.ns.clone();
         let tick = (policy.idle / 4).max(std::time::Duration::from_millis(50));
         std::thread::Builder::new()
             .name("shardfs-commit".into())
@@ -162,9 +166,9 @@ impl ShardFs {
                 while !stop.load(Ordering::Relaxed) {
                     for key in pending.wait_due(tick) {
                         // A failure stays with the shard for its next fsync or close.
-                        let _ = pending.commit_shard(&store, &key);
+                        let _ = pending.commit_shard(&ns, &key);
                     }
-                    pending.commit_idle(&store);
+                    pending.commit_idle(&ns);
                 }
             })
             .expect("spawning the commit thread");
@@ -174,10 +178,11 @@ impl ShardFs {
     fn build(ns: Namespace, pending: Option<Arc<Pending>>) -> Self {
         let root = Inode { node: ns.root(), path: String::new(), lookups: 1 };
         ShardFs {
-            ns,
+            ns: Arc::new(ns),
             pending,
             shard_new: None,
             stop_committer: Arc::default(),
+            document_stored: AtomicBool::new(false),
             inodes: Mutex::new(HashMap::from([(ROOT_INO, root)])),
             freshness: Freshness::default(),
             files: Mutex::default(),
@@ -192,16 +197,21 @@ impl ShardFs {
 
     /// Finds `name` in directory `parent`; the kernel now holds one more reference to it.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<(u64, Attr)> {
-        let (node, attr) = self.ns.child(&self.node(parent)?, name)?;
-        Ok((self.remember_told(node, &attr), attr))
+        let (node, answer) = self.ns.child(&self.node(parent)?, name)?;
+        Ok((self.remember_told(node, &answer), answer.attr))
     }
 
     /// [`ShardFs::remember`] for a node whose attributes the kernel is about to be told.
-    fn remember_told(&self, node: Node, attr: &Attr) -> u64 {
-        let sources = self.ns.sources(&node, attr);
+    fn remember_told(&self, node: Node, answer: &Answer) -> u64 {
         let ino = self.remember(node);
-        self.freshness.watch(ino, &sources);
+        self.freshness.watch(ino, &answer.sources);
         ino
+    }
+
+    /// True once a document was stored through the view since the last call: a pass of the
+    /// watcher is due at once.
+    pub fn document_stored(&self) -> bool {
+        self.document_stored.swap(false, Ordering::Relaxed)
     }
 
     /// Stats every store file the kernel's cached answers were read from, and returns the inodes
@@ -213,20 +223,24 @@ impl ShardFs {
         for key in self.pending.as_ref().map(|p| p.take_committed()).unwrap_or_default() {
             self.freshness.rebase(&key, stamp_of(&key));
         }
-        let changed = self.freshness.changed(stamp_of);
+        let layout = self.ns.layout();
+        let changed = self.freshness.changed(stamp_of, |key| layout.is_document(key));
         let inodes = self.inodes.lock();
         changed
             .into_iter()
-            .filter_map(|ino| {
+            .filter_map(|(ino, document_changed)| {
                 let inode = inodes.get(&ino)?;
-                let entry = match inode.node {
-                    Node::Chunk { .. } | Node::Document(_) => {
-                        let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
-                        find_ino(&inodes, parent).map(|p| (p, name.to_string()))
-                    }
-                    Node::Backing(_) | Node::ChunkDir { .. } => None,
-                };
-                Some(Stale { ino, entry })
+                // Files go with their names, which may now stand for nothing or for another file.
+                // So does every entry whose metadata document changed: its path may now be a chunk
+                // of a new array, or a plain file, and the next lookup classifies it afresh. Store
+                // directories otherwise keep their names, so that the kernel does not drop all it
+                // holds below one each time a file is added to it.
+                let goes = document_changed || !matches!(inode.node, Node::Backing(_));
+                let entry = goes.then(|| {
+                    let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
+                    find_ino(&inodes, parent).map(|p| (p, name.to_string()))
+                });
+                Some(Stale { ino, entry: entry.flatten() })
             })
             .collect()
     }
@@ -261,7 +275,7 @@ impl ShardFs {
         if let Some(ino) = find_ino(&inodes, from_path)
             && let Some(inode) = inodes.get_mut(&ino)
         {
-            self.freshness.unwatch(ino, &self.ns.source_keys(&inode.node));
+            self.freshness.unwatch(ino);
             inode.node = to.clone();
             inode.path = to.path();
         }
@@ -276,7 +290,7 @@ impl ShardFs {
         if let Some(inode) = inodes.get_mut(&ino) {
             inode.lookups = inode.lookups.saturating_sub(n);
             if inode.lookups == 0 {
-                self.freshness.unwatch(ino, &self.ns.source_keys(&inode.node));
+                self.freshness.unwatch(ino);
                 inodes.remove(&ino);
             }
         }
@@ -288,10 +302,9 @@ impl ShardFs {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let node = self.node(ino)?;
-        let attr = self.ns.attr(&node)?;
-        self.freshness.watch(ino, &self.ns.sources(&node, &attr));
-        Ok(attr)
+        let answer = self.ns.answer(&self.node(ino)?)?;
+        self.freshness.watch(ino, &answer.sources);
+        Ok(answer.attr)
     }
 
     /// Lists directory `ino` once, for a stable sequence of [`ShardFs::readdir`] calls (chunk
@@ -331,7 +344,7 @@ impl ShardFs {
         &self,
         dir: &OpenDir,
         offset: u64,
-        mut visit: impl FnMut(&str, Node, Result<Attr>, u64) -> ControlFlow<()>,
+        mut visit: impl FnMut(&str, Node, Result<Answer>, u64) -> ControlFlow<()>,
     ) {
         let Some(files) = &dir.chunk_files else { return };
         let sources = Sources::default();
@@ -377,14 +390,14 @@ impl ShardFs {
         let pass = |add: &mut dyn FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
                     entry: &DirEntry,
                     node: Node,
-                    attr: Result<Attr>,
+                    answer: Result<Answer>,
                     next: u64|
          -> bool {
-            let ino = match &attr {
-                Ok(attr) => self.remember_told(node, attr),
+            let ino = match &answer {
+                Ok(answer) => self.remember_told(node, answer),
                 Err(_) => self.remember(node),
             };
-            let full = add(&DirEntry { ino, ..entry.clone() }, attr.as_ref().ok(), next);
+            let full = add(&DirEntry { ino, ..entry.clone() }, answer.as_ref().ok().map(|a| &a.attr), next);
             if full {
                 // The kernel did not take this entry, so it holds no reference to it.
                 self.forget(ino, 1);
@@ -401,17 +414,17 @@ impl ShardFs {
                 continue;
             }
             match self.ns.entry(&dir.node, &entry.name) {
-                Ok((node, attr)) => {
-                    if pass(add, entry, node, attr, next) {
+                Ok((node, answer)) => {
+                    if pass(add, entry, node, answer, next) {
                         return Ok(());
                     }
                 }
                 Err(e) => log::debug!("readdirplus: {}: {e}", entry.name),
             }
         }
-        self.chunk_files(&dir, offset, |name, node, attr, next| {
+        self.chunk_files(&dir, offset, |name, node, answer, next| {
             let entry = DirEntry { ino: 0, name: name.to_string(), kind: Kind::File };
-            if pass(add, &entry, node, attr, next) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            if pass(add, &entry, node, answer, next) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         });
         Ok(())
     }

@@ -56,6 +56,7 @@ pub fn errno(error: &Error) -> Errno {
         Error::NotEmpty => Errno::ENOTEMPTY,
         Error::CrossDevice => Errno::EXDEV,
         Error::BadHandle => Errno::EBADF,
+        Error::Stale(_) => Errno::ESTALE,
     }
 }
 

@@ -110,7 +110,7 @@ fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays)
         match layout.interpret(&key, &bytes) {
             Interpretation::ShardedArray { array, .. } => {
                 if let Some(array_dir) = layout.array_dir(&key) {
-                    found.sharded.push(ShardedArray::new(array_dir, array));
+                    found.sharded.push(ShardedArray::new(&array_dir, array));
                 }
                 if layout == Layout::V3 {
                     return Ok(());
@@ -129,7 +129,7 @@ fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays)
 }
 
 fn scan_array(store: &DirStore, array: &ShardedArray) -> io::Result<ArrayReport> {
-    let mut report = ArrayReport { dir: array.dir.clone(), ..Default::default() };
+    let mut report = ArrayReport { dir: array.dir.to_string(), ..Default::default() };
     let shards = shards_on_disk(store, array, &[], &Sources::default()).map_err(|e| io::Error::other(e.to_string()))?;
     for coords in shards {
         let key = array.shard_path(&coords);

@@ -206,6 +206,26 @@ impl DirStore {
         File::from(fd).metadata().map(|m| Attr::from_metadata(&m))
     }
 
+    /// True when the entry at `key` is still the file version `stamp`, told with one `fstatat`
+    /// from the root. That lookup is not confined, but it is trusted only to say "the same inode,
+    /// unchanged", about a file already read through the confined path; any other answer (a
+    /// change, an error, a link on the way) is `false`, and the caller takes the confined path.
+    pub fn is_unchanged(&self, key: &str, stamp: &Stamp) -> bool {
+        let Ok(rel) = CString::new(if key.is_empty() { "." } else { key }) else { return false };
+        // SAFETY: stat is plain data, filled in by the kernel.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid directory descriptor, a C string and a properly sized out-parameter.
+        let done = unsafe { libc::fstatat(self.root_fd.as_raw_fd(), rel.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+        done == 0
+            && Stamp {
+                dev: st.st_dev,
+                ino: st.st_ino,
+                size: st.st_size as u64,
+                mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+                ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+            } == *stamp
+    }
+
     /// The names and kinds in directory `key`. Names that are not UTF-8 are left out with a log
     /// line: Zarr keys are UTF-8 and the view's paths are strings.
     pub fn list(&self, key: &str) -> io::Result<Vec<(String, Kind)>> {
@@ -290,4 +310,28 @@ pub fn parent_key(key: &str) -> &str {
 /// Joins a store key and a name.
 pub fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_unchanged_says_yes_only_for_the_same_unchanged_file() {
+        let dir = std::env::temp_dir().join(format!("shardfs-unchanged-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        std::fs::write(dir.join("a/zarr.json"), b"{}").unwrap();
+        let store = DirStore::open(&dir).unwrap();
+        let stamp = store.attr("a/zarr.json").unwrap().stamp;
+        assert!(store.is_unchanged("a/zarr.json", &stamp));
+        std::fs::write(dir.join("a/zarr.json"), b"{ }").unwrap();
+        assert!(!store.is_unchanged("a/zarr.json", &stamp), "rewritten");
+        let stamp = store.attr("a/zarr.json").unwrap().stamp;
+        std::fs::rename(dir.join("a/zarr.json"), dir.join("b.json")).unwrap();
+        std::os::unix::fs::symlink("../b.json", dir.join("a/zarr.json")).unwrap();
+        assert!(!store.is_unchanged("a/zarr.json", &stamp), "a link to the same file is not the file");
+        std::fs::remove_file(dir.join("a/zarr.json")).unwrap();
+        assert!(!store.is_unchanged("a/zarr.json", &stamp), "gone");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

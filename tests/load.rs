@@ -2,7 +2,8 @@
 //! (`SHARDFS_LOAD_SECS`, default 8), checked against an in-memory model: every read of a thread's
 //! own chunk is exactly what the model says, every read of another's chunk is some whole version
 //! of it, nothing is lost across unmount and remount, `check` passes, and the daemon's peak RSS
-//! stays bounded.
+//! stays bounded. Meanwhile one more thread resizes the array through the view, over and over:
+//! it grows it, writes, reads and deletes chunks in the grown part, and shrinks it back.
 
 mod common;
 
@@ -67,6 +68,40 @@ fn setup_store(store: &Path) {
     std::fs::write(store.join("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
 }
 
+/// The array's document through the view, with its shape set to `chunks` chunks of 16 bytes.
+fn resize(document: &Path, chunks: u64) {
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(document).unwrap()).unwrap();
+    doc["shape"] = serde_json::json!([chunks * 16]);
+    std::fs::write(document, serde_json::to_vec(&doc).unwrap()).unwrap();
+}
+
+/// Grows the array past `CHUNKS`, writes chunks there and reads them back exactly, deletes them,
+/// and shrinks it back, until `deadline`; returns the number of cycles.
+fn resize_again_and_again(mnt: &Path, deadline: Instant) -> u64 {
+    let (document, chunks) = (mnt.join("a/zarr.json"), mnt.join("a/c"));
+    let mut cycles = 0;
+    while Instant::now() < deadline {
+        let grown = CHUNKS + 1 + cycles % 700;
+        resize(&document, grown);
+        let extra: Vec<u64> = (CHUNKS..grown).step_by(97).collect();
+        for &id in &extra {
+            std::fs::write(chunks.join(id.to_string()), content(id, cycles)).unwrap();
+        }
+        for &id in &extra {
+            let got = std::fs::read(chunks.join(id.to_string())).unwrap();
+            assert!(got == content(id, cycles), "chunk {id} in the grown part, cycle {cycles}");
+        }
+        for &id in &extra {
+            std::fs::remove_file(chunks.join(id.to_string())).unwrap();
+        }
+        resize(&document, CHUNKS);
+        let outside = std::fs::metadata(chunks.join(CHUNKS.to_string()));
+        assert!(outside.is_err(), "chunk {CHUNKS} outside the shrunk array, cycle {cycles}");
+        cycles += 1;
+    }
+    cycles
+}
+
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM")).unwrap();
@@ -93,7 +128,9 @@ fn sixteen_threads_of_mixed_load_lose_nothing_and_serve_no_wrong_byte() {
     let chunks = mnt.path().join("a/c");
     std::fs::create_dir_all(&chunks).unwrap();
     let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut resizes = 0;
     let results: Vec<(Model, [u64; 5])> = std::thread::scope(|scope| {
+        let resizer = scope.spawn(|| resize_again_and_again(mnt.path(), deadline));
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let chunks = &chunks;
@@ -158,6 +195,7 @@ fn sixteen_threads_of_mixed_load_lose_nothing_and_serve_no_wrong_byte() {
                 })
             })
             .collect();
+        resizes = resizer.join().unwrap();
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     let rss = peak_rss_kib(daemon.id());
@@ -171,7 +209,7 @@ fn sixteen_threads_of_mixed_load_lose_nothing_and_serve_no_wrong_byte() {
         totals.iter_mut().zip(ops).for_each(|(a, b)| *a += b);
     }
     eprintln!(
-        "load: {seconds} s, {} writes, {} deletes, {} fsyncs, {} own reads, {} foreign reads; daemon peak RSS {} MiB",
+        "load: {seconds} s, {} writes, {} deletes, {} fsyncs, {} own reads, {} foreign reads, {resizes} resize cycles; daemon peak RSS {} MiB",
         totals[0],
         totals[1],
         totals[2],
@@ -179,7 +217,10 @@ fn sixteen_threads_of_mixed_load_lose_nothing_and_serve_no_wrong_byte() {
         totals[4],
         rss / 1024
     );
-    assert!(totals[0] > 100 && totals[4] > 100, "too little load to mean anything: {totals:?}");
+    assert!(
+        totals[0] > 100 && totals[4] > 100 && resizes > 5,
+        "too little load to mean anything: {totals:?}, {resizes}"
+    );
     assert!(rss < 256 * 1024, "daemon peak RSS {} MiB", rss / 1024);
 
     let check = Command::new(BIN).args(["check", s]).output().unwrap();

@@ -126,7 +126,10 @@ fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
     // zarr-python 2.x writes no storage_transformers field for an array without transformers.
     let mut view = doc.clone();
     view.shift_remove("storage_transformers");
-    Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding })))
+    let chunk_format = Value::from(
+        ["data_type", "compressor", "filters"].map(|field| doc.get(field).cloned().unwrap_or_default()).to_vec(),
+    );
+    Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding, chunk_format })))
 }
 
 /// The document to store when `written` (a view document) replaces `stored`, a sharded array

@@ -31,6 +31,20 @@ pub struct ShardedArrayMeta {
     pub shape: Vec<u64>,
     pub key_encoding: ChunkKeyEncoding,
     pub sharding: Sharding,
+    /// The other fields that fix what an inner chunk's bytes mean (the data type; in the draft
+    /// layout also the compressor and filters): chunks written under one value are garbage under
+    /// another.
+    pub chunk_format: Value,
+}
+
+impl ShardedArrayMeta {
+    /// True when an inner chunk at given grid coordinates is the same stored object, with bytes
+    /// meaning the same, in both arrays: only the shape (and attributes) may differ.
+    pub fn same_chunks(&self, other: &ShardedArrayMeta) -> bool {
+        self.key_encoding == other.key_encoding
+            && self.sharding == other.sharding
+            && self.chunk_format == other.chunk_format
+    }
 }
 
 /// What shardfs makes of one `zarr.json`.
@@ -106,7 +120,8 @@ fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String>
     let mut view = doc.clone();
     view["chunk_grid"]["configuration"]["chunk_shape"] = Value::from(sharding.chunk_shape().to_vec());
     view["codecs"] = Value::from(sharding.inner_codecs.clone());
-    Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding })))
+    let chunk_format = doc.get("data_type").cloned().unwrap_or_default();
+    Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding, chunk_format })))
 }
 
 /// The group document with each sharded child in its consolidated metadata rewritten, or `None`

@@ -33,6 +33,9 @@ struct Watched {
 #[derive(Debug, Default)]
 struct Inner {
     watched: HashMap<Arc<str>, Watched>,
+    /// The keys each inode's answers were read from, to forget them with the inode (a chunk's
+    /// shard cannot be worked out again once its array's geometry changed).
+    inode_keys: HashMap<u64, Vec<Arc<str>>>,
     /// The keys each cached listing was read from, to forget them with the directory.
     listing_keys: HashMap<u64, HashSet<Arc<str>>>,
 }
@@ -55,6 +58,20 @@ impl Inner {
     fn drop_if_unused(&mut self, key: &str) {
         if self.watched.get(key).is_some_and(|w| w.inodes.is_empty() && w.listings.is_empty()) {
             self.watched.remove(key);
+        }
+    }
+
+    /// The shared copy of `key`, which [`Inner::entry`] just made sure of.
+    fn key(&self, key: &str) -> Arc<str> {
+        self.watched.get_key_value(key).expect("just added").0.clone()
+    }
+
+    fn forget_inode(&mut self, ino: u64) {
+        for key in self.inode_keys.remove(&ino).unwrap_or_default() {
+            if let Some(w) = self.watched.get_mut(&key) {
+                w.inodes.remove(&ino);
+            }
+            self.drop_if_unused(&key);
         }
     }
 
@@ -81,6 +98,11 @@ impl Freshness {
         let mut inner = self.inner.lock();
         for (key, stamp) in sources {
             inner.entry(key, *stamp).inodes.insert(ino);
+            let key = inner.key(key);
+            let keys = inner.inode_keys.entry(ino).or_default();
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
         }
     }
 
@@ -91,20 +113,16 @@ impl Freshness {
         let mut inner = self.inner.lock();
         for (key, stamp) in sources {
             inner.entry(&key, stamp).listings.insert(dir);
-            let key = inner.watched.get_key_value(key.as_str()).expect("just added").0.clone();
+            let key = inner.key(&key);
             inner.listing_keys.entry(dir).or_default().insert(key);
         }
     }
 
-    /// Forgets `ino` as a reader of the files at `keys`, and its listing (the kernel dropped it).
-    pub fn unwatch(&self, ino: u64, keys: &[String]) {
+    /// Forgets `ino`'s answers and listing (the kernel dropped it, or it now stands for another
+    /// file).
+    pub fn unwatch(&self, ino: u64) {
         let mut inner = self.inner.lock();
-        for key in keys {
-            if let Some(w) = inner.watched.get_mut(key.as_str()) {
-                w.inodes.remove(&ino);
-            }
-            inner.drop_if_unused(key);
-        }
+        inner.forget_inode(ino);
         inner.forget_listing(ino);
     }
 
@@ -117,19 +135,28 @@ impl Freshness {
     }
 
     /// Stats every watched file with `stamp_of` and returns the inodes answered from a version
-    /// that is no longer there; their files' current versions become the new baselines.
-    pub fn changed(&self, stamp_of: impl Fn(&str) -> Option<Stamp>) -> Vec<u64> {
+    /// that is no longer there, each with whether one of the changed files `defines_paths` (a
+    /// metadata document: what the names below it are may have changed); the files' current
+    /// versions become the new baselines.
+    pub fn changed(
+        &self,
+        stamp_of: impl Fn(&str) -> Option<Stamp>,
+        defines_paths: impl Fn(&str) -> bool,
+    ) -> Vec<(u64, bool)> {
         let keys: Vec<(Arc<str>, Baseline)> =
             self.inner.lock().watched.iter().map(|(k, w)| (k.clone(), w.baseline)).collect();
         // Stat without the lock: lookups keep being answered meanwhile.
         let now: Vec<(Arc<str>, Baseline, Option<Stamp>)> =
             keys.into_iter().map(|(key, baseline)| (key.clone(), baseline, stamp_of(&key))).collect();
-        let mut stale = HashSet::new();
+        let mut stale = HashMap::new();
         let mut inner = self.inner.lock();
         for (key, before, current) in now {
             let Some(w) = inner.watched.get_mut(&key) else { continue };
             if before != Baseline::Seen(current) {
-                stale.extend(w.inodes.iter().chain(&w.listings).copied());
+                let defines = defines_paths(&key);
+                for ino in w.inodes.iter().chain(&w.listings) {
+                    *stale.entry(*ino).or_insert(false) |= defines;
+                }
                 // An answer recorded since the snapshot may come from yet another version: it
                 // stays Mixed, for the next pass.
                 if w.baseline == before {
@@ -149,6 +176,23 @@ mod tests {
         Some(Stamp { dev: 1, ino: 2, size, mtime_ns: 3, ctime_ns: 4 })
     }
 
+    fn inodes(changed: Vec<(u64, bool)>) -> Vec<u64> {
+        let mut inodes: Vec<u64> = changed.into_iter().map(|(ino, _)| ino).collect();
+        inodes.sort();
+        inodes
+    }
+
+    #[test]
+    fn a_changed_document_is_told_apart_from_other_changed_files() {
+        let f = Freshness::default();
+        f.watch(10, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
+        f.watch(11, &[("a/c/1".into(), stamp(1))]);
+        let mut changed = f.changed(|k| if k == "a/c/1" { stamp(1) } else { stamp(2) }, |k| k.ends_with("zarr.json"));
+        changed.sort();
+        assert_eq!(changed, [(10, true)]);
+        assert_eq!(f.changed(|_| stamp(3), |k| k.ends_with("zarr.json")).len(), 2);
+    }
+
     #[test]
     fn a_changed_file_names_the_inodes_answered_from_it_once() {
         let f = Freshness::default();
@@ -164,10 +208,9 @@ mod tests {
                 stamp(7)
             }
         };
-        let mut stale = f.changed(disk);
-        stale.sort();
+        let stale = inodes(f.changed(disk, |_| false));
         assert_eq!(stale, [10, 11]);
-        assert!(f.changed(disk).is_empty(), "the new version is the baseline now");
+        assert!(inodes(f.changed(disk, |_| false)).is_empty(), "the new version is the baseline now");
     }
 
     #[test]
@@ -175,18 +218,17 @@ mod tests {
         let f = Freshness::default();
         f.watch(10, &[("s".into(), stamp(1))]);
         f.watch(11, &[("s".into(), stamp(2))]);
-        let mut stale = f.changed(|_| stamp(2));
-        stale.sort();
+        let stale = inodes(f.changed(|_| stamp(2), |_| false));
         assert_eq!(stale, [10, 11]);
-        assert!(f.changed(|_| stamp(2)).is_empty());
+        assert!(inodes(f.changed(|_| stamp(2), |_| false)).is_empty());
     }
 
     #[test]
     fn a_file_that_appears_or_disappears_is_a_change() {
         let f = Freshness::default();
         f.watch(10, &[("s".into(), None)]);
-        assert_eq!(f.changed(|_| stamp(1)), [10]);
-        assert_eq!(f.changed(|_| None), [10]);
+        assert_eq!(inodes(f.changed(|_| stamp(1), |_| false)), [10]);
+        assert_eq!(inodes(f.changed(|_| None, |_| false)), [10]);
     }
 
     #[test]
@@ -194,7 +236,7 @@ mod tests {
         let f = Freshness::default();
         f.watch(10, &[("s".into(), stamp(1))]);
         f.rebase("s", stamp(2));
-        assert!(f.changed(|_| stamp(2)).is_empty());
+        assert!(inodes(f.changed(|_| stamp(2), |_| false)).is_empty());
     }
 
     #[test]
@@ -202,12 +244,15 @@ mod tests {
         let f = Freshness::default();
         f.watch(5, &[("a".into(), stamp(1))]);
         f.watch_listing(5, vec![("a".into(), stamp(1)), ("a/c/0".into(), stamp(1)), ("a/c/1".into(), None)]);
-        assert_eq!(f.changed(|_| stamp(1)), [5], "a/c/1 appeared");
+        assert_eq!(inodes(f.changed(|_| stamp(1), |_| false)), [5], "a/c/1 appeared");
         // Later parts of the listing add their files; the earlier ones still count.
         f.watch_listing(5, vec![("a/c/2".into(), stamp(1))]);
-        assert_eq!(f.changed(|k| if k == "a/c/0" { stamp(2) } else { stamp(1) }), [5]);
-        f.unwatch(5, &["a".into()]);
-        assert!(f.changed(|_| stamp(7)).is_empty(), "nothing is watched once the directory is forgotten");
+        assert_eq!(inodes(f.changed(|k| if k == "a/c/0" { stamp(2) } else { stamp(1) }, |_| false)), [5]);
+        f.unwatch(5);
+        assert!(
+            inodes(f.changed(|_| stamp(7), |_| false)).is_empty(),
+            "nothing is watched once the directory is forgotten"
+        );
     }
 
     #[test]
@@ -215,9 +260,9 @@ mod tests {
         let f = Freshness::default();
         f.watch(10, &[("s".into(), stamp(1))]);
         f.watch(11, &[("s".into(), stamp(1))]);
-        f.unwatch(10, &["s".into()]);
-        assert_eq!(f.changed(|_| stamp(2)), [11]);
-        f.unwatch(11, &["s".into()]);
-        assert!(f.changed(|_| stamp(3)).is_empty());
+        f.unwatch(10);
+        assert_eq!(inodes(f.changed(|_| stamp(2), |_| false)), [11]);
+        f.unwatch(11);
+        assert!(inodes(f.changed(|_| stamp(3), |_| false)).is_empty());
     }
 }

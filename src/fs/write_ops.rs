@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 use super::{Handle, ShardFs};
 use crate::error::{Error, Result};
 use crate::store::{Attr, Kind, PRIVATE_DIR, join, parent_key};
-use crate::view::array::ShardedArray;
+use crate::view::array::{ArrayPath, ShardedArray};
 use crate::view::namespace::Node;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 use crate::write::document::store_document;
@@ -33,6 +33,9 @@ pub struct OpenMode {
 /// What a name in a directory of the view stands for, for the operations that change it.
 enum Target {
     Chunk(Arc<ShardedArray>, Vec<u64>),
+    /// A chunk key of the array outside its bounds: it can be deleted (zarr-python 2 deletes the
+    /// chunks outside a shrunk array after storing the smaller shape), never written.
+    ChunkOutside(Arc<ShardedArray>, Vec<u64>),
     ChunkDir(Arc<ShardedArray>, String, Vec<u64>),
     /// A `zarr.json`, at this store key: written through the view, it is translated.
     Document(String),
@@ -68,8 +71,9 @@ impl ShardFs {
                 Ok(Target::Store(join(dir, name)))
             }
             Node::ChunkDir { array, dir, .. } => {
+                let array = self.ns.array(array)?;
                 let rel = join(dir, name);
-                Ok(chunk_target(array, &rel)?.unwrap_or_else(|| Target::Store(array.scratch_key(&rel))))
+                Ok(chunk_target(&array, &rel)?.unwrap_or_else(|| Target::Store(array.scratch_key(&rel))))
             }
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
@@ -97,7 +101,7 @@ impl ShardFs {
     fn publish(&self, array: &Arc<ShardedArray>, coords: &[u64], state: PendingChunk) -> Result<()> {
         let pending = self.pending()?;
         if let Some(shard) = pending.set(array, coords, state) {
-            pending.commit_shard(self.ns.store(), &shard)?;
+            pending.commit_shard(&self.ns, &shard)?;
         }
         Ok(())
     }
@@ -111,6 +115,7 @@ impl ShardFs {
         self.pending()?;
         let handle = match &node {
             Node::Chunk { array, coords } => {
+                let array = &self.chunk_array(array, coords)?;
                 // The buffer is published at once, so that a truncate or a second open of the same
                 // chunk works on this very buffer.
                 let buffer = match self.ns_overlay_chunk(array, coords) {
@@ -154,6 +159,29 @@ impl ShardFs {
         self.pending.as_ref()?.chunk(array, coords)
     }
 
+    /// The array a chunk node is in, as its document is now; NotFound outside it.
+    fn chunk_array(&self, array: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
+        let current = self.ns.array(array)?;
+        if coords.len() != current.rank() || !current.in_bounds(coords) {
+            return Err(Error::NotFound);
+        }
+        Ok(current)
+    }
+
+    /// The array a chunk file opened in `opened` is in now, when the chunk still means the same
+    /// there: writes through a file opened before its array changed under it are refused (ESTALE),
+    /// never put where the chunk key now means another part of the array.
+    fn current(&self, opened: &ShardedArray, coords: &[u64]) -> Result<Arc<ShardedArray>> {
+        match self.ns.array_at(&opened.dir)? {
+            Some(current) if current.same_chunks(opened) && current.in_bounds(coords) => Ok(current),
+            _ => Err(Error::Stale(format!(
+                "{}: the array's zarr.json changed since {} was opened",
+                self.ns.store().path(&opened.dir).display(),
+                opened.chunk_key(coords)
+            ))),
+        }
+    }
+
     /// Creates and opens file `name` in directory `parent`.
     pub fn create(&self, parent: u64, name: &str, mode: u32, open: OpenMode) -> Result<(u64, Attr, u64)> {
         self.pending()?;
@@ -164,7 +192,7 @@ impl ShardFs {
                 self.publish(&array, &coords, PendingChunk::Written(buffer.clone()))?;
                 let handle =
                     Handle::Chunk { array: array.clone(), coords: coords.clone(), buffer, append: open.append };
-                (Node::Chunk { array, coords }, handle)
+                (Node::chunk(&array, coords), handle)
             }
             Target::Store(key) => {
                 let store = self.ns.store();
@@ -195,18 +223,20 @@ impl ShardFs {
                 (Node::Document(key), handle)
             }
             Target::ChunkDir(..) => return Err(Error::Invalid(format!("{name} is a chunk-key directory"))),
+            Target::ChunkOutside(array, _) => return Err(outside(&array, name)),
         };
-        let attr = self.ns.attr(&node)?;
-        let ino = self.remember_told(node, &attr);
-        Ok((ino, attr, self.add_handle(handle)))
+        let answer = self.ns.answer(&node)?;
+        let ino = self.remember_told(node, &answer);
+        Ok((ino, answer.attr, self.add_handle(handle)))
     }
 
     /// Writes `data` at `offset` (at the end for files opened to append).
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         match &*self.handle(fh)? {
             Handle::Chunk { array, coords, buffer, append } => {
+                let current = self.current(array, coords)?;
                 write_into(&mut buffer.write(), *append, offset, data);
-                self.publish(array, coords, PendingChunk::Written(buffer.clone()))?;
+                self.publish(&current, coords, PendingChunk::Written(buffer.clone()))?;
             }
             Handle::Store { file, key, append } => {
                 let result = if *append { (&*file).write_all(data) } else { file.write_all_at(data, offset) };
@@ -238,6 +268,10 @@ impl ShardFs {
                 self.store_document(key, &content)?;
             }
             (Node::Chunk { array, coords }, handle) => {
+                let array = &self.chunk_array(array, coords)?;
+                if let Some(Handle::Chunk { array: opened, .. }) = handle {
+                    self.current(opened, coords)?;
+                }
                 let buffer = match (handle, self.ns_overlay_chunk(array, coords)) {
                     (Some(Handle::Chunk { buffer, .. }), _) => buffer.clone(),
                     (_, Some(PendingChunk::Written(buffer))) => buffer,
@@ -256,9 +290,9 @@ impl ShardFs {
             }
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
         }
-        let attr = self.ns.attr(&node)?;
-        self.freshness.watch(ino, &self.ns.sources(&node, &attr));
-        Ok(attr)
+        let answer = self.ns.answer(&node)?;
+        self.freshness.watch(ino, &answer.sources);
+        Ok(answer.attr)
     }
 
     /// Removes file `name` of directory `parent`.
@@ -267,7 +301,7 @@ impl ShardFs {
         let parent_node = self.node(parent)?;
         match self.target(&parent_node, name)? {
             Target::Chunk(array, coords) => {
-                self.ns.attr(&Node::Chunk { array: array.clone(), coords: coords.clone() })?;
+                self.ns.attr(&Node::chunk(&array, coords.clone()))?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
             Target::Store(key) | Target::Document(key) => self
@@ -276,6 +310,7 @@ impl ShardFs {
                 .beneath(&key)
                 .and_then(|path| std::fs::remove_file(&*path))
                 .map_err(|e| Error::io(&key, e)),
+            Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
         }
     }
@@ -290,7 +325,7 @@ impl ShardFs {
                     return Err(Error::Exists);
                 }
                 pending.add_dir(&array, &dir);
-                Node::ChunkDir { array, dir, prefix }
+                Node::ChunkDir { array: array.path(), dir, prefix }
             }
             Target::Store(key) => {
                 use std::os::unix::fs::DirBuilderExt;
@@ -301,12 +336,12 @@ impl ShardFs {
                     .map_err(|e| Error::io(&key, e))?;
                 Node::Backing(key)
             }
-            Target::Chunk(..) | Target::Document(_) => {
+            Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => {
                 return Err(Error::Invalid(format!("{name} cannot be a directory")));
             }
         };
-        let attr = self.ns.attr(&node)?;
-        Ok((self.remember_told(node, &attr), attr))
+        let answer = self.ns.answer(&node)?;
+        Ok((self.remember_told(node, &answer), answer.attr))
     }
 
     /// Removes the empty directory `name` of `parent`.
@@ -315,7 +350,7 @@ impl ShardFs {
         let parent_node = self.node(parent)?;
         match self.target(&parent_node, name)? {
             Target::ChunkDir(array, dir, prefix) => {
-                let node = Node::ChunkDir { array: array.clone(), dir: dir.clone(), prefix };
+                let node = Node::ChunkDir { array: array.path(), dir: dir.clone(), prefix };
                 self.ns.child(&parent_node, name)?;
                 if !self.ns.list(&node)?.is_empty() {
                     return Err(Error::NotEmpty);
@@ -329,7 +364,7 @@ impl ShardFs {
                 .beneath(&key)
                 .and_then(|path| std::fs::remove_dir(&*path))
                 .map_err(|e| Error::io(&key, e)),
-            Target::Chunk(..) | Target::Document(_) => Err(Error::NotADirectory),
+            Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => Err(Error::NotADirectory),
         }
     }
 
@@ -353,11 +388,10 @@ impl ShardFs {
                     .map_err(|e| Error::io(key, e));
             }
             Target::Store(key) => store.read(key).map_err(|e| Error::io(key, e))?,
-            Target::Chunk(array, coords) => {
-                self.chunk_bytes(&Node::Chunk { array: array.clone(), coords: coords.clone() })?
-            }
+            Target::Chunk(array, coords) => self.chunk_bytes(&Node::chunk(array, coords.clone()))?,
             // A document moved elsewhere would lose its translation; a copy keeps it.
             Target::ChunkDir(..) | Target::Document(_) => return Err(Error::CrossDevice),
+            Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),
         };
         match &to {
             Target::Chunk(array, coords) => {
@@ -368,22 +402,21 @@ impl ShardFs {
                 store.beneath(key).and_then(|path| std::fs::write(&*path, content)).map_err(|e| Error::io(key, e))?
             }
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
+            Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),
         }
         match from {
             Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::Store(key) => {
                 store.beneath(&key).and_then(|path| std::fs::remove_file(&*path)).map_err(|e| Error::io(&key, e))
             }
-            Target::ChunkDir(..) | Target::Document(_) => unreachable!("refused above"),
+            Target::ChunkDir(..) | Target::ChunkOutside(..) | Target::Document(_) => unreachable!("refused above"),
         }
     }
 
     /// Makes what was written to `fh` durable: a chunk's whole shard is committed.
     pub fn fsync(&self, fh: u64) -> Result<()> {
         match &*self.handle(fh)? {
-            Handle::Chunk { array, coords, .. } => {
-                Ok(self.pending()?.commit_chunk_shard(self.ns.store(), array, coords)?)
-            }
+            Handle::Chunk { array, coords, .. } => Ok(self.pending()?.commit_chunk_shard(&self.ns, array, coords)?),
             Handle::Store { file, key, .. } => file.sync_all().map_err(|e| Error::io(key, e)),
             Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
             Handle::Read(_) => Ok(()),
@@ -431,13 +464,17 @@ impl ShardFs {
     }
 
     fn store_document(&self, key: &str, content: &[u8]) -> Result<()> {
-        store_document(self.ns.store(), key, content, self.shard_new.as_deref())
+        store_document(self.ns.store(), key, content, self.shard_new.as_deref())?;
+        // What the kernel holds of the array's chunks may be out of date now (a shrink): the
+        // watcher need not wait for its next pass.
+        self.document_stored.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Commits every pending write (fsync of a directory, and unmount).
     pub fn commit_all(&self) -> Result<()> {
         match &self.pending {
-            Some(pending) => Ok(pending.commit_all(self.ns.store())?),
+            Some(pending) => Ok(pending.commit_all(&self.ns)?),
             None => Ok(()),
         }
     }
@@ -447,13 +484,18 @@ impl ShardFs {
     /// The node the view shows for a target.
     fn target_node(&self, target: &Target) -> Node {
         match target {
-            Target::Chunk(array, coords) => Node::Chunk { array: array.clone(), coords: coords.clone() },
+            Target::Chunk(array, coords) | Target::ChunkOutside(array, coords) => Node::chunk(array, coords.clone()),
             Target::ChunkDir(array, dir, prefix) => {
-                Node::ChunkDir { array: array.clone(), dir: dir.clone(), prefix: prefix.clone() }
+                Node::ChunkDir { array: array.path(), dir: dir.clone(), prefix: prefix.clone() }
             }
             Target::Store(key) | Target::Document(key) => self.store_node(key),
         }
     }
+}
+
+/// The error for writing the chunk key `name` outside the bounds of `array`.
+fn outside(array: &ShardedArray, name: &str) -> Error {
+    Error::Invalid(format!("{name}: chunk outside the bounds of {}", array.dir))
 }
 
 /// The chunk or chunk-key directory `rel` (relative to the array) stands for, if any.
@@ -461,7 +503,7 @@ fn chunk_target(array: &Arc<ShardedArray>, rel: &str) -> Result<Option<Target>> 
     let enc = &array.meta.key_encoding;
     if let Some(coords) = enc.decode(rel, array.rank()) {
         if !array.in_bounds(&coords) {
-            return Err(Error::Invalid(format!("{rel}: chunk outside the bounds of {}", array.dir)));
+            return Ok(Some(Target::ChunkOutside(array.clone(), coords)));
         }
         return Ok(Some(Target::Chunk(array.clone(), coords)));
     }

@@ -32,7 +32,7 @@ impl Watcher {
             .name("shardfs-watch".into())
             .spawn(move || {
                 let mut pause = INTERVAL;
-                while sleep_unless_stopped(&stopped, pause) {
+                while sleep_unless_stopped(&stopped, pause, || fs.document_stored()) {
                     let start = Instant::now();
                     for stale in fs.stale() {
                         if !invalidate(&notifier, &stale) {
@@ -56,13 +56,16 @@ impl Drop for Watcher {
     }
 }
 
-/// Sleeps `pause` in short steps; false once told to stop.
-fn sleep_unless_stopped(stop: &AtomicBool, pause: Duration) -> bool {
-    let step = Duration::from_millis(50);
+/// Sleeps `pause` in short steps, or until `due` says a pass is due; false once told to stop.
+fn sleep_unless_stopped(stop: &AtomicBool, pause: Duration, due: impl Fn() -> bool) -> bool {
+    let step = Duration::from_millis(20);
     let end = Instant::now() + pause;
     while Instant::now() < end {
         if stop.load(Ordering::Relaxed) {
             return false;
+        }
+        if due() {
+            break;
         }
         std::thread::sleep(step.min(end - Instant::now()));
     }

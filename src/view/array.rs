@@ -1,15 +1,29 @@
 //! One sharded array as the view shows it: the grid of innermost chunks, their keys, and the keys
-//! of the shards that hold them.
+//! of the shards that hold them; and [`ArrayPath`], how a view entry names its array without
+//! keeping a copy of it.
 
-use crate::format::metadata::ShardedArrayMeta;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use crate::format::chunk_key::ChunkKeyEncoding;
+use crate::format::metadata::ShardedArrayMeta;
 
 use crate::store::{PRIVATE_DIR, Stamp, join};
+
+/// Names an array by where its chunks live and the chunk key encoding the name of an entry was
+/// read with. View entries keep this, never the array's geometry, which can change under them
+/// (a resize, or an array deleted and created again): every operation takes the array as its
+/// document is now ([`crate::view::namespace::Namespace::array`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrayPath {
+    pub dir: Arc<str>,
+    pub encoding: ChunkKeyEncoding,
+}
 
 /// A sharded array found at `dir` (a store key), shown unsharded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardedArray {
-    pub dir: String,
+    pub dir: Arc<str>,
     pub meta: ShardedArrayMeta,
     /// Innermost chunks along each dimension: the unsharded array's chunk grid.
     pub grid: Vec<u64>,
@@ -21,10 +35,21 @@ pub struct ShardedArray {
 }
 
 impl ShardedArray {
-    pub fn new(dir: String, meta: ShardedArrayMeta) -> Self {
+    pub fn new(dir: &str, meta: ShardedArrayMeta) -> Self {
         let grid = meta.shape.iter().zip(meta.sharding.chunk_shape()).map(|(s, c)| s.div_ceil(*c)).collect();
         let shard_grid = meta.shape.iter().zip(&meta.sharding.shard_shape).map(|(s, c)| s.div_ceil(*c)).collect();
-        ShardedArray { dir, meta, grid, shard_grid, document: None }
+        ShardedArray { dir: dir.into(), meta, grid, shard_grid, document: None }
+    }
+
+    /// How view entries name this array.
+    pub fn path(&self) -> ArrayPath {
+        ArrayPath { dir: self.dir.clone(), encoding: self.meta.key_encoding }
+    }
+
+    /// True when chunks written to `other` (an earlier version of this array's document) are the
+    /// same chunks here, stored at the same places: only the shape may have changed.
+    pub fn same_chunks(&self, other: &ShardedArray) -> bool {
+        std::ptr::eq(self, other) || (self.dir == other.dir && self.meta.same_chunks(&other.meta))
     }
 
     /// The same array, known to be read from the document at `key`, version `stamp`.

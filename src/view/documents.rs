@@ -108,7 +108,7 @@ impl Documents {
             Interpretation::ShardedArray { view, array } => match self.layout.array_dir(key) {
                 Some(dir) => Document {
                     view: Some(view.into()),
-                    array: Some(Arc::new(ShardedArray::new(dir, array).read_from(key, attr.stamp))),
+                    array: Some(Arc::new(ShardedArray::new(&dir, array).read_from(key, attr.stamp))),
                 },
                 None => Document { view: None, array: None },
             },
@@ -139,6 +139,13 @@ impl Documents {
     /// The sharded array whose directory is `dir`, if the view shows one there.
     pub fn array_at(&self, store: &DirStore, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
         let Some(key) = self.layout.document_key(dir) else { return Ok(None) };
+        // Asked on every operation in an array: the cached version is usually still there.
+        let cached = self.cache.lock().get(&key).map(|(stamp, doc)| (*stamp, doc.array.clone()));
+        if let Some((stamp, array)) = cached
+            && store.is_unchanged(&key, &stamp)
+        {
+            return Ok(array);
+        }
         match store.attr(&key) {
             Ok(attr) if attr.kind == Kind::File => Ok(self.get(store, &key, &attr)?.array.clone()),
             Ok(_) => Ok(None),

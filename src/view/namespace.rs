@@ -4,6 +4,10 @@
 //! is served rewritten, shard files are hidden, and the unsharded chunk keys appear: directories
 //! for each `/`-separated key prefix that has a stored chunk below it, and one file per stored
 //! inner chunk inside the array bounds.
+//!
+//! A [`Node`] in the chunk key space names its array ([`ArrayPath`]) and its place in the chunk
+//! grid, nothing more: every operation binds it to the array as the array's document is now
+//! ([`Namespace::array`]), so a resized or re-created array is never served with old geometry.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
@@ -12,7 +16,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::array::ShardedArray;
+use super::array::{ArrayPath, ShardedArray};
 use super::documents::{Documents, Layout};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
@@ -73,9 +77,9 @@ pub enum Node {
     /// A `zarr.json`, served rewritten when the view changes it.
     Document(String),
     /// A directory of chunk keys (`c`, `c/1`), `dir` relative to the array, fixing `prefix`.
-    ChunkDir { array: Arc<ShardedArray>, dir: String, prefix: Vec<u64> },
+    ChunkDir { array: ArrayPath, dir: String, prefix: Vec<u64> },
     /// A stored inner chunk.
-    Chunk { array: Arc<ShardedArray>, coords: Vec<u64> },
+    Chunk { array: ArrayPath, coords: Vec<u64> },
 }
 
 impl Node {
@@ -84,8 +88,33 @@ impl Node {
         match self {
             Node::Backing(key) | Node::Document(key) => key.clone(),
             Node::ChunkDir { array, dir, .. } => join(&array.dir, dir),
-            Node::Chunk { array, coords } => join(&array.dir, &array.chunk_key(coords)),
+            Node::Chunk { array, coords } => join(&array.dir, &array.encoding.encode(coords)),
         }
+    }
+
+    /// The node of the chunk at `coords` of `array`.
+    pub fn chunk(array: &ShardedArray, coords: Vec<u64>) -> Node {
+        Node::Chunk { array: array.path(), coords }
+    }
+}
+
+/// What the view says of one entry: its attributes, and the store files they were read from with
+/// the version of each (the entry is out of date once one of them changes).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub attr: Attr,
+    pub sources: Vec<(String, Option<Stamp>)>,
+}
+
+impl Answer {
+    fn of_file(key: &str, attr: Attr) -> Self {
+        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))] }
+    }
+
+    /// An answer about `array`'s chunk key space: its document is a source too.
+    fn in_array(array: &ShardedArray, attr: Attr, first: (String, Option<Stamp>)) -> Self {
+        let document = array.document.as_ref().map(|(key, stamp)| (key.clone(), Some(*stamp)));
+        Answer { attr, sources: std::iter::once(first).chain(document).collect() }
     }
 }
 
@@ -158,9 +187,26 @@ impl Namespace {
         &self.store
     }
 
-    /// The sharded array whose directory is the store key `dir`, if the view shows one there.
+    /// The sharded array whose directory is the store key `dir`, if the view shows one there, as
+    /// its document is now.
     pub fn array_at(&self, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
         self.documents.array_at(&self.store, dir)
+    }
+
+    /// The array a node names, as its document is now; NotFound when there is none any more, or
+    /// one whose chunk keys are spelled otherwise, so that the node's name means nothing there.
+    pub fn array(&self, at: &ArrayPath) -> Result<Arc<ShardedArray>> {
+        self.array_at(&at.dir)?.filter(|array| array.meta.key_encoding == at.encoding).ok_or(Error::NotFound)
+    }
+
+    /// The array a chunk-grid position (a chunk, or a chunk-key directory fixing `coords`) is in;
+    /// NotFound when the position is outside the array as it is now.
+    fn array_around(&self, at: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
+        let array = self.array(at)?;
+        if coords.len() > array.rank() || !array.in_bounds(coords) {
+            return Err(Error::NotFound);
+        }
+        Ok(array)
     }
 
     /// The root directory of the view.
@@ -168,15 +214,15 @@ impl Namespace {
         Node::Backing(String::new())
     }
 
-    /// The entry `name` of directory `parent`, with its attributes.
-    pub fn child(&self, parent: &Node, name: &str) -> Result<(Node, Attr)> {
-        let (node, attr) = self.entry(parent, name)?;
-        Ok((node, attr?))
+    /// The entry `name` of directory `parent`, with what the view says of it.
+    pub fn child(&self, parent: &Node, name: &str) -> Result<(Node, Answer)> {
+        let (node, answer) = self.entry(parent, name)?;
+        Ok((node, answer?))
     }
 
-    /// The entry `name` of directory `parent`, and its attributes or why they cannot be had: a
-    /// chunk of a damaged shard is still an entry of its directory, one that cannot be read.
-    pub fn entry(&self, parent: &Node, name: &str) -> Result<(Node, Result<Attr>)> {
+    /// The entry `name` of directory `parent`, and what the view says of it or why that cannot be
+    /// had: a chunk of a damaged shard is still an entry of its directory, one that cannot be read.
+    pub fn entry(&self, parent: &Node, name: &str) -> Result<(Node, Result<Answer>)> {
         if name.is_empty() || name == "." || name == ".." || name.contains('/') {
             return Err(Error::NotFound);
         }
@@ -194,17 +240,20 @@ impl Namespace {
                     }
                 }
                 let node = self.backing_node(join(dir, name))?;
-                let attr = self.attr(&node)?;
-                Ok((node, Ok(attr)))
+                let answer = self.answer(&node)?;
+                Ok((node, Ok(answer)))
             }
-            Node::ChunkDir { array, dir, .. } => match self.virtual_child(array, dir, name)? {
-                Some(found) => Ok(found),
-                None => {
-                    let scratch = Node::Backing(array.scratch_key(&join(dir, name)));
-                    let attr = self.attr(&scratch)?;
-                    Ok((scratch, Ok(attr)))
+            Node::ChunkDir { array, dir, prefix } => {
+                let array = self.array_around(array, prefix)?;
+                match self.virtual_child(&array, dir, name)? {
+                    Some(found) => Ok(found),
+                    None => {
+                        let scratch = Node::Backing(array.scratch_key(&join(dir, name)));
+                        let answer = self.answer(&scratch)?;
+                        Ok((scratch, Ok(answer)))
+                    }
                 }
-            },
+            }
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
     }
@@ -217,24 +266,22 @@ impl Namespace {
         Ok(Node::Backing(key))
     }
 
-    fn virtual_child(&self, array: &Arc<ShardedArray>, dir: &str, name: &str) -> Result<Option<(Node, Result<Attr>)>> {
+    fn virtual_child(&self, array: &ShardedArray, dir: &str, name: &str) -> Result<Option<(Node, Result<Answer>)>> {
         let rel = join(dir, name);
         let enc = &array.meta.key_encoding;
         if let Some(coords) = enc.decode(&rel, array.rank()) {
             if !array.in_bounds(&coords) {
                 return Ok(None);
             }
-            let node = Node::Chunk { array: array.clone(), coords };
-            return match self.attr(&node) {
+            return match self.chunk_answer(array, &coords) {
                 Err(Error::NotFound) => Ok(None),
-                attr => Ok(Some((node, attr))),
+                answer => Ok(Some((Node::chunk(array, coords), answer))),
             };
         }
         match enc.decode_dir(&rel, array.rank()) {
             Some(prefix) if array.in_bounds(&prefix) && self.dir_exists(array, &rel, &prefix)? => {
-                let node = Node::ChunkDir { array: array.clone(), dir: rel, prefix };
-                let attr = self.attr(&node);
-                Ok(Some((node, attr)))
+                let answer = self.chunk_dir_answer(array);
+                Ok(Some((Node::ChunkDir { array: array.path(), dir: rel, prefix }, answer)))
             }
             _ => Ok(None),
         }
@@ -281,63 +328,74 @@ impl Namespace {
 
     /// The attributes the view shows for `node`.
     pub fn attr(&self, node: &Node) -> Result<Attr> {
+        self.answer(node).map(|answer| answer.attr)
+    }
+
+    /// What the view says of `node`: its attributes and where they were read from.
+    pub fn answer(&self, node: &Node) -> Result<Answer> {
         match node {
-            Node::Backing(key) => self.store.attr(key).map_err(|e| Error::io(key, e)),
+            Node::Backing(key) => {
+                let attr = self.store.attr(key).map_err(|e| Error::io(key, e))?;
+                let mut answer = Answer::of_file(key, attr);
+                answer.sources.extend(self.governing_documents(key));
+                Ok(answer)
+            }
             Node::Document(key) => {
                 let attr = self.store.attr(key).map_err(|e| Error::io(key, e))?;
                 let doc = self.documents.get(&self.store, key, &attr)?;
-                Ok(Attr { size: doc.view.as_ref().map_or(attr.size, |v| v.len() as u64), ..attr })
+                let size = doc.view.as_ref().map_or(attr.size, |v| v.len() as u64);
+                Ok(Answer::of_file(key, Attr { size, ..attr }))
             }
-            Node::ChunkDir { array, .. } => {
-                let attr = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
-                Ok(Attr { kind: Kind::Dir, nlink: 2, ..attr })
-            }
-            Node::Chunk { array, coords } => match self.overlay.chunk(array, coords) {
-                Some(PendingChunk::Written(buffer)) => {
-                    let dir = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
-                    let now = std::time::SystemTime::now();
-                    let size = buffer.read().len() as u64;
-                    Ok(Attr { kind: Kind::File, size, perm: 0o644, nlink: 1, mtime: now, ctime: now, ..dir })
-                }
-                Some(PendingChunk::Deleted) => Err(Error::NotFound),
-                None => {
-                    let found = self.shards.locate(&self.store, array, coords, false)?.ok_or(Error::NotFound)?;
-                    Ok(Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard })
-                }
-            },
+            Node::ChunkDir { array, prefix, .. } => self.chunk_dir_answer(&*self.array_around(array, prefix)?),
+            Node::Chunk { array, coords } => self.chunk_answer(&*self.array_around(array, coords)?, coords),
         }
     }
 
-    /// The store files answers about `node` are read from: the file its attributes come from
-    /// and, in the chunk key space, the array's document. Must follow [`Namespace::attr`].
-    pub fn source_keys(&self, node: &Node) -> Vec<String> {
-        let (first, array) = match node {
-            Node::Backing(key) | Node::Document(key) => (key.clone(), None),
-            Node::ChunkDir { array, .. } => (array.dir.clone(), Some(array)),
-            Node::Chunk { array, coords } => (array.shard_path(&array.meta.sharding.locate(coords).shard), Some(array)),
-        };
-        let document = array.and_then(|a| a.document.as_ref()).map(|(key, _)| key.clone());
-        std::iter::once(first).chain(document).collect()
+    /// The documents that decide what the store entry at `key` is in the view, with their
+    /// versions: the array document each directory above it would have, nearest first, up to the
+    /// first one that exists. Were one of them to change (an array made sharded, or a directory
+    /// made an array), the entry could become a chunk, or be hidden as a shard.
+    fn governing_documents(&self, key: &str) -> Vec<(String, Option<Stamp>)> {
+        let mut found = Vec::new();
+        let mut dir = key;
+        while !dir.is_empty() {
+            dir = crate::store::parent_key(dir);
+            let Some(document) = self.layout().document_key(dir) else { continue };
+            let stamp = self.store.attr(&document).ok().map(|a| a.stamp);
+            found.push((document, stamp));
+            if stamp.is_some() {
+                break;
+            }
+        }
+        found
     }
 
-    /// [`Namespace::source_keys`], each with the version that `attr`, an answer of
-    /// [`Namespace::attr`] about `node`, was read from.
-    pub fn sources(&self, node: &Node, attr: &Attr) -> Vec<(String, Option<Stamp>)> {
-        let mut keys = self.source_keys(node).into_iter();
-        let first = keys.next().expect("every node has a source");
-        let stamp = match node {
-            // A pending chunk's attributes are not its shard's: what counts is the shard version a
-            // commit will change.
-            Node::Chunk { array, coords } if self.overlay.chunk(array, coords).is_some() => {
-                self.store.attr(&first).ok().map(|a| a.stamp)
+    fn chunk_dir_answer(&self, array: &ShardedArray) -> Result<Answer> {
+        let attr = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
+        let first = (array.dir.to_string(), Some(attr.stamp));
+        Ok(Answer::in_array(array, Attr { kind: Kind::Dir, nlink: 2, ..attr }, first))
+    }
+
+    fn chunk_answer(&self, array: &ShardedArray, coords: &[u64]) -> Result<Answer> {
+        let shard = array.shard_path(&array.meta.sharding.locate(coords).shard);
+        match self.overlay.chunk(array, coords) {
+            Some(PendingChunk::Written(buffer)) => {
+                let dir = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
+                let now = std::time::SystemTime::now();
+                let size = buffer.read().len() as u64;
+                let attr = Attr { kind: Kind::File, size, perm: 0o644, nlink: 1, mtime: now, ctime: now, ..dir };
+                // A pending chunk's attributes are not its shard's: what counts is the shard
+                // version a commit will change.
+                let stamp = self.store.attr(&shard).ok().map(|a| a.stamp);
+                Ok(Answer::in_array(array, attr, (shard, stamp)))
             }
-            _ => Some(attr.stamp),
-        };
-        let document = match node {
-            Node::ChunkDir { array, .. } | Node::Chunk { array, .. } => array.document.as_ref().map(|(_, s)| *s),
-            _ => None,
-        };
-        std::iter::once((first, stamp)).chain(keys.map(|key| (key, document))).collect()
+            Some(PendingChunk::Deleted) => Err(Error::NotFound),
+            None => {
+                let found = self.shards.locate(&self.store, array, coords, false)?.ok_or(Error::NotFound)?;
+                let attr = Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard };
+                Ok(Answer::in_array(array, attr, (shard, Some(found.shard.stamp))))
+            }
+        }
     }
 
     /// Every name and kind in directory `node`: [`Namespace::list_from`] with its chunk files.
@@ -381,8 +439,9 @@ impl Namespace {
                 Ok(Listing { entries, chunk_files })
             }
             Node::ChunkDir { array, dir, prefix } => {
-                document(array);
-                self.virtual_list(array, dir, prefix, sources)
+                let array = self.array_around(array, prefix)?;
+                document(&array);
+                self.virtual_list(&array, dir, prefix, sources)
             }
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
@@ -435,14 +494,14 @@ impl Namespace {
     }
 
     /// Passes the stored chunk files of a listing to `visit`, from `from` on, shard by shard in
-    /// index order: each one's name, node, attributes (or why they cannot be had) and the cursor
-    /// just after it. Every shard read is recorded in `sources`. Stops where `visit` says.
+    /// index order: each one's name, node, answer (or why there is none) and the cursor just
+    /// after it. Every shard read is recorded in `sources`. Stops where `visit` says.
     pub fn chunk_files(
         &self,
         files: &ChunkFiles,
         from: ChunkCursor,
         sources: &Sources,
-        mut visit: impl FnMut(&str, Node, Result<Attr>, ChunkCursor) -> ControlFlow<()>,
+        mut visit: impl FnMut(&str, Node, Result<Answer>, ChunkCursor) -> ControlFlow<()>,
     ) {
         let array = &files.array;
         for (position, shard) in files.shards.iter().enumerate().skip(from.shard) {
@@ -462,12 +521,15 @@ impl Namespace {
                     let Some((name, _)) = entry_towards(&files.dir, &array.chunk_key(coords)) else {
                         return ControlFlow::Continue(());
                     };
-                    let attr = match (state, shard_attr) {
-                        (ChunkState::Stored(nbytes), Some(shard)) => Ok(Attr { size: nbytes, nlink: 1, ..*shard }),
+                    let answer = match (state, shard_attr) {
+                        (ChunkState::Stored(nbytes), Some(shard_attr)) => {
+                            let attr = Attr { size: nbytes, nlink: 1, ..*shard_attr };
+                            Ok(Answer::in_array(array, attr, (array.shard_path(shard), Some(shard_attr.stamp))))
+                        }
                         _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_path(shard)))),
                     };
-                    let node = Node::Chunk { array: array.clone(), coords: coords.to_vec() };
-                    visit(&name, node, attr, ChunkCursor { shard: position, skip: passed })
+                    let node = Node::chunk(array, coords.to_vec());
+                    visit(&name, node, answer, ChunkCursor { shard: position, skip: passed })
                 },
             );
             if walked.is_break() {
@@ -492,6 +554,7 @@ impl Namespace {
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
             Node::Chunk { array, coords } => {
+                let array = &self.array_around(array, coords)?;
                 match self.overlay.chunk(array, coords) {
                     Some(PendingChunk::Written(buffer)) => return Ok(Content::Bytes(buffer.read().as_slice().into())),
                     Some(PendingChunk::Deleted) => return Err(Error::NotFound),

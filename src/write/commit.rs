@@ -55,6 +55,12 @@ pub enum CommitError {
     /// The fault-injection hook stopped the commit.
     #[error("commit stopped by an injected crash")]
     Crashed,
+    /// The array's document was replaced by one whose chunks mean something else (or by none)
+    /// since the chunks were written: committing them would put them in the wrong places.
+    #[error(
+        "{array}: the array's zarr.json changed (chunk grid, codecs or data type) since {dropped} pending chunk writes were made; they were dropped, not committed"
+    )]
+    Stale { array: String, dropped: usize },
 }
 
 impl From<CommitError> for crate::error::Error {
@@ -64,6 +70,7 @@ impl From<CommitError> for crate::error::Error {
             CommitError::Io { path, source } => Error::Io { path, source },
             CommitError::Damaged(msg) => Error::Damaged(msg),
             CommitError::Crashed => Error::Damaged("commit stopped by an injected crash".into()),
+            stale @ CommitError::Stale { .. } => Error::Stale(stale.to_string()),
         }
     }
 }

@@ -9,6 +9,15 @@
 //!
 //! A failed commit keeps its chunks pending (nothing acknowledged is dropped) and its error is
 //! reported by the next fsync or close of a file in that shard.
+//!
+//! Pending chunks belong to the version of their array's document they were written under. A
+//! commit first reads the document as it is now. A resize changes no chunk: every pending chunk is
+//! committed, those outside a shrunk array too, as a plain store keeps a chunk file written before
+//! a shrink (the view hides them until the array grows again; zarr-python deletes the chunks
+//! outside before it writes the smaller shape, and those deletions are committed as well). When
+//! the document was replaced by one whose chunks mean something else (another chunk grid, codecs,
+//! data type, or no sharded array at all), nothing is committed: the writes are dropped and the
+//! error (ESTALE) is reported by the next fsync or close.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -19,8 +28,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::commit::{CommitError, NestedChanges, commit_levels};
 use super::crash_point::CrashPoint;
-use crate::store::DirStore;
 use crate::view::array::ShardedArray;
+use crate::view::namespace::Namespace;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 
 /// When pending chunks are committed besides fsync and unmount.
@@ -48,6 +57,7 @@ struct Entry {
 
 #[derive(Debug)]
 struct Shard {
+    /// The array as its document was when the chunks were written.
     array: Arc<ShardedArray>,
     /// Pending chunks by grid coordinates.
     entries: HashMap<Vec<u64>, Entry>,
@@ -59,11 +69,24 @@ struct Shard {
     committing: Arc<Mutex<()>>,
 }
 
+impl Shard {
+    /// Drops the pending chunks, which the array's document no longer describes, keeping the
+    /// error for the next fsync or close of a file in the shard.
+    fn orphan(&mut self) -> CommitError {
+        let e = CommitError::Stale { array: self.array.dir.to_string(), dropped: self.entries.len() };
+        log::error!("{e}");
+        self.entries.clear();
+        self.bytes = 0;
+        self.error = Some((Some(libc::ESTALE), e.to_string()));
+        e
+    }
+}
+
 /// Every pending chunk write and chunk directory of one mount.
 #[derive(Debug, Default)]
 pub struct Pending {
     shards: Mutex<HashMap<String, Shard>>,
-    dirs: Mutex<HashMap<String, BTreeSet<String>>>,
+    dirs: Mutex<HashMap<Arc<str>, BTreeSet<String>>>,
     generation: AtomicU64,
     policy: Policy,
     /// Shards committed since [`Pending::take_committed`] last asked.
@@ -105,6 +128,11 @@ impl Pending {
             error: None,
             committing: Arc::default(),
         });
+        if !shard.array.same_chunks(array) {
+            // The array was made anew under the chunks pending here: they are not its chunks.
+            shard.orphan();
+            shard.array = array.clone();
+        }
         let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
         shard.bytes = shard.bytes + bytes - old.map_or(0, |e| e.bytes);
         shard.last_write = Instant::now();
@@ -154,19 +182,40 @@ impl Pending {
     }
 
     /// Commits the pending chunks of the shard that holds `coords`.
-    pub fn commit_chunk_shard(
-        &self,
-        store: &DirStore,
-        array: &ShardedArray,
-        coords: &[u64],
-    ) -> Result<(), CommitError> {
-        self.commit_shard(store, &shard_key(array, coords))
+    pub fn commit_chunk_shard(&self, ns: &Namespace, array: &ShardedArray, coords: &[u64]) -> Result<(), CommitError> {
+        self.commit_shard(ns, &shard_key(array, coords))
+    }
+
+    /// Holds the pending chunks of the shard at `key` against the array's document as it is now,
+    /// and drops them, with an error kept for the next fsync or close, when it no longer describes
+    /// the chunks they were written as. Ok(false): nothing is pending there.
+    fn reconcile(&self, ns: &Namespace, key: &str) -> Result<bool, CommitError> {
+        let dir = match self.shards.lock().get(key) {
+            Some(shard) => shard.array.dir.clone(),
+            None => return Ok(false),
+        };
+        let current = ns.array_at(&dir).map_err(|e| match e {
+            crate::error::Error::Io { path, source } => CommitError::Io { path, source },
+            other => CommitError::Damaged(other.to_string()),
+        })?;
+        let mut shards = self.shards.lock();
+        let Some(shard) = shards.get_mut(key) else { return Ok(false) };
+        match current {
+            Some(current) if current.same_chunks(&shard.array) => {
+                shard.array = current;
+                Ok(!shard.entries.is_empty())
+            }
+            _ => Err(shard.orphan()),
+        }
     }
 
     /// Commits every pending chunk of the shard at `key`, durably.
-    pub fn commit_shard(&self, store: &DirStore, key: &str) -> Result<(), CommitError> {
+    pub fn commit_shard(&self, ns: &Namespace, key: &str) -> Result<(), CommitError> {
         let Some(committing) = self.shards.lock().get(key).map(|s| s.committing.clone()) else { return Ok(()) };
         let _one_at_a_time = committing.lock();
+        if !self.reconcile(ns, key)? {
+            return Ok(());
+        }
         let (array, carried) = {
             let shards = self.shards.lock();
             let Some(shard) = shards.get(key) else { return Ok(()) };
@@ -193,7 +242,7 @@ impl Pending {
             .map(|((coords, ..), content)| (sharding.locate(coords).entries, content.as_ref().map(|c| c[..].into())))
             .collect();
         let specs: Vec<_> = sharding.levels.iter().map(|level| level.index).collect();
-        let result = commit_levels(store, key, &specs, &changes, &mut CrashPoint::never());
+        let result = commit_levels(ns.store(), key, &specs, &changes, &mut CrashPoint::never());
         drop(changes);
         drop(contents);
         let mut shards = self.shards.lock();
@@ -232,22 +281,24 @@ impl Pending {
 
     /// Commits the shards idle for at least the policy's interval; errors are kept for the next
     /// fsync or close.
-    pub fn commit_idle(&self, store: &DirStore) {
+    pub fn commit_idle(&self, ns: &Namespace) {
         let idle: Vec<String> = {
             let shards = self.shards.lock();
-            shards.iter().filter(|(_, s)| s.last_write.elapsed() >= self.policy.idle).map(|(k, _)| k.clone()).collect()
+            let idle = |s: &Shard| !s.entries.is_empty() && s.last_write.elapsed() >= self.policy.idle;
+            shards.iter().filter(|(_, s)| idle(s)).map(|(k, _)| k.clone()).collect()
         };
         for key in idle {
-            let _ = self.commit_shard(store, &key);
+            let _ = self.commit_shard(ns, &key);
         }
     }
 
     /// Commits everything pending; the first error is returned after trying every shard.
-    pub fn commit_all(&self, store: &DirStore) -> Result<(), CommitError> {
-        let keys: Vec<String> = self.shards.lock().keys().cloned().collect();
+    pub fn commit_all(&self, ns: &Namespace) -> Result<(), CommitError> {
+        let keys: Vec<String> =
+            self.shards.lock().iter().filter(|(_, s)| !s.entries.is_empty()).map(|(k, _)| k.clone()).collect();
         let mut first = Ok(());
         for key in keys {
-            if let Err(e) = self.commit_shard(store, &key)
+            if let Err(e) = self.commit_shard(ns, &key)
                 && first.is_ok()
             {
                 first = Err(e);
@@ -257,23 +308,29 @@ impl Pending {
     }
 }
 
+/// The view shows a pending chunk only as part of the array version it was written under (or one
+/// that differs only in shape), and only inside the array's current bounds.
 impl Overlay for Pending {
     fn chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
-        self.shards.lock().get(&shard_key(array, coords))?.entries.get(coords).map(|e| e.state.clone())
+        let shards = self.shards.lock();
+        let shard = shards.get(&shard_key(array, coords)).filter(|s| s.array.same_chunks(array))?;
+        shard.entries.get(coords).filter(|_| array.in_bounds(coords)).map(|e| e.state.clone())
     }
 
     fn chunks_under(&self, array: &ShardedArray, prefix: &[u64]) -> Vec<(Vec<u64>, PendingChunk)> {
         let shards = self.shards.lock();
         shards
             .values()
-            .filter(|s| s.array.dir == array.dir)
+            .filter(|s| s.array.same_chunks(array))
             .flat_map(|s| s.entries.iter())
-            .filter(|(coords, _)| coords.starts_with(prefix))
+            .filter(|(coords, _)| coords.starts_with(prefix) && array.in_bounds(coords))
             .map(|(coords, e)| (coords.clone(), e.state.clone()))
             .collect()
     }
 
     fn dirs(&self, array: &ShardedArray) -> Vec<String> {
-        self.dirs.lock().get(&array.dir).map(|d| d.iter().cloned().collect()).unwrap_or_default()
+        let enc = &array.meta.key_encoding;
+        let inside = |dir: &&String| enc.decode_dir(dir, array.rank()).is_some_and(|prefix| array.in_bounds(&prefix));
+        self.dirs.lock().get(&array.dir).map(|d| d.iter().filter(inside).cloned().collect()).unwrap_or_default()
     }
 }

@@ -1,0 +1,167 @@
+//! Arrays that change while mounted, without FUSE: entries the kernel holds (looked up before the
+//! change) are served with the array's geometry as its document is now, never a copy from when
+//! they were looked up; pending writes of a replaced array are refused, never committed into the
+//! new array's shards; pending chunks outside a shrunk array are dropped.
+//!
+//! `zp/gzip_crc_end` (20 x 18 uint16, shards 8 x 12, inner chunks 4 x 6) and `ts/zstd_crc`
+//! (21 x 10 uint16, shards 8 x 10, inner chunks 4 x 5) are the two geometries.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use shardfs::error::Error;
+use shardfs::fs::{OpenMode, ShardFs};
+use shardfs::inspect::scan;
+use shardfs::store::DirStore;
+use shardfs::write::pending::Policy;
+
+const TRUNCATE: OpenMode = OpenMode { write: true, truncate: true, append: false };
+const ARRAY: &str = "zp/gzip_crc_end";
+
+fn manual() -> Policy {
+    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) }
+}
+
+/// Sets the shape in the stored document of `array`, as another program resizing it would.
+fn resize_stored(store: &Path, array: &str, shape: &[u64]) {
+    let path = store.join(array).join("zarr.json");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    doc["shape"] = Value::from(shape.to_vec());
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+/// Deletes `array` and creates it again as a copy of `other`, another geometry.
+fn recreate_as(store: &Path, array: &str, other: &str) {
+    std::fs::remove_dir_all(store.join(array)).unwrap();
+    copy_tree(&golden().join("sharded").join(other), &store.join(array));
+}
+
+fn read_chunk(fs: &ShardFs, ino: u64) -> Result<Vec<u8>, Error> {
+    fs.read_unopened(ino, 0, 1 << 20)
+}
+
+#[test]
+fn entries_held_across_a_grow_see_the_new_chunks() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let c = lookup(&fs, &format!("{ARRAY}/c")).unwrap();
+    let last_row = lookup(&fs, &format!("{ARRAY}/c/4")).unwrap();
+    assert!(matches!(fs.lookup(c, "7"), Err(Error::NotFound)), "row 7 is outside 20 rows");
+    // Grown to 40 rows by another program, which writes shard (3, 0): chunk rows 6 and 7 (a copy
+    // of shard (0, 0), whose row 0 is all fill value).
+    resize_stored(store.path(), ARRAY, &[40, 18]);
+    let shards = store.path().join(ARRAY).join("c");
+    std::fs::create_dir(shards.join("3")).unwrap();
+    std::fs::copy(shards.join("0/0"), shards.join("3/0")).unwrap();
+    let row7 = fs.lookup(c, "7").expect("the held c/ directory takes the new geometry").0;
+    let chunk = fs.lookup(row7, "1").unwrap().0;
+    assert_eq!(read_chunk(&fs, chunk).unwrap(), twin(&format!("{ARRAY}/c/1/1")));
+    // Row 4 was a partial edge row (rows 16..20); it is a whole row now, and its chunks stay.
+    assert_eq!(read_chunk(&fs, fs.lookup(last_row, "0").unwrap().0).unwrap(), twin(&format!("{ARRAY}/c/4/0")));
+}
+
+#[test]
+fn entries_held_across_a_shrink_are_gone() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let last_row = lookup(&fs, &format!("{ARRAY}/c/4")).unwrap();
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/4/0")).unwrap();
+    resize_stored(store.path(), ARRAY, &[12, 18]);
+    assert!(matches!(fs.getattr(chunk), Err(Error::NotFound)));
+    assert!(matches!(read_chunk(&fs, chunk), Err(Error::NotFound)));
+    assert!(matches!(fs.getattr(last_row), Err(Error::NotFound)));
+    assert!(matches!(fs.lookup(last_row, "0"), Err(Error::NotFound)));
+    let c = lookup(&fs, &format!("{ARRAY}/c")).unwrap();
+    let rows: Vec<String> =
+        list_plus(&fs, c).into_iter().map(|(e, _)| e.name).filter(|n| n != "." && n != "..").collect();
+    assert_eq!(rows, ["1", "2"], "row 0 is all fill value; rows 3 and 4 are outside");
+}
+
+#[test]
+fn entries_held_across_a_new_array_read_the_new_array() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let row = lookup(&fs, &format!("{ARRAY}/c/1")).unwrap();
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
+    assert_eq!(read_chunk(&fs, chunk).unwrap(), twin(&format!("{ARRAY}/c/1/0")));
+    recreate_as(store.path(), ARRAY, "ts/zstd_crc");
+    // The same names now mean the new array's chunks, located with its geometry.
+    assert_eq!(read_chunk(&fs, chunk).unwrap(), twin("ts/zstd_crc/c/1/0"));
+    assert_eq!(read_chunk(&fs, fs.lookup(row, "1").unwrap().0).unwrap(), twin("ts/zstd_crc/c/1/1"));
+    assert!(matches!(fs.lookup(row, "2"), Err(Error::NotFound)), "the new array has two chunk columns");
+    let (files, _) = walk_view(&fs);
+    let (twin_files, _) = walk_dir(&golden().join("unsharded/ts/zstd_crc"));
+    for (path, bytes) in twin_files {
+        assert_eq!(files.get(&format!("{ARRAY}/{path}")), Some(&bytes), "{path}");
+    }
+}
+
+#[test]
+fn writes_pending_when_their_array_is_made_anew_are_refused_and_never_committed() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
+    let fh = fs.open(chunk, TRUNCATE).unwrap();
+    fs.write(fh, 0, b"written under the old geometry").unwrap();
+    recreate_as(store.path(), ARRAY, "ts/zstd_crc");
+    let before = walk_dir(&store.path().join(ARRAY)).0;
+    assert!(matches!(fs.write(fh, 5, b"more"), Err(Error::Stale(_))), "the file no longer means that chunk");
+    match fs.fsync(fh) {
+        Err(Error::Stale(msg)) => assert!(msg.contains(ARRAY) && msg.contains("dropped"), "{msg}"),
+        other => panic!("fsync: expected ESTALE, got {other:?}"),
+    }
+    fs.release(fh);
+    fs.commit_all().unwrap();
+    assert_eq!(walk_dir(&store.path().join(ARRAY)).0, before, "nothing reached the new array's shards");
+    assert_eq!(read_chunk(&fs, chunk).unwrap(), twin("ts/zstd_crc/c/1/0"));
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+}
+
+#[test]
+fn a_shrink_through_the_view_hides_chunks_outside_and_commits_them_and_their_deletions_as_made() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let (written, deleted, inside) = (format!("{ARRAY}/c/4/2"), format!("{ARRAY}/c/4/1"), format!("{ARRAY}/c/1/0"));
+    for path in [&written, &inside] {
+        let fh = fs.open(lookup(&fs, path).unwrap(), TRUNCATE).unwrap();
+        fs.write(fh, 0, b"pending").unwrap();
+        fs.release(fh);
+    }
+    // zarr-python's resize: the chunks outside are deleted first, then the document is written.
+    let (parent, name) = deleted.rsplit_once('/').unwrap();
+    let row4 = lookup(&fs, parent).unwrap();
+    fs.unlink(row4, name).unwrap();
+    let document = lookup(&fs, &format!("{ARRAY}/zarr.json")).unwrap();
+    let mut doc: Value = serde_json::from_slice(&read_all(&fs, document)).unwrap();
+    doc["shape"] = Value::from(vec![12, 18]);
+    let fh = fs.open(document, TRUNCATE).unwrap();
+    fs.write(fh, 0, &serde_json::to_vec(&doc).unwrap()).unwrap();
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+    assert!(matches!(lookup(&fs, &written), Err(Error::NotFound)), "read-your-writes of the shrink");
+    assert!(matches!(fs.lookup(lookup(&fs, &format!("{ARRAY}/c")).unwrap(), "4"), Err(Error::NotFound)));
+    // zarr-python 2 stores the smaller shape first and deletes the chunks outside after it.
+    fs.unlink(row4, "0").unwrap();
+    assert!(matches!(fs.create(row4, "0", 0o644, TRUNCATE), Err(Error::Invalid(_))), "nothing is written outside");
+    fs.commit_all().unwrap();
+    // Grown again underneath: what was written and deleted before the shrink is as it was left,
+    // as in a plain store, where chunk files outside a shrunk array stay until deleted.
+    resize_stored(store.path(), ARRAY, &[20, 18]);
+    assert_eq!(on_disk(store.path(), &written).as_deref(), Some(&b"pending"[..]));
+    assert_eq!(on_disk(store.path(), &deleted), None, "the deletion before the shrink was committed");
+    assert_eq!(on_disk(store.path(), &format!("{ARRAY}/c/4/0")), None, "the deletion after the shrink too");
+    assert_eq!(on_disk(store.path(), &inside).as_deref(), Some(&b"pending"[..]));
+    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+}
+
+/// What a fresh read-only mount of the store shows at `path`.
+fn on_disk(store: &Path, path: &str) -> Option<Vec<u8>> {
+    let fs = fs_of(store);
+    lookup(&fs, path).ok().map(|ino| read_all(&fs, ino))
+}
