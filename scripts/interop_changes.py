@@ -163,7 +163,7 @@ def served_within(check, name, probe):
     while True:
         try:
             wrong = probe()
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - until the watcher's pass, a read may be cut short
             wrong = repr(e)
         if wrong is None or time.time() > deadline:
             check(name, wrong is None, wrong or "")
@@ -196,7 +196,7 @@ def warm(mnt, path):
                 with open(os.path.join(dirpath, name), "rb") as f:
                     f.read()
         zarr.open_array(os.path.join(mnt, path), mode="r")[...]
-    except OSError:
+    except Exception:  # noqa: BLE001 - the checks after it say what is wrong
         pass
 
 

@@ -5,11 +5,10 @@
 use std::io::{IsTerminal, Write};
 
 use crate::inspect::find_arrays;
-use crate::store::DirStore;
+use crate::store::Store;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
 use crate::write::commit::{CommitError, Outcome, compact};
-use crate::write::crash_point::CrashPoint;
 
 /// Totals of one compaction run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +21,7 @@ pub struct Compacted {
 
 /// Compacts every shard of the arrays at `only` (store paths; all sharded arrays when empty).
 /// Damaged shards are skipped with a message and make the run fail at the end.
-pub fn compact_command(store: &DirStore, only: &[String]) -> Result<Compacted, String> {
+pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, String> {
     let found = find_arrays(store).map_err(|e| e.to_string())?;
     let trim = |p: &String| p.trim_matches('/').to_string();
     let only: Vec<String> = only.iter().map(trim).collect();
@@ -42,7 +41,7 @@ pub fn compact_command(store: &DirStore, only: &[String]) -> Result<Compacted, S
         for (done, coords) in shards.iter().enumerate() {
             let key = array.shard_path(coords);
             totals.shards += 1;
-            match compact(store, &key, &spec, &mut CrashPoint::never()) {
+            match compact(store, &key, &spec) {
                 Ok(Outcome::Compacted { old_len, new_len }) => {
                     totals.rewritten += 1;
                     totals.bytes_before += old_len;

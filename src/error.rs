@@ -40,6 +40,20 @@ pub enum Error {
     Stale(String),
 }
 
+impl From<crate::store::Error> for Error {
+    fn from(e: crate::store::Error) -> Self {
+        use crate::store::Error as Store;
+        match e {
+            Store::NotFound(_) => Error::NotFound,
+            Store::Io { place, source } => Error::Io { path: place, source },
+            changed @ Store::Changed(_) => {
+                Error::Io { path: changed.to_string(), source: io::Error::from_raw_os_error(libc::EAGAIN) }
+            }
+            crashed @ Store::Crashed(_) => Error::Damaged(crashed.to_string()),
+        }
+    }
+}
+
 impl Error {
     /// Wraps an I/O error with the store path it concerns.
     pub fn io(path: &str, source: io::Error) -> Self {

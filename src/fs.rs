@@ -11,16 +11,14 @@ mod write_ops;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
-use std::fs::File;
 use std::ops::ControlFlow;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::store::{Attr, DirStore, Kind, Space, join};
+use crate::store::{Attr, Kind, OpenFile, Space, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Answer, ChunkCursor, ChunkFiles, Content, Namespace, Node};
@@ -109,7 +107,7 @@ enum Handle {
     /// array as its document was when the file was opened.
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
     /// A store file opened for writing.
-    Store { file: File, key: String, append: bool },
+    Store { file: Box<dyn OpenFile>, append: bool },
     /// A `zarr.json` opened for writing: stored, translated, when it is closed or fsync'd.
     Document { key: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool },
 }
@@ -146,13 +144,13 @@ fn find_ino(inodes: &HashMap<u64, Inode>, path: &str) -> Option<u64> {
 
 impl ShardFs {
     /// A read-only filesystem over `store`.
-    pub fn read_only(store: DirStore, cache: IndexCache) -> Self {
+    pub fn read_only(store: Arc<dyn Store>, cache: IndexCache) -> Self {
         Self::build(Namespace::new(store, cache, Arc::new(NoOverlay)), None)
     }
 
     /// A writable filesystem over `store`: chunk writes are committed to shards as the options'
     /// policy says, shards past the threshold and idle ones by a background thread.
-    pub fn writable(store: DirStore, cache: IndexCache, options: WriteOptions) -> Self {
+    pub fn writable(store: Arc<dyn Store>, cache: IndexCache, options: WriteOptions) -> Self {
         let policy = options.policy;
         let pending = Arc::new(Pending::new(policy));
         let mut fs = Self::build(Namespace::new(store, cache, pending.clone()), Some(pending.clone()));
@@ -469,9 +467,9 @@ impl ShardFs {
                 let end = start.saturating_add(size as usize).min(buffer.len());
                 Ok(buffer[start..end].to_vec())
             }
-            Handle::Store { file, key, .. } => {
+            Handle::Store { file, .. } => {
                 let mut buf = vec![0; size as usize];
-                let n = file.read_at(&mut buf, offset).map_err(|e| Error::io(key, e))?;
+                let n = file.read_at(&mut buf, offset)?;
                 buf.truncate(n);
                 Ok(buf)
             }

@@ -3,21 +3,17 @@
 //! area, half-empty sentinels, overlapping entries), and commits the journal says were cut short.
 //! Only indexes are read, never chunk data.
 
-use std::fs::File;
-use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 
 use crate::format::metadata::Interpretation;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
-use crate::store::{DirStore, Kind, join};
+use crate::store::{self, Kind, Object, PRIVATE_DIR, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::documents::Layout;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
-use crate::write::PRIVATE_DIR;
-use crate::write::journal::journal_dir;
+use crate::write::journal::{journal_dir, list_names};
 
 /// What one sharded array holds, and what is wrong with it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -56,7 +52,7 @@ impl StoreReport {
 }
 
 /// Scans every array of the store.
-pub fn scan(store: &DirStore) -> io::Result<StoreReport> {
+pub fn scan(store: &dyn Store) -> Result<StoreReport, store::Error> {
     let mut report = StoreReport::default();
     let found = find_arrays(store)?;
     report.refused = found.refused;
@@ -64,10 +60,8 @@ pub fn scan(store: &DirStore) -> io::Result<StoreReport> {
     for array in &found.sharded {
         report.arrays.push(scan_array(store, array)?);
     }
-    if let Ok(entries) = std::fs::read_dir(store.path(&journal_dir())) {
-        for entry in entries {
-            report.unfinished.push(entry?.path().display().to_string());
-        }
+    for name in list_names(store, &journal_dir())? {
+        report.unfinished.push(store.describe(&join(&journal_dir(), &name)));
     }
     Ok(report)
 }
@@ -83,19 +77,19 @@ pub struct FoundArrays {
 }
 
 /// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
-pub fn find_arrays(store: &DirStore) -> io::Result<FoundArrays> {
+pub fn find_arrays(store: &dyn Store) -> Result<FoundArrays, store::Error> {
     let mut found = FoundArrays::default();
     let layout = Layout::detect(store);
     let top = if layout == Layout::Draft { "meta" } else { "" };
-    if layout == Layout::Draft && !store.path(top).is_dir() {
+    if layout == Layout::Draft && !store.attr(top).is_ok_and(|a| a.kind == Kind::Dir) {
         return Ok(found);
     }
     find_in(store, layout, top, &mut found)?;
     Ok(found)
 }
 
-fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays) -> io::Result<()> {
-    let mut entries = store.list(dir)?;
+fn find_in(store: &dyn Store, layout: Layout, dir: &str, found: &mut FoundArrays) -> Result<(), store::Error> {
+    let (mut entries, _) = store.list(dir)?;
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, kind) in &entries {
         let key = join(dir, name);
@@ -128,45 +122,50 @@ fn find_in(store: &DirStore, layout: Layout, dir: &str, found: &mut FoundArrays)
     Ok(())
 }
 
-fn scan_array(store: &DirStore, array: &ShardedArray) -> io::Result<ArrayReport> {
+fn scan_array(store: &dyn Store, array: &ShardedArray) -> Result<ArrayReport, store::Error> {
     let mut report = ArrayReport { dir: array.dir.to_string(), ..Default::default() };
-    let shards = shards_on_disk(store, array, &[], &Sources::default()).map_err(|e| io::Error::other(e.to_string()))?;
+    let shards = match shards_on_disk(store, array, &[], &Sources::default()) {
+        Ok(shards) => shards,
+        Err(e) => {
+            report.problems.push(format!("{}: cannot list its shards: {e}", store.describe(&array.dir)));
+            return Ok(report);
+        }
+    };
     for coords in shards {
         let key = array.shard_path(&coords);
-        let shown = store.path(&key).display().to_string();
+        let shown = store.describe(&key);
         report.shards += 1;
-        let opened = store.open_file(&key);
-        let file = match opened {
+        let file = match store.open(&key) {
             Ok(file) => file,
             Err(e) => {
                 report.problems.push(format!("{shown}: cannot open: {e}"));
                 continue;
             }
         };
-        let meta = file.metadata()?;
-        if !meta.is_file() {
+        if file.attr().kind != Kind::File {
             report.problems.push(format!("{shown}: not a regular file"));
             continue;
         }
-        let mut audit = Audit { file: &file, levels: &array.meta.sharding.levels, shown: &shown, report: &mut report };
+        let len = file.attr().size;
+        let mut audit = Audit { file: &*file, levels: &array.meta.sharding.levels, shown: &shown, report: &mut report };
         let before = (audit.report.live_bytes, audit.report.index_bytes);
-        audit.blob(0, 0..meta.len())?;
+        audit.blob(0, 0..len)?;
         let used = (report.live_bytes - before.0) + (report.index_bytes - before.1);
-        report.unused_bytes += meta.len().saturating_sub(used);
+        report.unused_bytes += len.saturating_sub(used);
     }
     Ok(report)
 }
 
 /// One shard being verified, level by level.
 struct Audit<'a> {
-    file: &'a File,
+    file: &'a dyn Object,
     levels: &'a [Level],
     shown: &'a str,
     report: &'a mut ArrayReport,
 }
 
 impl Audit<'_> {
-    fn blob(&mut self, depth: usize, blob: Range<u64>) -> io::Result<()> {
+    fn blob(&mut self, depth: usize, blob: Range<u64>) -> Result<(), store::Error> {
         let spec = self.levels[depth].index;
         let blob_len = blob.end - blob.start;
         let where_ = if depth == 0 { String::new() } else { format!(" (nested shard at {})", blob.start) };
@@ -177,8 +176,7 @@ impl Audit<'_> {
                 return Ok(());
             }
         };
-        let mut bytes = vec![0; (range.end - range.start) as usize];
-        self.file.read_exact_at(&mut bytes, blob.start + range.start)?;
+        let bytes = self.file.read_exact_at(blob.start + range.start, range.end - range.start)?;
         let index = match ShardIndex::decode(&spec, &bytes, blob_len, blob.start) {
             Ok(index) => index,
             Err(e) => {
@@ -218,7 +216,7 @@ impl Audit<'_> {
 
 /// `shardfs check`: prints every problem (and, with `repair`, what recovery did) and says whether
 /// the store is healthy afterwards.
-pub fn check_command(store: &DirStore, repair: bool) -> io::Result<bool> {
+pub fn check_command(store: &dyn Store, repair: bool) -> Result<bool, store::Error> {
     if repair {
         for done in crate::write::journal::recover(store)? {
             println!("repaired: {done:?}");
@@ -226,7 +224,7 @@ pub fn check_command(store: &DirStore, repair: bool) -> io::Result<bool> {
     }
     let report = scan(store)?;
     for (doc, reason) in &report.invalid {
-        println!("INVALID {}: {reason}", store.path(doc).display());
+        println!("INVALID {}: {reason}", store.describe(doc));
     }
     for (doc, reason) in &report.refused {
         println!("note: {doc}: not sharded in a way the view shows unsharded ({reason})");
@@ -252,7 +250,7 @@ pub fn check_command(store: &DirStore, repair: bool) -> io::Result<bool> {
 }
 
 /// `shardfs info`: one line per sharded array with its shard, chunk and byte counts.
-pub fn info_command(store: &DirStore) -> io::Result<()> {
+pub fn info_command(store: &dyn Store) -> Result<(), store::Error> {
     let report = scan(store)?;
     println!(
         "{:<32} {:>8} {:>10} {:>14} {:>14} {:>12}",

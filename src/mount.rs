@@ -7,11 +7,12 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
-use crate::store::DirStore;
+use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::ZARR_JSON;
 use crate::write::journal;
@@ -33,20 +34,22 @@ pub struct MountConfig {
 }
 
 /// Opens the store after checking that it is a Zarr v3 store.
-pub fn open_store(path: &Path) -> Result<DirStore, String> {
+pub fn open_store(path: &Path) -> Result<Arc<dyn Store>, String> {
     let shown = path.display();
     let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
     if !meta.is_dir() {
         return Err(format!("{shown}: not a directory, so not a Zarr v3 store"));
     }
-    let doc = std::fs::read(path.join(ZARR_JSON))
+    let store = LocalStore::open(path).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+    let doc = store
+        .read(ZARR_JSON)
         .map_err(|e| format!("{shown}: not a Zarr v3 store: cannot read {ZARR_JSON} at its root: {e}"))?;
-    let doc: serde_json::Value = serde_json::from_slice(&doc)
-        .map_err(|e| format!("{}: not a Zarr v3 store: {e}", path.join(ZARR_JSON).display()))?;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&doc).map_err(|e| format!("{}: not a Zarr v3 store: {e}", store.describe(ZARR_JSON)))?;
     if doc.get("zarr_format") != Some(&serde_json::Value::from(3)) && !crate::format::draft::is_bootstrap(&doc) {
-        return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", path.join(ZARR_JSON).display()));
+        return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
-    DirStore::open(path).map_err(|e| format!("{shown}: cannot open store: {e}"))
+    Ok(Arc::new(store))
 }
 
 /// Checks that `path` is an empty directory the mount can cover.
@@ -70,10 +73,9 @@ fn check_fuse_device() -> Result<(), String> {
 
 /// Builds the filesystem for a store: read-only, or writable as `writes` says, after settling the
 /// commits a crash left unfinished.
-pub fn filesystem(store: DirStore, cache: IndexCache, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
+pub fn filesystem(store: Arc<dyn Store>, cache: IndexCache, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
     let Some(options) = writes else { return Ok(ShardFs::read_only(store, cache)) };
-    let recovered =
-        journal::recover(&store).map_err(|e| format!("{}: recovery failed: {e}", store.path("").display()))?;
+    let recovered = journal::recover(&*store).map_err(|e| format!("{}: recovery failed: {e}", store.describe("")))?;
     for done in recovered {
         log::warn!("recovered an unfinished commit: {done:?}");
     }
@@ -98,7 +100,7 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
 
 /// Mounts with termination signals blocked, so that every thread (the session's and the
 /// committer) inherits the mask and [`serve`] alone receives them.
-fn mount_blocking_signals(store: DirStore, config: &MountConfig) -> Result<Mounted, String> {
+fn mount_blocking_signals(store: Arc<dyn Store>, config: &MountConfig) -> Result<Mounted, String> {
     block_termination_signals();
     let writes = (!config.settings.is_read_only()).then(|| config.writes.clone());
     let cache = IndexCache::new(config.cache_bytes).with_max_index_bytes(config.max_index_bytes);
@@ -144,7 +146,7 @@ fn serve(mounted: Mounted) -> Result<(), String> {
 
 /// Forks a daemon that mounts and serves; the parent waits for its word that the mount is ready
 /// (or why it failed) and returns.
-fn daemonize(store: DirStore, config: &MountConfig) -> Result<(), String> {
+fn daemonize(store: Arc<dyn Store>, config: &MountConfig) -> Result<(), String> {
     let mut fds = [0; 2];
     // SAFETY: fds is a two-element array as pipe(2) requires.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -174,7 +176,7 @@ fn daemonize(store: DirStore, config: &MountConfig) -> Result<(), String> {
     }
 }
 
-fn daemon_child(store: DirStore, config: &MountConfig, mut parent: std::fs::File) -> i32 {
+fn daemon_child(store: Arc<dyn Store>, config: &MountConfig, mut parent: std::fs::File) -> i32 {
     // SAFETY: setsid has no memory effects; it detaches the daemon from the terminal's session.
     unsafe { libc::setsid() };
     let target = config.log_file.clone().map_or(LogTarget::Syslog, LogTarget::File);

@@ -1,19 +1,30 @@
-//! The backing store: a directory on a local filesystem, addressed by `/`-separated keys
-//! relative to its root (`""` is the root). Symbolic links are reported, never followed: every
-//! key is resolved from the root's descriptor with `openat2(RESOLVE_BENEATH |
-//! RESOLVE_NO_SYMLINKS)`, so no key reaches outside the store, even through a link or a `..`
-//! swapped in while the mount runs (such a key fails with ELOOP or EXDEV).
+//! The backing store, behind one seam: the [`Store`] trait, over `/`-separated keys relative to
+//! the store's root (`""` is the root), never paths. Everything above this layer reaches the
+//! backing store only through it.
+//!
+//! - [`local`]: a directory on a local filesystem, confined with `openat2`, locked with OFD locks.
+//! - [`lock`]: lock slots of shard keys, and the in-process stripes that keep readers off a shard
+//!   this process is appending to.
+//! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
+//! - [`conformance`]: the checks every implementation passes.
+//!
+//! A store reads byte ranges of an opened file version ([`Object`]), lists directories with their
+//! version, writes whole files atomically and durably ([`Store::put`], optionally only over a
+//! given version or only where nothing is), deletes and renames, and takes advisory locks. A store
+//! that [`Store::can_append`] also opens files for writing in place ([`OpenFile`]), which the
+//! journaled append commit needs.
 
-use std::ffi::CString;
-use std::fs::File;
+pub mod conformance;
+pub mod faulty;
+pub mod local;
+pub mod lock;
+
+use std::fmt::Debug;
 use std::io;
-use std::ops::Deref;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+pub use local::LocalStore;
 
 /// The directory at the store root where shardfs keeps its own files (journal, locks, temporary
 /// shards). Zarr readers never look at it, and the view does not show it.
@@ -53,46 +64,6 @@ pub struct Attr {
     pub stamp: Stamp,
 }
 
-impl Attr {
-    fn from_metadata(m: &std::fs::Metadata) -> Self {
-        Attr {
-            kind: kind_of(m.file_type()),
-            size: m.size(),
-            perm: (m.mode() & 0o7777) as u16,
-            uid: m.uid(),
-            gid: m.gid(),
-            nlink: m.nlink() as u32,
-            atime: time(m.atime(), m.atime_nsec()),
-            mtime: time(m.mtime(), m.mtime_nsec()),
-            ctime: time(m.ctime(), m.ctime_nsec()),
-            stamp: Stamp {
-                dev: m.dev(),
-                ino: m.ino(),
-                size: m.size(),
-                mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-                ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-            },
-        }
-    }
-}
-
-fn kind_of(ft: std::fs::FileType) -> Kind {
-    if ft.is_file() {
-        Kind::File
-    } else if ft.is_dir() {
-        Kind::Dir
-    } else if ft.is_symlink() {
-        Kind::Symlink
-    } else {
-        Kind::Other
-    }
-}
-
-fn time(secs: i64, nsecs: i64) -> SystemTime {
-    let nanos = Duration::from_nanos(nsecs as u64);
-    if secs >= 0 { UNIX_EPOCH + Duration::from_secs(secs as u64) + nanos } else { UNIX_EPOCH }
-}
-
 /// Space figures of the filesystem under the store, for `statfs`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Space {
@@ -106,200 +77,167 @@ pub struct Space {
     pub frsize: u32,
 }
 
-/// A store rooted at a local directory.
-#[derive(Debug, Clone)]
-pub struct DirStore {
-    root: PathBuf,
-    /// The root, opened once: every key is resolved beneath this descriptor.
-    root_fd: Arc<OwnedFd>,
+/// Why a store operation failed. Each error names the key as the store shows it (a local path, a
+/// URL), so that a message built from it needs no more context.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    /// A conditional [`Store::put`] found the key at another version, or present.
+    #[error("{0}: changed by someone else since it was read")]
+    Changed(String),
+    #[error("{place}: {source}")]
+    Io { place: String, source: io::Error },
+    /// Stopped by [`faulty::FaultyStore`], as a killed process would be.
+    #[error("{0}: stopped by an injected crash")]
+    Crashed(String),
 }
 
-/// A store path that the standard library's path functions can use without leaving the store:
-/// `/proc/self/fd/N/name`, where N is the key's parent directory, opened beneath the root. Only the
-/// last component is resolved by name, so open it with `O_NOFOLLOW` where a link could sit there.
-#[derive(Debug)]
-pub struct Beneath {
-    _parent: OwnedFd,
-    path: PathBuf,
+impl Error {
+    /// The error of an I/O call on `place`; a missing entry becomes [`Error::NotFound`].
+    pub fn io(place: String, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::NotFound { Error::NotFound(place) } else { Error::Io { place, source } }
+    }
+
+    /// The operating system's error number, when the failure had one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::NotFound(_) => Some(libc::ENOENT),
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Changed(_) | Error::Crashed(_) => None,
+        }
+    }
 }
 
-impl Deref for Beneath {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.path
-    }
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// How [`Store::put`] may replace what is at the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutMode {
+    /// Whatever is there.
+    Overwrite,
+    /// Only if nothing is there ([`Error::Changed`] otherwise).
+    Create,
+    /// Only if the key is still at this version ([`Error::Changed`] otherwise).
+    Update(Stamp),
 }
 
-impl DirStore {
-    /// Opens the store at `root`, which must be a directory.
-    pub fn open(root: &Path) -> io::Result<Self> {
-        let root = root.canonicalize()?;
-        let dir = File::open(&root)?;
-        if !dir.metadata()?.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
-        }
-        Ok(DirStore { root, root_fd: Arc::new(dir.into()) })
-    }
+/// How [`Store::open_file`] opens a file for writing in place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenHow {
+    /// Create the file with these permission bits if it is missing.
+    pub create: Option<u32>,
+    /// Cut the file to nothing first.
+    pub truncate: bool,
+}
 
-    /// The local path of `key`, for messages and for tools that read the store directly.
-    pub fn path(&self, key: &str) -> PathBuf {
-        if key.is_empty() { self.root.clone() } else { self.root.join(key) }
-    }
+/// One version of a file, opened for reading: every read comes from that version.
+pub trait Object: Send + Sync + Debug {
+    /// The attributes of the version opened.
+    fn attr(&self) -> &Attr;
 
-    /// Opens `key` beneath the root with `flags`, crossing no symbolic link and no `..` out.
-    fn open_beneath(&self, key: &str, flags: i32) -> io::Result<OwnedFd> {
-        let rel = CString::new(if key.is_empty() { "." } else { key })?;
-        // SAFETY: open_how is plain data; all-zero is its documented default.
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (flags | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
-        loop {
-            // SAFETY: a valid directory descriptor, C string and open_how of the size passed.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_openat2,
-                    self.root_fd.as_raw_fd(),
-                    rel.as_ptr(),
-                    &how as *const libc::open_how,
-                    std::mem::size_of::<libc::open_how>(),
-                )
-            };
-            if fd >= 0 {
-                // SAFETY: openat2 returned a new descriptor that nothing else owns.
-                return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-            }
-            let error = io::Error::last_os_error();
-            // EAGAIN: a rename raced with the resolution; the kernel asks for a retry.
-            if !matches!(error.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
-                return Err(error);
-            }
-        }
-    }
+    /// Reads into `buf` from `offset`; fewer bytes only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize>;
 
-    /// `key` as a path the standard library can use, confined to the store (see [`Beneath`]).
-    pub fn beneath(&self, key: &str) -> io::Result<Beneath> {
-        let (parent, name) = (parent_key(key), key.rsplit('/').next().unwrap_or(key));
-        let parent = self.open_beneath(parent, libc::O_PATH | libc::O_DIRECTORY)?;
-        let mut path = PathBuf::from(format!("/proc/self/fd/{}", parent.as_raw_fd()));
-        if !name.is_empty() {
-            path.push(name);
-        }
-        Ok(Beneath { _parent: parent, path })
-    }
-
-    /// Creates directory `key` and its missing parents, all beneath the root.
-    pub fn create_dirs(&self, key: &str) -> io::Result<()> {
-        let mut at = String::new();
-        for part in key.split('/').filter(|p| !p.is_empty()) {
-            at = join(&at, part);
-            match std::fs::create_dir(&*self.beneath(&at)?) {
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Attributes of the entry at `key`, not following a final symlink.
-    pub fn attr(&self, key: &str) -> io::Result<Attr> {
-        let fd = self.open_beneath(key, libc::O_PATH | libc::O_NOFOLLOW)?;
-        File::from(fd).metadata().map(|m| Attr::from_metadata(&m))
-    }
-
-    /// True when the entry at `key` is still the file version `stamp`, told with one `fstatat`
-    /// from the root. That lookup is not confined, but it is trusted only to say "the same inode,
-    /// unchanged", about a file already read through the confined path; any other answer (a
-    /// change, an error, a link on the way) is `false`, and the caller takes the confined path.
-    pub fn is_unchanged(&self, key: &str, stamp: &Stamp) -> bool {
-        let Ok(rel) = CString::new(if key.is_empty() { "." } else { key }) else { return false };
-        // SAFETY: stat is plain data, filled in by the kernel.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid directory descriptor, a C string and a properly sized out-parameter.
-        let done = unsafe { libc::fstatat(self.root_fd.as_raw_fd(), rel.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
-        done == 0
-            && Stamp {
-                dev: st.st_dev,
-                ino: st.st_ino,
-                size: st.st_size as u64,
-                mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
-                ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
-            } == *stamp
-    }
-
-    /// The names and kinds in directory `key`. Names that are not UTF-8 are left out with a log
-    /// line: Zarr keys are UTF-8 and the view's paths are strings.
-    pub fn list(&self, key: &str) -> io::Result<Vec<(String, Kind)>> {
-        self.list_versioned(key).map(|(entries, _)| entries)
-    }
-
-    /// [`DirStore::list`], with the version of the directory that was listed (taken before its
-    /// entries are read, so a change while listing shows as a newer version).
-    pub fn list_versioned(&self, key: &str) -> io::Result<(Vec<(String, Kind)>, Stamp)> {
-        let dir = File::from(self.open_beneath(key, libc::O_RDONLY | libc::O_DIRECTORY)?);
-        let stamp = Attr::from_metadata(&dir.metadata()?).stamp;
-        let mut out = Vec::new();
-        // The descriptor names the directory itself, so reading it through /proc follows no link
-        // of the store.
-        for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
-            let entry = entry?;
-            let Ok(name) = entry.file_name().into_string() else {
-                log::warn!("{}: skipping an entry whose name is not UTF-8", self.path(key).display());
-                continue;
-            };
-            out.push((name, kind_of(entry.file_type()?)));
-        }
-        Ok((out, stamp))
-    }
-
-    /// Opens the file at `key` for reading; a symlink anywhere on the way is refused (ELOOP).
-    pub fn open_file(&self, key: &str) -> io::Result<File> {
-        // O_NONBLOCK: opening a FIFO that sits in the store must not stall a worker thread.
-        self.open_beneath(key, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK).map(File::from)
-    }
-
-    /// Opens the file at `key` for reading and writing, refusing links as [`DirStore::open_file`].
-    pub fn open_file_rw(&self, key: &str) -> io::Result<File> {
-        self.open_beneath(key, libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK).map(File::from)
-    }
-
-    /// The whole content of the file at `key`.
-    pub fn read(&self, key: &str) -> io::Result<Vec<u8>> {
-        let file = self.open_file(key)?;
-        let len = file.metadata()?.len();
+    /// The `len` bytes at `offset`; an error when the file is shorter.
+    fn read_exact_at(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let mut buf = vec![0; len as usize];
-        file.read_exact_at(&mut buf, 0)?;
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.read_at(&mut buf[filled..], offset + filled as u64)? {
+                0 => {
+                    let short = io::Error::new(io::ErrorKind::UnexpectedEof, "file is shorter than expected");
+                    return Err(Error::Io { place: self.place(), source: short });
+                }
+                n => filled += n,
+            }
+        }
         Ok(buf)
     }
 
-    /// The target of the symlink at `key`, as stored.
-    pub fn read_link(&self, key: &str) -> io::Result<PathBuf> {
-        std::fs::read_link(&*self.beneath(key)?)
-    }
-
-    /// Space figures of the filesystem that holds the store.
-    pub fn space(&self) -> io::Result<Space> {
-        let path = CString::new(self.root.as_os_str().as_bytes())?;
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: path is a valid C string and st a properly sized out-parameter.
-        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Space {
-            blocks: st.f_blocks,
-            bfree: st.f_bfree,
-            bavail: st.f_bavail,
-            files: st.f_files,
-            ffree: st.f_ffree,
-            bsize: st.f_bsize as u32,
-            namelen: st.f_namemax as u32,
-            frsize: st.f_frsize as u32,
-        })
-    }
+    /// How the file is named in messages.
+    fn place(&self) -> String;
 }
 
-/// Attributes of an open file, taken from the descriptor itself.
-pub fn file_attr(file: &File) -> io::Result<Attr> {
-    file.metadata().map(|m| Attr::from_metadata(&m))
+/// A file opened for writing in place (stores that [`Store::can_append`]).
+pub trait OpenFile: Send + Sync + Debug {
+    /// Its attributes now.
+    fn attr(&self) -> Result<Attr>;
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize>;
+    /// Writes all of `data` at `offset`.
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<()>;
+    /// Writes all of `data` at the end of the file.
+    fn append(&self, data: &[u8]) -> Result<()>;
+    fn set_len(&self, len: u64) -> Result<()>;
+    /// Makes the file's data and attributes durable.
+    fn sync(&self) -> Result<()>;
+}
+
+/// A held advisory lock; dropping it releases the lock (in the thread that took it).
+pub trait Lock: Debug {}
+
+/// A backing store.
+pub trait Store: Send + Sync + Debug {
+    /// How messages name `key`: a local path, a URL.
+    fn describe(&self, key: &str) -> String;
+
+    /// Attributes of the entry at `key` (a symbolic link is reported, not followed).
+    fn attr(&self, key: &str) -> Result<Attr>;
+
+    /// True when the entry at `key` is still the version `stamp`; may answer `false` when it
+    /// cannot tell cheaply (the caller then asks [`Store::attr`]).
+    fn is_unchanged(&self, key: &str, stamp: &Stamp) -> bool {
+        self.attr(key).is_ok_and(|attr| attr.stamp == *stamp)
+    }
+
+    /// The names and kinds in directory `dir`, with the directory's version (taken before its
+    /// entries are read, so that a change while listing shows as a newer version). Names that are
+    /// not UTF-8 are left out with a log line.
+    fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)>;
+
+    /// Opens the current version of the file at `key` for reading.
+    fn open(&self, key: &str) -> Result<Box<dyn Object>>;
+
+    /// The whole content of the file at `key`.
+    fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let object = self.open(key)?;
+        object.read_exact_at(0, object.attr().size)
+    }
+
+    /// The target of the symbolic link at `key`, as stored.
+    fn read_link(&self, key: &str) -> Result<PathBuf>;
+
+    /// Space figures of what holds the store.
+    fn space(&self) -> Result<Space>;
+
+    /// Replaces the file at `key` with `pieces` back to back, atomically (a reader sees the old
+    /// file or the new one) and durably, creating missing directories above it.
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()>;
+
+    /// Removes the file at `key`, durably.
+    fn delete(&self, key: &str) -> Result<()>;
+
+    /// Moves the file at `from` to `to`, replacing a file there, atomically and durably.
+    fn rename(&self, from: &str, to: &str) -> Result<()>;
+
+    /// Makes directory `key` with permission bits `mode`.
+    fn make_dir(&self, key: &str, mode: u32) -> Result<()>;
+
+    /// Makes directory `key` and the missing ones above it.
+    fn make_dirs(&self, key: &str) -> Result<()>;
+
+    /// Removes the empty directory `key`.
+    fn remove_dir(&self, key: &str) -> Result<()>;
+
+    /// True when files can be opened for writing in place ([`Store::open_file`]) and appended to.
+    fn can_append(&self) -> bool;
+
+    /// Opens the file at `key` for writing in place.
+    fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>>;
+
+    /// Takes the exclusive lock of lock slot `slot` (see [`lock::slot`]), waiting for it: two
+    /// processes, or two threads, never hold one slot at once.
+    fn lock(&self, slot: u64) -> Result<Box<dyn Lock>>;
 }
 
 /// The key of the directory holding `key` (`""`: the root).
@@ -312,26 +250,33 @@ pub fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Pieces this small are gathered into one write; bigger ones are written from where they are.
+pub const GATHER: usize = 256 << 10;
 
-    #[test]
-    fn is_unchanged_says_yes_only_for_the_same_unchanged_file() {
-        let dir = std::env::temp_dir().join(format!("shardfs-unchanged-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("a")).unwrap();
-        std::fs::write(dir.join("a/zarr.json"), b"{}").unwrap();
-        let store = DirStore::open(&dir).unwrap();
-        let stamp = store.attr("a/zarr.json").unwrap().stamp;
-        assert!(store.is_unchanged("a/zarr.json", &stamp));
-        std::fs::write(dir.join("a/zarr.json"), b"{ }").unwrap();
-        assert!(!store.is_unchanged("a/zarr.json", &stamp), "rewritten");
-        let stamp = store.attr("a/zarr.json").unwrap().stamp;
-        std::fs::rename(dir.join("a/zarr.json"), dir.join("b.json")).unwrap();
-        std::os::unix::fs::symlink("../b.json", dir.join("a/zarr.json")).unwrap();
-        assert!(!store.is_unchanged("a/zarr.json", &stamp), "a link to the same file is not the file");
-        std::fs::remove_file(dir.join("a/zarr.json")).unwrap();
-        assert!(!store.is_unchanged("a/zarr.json", &stamp), "gone");
-        std::fs::remove_dir_all(&dir).unwrap();
+/// Writes `pieces` back to back from `offset` with `write(bytes, at)`, in a few large writes and
+/// without copying big pieces: many small chunks would each cost a system call, and big ones a
+/// copy.
+pub fn write_gathered<E>(
+    mut offset: u64,
+    pieces: &[&[u8]],
+    mut write: impl FnMut(&[u8], u64) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let mut gathered = Vec::new();
+    for piece in pieces {
+        if !gathered.is_empty() && gathered.len() + piece.len() > GATHER {
+            write(&gathered, offset)?;
+            offset += gathered.len() as u64;
+            gathered.clear();
+        }
+        if piece.len() >= GATHER {
+            write(piece, offset)?;
+            offset += piece.len() as u64;
+        } else {
+            gathered.extend_from_slice(piece);
+        }
     }
+    if !gathered.is_empty() {
+        write(&gathered, offset)?;
+    }
+    Ok(())
 }

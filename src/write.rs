@@ -1,22 +1,18 @@
-//! Writing shards without ever tearing one: every change to a shard is one [`commit`] that
-//! appends new chunk bytes and a fresh index after the shard's end (or, for index-at-start
-//! shards and new shards, writes a whole new shard beside the old one and renames it over).
+//! Writing shards without ever tearing one: every change to a shard is one [`commit`], under the
+//! shard's lock, by one of two strategies chosen by what the store can do.
 //!
-//! - [`lock`]: advisory locks that keep two processes (or threads) from committing to one shard
-//!   at once.
+//! - [`commit`]: one shard update, and the choice of strategy.
+//! - [`append`]: new chunk bytes and a fresh index appended after the shard's end, journaled.
+//! - [`rewrite`]: a whole new shard written atomically over the version read.
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
-//! - [`commit`]: one shard update.
 //! - [`document`]: storing a `zarr.json` written through the view, translated back to its sharding.
 //! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
-//! - [`crash_point`]: the fault-injection hook that stops a commit at any byte, for crash tests.
 //!
-//! Everything shardfs keeps for itself lives under [`PRIVATE_DIR`] at the store root.
+//! Everything shardfs keeps for itself lives under [`crate::store::PRIVATE_DIR`] at the store root.
 
+pub mod append;
 pub mod commit;
-pub mod crash_point;
 pub mod document;
 pub mod journal;
-pub mod lock;
 pub mod pending;
-
-pub use crate::store::PRIVATE_DIR;
+pub mod rewrite;

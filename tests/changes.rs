@@ -16,7 +16,7 @@ use serde_json::Value;
 use shardfs::error::Error;
 use shardfs::fs::{OpenMode, ShardFs};
 use shardfs::inspect::scan;
-use shardfs::store::DirStore;
+use shardfs::store::LocalStore;
 use shardfs::write::pending::Policy;
 
 const TRUNCATE: OpenMode = OpenMode { write: true, truncate: true, append: false };
@@ -113,51 +113,112 @@ fn writes_pending_when_their_array_is_made_anew_are_refused_and_never_committed(
     let before = walk_dir(&store.path().join(ARRAY)).0;
     assert!(matches!(fs.write(fh, 5, b"more"), Err(Error::Stale(_))), "the file no longer means that chunk");
     match fs.fsync(fh) {
-        Err(Error::Stale(msg)) => assert!(msg.contains(ARRAY) && msg.contains("dropped"), "{msg}"),
+        Err(Error::Stale(msg)) => assert!(msg.contains(ARRAY), "{msg}"),
         other => panic!("fsync: expected ESTALE, got {other:?}"),
     }
     fs.release(fh);
     fs.commit_all().unwrap();
     assert_eq!(walk_dir(&store.path().join(ARRAY)).0, before, "nothing reached the new array's shards");
     assert_eq!(read_chunk(&fs, chunk).unwrap(), twin("ts/zstd_crc/c/1/0"));
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
 }
 
 #[test]
-fn a_shrink_through_the_view_hides_chunks_outside_and_commits_them_and_their_deletions_as_made() {
+fn a_shrink_through_the_view_deletes_the_chunks_outside_as_zarr_python_does() {
     let store = sharded_copy();
     let fs = writable_fs(store.path(), manual());
-    let (written, deleted, inside) = (format!("{ARRAY}/c/4/2"), format!("{ARRAY}/c/4/1"), format!("{ARRAY}/c/1/0"));
+    let (written, stored, inside) = (format!("{ARRAY}/c/4/2"), format!("{ARRAY}/c/4/1"), format!("{ARRAY}/c/1/0"));
     for path in [&written, &inside] {
         let fh = fs.open(lookup(&fs, path).unwrap(), TRUNCATE).unwrap();
         fs.write(fh, 0, b"pending").unwrap();
         fs.release(fh);
     }
-    // zarr-python's resize: the chunks outside are deleted first, then the document is written.
-    let (parent, name) = deleted.rsplit_once('/').unwrap();
-    let row4 = lookup(&fs, parent).unwrap();
-    fs.unlink(row4, name).unwrap();
-    let document = lookup(&fs, &format!("{ARRAY}/zarr.json")).unwrap();
-    let mut doc: Value = serde_json::from_slice(&read_all(&fs, document)).unwrap();
-    doc["shape"] = Value::from(vec![12, 18]);
-    let fh = fs.open(document, TRUNCATE).unwrap();
-    fs.write(fh, 0, &serde_json::to_vec(&doc).unwrap()).unwrap();
-    fs.flush(fh).unwrap();
-    fs.release(fh);
+    let row4 = lookup(&fs, &format!("{ARRAY}/c/4")).unwrap();
+    shrink_through_the_view(&fs, &[12, 18]);
     assert!(matches!(lookup(&fs, &written), Err(Error::NotFound)), "read-your-writes of the shrink");
     assert!(matches!(fs.lookup(lookup(&fs, &format!("{ARRAY}/c")).unwrap(), "4"), Err(Error::NotFound)));
     // zarr-python 2 stores the smaller shape first and deletes the chunks outside after it.
     fs.unlink(row4, "0").unwrap();
     assert!(matches!(fs.create(row4, "0", 0o644, TRUNCATE), Err(Error::Invalid(_))), "nothing is written outside");
     fs.commit_all().unwrap();
-    // Grown again underneath: what was written and deleted before the shrink is as it was left,
-    // as in a plain store, where chunk files outside a shrunk array stay until deleted.
+    // Grown again underneath: the fill value outside the old bounds, as after zarr-python's resize
+    // of a plain store (it deletes the chunks outside).
     resize_stored(store.path(), ARRAY, &[20, 18]);
-    assert_eq!(on_disk(store.path(), &written).as_deref(), Some(&b"pending"[..]));
-    assert_eq!(on_disk(store.path(), &deleted), None, "the deletion before the shrink was committed");
-    assert_eq!(on_disk(store.path(), &format!("{ARRAY}/c/4/0")), None, "the deletion after the shrink too");
+    for path in [&written, &stored, &format!("{ARRAY}/c/4/0"), &format!("{ARRAY}/c/3/0")] {
+        assert_eq!(on_disk(store.path(), path), None, "{path}");
+    }
     assert_eq!(on_disk(store.path(), &inside).as_deref(), Some(&b"pending"[..]));
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
+}
+
+/// zarr-python's resize: the view's document, rewritten with the new shape and stored at close.
+fn shrink_through_the_view(fs: &ShardFs, shape: &[u64]) {
+    let document = lookup(fs, &format!("{ARRAY}/zarr.json")).unwrap();
+    let mut doc: Value = serde_json::from_slice(&read_all(fs, document)).unwrap();
+    doc["shape"] = Value::from(shape.to_vec());
+    let fh = fs.open(document, TRUNCATE).unwrap();
+    fs.write(fh, 0, &serde_json::to_vec(&doc).unwrap()).unwrap();
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+}
+
+#[test]
+fn only_the_writer_of_the_old_array_hears_of_its_dropped_writes() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let old = fs.open(lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap(), TRUNCATE).unwrap();
+    fs.write(old, 0, b"old geometry").unwrap();
+    recreate_as(store.path(), ARRAY, "ts/zstd_crc");
+    // A writer of the new array, in a shard with the same key (c/0/0).
+    let row = lookup(&fs, &format!("{ARRAY}/c/1")).unwrap();
+    let (_, _, new) = fs.create(row, "1", 0o644, TRUNCATE).unwrap();
+    fs.write(new, 0, b"new geometry").unwrap();
+    fs.fsync(new).unwrap();
+    fs.flush(new).unwrap();
+    assert!(fs.flushes_at_close(old), "the old writer's close has something to report");
+    assert!(matches!(fs.flush(old), Err(Error::Stale(_))), "close of the old writer");
+    assert!(matches!(fs.fsync(old), Err(Error::Stale(_))), "fsync of the old writer");
+    fs.release(old);
+    fs.release(new);
+    assert_eq!(on_disk(store.path(), &format!("{ARRAY}/c/1/1")).as_deref(), Some(&b"new geometry"[..]));
+    assert_eq!(on_disk(store.path(), &format!("{ARRAY}/c/1/0")), Some(twin("ts/zstd_crc/c/1/0")));
+}
+
+#[test]
+fn a_document_unreadable_for_a_moment_keeps_the_writes_pending() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let path = format!("{ARRAY}/c/1/0");
+    let fh = fs.open(lookup(&fs, &path).unwrap(), TRUNCATE).unwrap();
+    fs.write(fh, 0, b"kept").unwrap();
+    fs.release(fh);
+    let document = store.path().join(ARRAY).join("zarr.json");
+    let whole = std::fs::read(&document).unwrap();
+    // Another program rewriting it in place, half-way through.
+    std::fs::write(&document, &whole[..whole.len() / 2]).unwrap();
+    match fs.commit_all() {
+        Err(Error::Damaged(msg)) => assert!(msg.contains("cannot be read now"), "{msg}"),
+        other => panic!("commit while the document is torn: {other:?}"),
+    }
+    std::fs::write(&document, &whole).unwrap();
+    fs.commit_all().unwrap();
+    assert_eq!(on_disk(store.path(), &path).as_deref(), Some(&b"kept"[..]));
+}
+
+#[test]
+fn a_held_chunk_of_an_array_made_anew_at_another_rank_is_gone_not_damaged() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
+    let row = lookup(&fs, &format!("{ARRAY}/c/1")).unwrap();
+    recreate_as(store.path(), ARRAY, "zp/zstd_start");
+    assert!(matches!(fs.getattr(chunk), Err(Error::NotFound)));
+    assert!(matches!(read_chunk(&fs, chunk), Err(Error::NotFound)));
+    assert!(fs.getattr(row).is_ok(), "c/1 is a chunk-key directory of the 3-D array too");
+    assert_eq!(
+        read_chunk(&fs, lookup(&fs, &format!("{ARRAY}/c/1/0/1")).unwrap()).unwrap(),
+        twin("zp/zstd_start/c/1/0/1")
+    );
 }
 
 /// What a fresh read-only mount of the store shows at `path`.

@@ -9,9 +9,9 @@ use std::path::Path;
 
 use common::TempDir;
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
-use shardfs::store::DirStore;
+use shardfs::store::LocalStore;
+use shardfs::store::faulty::FaultyStore;
 use shardfs::write::commit::{Changes, CommitError, Outcome, commit};
-use shardfs::write::crash_point::CrashPoint;
 use shardfs::write::journal::{Recovery, recover};
 
 const KEY: &str = "arr/c/0";
@@ -59,10 +59,10 @@ fn crash_at_every_byte(location: IndexLocation, old: Vec<Option<Vec<u8>>>, chang
     let as_state = |chunks: Vec<Option<Vec<u8>>>| if chunks.iter().all(Option::is_none) { None } else { Some(chunks) };
     let (old_state, new_state) = (as_state(old.clone()), as_state(new));
     let dir = TempDir::new("crash");
-    let store = DirStore::open(dir.path()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
     for k in 0.. {
         setup(dir.path(), &spec, &old);
-        let result = commit(&store, KEY, &spec, &changes, &mut CrashPoint::after(k));
+        let result = commit(&FaultyStore::crash_after(store.clone(), k), KEY, &spec, &changes);
         let recovered = recover(&store).unwrap();
         let state = read_shard(dir.path(), &spec);
         match result {
@@ -72,7 +72,7 @@ fn crash_at_every_byte(location: IndexLocation, old: Vec<Option<Vec<u8>>>, chang
                 assert!(std::fs::read_dir(dir.path().join("__shardfs/tmp")).map_or(true, |mut d| d.next().is_none()));
                 return k;
             }
-            Err(CommitError::Crashed) => assert!(
+            Err(CommitError::Store(shardfs::store::Error::Crashed(_))) => assert!(
                 state == old_state || state == new_state,
                 "after a crash at byte {k} and recovery the shard is neither old nor new: {state:?}"
             ),
@@ -111,10 +111,10 @@ fn emptying_a_shard_deletes_it() {
     let changes: Changes = (0..8).map(|i| (i, None)).collect();
     crash_at_every_byte(IndexLocation::End, old_chunks(), changes);
     let dir = TempDir::new("delete");
-    let store = DirStore::open(dir.path()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
     setup(dir.path(), &spec(IndexLocation::End), &old_chunks());
     let changes: Changes = (0..8).map(|i| (i, None)).collect();
-    let outcome = commit(&store, KEY, &spec(IndexLocation::End), &changes, &mut CrashPoint::never()).unwrap();
+    let outcome = commit(&store, KEY, &spec(IndexLocation::End), &changes).unwrap();
     assert_eq!(outcome, Outcome::Deleted);
     assert!(!dir.path().join(KEY).exists());
 }
@@ -122,12 +122,12 @@ fn emptying_a_shard_deletes_it() {
 #[test]
 fn appends_leave_old_bytes_as_unused_space() {
     let dir = TempDir::new("append");
-    let store = DirStore::open(dir.path()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
     let spec = spec(IndexLocation::End);
     setup(dir.path(), &spec, &old_chunks());
     let before = std::fs::metadata(dir.path().join(KEY)).unwrap().len();
     let changes: Changes = BTreeMap::from([(1, Some(chunk(5, 1, 3).into()))]);
-    let outcome = commit(&store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap();
+    let outcome = commit(&store, KEY, &spec, &changes).unwrap();
     assert_eq!(outcome, Outcome::Appended { old_len: before, new_len: before + 3 + spec.encoded_len() });
     assert_eq!(read_shard(dir.path(), &spec), Some(apply(&old_chunks(), &changes)));
 }
@@ -135,7 +135,7 @@ fn appends_leave_old_bytes_as_unused_space() {
 #[test]
 fn a_damaged_shard_is_not_written_over() {
     let dir = TempDir::new("damaged");
-    let store = DirStore::open(dir.path()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
     let spec = spec(IndexLocation::End);
     setup(dir.path(), &spec, &old_chunks());
     let file = std::fs::OpenOptions::new().write(true).open(dir.path().join(KEY)).unwrap();
@@ -143,7 +143,7 @@ fn a_damaged_shard_is_not_written_over() {
     file.write_all_at(&[0xee], len - 7).unwrap();
     let before = std::fs::read(dir.path().join(KEY)).unwrap();
     let changes: Changes = BTreeMap::from([(0, Some(vec![1, 2, 3].into()))]);
-    let err = commit(&store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap_err();
+    let err = commit(&store, KEY, &spec, &changes).unwrap_err();
     assert!(matches!(err, CommitError::Damaged(ref m) if m.contains("checksum")), "{err}");
     assert_eq!(std::fs::read(dir.path().join(KEY)).unwrap(), before);
 }
@@ -151,7 +151,7 @@ fn a_damaged_shard_is_not_written_over() {
 #[test]
 fn concurrent_committers_lose_nothing() {
     let dir = TempDir::new("concurrent");
-    let store = DirStore::open(dir.path()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
     let spec = IndexSpec { entries: 64, endian: Endian::Little, checksum: true, location: IndexLocation::End };
     std::fs::create_dir_all(dir.path().join("arr/c")).unwrap();
     std::thread::scope(|s| {
@@ -162,7 +162,7 @@ fn concurrent_committers_lose_nothing() {
                     let entry = t * 8 + i;
                     let changes: Changes =
                         BTreeMap::from([(entry, Some(chunk(t as u8, entry, 3 + i as usize).into()))]);
-                    commit(store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap();
+                    commit(store, KEY, &spec, &changes).unwrap();
                 }
             });
         }
@@ -177,15 +177,15 @@ fn concurrent_committers_lose_nothing() {
 #[test]
 fn recovery_keeps_a_complete_append_whose_record_survived() {
     let dir = TempDir::new("keep");
-    let store = DirStore::open(dir.path()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
     let spec = spec(IndexLocation::End);
     let changes: Changes = BTreeMap::from([(2, Some(chunk(6, 2, 4).into()))]);
     setup(dir.path(), &spec, &old_chunks());
-    commit(&store, KEY, &spec, &changes, &mut CrashPoint::never()).unwrap();
+    commit(&store, KEY, &spec, &changes).unwrap();
     let complete = std::fs::read(dir.path().join(KEY)).unwrap();
     for k in 0.. {
         setup(dir.path(), &spec, &old_chunks());
-        let crashed = commit(&store, KEY, &spec, &changes, &mut CrashPoint::after(k)).is_err();
+        let crashed = commit(&FaultyStore::crash_after(store.clone(), k), KEY, &spec, &changes).is_err();
         assert!(crashed, "no crash point fell between the append and the end of the commit");
         if std::fs::read(dir.path().join(KEY)).unwrap() == complete {
             // Stopped after the append, before its record was dropped: recovery keeps it.

@@ -11,9 +11,9 @@ use std::process::Command;
 use common::*;
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec};
 use shardfs::inspect::scan;
-use shardfs::store::DirStore;
+use shardfs::store::LocalStore;
+use shardfs::store::faulty::FaultyStore;
 use shardfs::write::commit::{Changes, Outcome, commit, compact};
-use shardfs::write::crash_point::CrashPoint;
 use shardfs::write::journal::recover;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
@@ -33,7 +33,7 @@ fn the_golden_store_is_healthy_and_counted_right() {
     let (code, out) = check(&golden().join("sharded"), &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("10 arrays checked, 0 damaged, 0 invalid documents, 0 unfinished commits"), "{out}");
-    let report = scan(&DirStore::open(&golden().join("sharded")).unwrap()).unwrap();
+    let report = scan(&LocalStore::open(&golden().join("sharded")).unwrap()).unwrap();
     let (view, _) = walk_view(&fs_of(&golden().join("sharded")));
     let array = report.arrays.iter().find(|a| a.dir == "zp/gzip_crc_end").unwrap();
     let chunks: Vec<_> =
@@ -73,12 +73,12 @@ fn damage_is_named_and_fails_the_check() {
 #[test]
 fn repair_settles_a_torn_append() {
     let store = sharded_copy();
-    let dir = DirStore::open(store.path()).unwrap();
+    let dir = LocalStore::open(store.path()).unwrap();
     let key = "zp/raw_nocrc/c/1";
     let before = std::fs::read(store.path().join(key)).unwrap();
     let changes: Changes = BTreeMap::from([(0, Some(vec![9; 4].into()))]);
     // Stop the commit after its journal record and part of the appended bytes.
-    let _ = commit(&dir, key, &raw_nocrc_spec(), &changes, &mut CrashPoint::after(120));
+    let _ = commit(&FaultyStore::crash_after(dir.clone(), 120), key, &raw_nocrc_spec(), &changes);
     assert_ne!(std::fs::read(store.path().join(key)).unwrap(), before, "the crash left a torn tail");
     let (code, out) = check(store.path(), &[]);
     assert_eq!(code, 1, "{out}");
@@ -92,9 +92,9 @@ fn repair_settles_a_torn_append() {
 #[test]
 fn info_counts_the_space_appends_leave_unused() {
     let store = sharded_copy();
-    let dir = DirStore::open(store.path()).unwrap();
+    let dir = LocalStore::open(store.path()).unwrap();
     let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4].into()))]);
-    commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
+    commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes).unwrap();
     let report = scan(&dir).unwrap();
     let array = report.arrays.iter().find(|a| a.dir == "zp/raw_nocrc").unwrap();
     // The replaced 4-byte chunk and the old 48-byte index are now unused.
@@ -114,9 +114,9 @@ fn check_of_a_missing_store_says_so() {
 #[test]
 fn compact_frees_unused_space_and_changes_nothing_visible() {
     let store = sharded_copy();
-    let dir = DirStore::open(store.path()).unwrap();
+    let dir = LocalStore::open(store.path()).unwrap();
     let changes: Changes = BTreeMap::from([(0, Some(vec![7; 4].into())), (2, Some(vec![8; 4].into()))]);
-    commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
+    commit(&dir, "zp/raw_nocrc/c/1", &raw_nocrc_spec(), &changes).unwrap();
     let (before, _) = walk_view(&fs_of(store.path()));
     let out = Command::new(BIN).arg("compact").arg(store.path()).arg("zp/raw_nocrc").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -131,15 +131,15 @@ fn compact_frees_unused_space_and_changes_nothing_visible() {
 #[test]
 fn compaction_stopped_at_any_byte_keeps_the_shard_readable() {
     let store = sharded_copy();
-    let dir = DirStore::open(store.path()).unwrap();
+    let dir = LocalStore::open(store.path()).unwrap();
     let key = "zp/raw_nocrc/c/1";
     let changes: Changes = BTreeMap::from([(1, Some(vec![5; 4].into()))]);
-    commit(&dir, key, &raw_nocrc_spec(), &changes, &mut CrashPoint::never()).unwrap();
+    commit(&dir, key, &raw_nocrc_spec(), &changes).unwrap();
     let (expected, _) = walk_view(&fs_of(store.path()));
     let appended = std::fs::read(store.path().join(key)).unwrap();
     for k in 0.. {
         std::fs::write(store.path().join(key), &appended).unwrap();
-        let result = compact(&dir, key, &raw_nocrc_spec(), &mut CrashPoint::after(k));
+        let result = compact(&FaultyStore::crash_after(dir.clone(), k), key, &raw_nocrc_spec());
         recover(&dir).unwrap();
         let (view, _) = walk_view(&fs_of(store.path()));
         assert_eq!(view, expected, "after a compaction stopped at byte {k}");
@@ -161,10 +161,10 @@ fn compact_of_an_unknown_array_fails() {
 #[test]
 fn recovery_removes_leftover_temporary_files() {
     let store = sharded_copy();
-    let dir = DirStore::open(store.path()).unwrap();
+    let dir = LocalStore::open(store.path()).unwrap();
     let tmp = store.path().join("__shardfs/tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    let slot = shardfs::write::lock::lock_slot("zp/raw_nocrc/zarr.json");
+    let slot = shardfs::store::lock::slot("zp/raw_nocrc/zarr.json");
     let leftover = tmp.join(format!("{slot:016x}-document-1-0"));
     std::fs::write(&leftover, b"half a document").unwrap();
     recover(&dir).unwrap();

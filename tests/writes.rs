@@ -11,7 +11,7 @@ use common::*;
 use shardfs::error::Error;
 use shardfs::fs::{OpenMode, ROOT_INO, ShardFs};
 use shardfs::inspect::scan;
-use shardfs::store::DirStore;
+use shardfs::store::LocalStore;
 use shardfs::write::pending::Policy;
 
 const WRITE: OpenMode = OpenMode { write: true, truncate: false, append: false };
@@ -80,7 +80,7 @@ fn writes_are_visible_at_once_and_durable_after_fsync() {
     fs.fsync(fh).unwrap();
     assert_eq!(on_disk(store.path(), path).unwrap(), b"new bytes", "durable after fsync");
     fs.release(fh);
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
 }
 
 #[test]
@@ -219,7 +219,7 @@ fn concurrent_writers_lose_nothing() {
     for (path, bytes) in expected {
         assert_eq!(on_disk(store.path(), &path).unwrap(), bytes, "{path}");
     }
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
 }
 
 #[test]
@@ -396,7 +396,7 @@ fn shard_new_stores_new_arrays_sharded() {
     assert!(store.path().join("zp/fresh/c/0/0").is_file(), "shard (0, 0) holds chunks (0, 0) and (0, 1)");
     assert!(store.path().join("zp/fresh/c/1/1").is_file(), "shard (1, 1) holds chunk (2, 2)");
     assert_eq!(on_disk(store.path(), "zp/fresh/c/2/2").unwrap(), [8; 4]);
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
 }
 
 #[test]
@@ -448,7 +448,7 @@ fn nested_sharding_arrays_are_writable() {
     assert_eq!(on_disk(store.path(), "zp/nested/c/4/0").unwrap(), b"a shard of its own");
     assert_eq!(on_disk(store.path(), "zp/nested/c/1/0"), None);
     assert_eq!(on_disk(store.path(), "zp/nested/c/1/1").unwrap(), untouched, "neighbours in the same inner shard stay");
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
 }
 
 #[test]
@@ -472,5 +472,5 @@ fn two_mounts_of_one_store_do_not_lose_each_others_commits() {
     assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/2/1").unwrap(), [2, 9]);
     assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/3/0").unwrap(), [1, 8]);
     assert_eq!(on_disk(store.path(), "zp/gzip_crc_end/c/2/0").unwrap(), [2, 8]);
-    assert!(scan(&DirStore::open(store.path()).unwrap()).unwrap().healthy());
+    assert!(scan(&LocalStore::open(store.path()).unwrap()).unwrap().healthy());
 }

@@ -4,9 +4,6 @@
 //! in place. A non-chunk file made inside a chunk-key directory (an atomic writer's temporary
 //! file) lives under `__shardfs/scratch/` until it is renamed onto a chunk key.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Arc;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::{Handle, ShardFs};
 use crate::error::{Error, Result};
-use crate::store::{Attr, Kind, PRIVATE_DIR, join, parent_key};
+use crate::store::{self, Attr, Kind, OpenHow, PRIVATE_DIR, PutMode, join, parent_key};
 use crate::view::array::{ArrayPath, ShardedArray};
 use crate::view::namespace::Node;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
@@ -141,14 +138,8 @@ impl ShardFs {
                 if self.ns.attr(&node)?.kind == Kind::Dir {
                     return Err(Error::IsADirectory);
                 }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .truncate(mode.truncate)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(self.ns.store().path(key))
-                    .map_err(|e| Error::io(key, e))?;
-                Handle::Store { file, key: key.clone(), append: mode.append }
+                let file = self.ns.store().open_file(key, OpenHow { create: None, truncate: mode.truncate })?;
+                Handle::Store { file, append: mode.append }
             }
             Node::ChunkDir { .. } => return Err(Error::IsADirectory),
         };
@@ -176,7 +167,7 @@ impl ShardFs {
             Some(current) if current.same_chunks(opened) && current.in_bounds(coords) => Ok(current),
             _ => Err(Error::Stale(format!(
                 "{}: the array's zarr.json changed since {} was opened",
-                self.ns.store().path(&opened.dir).display(),
+                self.ns.store().describe(&opened.dir),
                 opened.chunk_key(coords)
             ))),
         }
@@ -197,25 +188,16 @@ impl ShardFs {
             Target::Store(key) => {
                 let store = self.ns.store();
                 if key.starts_with(PRIVATE_DIR) {
-                    store.create_dirs(parent_key(&key)).map_err(|e| Error::io(&key, e))?;
+                    store.make_dirs(parent_key(&key))?;
                 }
-                let path = store.beneath(&key).map_err(|e| Error::io(&key, e))?;
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(open.truncate)
-                    .mode(mode & 0o7777)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&*path)
-                    .map_err(|e| Error::io(&key, e))?;
-                (self.store_node(&key), Handle::Store { file, key, append: open.append })
+                let file = store.open_file(&key, OpenHow { create: Some(mode), truncate: open.truncate })?;
+                (self.store_node(&key), Handle::Store { file, append: open.append })
             }
             Target::Document(key) => {
                 // The document exists (empty) from now on; its content is stored at close.
-                let path = self.ns.store().beneath(&key).map_err(|e| Error::io(&key, e))?;
-                if !path.exists() {
-                    std::fs::write(&*path, b"").map_err(|e| Error::io(&key, e))?;
+                match self.ns.store().put(&key, &[], PutMode::Create) {
+                    Ok(()) | Err(store::Error::Changed(_)) => {}
+                    Err(e) => return Err(e.into()),
                 }
                 let buffer = Mutex::new(Vec::new());
                 let handle =
@@ -238,9 +220,12 @@ impl ShardFs {
                 write_into(&mut buffer.write(), *append, offset, data);
                 self.publish(&current, coords, PendingChunk::Written(buffer.clone()))?;
             }
-            Handle::Store { file, key, append } => {
-                let result = if *append { (&*file).write_all(data) } else { file.write_all_at(data, offset) };
-                result.map_err(|e| Error::io(key, e))?;
+            Handle::Store { file, append } => {
+                if *append {
+                    file.append(data)?
+                } else {
+                    file.write_at(data, offset)?
+                }
             }
             Handle::Document { buffer, dirty, append, .. } => {
                 write_into(&mut buffer.lock(), *append, offset, data);
@@ -257,7 +242,7 @@ impl ShardFs {
         let node = self.node(ino)?;
         let handle = fh.map(|fh| self.handle(fh)).transpose()?;
         match (&node, handle.as_deref()) {
-            (_, Some(Handle::Store { file, key, .. })) => file.set_len(size).map_err(|e| Error::io(key, e))?,
+            (_, Some(Handle::Store { file, .. })) => file.set_len(size)?,
             (_, Some(Handle::Document { buffer, dirty, .. })) => {
                 buffer.lock().resize(size as usize, 0);
                 dirty.store(true, Ordering::Relaxed);
@@ -280,14 +265,7 @@ impl ShardFs {
                 buffer.write().resize(size as usize, 0);
                 self.publish(array, coords, PendingChunk::Written(buffer))?;
             }
-            (Node::Backing(key), _) => {
-                let file = OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(self.ns.store().path(key))
-                    .map_err(|e| Error::io(key, e))?;
-                file.set_len(size).map_err(|e| Error::io(key, e))?;
-            }
+            (Node::Backing(key), _) => self.ns.store().open_file(key, OpenHow::default())?.set_len(size)?,
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
         }
         let answer = self.ns.answer(&node)?;
@@ -304,12 +282,7 @@ impl ShardFs {
                 self.ns.attr(&Node::chunk(&array, coords.clone()))?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
-            Target::Store(key) | Target::Document(key) => self
-                .ns
-                .store()
-                .beneath(&key)
-                .and_then(|path| std::fs::remove_file(&*path))
-                .map_err(|e| Error::io(&key, e)),
+            Target::Store(key) | Target::Document(key) => Ok(self.ns.store().delete(&key)?),
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
         }
@@ -328,12 +301,7 @@ impl ShardFs {
                 Node::ChunkDir { array: array.path(), dir, prefix }
             }
             Target::Store(key) => {
-                use std::os::unix::fs::DirBuilderExt;
-                self.ns
-                    .store()
-                    .beneath(&key)
-                    .and_then(|path| std::fs::DirBuilder::new().mode(mode & 0o7777).create(&*path))
-                    .map_err(|e| Error::io(&key, e))?;
+                self.ns.store().make_dir(&key, mode)?;
                 Node::Backing(key)
             }
             Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => {
@@ -358,12 +326,7 @@ impl ShardFs {
                 pending.remove_dir(&array, &dir);
                 Ok(())
             }
-            Target::Store(key) => self
-                .ns
-                .store()
-                .beneath(&key)
-                .and_then(|path| std::fs::remove_dir(&*path))
-                .map_err(|e| Error::io(&key, e)),
+            Target::Store(key) => Ok(self.ns.store().remove_dir(&key)?),
             Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => Err(Error::NotADirectory),
         }
     }
@@ -384,10 +347,9 @@ impl ShardFs {
         let content = match &from {
             Target::Store(key) if matches!(to, Target::Store(_)) => {
                 let Target::Store(new_key) = &to else { unreachable!() };
-                return (store.beneath(key).and_then(|from| std::fs::rename(&*from, &*store.beneath(new_key)?)))
-                    .map_err(|e| Error::io(key, e));
+                return Ok(store.rename(key, new_key)?);
             }
-            Target::Store(key) => store.read(key).map_err(|e| Error::io(key, e))?,
+            Target::Store(key) => store.read(key)?,
             Target::Chunk(array, coords) => self.chunk_bytes(&Node::chunk(array, coords.clone()))?,
             // A document moved elsewhere would lose its translation; a copy keeps it.
             Target::ChunkDir(..) | Target::Document(_) => return Err(Error::CrossDevice),
@@ -398,17 +360,13 @@ impl ShardFs {
                 self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
             }
             Target::Document(key) => self.store_document(key, &content)?,
-            Target::Store(key) => {
-                store.beneath(key).and_then(|path| std::fs::write(&*path, content)).map_err(|e| Error::io(key, e))?
-            }
+            Target::Store(key) => store.put(key, &[&content], PutMode::Overwrite)?,
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
             Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),
         }
         match from {
             Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
-            Target::Store(key) => {
-                store.beneath(&key).and_then(|path| std::fs::remove_file(&*path)).map_err(|e| Error::io(&key, e))
-            }
+            Target::Store(key) => Ok(store.delete(&key)?),
             Target::ChunkDir(..) | Target::ChunkOutside(..) | Target::Document(_) => unreachable!("refused above"),
         }
     }
@@ -416,8 +374,11 @@ impl ShardFs {
     /// Makes what was written to `fh` durable: a chunk's whole shard is committed.
     pub fn fsync(&self, fh: u64) -> Result<()> {
         match &*self.handle(fh)? {
-            Handle::Chunk { array, coords, .. } => Ok(self.pending()?.commit_chunk_shard(&self.ns, array, coords)?),
-            Handle::Store { file, key, .. } => file.sync_all().map_err(|e| Error::io(key, e)),
+            Handle::Chunk { array, coords, .. } => {
+                self.current(array, coords)?;
+                Ok(self.pending()?.commit_chunk_shard(&self.ns, array, coords)?)
+            }
+            Handle::Store { file, .. } => Ok(file.sync()?),
             Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
             Handle::Read(_) => Ok(()),
         }
@@ -431,6 +392,7 @@ impl ShardFs {
             Ok(Handle::Document { .. }) => true,
             Ok(Handle::Chunk { array, coords, .. }) => {
                 self.pending.as_ref().is_some_and(|p| p.has_error(array, coords))
+                    || self.current(array, coords).is_err()
             }
             Ok(Handle::Store { .. } | Handle::Read(_)) | Err(_) => false,
         }
@@ -440,6 +402,9 @@ impl ShardFs {
     /// shard.
     pub fn flush(&self, fh: u64) -> Result<()> {
         let handle = self.handle(fh)?;
+        if let Handle::Chunk { array, coords, .. } = &*handle {
+            self.current(array, coords)?;
+        }
         if let Handle::Chunk { array, coords, .. } = &*handle
             && let Some((errno, message)) = self.pending()?.take_error(array, coords)
         {
@@ -464,10 +429,39 @@ impl ShardFs {
     }
 
     fn store_document(&self, key: &str, content: &[u8]) -> Result<()> {
+        let dir = self.ns.layout().array_dir(key);
+        let before = dir.as_deref().map(|dir| self.ns.array_at(dir)).transpose()?.flatten();
         store_document(self.ns.store(), key, content, self.shard_new.as_deref())?;
+        if let (Some(before), Some(dir)) = (before, &dir) {
+            self.delete_outside(&before, dir)?;
+        }
         // What the kernel holds of the array's chunks may be out of date now (a shrink): the
         // watcher need not wait for its next pass.
         self.document_stored.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// After a shrink stored through the view, deletes the chunks of the array as it was (`before`),
+    /// stored or pending, that now lie outside it, as zarr-python and tensorstore do when they
+    /// resize, so that a later grow reads the fill value there, as on a plain store resized by them.
+    /// (zarr-python 2 deletes them itself, but only after storing the smaller shape, when the view
+    /// no longer shows them.)
+    fn delete_outside(&self, before: &ShardedArray, dir: &str) -> Result<()> {
+        let Some(after) = self.ns.array_at(dir)?.filter(|after| after.same_chunks(before)) else { return Ok(()) };
+        if after.grid.iter().zip(&before.grid).all(|(a, b)| a >= b) {
+            return Ok(());
+        }
+        let pending = self.pending()?.chunks_under(before, &[]).into_iter().map(|(coords, _)| coords);
+        let mut outside: Vec<Vec<u64>> = pending.filter(|coords| !after.in_bounds(coords)).collect();
+        self.ns.for_each_stored_chunk(before, &mut |coords| {
+            if !after.in_bounds(coords) {
+                outside.push(coords.to_vec());
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+        for coords in outside {
+            self.publish(&after, &coords, PendingChunk::Deleted)?;
+        }
         Ok(())
     }
 

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::array::ShardedArray;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::draft;
 use crate::format::metadata::{Interpretation, interpret};
-use crate::store::{Attr, DirStore, Kind, Stamp, join};
+use crate::store::{self, Attr, Kind, Stamp, Store, join};
 use crate::view::namespace::ZARR_JSON;
 
 /// How the view serves one `zarr.json`.
@@ -21,6 +21,9 @@ pub struct Document {
     pub view: Option<Arc<[u8]>>,
     /// The array it describes, when the view shows a sharded array unsharded.
     pub array: Option<Arc<ShardedArray>>,
+    /// False when the file is not a JSON object (being written in place, or damaged): what it will
+    /// say is not known yet.
+    pub readable: bool,
 }
 
 /// Which Zarr v3 layout a store uses, and so where its array documents live.
@@ -35,7 +38,7 @@ pub enum Layout {
 
 impl Layout {
     /// The layout of `store`, told by its root `zarr.json`.
-    pub fn detect(store: &DirStore) -> Layout {
+    pub fn detect(store: &dyn Store) -> Layout {
         let root = store.read(ZARR_JSON).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
         if root.as_ref().is_some_and(draft::is_bootstrap) { Layout::Draft } else { Layout::V3 }
     }
@@ -74,6 +77,18 @@ impl Layout {
     }
 }
 
+/// What an array's document says now, for pending writes made under an earlier version of it.
+#[derive(Debug)]
+pub enum ArrayState {
+    /// A sharded array the view shows unsharded.
+    Sharded(Arc<ShardedArray>),
+    /// Something else for good: no array any more, a group, an unsharded or refused array.
+    Other,
+    /// Not known yet: the document is missing from a directory that is still there, or is not a
+    /// JSON object (a writer may be half-way through it).
+    Unreadable,
+}
+
 /// Interpretations of the store's metadata documents keyed by store key.
 #[derive(Debug, Default)]
 pub struct Documents {
@@ -94,29 +109,30 @@ impl Documents {
 
     /// The document at `key` (a `zarr.json` whose attributes are `attr`), from cache when the
     /// file has not changed.
-    pub fn get(&self, store: &DirStore, key: &str, attr: &Attr) -> Result<Arc<Document>> {
+    pub fn get(&self, store: &dyn Store, key: &str, attr: &Attr) -> Result<Arc<Document>> {
         if let Some((stamp, doc)) = self.cache.lock().get(key)
             && *stamp == attr.stamp
         {
             return Ok(doc.clone());
         }
-        let bytes = store.read(key).map_err(|e| Error::io(key, e))?;
-        let shown = store.path(key).display().to_string();
-        let doc = Arc::new(match self.limited(self.layout.interpret(key, &bytes)) {
-            Interpretation::Unchanged => Document { view: None, array: None },
-            Interpretation::Group { view } => Document { view: Some(view.into()), array: None },
+        let bytes = store.read(key)?;
+        let shown = store.describe(key);
+        let readable = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object());
+        let (view, array) = match self.limited(self.layout.interpret(key, &bytes)) {
+            Interpretation::Unchanged => (None, None),
+            Interpretation::Group { view } => (Some(view.into()), None),
             Interpretation::ShardedArray { view, array } => match self.layout.array_dir(key) {
-                Some(dir) => Document {
-                    view: Some(view.into()),
-                    array: Some(Arc::new(ShardedArray::new(&dir, array).read_from(key, attr.stamp))),
-                },
-                None => Document { view: None, array: None },
+                Some(dir) => {
+                    (Some(view.into()), Some(Arc::new(ShardedArray::new(&dir, array).read_from(key, attr.stamp))))
+                }
+                None => (None, None),
             },
             Interpretation::Refused(reason) => {
                 log::warn!("{shown}: shown as stored, not unsharded: {reason}");
-                Document { view: None, array: None }
+                (None, None)
             }
-        });
+        };
+        let doc = Arc::new(Document { view, array, readable });
         self.cache.lock().insert(key.to_string(), (attr.stamp, doc.clone()));
         Ok(doc)
     }
@@ -136,8 +152,32 @@ impl Documents {
         interpretation
     }
 
+    /// What the document of the array whose directory is `dir` says now (see [`ArrayState`]).
+    pub fn state_at(&self, store: &dyn Store, dir: &str) -> Result<ArrayState> {
+        let Some(key) = self.layout.document_key(dir) else { return Ok(ArrayState::Other) };
+        match store.attr(&key) {
+            Ok(attr) if attr.kind == Kind::File => {
+                let doc = self.get(store, &key, &attr)?;
+                Ok(match (&doc.array, doc.readable) {
+                    (Some(array), _) => ArrayState::Sharded(array.clone()),
+                    (None, true) => ArrayState::Other,
+                    (None, false) => ArrayState::Unreadable,
+                })
+            }
+            Ok(_) => Ok(ArrayState::Other),
+            // A document being replaced can be missing for a moment; an array deleted takes its
+            // directory with it.
+            Err(store::Error::NotFound(_)) => match store.attr(dir) {
+                Ok(_) => Ok(ArrayState::Unreadable),
+                Err(store::Error::NotFound(_)) => Ok(ArrayState::Other),
+                Err(e) => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The sharded array whose directory is `dir`, if the view shows one there.
-    pub fn array_at(&self, store: &DirStore, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
+    pub fn array_at(&self, store: &dyn Store, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
         let Some(key) = self.layout.document_key(dir) else { return Ok(None) };
         // Asked on every operation in an array: the cached version is usually still there.
         let cached = self.cache.lock().get(&key).map(|(stamp, doc)| (*stamp, doc.array.clone()));
@@ -148,9 +188,8 @@ impl Documents {
         }
         match store.attr(&key) {
             Ok(attr) if attr.kind == Kind::File => Ok(self.get(store, &key, &attr)?.array.clone()),
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(&key, e)),
+            Ok(_) | Err(store::Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 }

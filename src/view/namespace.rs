@@ -10,21 +10,19 @@
 //! ([`Namespace::array`]), so a resized or re-created array is never served with old geometry.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
 use std::ops::{ControlFlow, Range};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::array::{ArrayPath, ShardedArray};
-use super::documents::{Documents, Layout};
+use super::documents::{ArrayState, Documents, Layout};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::shards::{ChunkState, Shards, shard_prefix, shards_on_disk};
 use super::sources::Sources;
 use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
-use crate::store::{Attr, DirStore, Kind, PRIVATE_DIR, Space, Stamp, join};
+use crate::store::{Attr, Kind, Object, PRIVATE_DIR, Space, Stamp, Store, join};
 
 /// Name of the metadata document of every Zarr v3 node.
 pub const ZARR_JSON: &str = "zarr.json";
@@ -121,41 +119,39 @@ impl Answer {
 /// What an open view file reads from.
 #[derive(Debug)]
 pub enum Content {
-    /// A whole store file, at this store key.
-    File(File, String),
+    /// A whole store file.
+    File(Box<dyn Object>),
     /// Bytes computed by the view (a rewritten document).
     Bytes(Arc<[u8]>),
-    /// One inner chunk: a byte range of the shard file at this path.
-    Chunk(File, Range<u64>, String),
+    /// One inner chunk: a byte range of a shard file.
+    Chunk(Box<dyn Object>, Range<u64>),
 }
 
 impl Content {
     /// Up to `size` bytes from `offset`; fewer only at the end of the content.
     pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let (file, key, start, end) = match self {
+        let (file, start, end) = match self {
             Content::Bytes(bytes) => {
                 let start = (offset as usize).min(bytes.len());
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 return Ok(bytes[start..end].to_vec());
             }
-            Content::File(file, key) => (file, key, offset, offset.saturating_add(size as u64)),
-            Content::Chunk(file, range, key) => {
+            Content::File(file) => (file, offset, offset.saturating_add(size as u64)),
+            Content::Chunk(file, range) => {
                 let start = range.start.saturating_add(offset).min(range.end);
-                (file, key, start, start.saturating_add(size as u64).min(range.end))
+                (file, start, start.saturating_add(size as u64).min(range.end))
             }
         };
         let mut buf = vec![0; (end - start) as usize];
         let mut filled = 0;
         while filled < buf.len() {
-            match file.read_at(&mut buf[filled..], start + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(key, e)),
+            match file.read_at(&mut buf[filled..], start + filled as u64)? {
+                0 => break,
+                n => filled += n,
             }
         }
         if filled < buf.len() && matches!(self, Content::Chunk(..)) {
-            return Err(Error::Damaged(format!("{key}: shard is shorter than its index says")));
+            return Err(Error::Damaged(format!("{}: shard is shorter than its index says", file.place())));
         }
         buf.truncate(filled);
         Ok(buf)
@@ -165,7 +161,7 @@ impl Content {
 /// The view of one store.
 #[derive(Debug)]
 pub struct Namespace {
-    store: DirStore,
+    store: Arc<dyn Store>,
     documents: Documents,
     shards: Shards,
     overlay: Arc<dyn Overlay>,
@@ -173,8 +169,8 @@ pub struct Namespace {
 
 impl Namespace {
     /// The view of `store`, showing the pending writes of `overlay`.
-    pub fn new(store: DirStore, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
-        let documents = Documents::new(Layout::detect(&store), cache.max_index_bytes());
+    pub fn new(store: Arc<dyn Store>, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
+        let documents = Documents::new(Layout::detect(&*store), cache.max_index_bytes());
         Namespace { store, documents, shards: Shards::new(cache), overlay }
     }
 
@@ -183,14 +179,19 @@ impl Namespace {
         self.documents.layout()
     }
 
-    pub fn store(&self) -> &DirStore {
-        &self.store
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     /// The sharded array whose directory is the store key `dir`, if the view shows one there, as
     /// its document is now.
     pub fn array_at(&self, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
-        self.documents.array_at(&self.store, dir)
+        self.documents.array_at(&*self.store, dir)
+    }
+
+    /// What the document of the array whose directory is `dir` says now.
+    pub fn array_state(&self, dir: &str) -> Result<ArrayState> {
+        self.documents.state_at(&*self.store, dir)
     }
 
     /// The array a node names, as its document is now; NotFound when there is none any more, or
@@ -199,14 +200,33 @@ impl Namespace {
         self.array_at(&at.dir)?.filter(|array| array.meta.key_encoding == at.encoding).ok_or(Error::NotFound)
     }
 
-    /// The array a chunk-grid position (a chunk, or a chunk-key directory fixing `coords`) is in;
-    /// NotFound when the position is outside the array as it is now.
-    fn array_around(&self, at: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
+    /// The array the chunk at `coords` is in; NotFound when it is outside the array as it is now
+    /// (or of another rank).
+    fn array_of_chunk(&self, at: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
         let array = self.array(at)?;
-        if coords.len() > array.rank() || !array.in_bounds(coords) {
+        if coords.len() != array.rank() || !array.in_bounds(coords) {
             return Err(Error::NotFound);
         }
         Ok(array)
+    }
+
+    /// The array the chunk-key directory fixing `prefix` is in; NotFound when the directory is
+    /// outside the array as it is now (or could not be one at its rank).
+    fn array_of_dir(&self, at: &ArrayPath, prefix: &[u64]) -> Result<Arc<ShardedArray>> {
+        let array = self.array(at)?;
+        if prefix.len() >= array.rank() || !array.in_bounds(prefix) {
+            return Err(Error::NotFound);
+        }
+        Ok(array)
+    }
+
+    /// Calls `visit` with every stored chunk of `array` (inside its bounds), from indexes alone.
+    pub fn for_each_stored_chunk(
+        &self,
+        array: &ShardedArray,
+        visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.shards.for_each_chunk(&*self.store, array, &[], &Sources::default(), &mut |coords, _| visit(coords))
     }
 
     /// The root directory of the view.
@@ -231,7 +251,7 @@ impl Namespace {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::NotFound);
                 }
-                if let Some(array) = self.documents.array_at(&self.store, dir)? {
+                if let Some(array) = self.documents.array_at(&*self.store, dir)? {
                     if let Some(found) = self.virtual_child(&array, "", name)? {
                         return Ok(found);
                     }
@@ -244,7 +264,7 @@ impl Namespace {
                 Ok((node, Ok(answer)))
             }
             Node::ChunkDir { array, dir, prefix } => {
-                let array = self.array_around(array, prefix)?;
+                let array = self.array_of_dir(array, prefix)?;
                 match self.virtual_child(&array, dir, name)? {
                     Some(found) => Ok(found),
                     None => {
@@ -260,7 +280,7 @@ impl Namespace {
 
     fn backing_node(&self, key: String) -> Result<Node> {
         let is_document = self.layout().is_document(&key);
-        if is_document && self.store.attr(&key).map_err(|e| Error::io(&key, e))?.kind == Kind::File {
+        if is_document && self.store.attr(&key)?.kind == Kind::File {
             return Ok(Node::Document(key));
         }
         Ok(Node::Backing(key))
@@ -321,7 +341,7 @@ impl Namespace {
                 return Ok(());
             }
         }
-        self.shards.for_each_chunk(&self.store, array, prefix, sources, &mut |coords, _| {
+        self.shards.for_each_chunk(&*self.store, array, prefix, sources, &mut |coords, _| {
             if pending.iter().any(|(c, _)| c == coords) { ControlFlow::Continue(()) } else { visit(coords) }
         })
     }
@@ -335,19 +355,19 @@ impl Namespace {
     pub fn answer(&self, node: &Node) -> Result<Answer> {
         match node {
             Node::Backing(key) => {
-                let attr = self.store.attr(key).map_err(|e| Error::io(key, e))?;
+                let attr = self.store.attr(key)?;
                 let mut answer = Answer::of_file(key, attr);
                 answer.sources.extend(self.governing_documents(key));
                 Ok(answer)
             }
             Node::Document(key) => {
-                let attr = self.store.attr(key).map_err(|e| Error::io(key, e))?;
-                let doc = self.documents.get(&self.store, key, &attr)?;
+                let attr = self.store.attr(key)?;
+                let doc = self.documents.get(&*self.store, key, &attr)?;
                 let size = doc.view.as_ref().map_or(attr.size, |v| v.len() as u64);
                 Ok(Answer::of_file(key, Attr { size, ..attr }))
             }
-            Node::ChunkDir { array, prefix, .. } => self.chunk_dir_answer(&*self.array_around(array, prefix)?),
-            Node::Chunk { array, coords } => self.chunk_answer(&*self.array_around(array, coords)?, coords),
+            Node::ChunkDir { array, prefix, .. } => self.chunk_dir_answer(&*self.array_of_dir(array, prefix)?),
+            Node::Chunk { array, coords } => self.chunk_answer(&*self.array_of_chunk(array, coords)?, coords),
         }
     }
 
@@ -371,7 +391,7 @@ impl Namespace {
     }
 
     fn chunk_dir_answer(&self, array: &ShardedArray) -> Result<Answer> {
-        let attr = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
+        let attr = self.store.attr(&array.dir)?;
         let first = (array.dir.to_string(), Some(attr.stamp));
         Ok(Answer::in_array(array, Attr { kind: Kind::Dir, nlink: 2, ..attr }, first))
     }
@@ -380,7 +400,7 @@ impl Namespace {
         let shard = array.shard_path(&array.meta.sharding.locate(coords).shard);
         match self.overlay.chunk(array, coords) {
             Some(PendingChunk::Written(buffer)) => {
-                let dir = self.store.attr(&array.dir).map_err(|e| Error::io(&array.dir, e))?;
+                let dir = self.store.attr(&array.dir)?;
                 let now = std::time::SystemTime::now();
                 let size = buffer.read().len() as u64;
                 let attr = Attr { kind: Kind::File, size, perm: 0o644, nlink: 1, mtime: now, ctime: now, ..dir };
@@ -391,7 +411,7 @@ impl Namespace {
             }
             Some(PendingChunk::Deleted) => Err(Error::NotFound),
             None => {
-                let found = self.shards.locate(&self.store, array, coords, false)?.ok_or(Error::NotFound)?;
+                let found = self.shards.locate(&*self.store, array, coords, false)?.ok_or(Error::NotFound)?;
                 let attr = Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard };
                 Ok(Answer::in_array(array, attr, (shard, Some(found.shard.stamp))))
             }
@@ -422,13 +442,13 @@ impl Namespace {
         };
         match node {
             Node::Backing(dir) => {
-                let (mut entries, stamp) = self.store.list_versioned(dir).map_err(|e| Error::io(dir, e))?;
+                let (mut entries, stamp) = self.store.list(dir)?;
                 sources.record(dir, Some(stamp));
                 if dir.is_empty() {
                     entries.retain(|(name, _)| name != PRIVATE_DIR);
                 }
                 let mut chunk_files = None;
-                if let Some(array) = self.documents.array_at(&self.store, dir)? {
+                if let Some(array) = self.documents.array_at(&*self.store, dir)? {
                     document(&array);
                     entries.retain(|(name, _)| !array.is_shard_name(name));
                     let listing = self.virtual_list(&array, "", &[], sources)?;
@@ -439,7 +459,7 @@ impl Namespace {
                 Ok(Listing { entries, chunk_files })
             }
             Node::ChunkDir { array, dir, prefix } => {
-                let array = self.array_around(array, prefix)?;
+                let array = self.array_of_dir(array, prefix)?;
                 document(&array);
                 self.virtual_list(&array, dir, prefix, sources)
             }
@@ -473,7 +493,7 @@ impl Namespace {
                     names.insert(name, Kind::File);
                 }
             }
-            let mut shards = shards_on_disk(&self.store, array, &shard_prefix(array, prefix), sources)?;
+            let mut shards = shards_on_disk(&*self.store, array, &shard_prefix(array, prefix), sources)?;
             shards.sort();
             chunk_files = Some(ChunkFiles {
                 array: array.clone(),
@@ -508,7 +528,7 @@ impl Namespace {
             let skip = if position == from.shard { from.skip } else { 0 };
             let mut passed = 0;
             let walked = self.shards.for_each_chunk_of(
-                &self.store,
+                &*self.store,
                 array,
                 shard,
                 &files.prefix,
@@ -541,29 +561,24 @@ impl Namespace {
     /// Opens `node` for reading.
     pub fn open(&self, node: &Node) -> Result<Content> {
         match node {
-            Node::Backing(key) => {
-                self.store.open_file(key).map(|f| Content::File(f, key.clone())).map_err(|e| Error::io(key, e))
-            }
+            Node::Backing(key) => Ok(Content::File(self.store.open(key)?)),
             Node::Document(key) => {
-                let file = self.store.open_file(key).map_err(|e| Error::io(key, e))?;
-                let attr = crate::store::file_attr(&file).map_err(|e| Error::io(key, e))?;
-                match &self.documents.get(&self.store, key, &attr)?.view {
+                let file = self.store.open(key)?;
+                match &self.documents.get(&*self.store, key, file.attr())?.view {
                     Some(view) => Ok(Content::Bytes(view.clone())),
-                    None => Ok(Content::File(file, key.clone())),
+                    None => Ok(Content::File(file)),
                 }
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
             Node::Chunk { array, coords } => {
-                let array = &self.array_around(array, coords)?;
+                let array = &self.array_of_chunk(array, coords)?;
                 match self.overlay.chunk(array, coords) {
                     Some(PendingChunk::Written(buffer)) => return Ok(Content::Bytes(buffer.read().as_slice().into())),
                     Some(PendingChunk::Deleted) => return Err(Error::NotFound),
                     None => {}
                 }
-                let found = self.shards.locate(&self.store, array, coords, true)?.ok_or(Error::NotFound)?;
-                let shard = array.shard_path(&array.meta.sharding.locate(coords).shard);
-                let shown = self.store.path(&shard).display().to_string();
-                Ok(Content::Chunk(found.file.expect("opened on request"), found.range, shown))
+                let found = self.shards.locate(&*self.store, array, coords, true)?.ok_or(Error::NotFound)?;
+                Ok(Content::Chunk(found.file.expect("opened on request"), found.range))
             }
         }
     }
@@ -571,13 +586,13 @@ impl Namespace {
     /// The target of a symbolic link, as stored.
     pub fn read_link(&self, node: &Node) -> Result<PathBuf> {
         match node {
-            Node::Backing(key) => self.store.read_link(key).map_err(|e| Error::io(key, e)),
+            Node::Backing(key) => Ok(self.store.read_link(key)?),
             _ => Err(Error::NotFound),
         }
     }
 
     /// Space figures of the filesystem under the store.
     pub fn space(&self) -> Result<Space> {
-        self.store.space().map_err(|e| Error::io("", e))
+        Ok(self.store.space()?)
     }
 }

@@ -2,9 +2,7 @@
 //! and locating inner chunks, nested levels included. Reads of chunk data never happen here:
 //! a located chunk is a byte range of a shard file.
 
-use std::fs::File;
 use std::ops::{ControlFlow, Range};
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::array::ShardedArray;
@@ -13,8 +11,7 @@ use super::sources::Sources;
 use crate::error::{Error, Result};
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
-use crate::store::{Attr, DirStore, Kind, file_attr, join};
-use crate::write::lock;
+use crate::store::{self, Attr, Kind, Object, Store, join, lock};
 
 /// An inner chunk found in its shard.
 #[derive(Debug)]
@@ -24,7 +21,7 @@ pub struct Located {
     /// The shard file's attributes (the chunk shows the shard's owner, mode and times).
     pub shard: Attr,
     /// The shard file, open, when the caller asked for it: `range` is valid for this very file.
-    pub file: Option<File>,
+    pub file: Option<Box<dyn Object>>,
 }
 
 /// What a listing learns of one inner chunk.
@@ -40,69 +37,68 @@ pub enum ChunkState {
 struct OpenShard<'a> {
     /// Keeps this process's commits off the shard while it is read.
     _reading: parking_lot::RwLockReadGuard<'static, ()>,
-    store: &'a DirStore,
+    store: &'a dyn Store,
     key: String,
     attr: Attr,
-    file: Option<File>,
+    file: Option<Box<dyn Object>>,
     /// Set when opening found a newer file version than the one first stat'ed.
     changed: bool,
 }
 
 impl<'a> OpenShard<'a> {
     /// The shard at `key`, stat'ed but not opened; `None` when there is none.
-    fn stat(store: &'a DirStore, key: String) -> Result<Option<Self>> {
+    fn stat(store: &'a dyn Store, key: String) -> Result<Option<Self>> {
         let reading = lock::reading(&key);
         match store.attr(&key) {
             Ok(attr) => Self::checked(reading, store, key, attr, None),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(&key, e)),
+            Err(store::Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// The shard at `key`, opened.
-    fn open(store: &'a DirStore, key: String) -> Result<Option<Self>> {
+    fn open(store: &'a dyn Store, key: String) -> Result<Option<Self>> {
         let reading = lock::reading(&key);
-        match store.open_file(&key) {
+        match store.open(&key) {
             Ok(file) => {
-                let attr = file_attr(&file).map_err(|e| Error::io(&key, e))?;
+                let attr = *file.attr();
                 Self::checked(reading, store, key, attr, Some(file))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(store::Error::NotFound(_)) => Ok(None),
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                Err(Error::Damaged(format!("{}: shard is a symbolic link", store.path(&key).display())))
+                Err(Error::Damaged(format!("{}: shard is a symbolic link", store.describe(&key))))
             }
-            Err(e) => Err(Error::io(&key, e)),
+            Err(e) => Err(e.into()),
         }
     }
 
     fn checked(
         reading: parking_lot::RwLockReadGuard<'static, ()>,
-        store: &'a DirStore,
+        store: &'a dyn Store,
         key: String,
         attr: Attr,
-        file: Option<File>,
+        file: Option<Box<dyn Object>>,
     ) -> Result<Option<Self>> {
         if attr.kind != Kind::File {
-            return Err(Error::Damaged(format!("{}: shard is not a regular file", store.path(&key).display())));
+            return Err(Error::Damaged(format!("{}: shard is not a regular file", store.describe(&key))));
         }
         Ok(Some(OpenShard { _reading: reading, store, key, attr, file, changed: false }))
     }
 
-    fn file(&mut self) -> Result<&File> {
+    fn file(&mut self) -> Result<&dyn Object> {
         if self.file.is_none() {
-            let file = self.store.open_file(&self.key).map_err(|e| Error::io(&self.key, e))?;
-            let attr = file_attr(&file).map_err(|e| Error::io(&self.key, e))?;
-            if attr.stamp != self.attr.stamp {
-                self.attr = attr;
+            let file = self.store.open(&self.key)?;
+            if file.attr().stamp != self.attr.stamp {
+                self.attr = *file.attr();
                 self.changed = true;
             }
             self.file = Some(file);
         }
-        Ok(self.file.as_ref().expect("just opened"))
+        Ok(self.file.as_deref().expect("just opened"))
     }
 
     fn damaged(&self, cause: impl std::fmt::Display) -> Error {
-        Error::Damaged(format!("{}: {cause}", self.store.path(&self.key).display()))
+        Error::Damaged(format!("{}: {cause}", self.store.describe(&self.key)))
     }
 }
 
@@ -121,7 +117,7 @@ impl Shards {
     /// With `open`, the shard file comes back open and the range is valid for that file.
     pub fn locate(
         &self,
-        store: &DirStore,
+        store: &dyn Store,
         array: &ShardedArray,
         coords: &[u64],
         open: bool,
@@ -169,21 +165,19 @@ impl Shards {
         let decoded = match spec.index_range(blob_len) {
             Err(e) => Err(e),
             Ok(range) => {
-                let mut bytes = vec![0; (range.end - range.start) as usize];
                 let at = blob.start + range.start;
-                let file = shard.file()?;
-                if let Err(e) = file.read_exact_at(&mut bytes, at) {
-                    return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        shard.damaged("shard shrank while its index was read")
-                    } else {
-                        Error::io(&shard.key, e)
-                    });
-                }
+                let bytes = match shard.file()?.read_exact_at(at, range.end - range.start) {
+                    Ok(bytes) => bytes,
+                    Err(store::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        return Err(shard.damaged("shard shrank while its index was read"));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 ShardIndex::decode(&spec, &bytes, blob_len, blob.start).map(Arc::new)
             }
         };
         match &decoded {
-            Err(e) => log::warn!("{}: {e}; its chunks read as EIO", shard.store.path(&shard.key).display()),
+            Err(e) => log::warn!("{}: {e}; its chunks read as EIO", shard.store.describe(&shard.key)),
             Ok(index) => log_damaged_entries(shard, index),
         }
         self.cache.insert(key, shard.attr.stamp, decoded.clone());
@@ -198,7 +192,7 @@ impl Shards {
     /// walk. Every directory listed and shard read is recorded in `sources`.
     pub fn for_each_chunk(
         &self,
-        store: &DirStore,
+        store: &dyn Store,
         array: &ShardedArray,
         prefix: &[u64],
         sources: &Sources,
@@ -216,7 +210,7 @@ impl Shards {
     /// `visit` also gets the shard file's attributes when it could be read.
     pub fn for_each_chunk_of(
         &self,
-        store: &DirStore,
+        store: &dyn Store,
         array: &ShardedArray,
         shard: &[u64],
         prefix: &[u64],
@@ -254,7 +248,7 @@ pub fn shard_prefix(array: &ShardedArray, prefix: &[u64]) -> Vec<u64> {
 /// Shard coordinates of the shards on disk whose leading coordinates are `shard_prefix`; the
 /// directories listed are recorded in `sources`.
 pub fn shards_on_disk(
-    store: &DirStore,
+    store: &dyn Store,
     array: &ShardedArray,
     shard_prefix: &[u64],
     sources: &Sources,
@@ -284,7 +278,7 @@ pub fn shards_on_disk(
 
 /// Walks the shard directory tree of a `/`-separated key encoding below `dir`.
 fn collect_shard_tree(
-    store: &DirStore,
+    store: &dyn Store,
     array: &ShardedArray,
     dir: &str,
     coords: &mut Vec<u64>,
@@ -307,8 +301,8 @@ fn collect_shard_tree(
     Ok(())
 }
 
-fn list_or_empty(store: &DirStore, dir: &str, sources: &Sources) -> Result<Vec<(String, Kind)>> {
-    match store.list_versioned(dir) {
+fn list_or_empty(store: &dyn Store, dir: &str, sources: &Sources) -> Result<Vec<(String, Kind)>> {
+    match store.list(dir) {
         Ok((entries, stamp)) => {
             sources.record(dir, Some(stamp));
             Ok(entries)
@@ -317,7 +311,7 @@ fn list_or_empty(store: &DirStore, dir: &str, sources: &Sources) -> Result<Vec<(
             sources.record(dir, store.attr(dir).ok().map(|a| a.stamp));
             Ok(Vec::new())
         }
-        Err(e) => Err(Error::io(dir, e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -378,7 +372,7 @@ fn log_damaged_entries(shard: &OpenShard, index: &ShardIndex) {
     if let Some(first) = damaged.next() {
         log::warn!(
             "{}: {} damaged index entries ({first}); those chunks read as EIO",
-            shard.store.path(&shard.key).display(),
+            shard.store.describe(&shard.key),
             1 + damaged.count()
         );
     }

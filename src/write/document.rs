@@ -5,28 +5,22 @@
 //! and with `--shard-new` a new unsharded array is stored sharded. The stored document is replaced
 //! atomically: written beside it, fsync'd, renamed over it.
 
-use std::fs::File;
-use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use super::journal::{sync_dir, tmp_dir};
-use super::lock::{ShardLock, lock_slot};
 use crate::error::{Error, Result};
 use crate::format::draft;
 use crate::format::metadata::{Interpretation, interpret, reshard, reshard_consolidated, shard_new};
-use crate::store::{DirStore, join, parent_key};
+use crate::store::{self, PutMode, Store, join, lock};
 
 /// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
 /// `.array.json`).
-pub fn store_document(store: &DirStore, key: &str, written: &[u8], shard_new_factors: Option<&[u64]>) -> Result<()> {
+pub fn store_document(store: &dyn Store, key: &str, written: &[u8], shard_new_factors: Option<&[u64]>) -> Result<()> {
     let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
     let stored = match store.read(key) {
         Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(key, e)),
+        Err(store::Error::NotFound(_)) => None,
+        Err(e) => return Err(e.into()),
     };
     let refuse = |why: String| {
-        log::warn!("{}: not stored: {why}", store.path(key).display());
+        log::warn!("{}: not stored: {why}", store.describe(key));
         Error::Invalid(format!("{key}: {why}"))
     };
     let draft_array = key.ends_with(draft::ARRAY_SUFFIX);
@@ -51,20 +45,9 @@ pub fn store_document(store: &DirStore, key: &str, written: &[u8], shard_new_fac
     replace_file(store, key, &document)
 }
 
-/// Replaces the file at `key` with `bytes` atomically and durably. The temporary file is named
-/// after the key's lock slot and written under that lock, so that recovery removes it if a crash
-/// leaves it behind.
-fn replace_file(store: &DirStore, key: &str, bytes: &[u8]) -> Result<()> {
-    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-    let io = |e| Error::io(key, e);
-    let slot = lock_slot(key);
-    let _lock = ShardLock::acquire(store, slot).map_err(io)?;
-    store.create_dirs(&tmp_dir()).map_err(io)?;
-    let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-    let tmp = store.path(&tmp_dir()).join(format!("{slot:016x}-document-{}-{n}", std::process::id()));
-    let mut file = File::create(&tmp).map_err(io)?;
-    file.write_all(bytes).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, &*store.beneath(key).map_err(io)?).map_err(io)?;
-    sync_dir(&store.beneath(parent_key(key)).map_err(io)?).map_err(io)
+/// Replaces the file at `key` with `bytes` atomically and durably, under the key's lock, so that
+/// recovery (which takes it) never removes a write in progress.
+fn replace_file(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<()> {
+    let _lock = store.lock(lock::slot(key))?;
+    Ok(store.put(key, &[bytes], PutMode::Overwrite)?)
 }

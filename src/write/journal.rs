@@ -5,21 +5,15 @@
 //!
 //! Records live in `__shardfs/journal/`, named `<lock slot>-<old end>`, so that recovery can take
 //! the shard's lock without reading the record, and the newest record of a shard (the largest old
-//! end) is the one that counts. Temporary shards of rename-commits live in `__shardfs/tmp/`,
-//! named `<lock slot>-...`, and are removed by recovery under the same lock.
+//! end) is the one that counts. Whole-file writes of a local store are prepared in
+//! `__shardfs/tmp/`, named `<lock slot>-...` (see [`crate::store::local`]); recovery removes
+//! leftovers there under the same lock.
 
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::PRIVATE_DIR;
-use super::crash_point::{CrashPoint, Step};
-use super::lock::ShardLock;
-use crate::store::DirStore;
+use crate::store::{self, OpenHow, PRIVATE_DIR, PutMode, Store, join, local};
 
 /// One append in progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,36 +31,18 @@ pub fn journal_dir() -> String {
     format!("{PRIVATE_DIR}/journal")
 }
 
-/// Directory of temporary shards, relative to the store root.
-pub fn tmp_dir() -> String {
-    format!("{PRIVATE_DIR}/tmp")
-}
-
-/// Writes `record` durably before the append it describes. Returns the record's path.
-pub fn begin(store: &DirStore, slot: u64, record: &AppendRecord, crash: &mut CrashPoint) -> Result<PathBuf, Step> {
-    store.create_dirs(&journal_dir())?;
-    let dir = store.path(&journal_dir());
-    let path = dir.join(format!("{slot:016x}-{}", record.old_len));
+/// Writes `record` durably before the append it describes. Returns the record's key.
+pub fn begin(store: &dyn Store, slot: u64, record: &AppendRecord) -> Result<String, store::Error> {
+    let key = join(&journal_dir(), &format!("{slot:016x}-{}", record.old_len));
     let bytes = serde_json::to_vec(record).expect("a record always serialises");
-    let file = File::create(&path)?;
-    let written =
-        crash.write_at(&file, &bytes, 0).and_then(|()| Ok(file.sync_all()?)).and_then(|()| Ok(sync_dir(&dir)?));
-    if let Err(Step::Io(_)) = &written {
-        // Nothing was appended yet: a record that could not be written is simply dropped.
-        let _ = std::fs::remove_file(&path);
-    }
-    written.map(|()| path)
+    store.put(&key, &[&bytes], PutMode::Overwrite)?;
+    Ok(key)
 }
 
 /// Drops the record of a finished append. It need not be durable: a leftover record of a
 /// complete append is recognised by its checksum.
-pub fn end(path: &Path, crash: &mut CrashPoint) -> Result<(), Step> {
-    crash.step(|| std::fs::remove_file(path))
-}
-
-/// fsyncs a directory, making the creation, rename or removal of its entries durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+pub fn end(store: &dyn Store, record: &str) -> Result<(), store::Error> {
+    store.delete(record)
 }
 
 /// What recovery did to one shard.
@@ -81,57 +57,55 @@ pub enum Recovery {
 }
 
 /// Finishes or rolls back every interrupted commit in the store, and removes leftover temporary
-/// shards. Safe beside a running mount: each shard is handled under its lock, and a record that
+/// files. Safe beside a running mount: each shard is handled under its lock, and a record that
 /// disappears meanwhile belongs to a commit that finished.
-pub fn recover(store: &DirStore) -> io::Result<Vec<Recovery>> {
-    let mut slots: BTreeMap<u64, ()> = BTreeMap::new();
-    for dir in [journal_dir(), tmp_dir()] {
-        for name in list_names(&store.path(&dir))? {
-            if let Some(slot) = name.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok()) {
-                slots.insert(slot, ());
-            }
-        }
+pub fn recover(store: &dyn Store) -> Result<Vec<Recovery>, store::Error> {
+    let slot_of = |name: &str| name.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok());
+    let (journal, tmp) = (journal_dir(), local::tmp_dir());
+    let mut slots = BTreeSet::new();
+    for dir in [&journal, &tmp] {
+        slots.extend(list_names(store, dir)?.iter().filter_map(|n| slot_of(n)));
     }
     let mut done = Vec::new();
-    for slot in slots.into_keys() {
-        let _lock = ShardLock::acquire(store, slot)?;
+    for slot in slots {
+        let _lock = store.lock(slot)?;
         let prefix = format!("{slot:016x}-");
-        let tmp = store.path(&tmp_dir());
-        for name in list_names(&tmp)?.into_iter().filter(|n| n.starts_with(&prefix)) {
-            std::fs::remove_file(tmp.join(name))?;
+        for name in list_names(store, &tmp)?.into_iter().filter(|n| n.starts_with(&prefix)) {
+            store.delete(&join(&tmp, &name))?;
         }
-        let journal = store.path(&journal_dir());
-        let names: Vec<String> = list_names(&journal)?.into_iter().filter(|n| n.starts_with(&prefix)).collect();
+        let names: Vec<String> = list_names(store, &journal)?.into_iter().filter(|n| n.starts_with(&prefix)).collect();
         let newest = names
             .iter()
-            .filter_map(|n| serde_json::from_slice::<AppendRecord>(&std::fs::read(journal.join(n)).ok()?).ok())
+            .filter_map(|n| serde_json::from_slice::<AppendRecord>(&store.read(&join(&journal, n)).ok()?).ok())
             .max_by_key(|r| r.old_len);
         if let Some(record) = newest {
             done.push(settle(store, &record)?);
         }
         for name in names {
-            std::fs::remove_file(journal.join(name))?;
-        }
-        if !done.is_empty() {
-            sync_dir(&journal)?;
+            store.delete(&join(&journal, &name))?;
         }
     }
     Ok(done)
 }
 
-fn settle(store: &DirStore, record: &AppendRecord) -> io::Result<Recovery> {
+fn settle(store: &dyn Store, record: &AppendRecord) -> Result<Recovery, store::Error> {
     let key = record.shard.clone();
-    let opened = store.open_file_rw(&key);
-    let file = match opened {
+    let file = match store.open_file(&key, OpenHow::default()) {
         Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Recovery::Skipped(key, "shard is gone".into())),
+        Err(store::Error::NotFound(_)) => return Ok(Recovery::Skipped(key, "shard is gone".into())),
         Err(e) => return Err(e),
     };
-    let len = file.metadata()?.len();
+    let len = file.attr()?.size;
     if len == record.new_len {
         let mut appended = vec![0; (record.new_len - record.old_len) as usize];
-        file.read_exact_at(&mut appended, record.old_len)?;
-        if crc32c::crc32c(&appended) == record.crc32c {
+        let mut filled = 0;
+        while filled < appended.len() {
+            match file.read_at(&mut appended[filled..], record.old_len + filled as u64)? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        if filled == appended.len() && crc32c::crc32c(&appended) == record.crc32c {
             return Ok(Recovery::Kept(key));
         }
     }
@@ -142,14 +116,15 @@ fn settle(store: &DirStore, record: &AppendRecord) -> io::Result<Recovery> {
         ));
     }
     file.set_len(record.old_len)?;
-    file.sync_all()?;
+    file.sync()?;
     Ok(Recovery::RolledBack(key))
 }
 
-fn list_names(dir: &Path) -> io::Result<Vec<String>> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => Ok(entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+/// The names in directory `dir`; none when it does not exist.
+pub fn list_names(store: &dyn Store, dir: &str) -> Result<Vec<String>, store::Error> {
+    match store.list(dir) {
+        Ok((entries, _)) => Ok(entries.into_iter().map(|(name, _)| name).collect()),
+        Err(store::Error::NotFound(_)) => Ok(Vec::new()),
         Err(e) => Err(e),
     }
 }

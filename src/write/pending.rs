@@ -16,8 +16,11 @@
 //! a shrink (the view hides them until the array grows again; zarr-python deletes the chunks
 //! outside before it writes the smaller shape, and those deletions are committed as well). When
 //! the document was replaced by one whose chunks mean something else (another chunk grid, codecs,
-//! data type, or no sharded array at all), nothing is committed: the writes are dropped and the
-//! error (ESTALE) is reported by the next fsync or close.
+//! data type, or no sharded array at all), nothing is committed: the writes are dropped with a log
+//! line naming the array, and the files they were written through get ESTALE (see
+//! `fs::write_ops`). A document that cannot be read for the moment (missing from a directory that
+//! is still there, or not JSON: a writer may be half-way through it) keeps the writes pending, to
+//! be committed once it can be read.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -27,8 +30,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::commit::{CommitError, NestedChanges, commit_levels};
-use super::crash_point::CrashPoint;
 use crate::view::array::ShardedArray;
+use crate::view::documents::ArrayState;
 use crate::view::namespace::Namespace;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 
@@ -70,14 +73,11 @@ struct Shard {
 }
 
 impl Shard {
-    /// Drops the pending chunks, which the array's document no longer describes, keeping the
-    /// error for the next fsync or close of a file in the shard.
-    fn orphan(&mut self) -> CommitError {
-        let e = CommitError::Stale { array: self.array.dir.to_string(), dropped: self.entries.len() };
+    /// The error that drops the pending chunks, which the array's document no longer describes;
+    /// logged here, since no file may be left to report it.
+    fn orphaned(&self, ns: &Namespace) -> CommitError {
+        let e = CommitError::Stale { array: ns.store().describe(&self.array.dir), dropped: self.entries.len() };
         log::error!("{e}");
-        self.entries.clear();
-        self.bytes = 0;
-        self.error = Some((Some(libc::ESTALE), e.to_string()));
         e
     }
 }
@@ -129,8 +129,16 @@ impl Pending {
             committing: Arc::default(),
         });
         if !shard.array.same_chunks(array) {
-            // The array was made anew under the chunks pending here: they are not its chunks.
-            shard.orphan();
+            // The array was made anew under the chunks pending here: they are not its chunks (the
+            // files they were written through get ESTALE), nor is their shard's error.
+            log::error!(
+                "{}: {} pending chunk writes dropped: the array was made anew with other chunks",
+                array.dir,
+                shard.entries.len()
+            );
+            shard.entries.clear();
+            shard.bytes = 0;
+            shard.error = None;
             shard.array = array.clone();
         }
         let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
@@ -172,13 +180,15 @@ impl Pending {
     /// The errno and message of the last failed commit of the chunk's shard, if any, cleared by
     /// reading it.
     pub fn take_error(&self, array: &ShardedArray, coords: &[u64]) -> Option<(Option<i32>, String)> {
-        self.shards.lock().get_mut(&shard_key(array, coords)).and_then(|s| s.error.take())
+        let mut shards = self.shards.lock();
+        shards.get_mut(&shard_key(array, coords)).filter(|s| s.array.same_chunks(array)).and_then(|s| s.error.take())
     }
 
     /// True while the last commit of the chunk's shard has failed and no close or fsync has
     /// reported it yet.
     pub fn has_error(&self, array: &ShardedArray, coords: &[u64]) -> bool {
-        self.shards.lock().get(&shard_key(array, coords)).is_some_and(|s| s.error.is_some())
+        let shards = self.shards.lock();
+        shards.get(&shard_key(array, coords)).is_some_and(|s| s.error.is_some() && s.array.same_chunks(array))
     }
 
     /// Commits the pending chunks of the shard that holds `coords`.
@@ -187,25 +197,34 @@ impl Pending {
     }
 
     /// Holds the pending chunks of the shard at `key` against the array's document as it is now,
-    /// and drops them, with an error kept for the next fsync or close, when it no longer describes
-    /// the chunks they were written as. Ok(false): nothing is pending there.
+    /// and drops them when it no longer describes the chunks they were written as. Ok(false):
+    /// nothing is pending there.
     fn reconcile(&self, ns: &Namespace, key: &str) -> Result<bool, CommitError> {
         let dir = match self.shards.lock().get(key) {
             Some(shard) => shard.array.dir.clone(),
             None => return Ok(false),
         };
-        let current = ns.array_at(&dir).map_err(|e| match e {
-            crate::error::Error::Io { path, source } => CommitError::Io { path, source },
-            other => CommitError::Damaged(other.to_string()),
-        })?;
+        let state = ns.array_state(&dir).map_err(|e| CommitError::Damaged(e.to_string()))?;
         let mut shards = self.shards.lock();
         let Some(shard) = shards.get_mut(key) else { return Ok(false) };
-        match current {
-            Some(current) if current.same_chunks(&shard.array) => {
+        match state {
+            ArrayState::Sharded(current) if current.same_chunks(&shard.array) => {
                 shard.array = current;
                 Ok(!shard.entries.is_empty())
             }
-            _ => Err(shard.orphan()),
+            ArrayState::Unreadable => {
+                let e = CommitError::Damaged(format!(
+                    "{}: the array's metadata document cannot be read now; its pending chunks stay and are committed once it can",
+                    ns.store().describe(&dir)
+                ));
+                shard.error = Some((None, e.to_string()));
+                Err(e)
+            }
+            ArrayState::Sharded(_) | ArrayState::Other => {
+                let e = shard.orphaned(ns);
+                shards.remove(key);
+                Err(e)
+            }
         }
     }
 
@@ -242,7 +261,7 @@ impl Pending {
             .map(|((coords, ..), content)| (sharding.locate(coords).entries, content.as_ref().map(|c| c[..].into())))
             .collect();
         let specs: Vec<_> = sharding.levels.iter().map(|level| level.index).collect();
-        let result = commit_levels(ns.store(), key, &specs, &changes, &mut CrashPoint::never());
+        let result = commit_levels(ns.store(), key, &specs, &changes);
         drop(changes);
         drop(contents);
         let mut shards = self.shards.lock();
@@ -264,7 +283,7 @@ impl Pending {
             Err(e) => {
                 log::error!("commit failed, chunks stay pending: {e}");
                 let errno = match &e {
-                    CommitError::Io { source, .. } => source.raw_os_error(),
+                    CommitError::Store(e) => e.raw_os_error(),
                     _ => None,
                 };
                 shard.error = Some((errno, e.to_string()));
@@ -292,13 +311,16 @@ impl Pending {
         }
     }
 
-    /// Commits everything pending; the first error is returned after trying every shard.
+    /// Commits everything pending; the first error is returned after trying every shard. Writes
+    /// dropped because their array was made anew are not an error here: they were logged, and
+    /// there is nothing left to retry.
     pub fn commit_all(&self, ns: &Namespace) -> Result<(), CommitError> {
         let keys: Vec<String> =
             self.shards.lock().iter().filter(|(_, s)| !s.entries.is_empty()).map(|(k, _)| k.clone()).collect();
         let mut first = Ok(());
         for key in keys {
             if let Err(e) = self.commit_shard(ns, &key)
+                && !matches!(e, CommitError::Stale { .. })
                 && first.is_ok()
             {
                 first = Err(e);

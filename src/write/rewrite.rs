@@ -1,0 +1,26 @@
+//! The rewrite commit strategy: a whole new shard, index and chunks back to back, written with one
+//! atomic [`Store::put`] only over the version the commit read (or only where there was none), so
+//! that readers see the old shard or the new one, and a writer that got there first is never
+//! overwritten. A shard written this way holds no unused bytes.
+
+use crate::format::shard_index::{IndexLocation, IndexSpec, shard_layout};
+use crate::store::{self, PutMode, Stamp, Store};
+
+/// Writes the shard at `key` holding `chunks` (one per index entry), replacing version `over`
+/// (`None`: there must be no shard yet).
+pub fn put_shard<C: AsRef<[u8]>>(
+    store: &dyn Store,
+    key: &str,
+    spec: &IndexSpec,
+    chunks: &[Option<C>],
+    over: Option<Stamp>,
+) -> Result<(), store::Error> {
+    let index = spec.encode(&shard_layout(spec, chunks));
+    let data = chunks.iter().flatten().map(AsRef::as_ref);
+    let pieces: Vec<&[u8]> = match spec.location {
+        IndexLocation::Start => std::iter::once(&index[..]).chain(data).collect(),
+        IndexLocation::End => data.chain(std::iter::once(&index[..])).collect(),
+    };
+    let mode = over.map_or(PutMode::Create, PutMode::Update);
+    store.put(key, &pieces, mode)
+}
