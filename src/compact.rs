@@ -4,8 +4,8 @@
 
 use std::io::{IsTerminal, Write};
 
-use crate::inspect::find_arrays;
 use crate::store::Store;
+use crate::view::arrays::find_arrays;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
 use crate::write::commit::{CommitError, Outcome, compact};

@@ -5,6 +5,7 @@
 //! follows its lookup/forget counts, so memory follows the kernel's cache, not the size of the
 //! store.
 
+pub mod error;
 mod freshness;
 mod inode_number;
 mod write_ops;
@@ -17,9 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
 use crate::store::{Attr, Kind, OpenFile, Space, Store, join};
 use crate::view::array::ShardedArray;
+use crate::view::error::Result as ViewResult;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Answer, ChunkCursor, ChunkFiles, Content, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
@@ -28,6 +29,7 @@ use crate::write::pending::{Pending, Policy};
 use freshness::Freshness;
 use inode_number::{next_probe, path_ino};
 
+pub use error::{Error, Result};
 pub use write_ops::OpenMode;
 
 /// The root directory's inode number, fixed by FUSE.
@@ -342,7 +344,7 @@ impl ShardFs {
         &self,
         dir: &OpenDir,
         offset: u64,
-        mut visit: impl FnMut(&str, Node, Result<Answer>, u64) -> ControlFlow<()>,
+        mut visit: impl FnMut(&str, Node, ViewResult<Answer>, u64) -> ControlFlow<()>,
     ) {
         let Some(files) = &dir.chunk_files else { return };
         let sources = Sources::default();
@@ -388,7 +390,7 @@ impl ShardFs {
         let pass = |add: &mut dyn FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
                     entry: &DirEntry,
                     node: Node,
-                    answer: Result<Answer>,
+                    answer: ViewResult<Answer>,
                     next: u64|
          -> bool {
             let ino = match &answer {
@@ -449,12 +451,12 @@ impl ShardFs {
     /// Reads file `ino` without an open handle: the chunk is located afresh, so the bytes come
     /// from the index and data of one shard version.
     pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        self.ns.open(&self.node(ino)?)?.read(offset, size)
+        Ok(self.ns.open(&self.node(ino)?)?.read(offset, size)?)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         match &*self.handle(fh)? {
-            Handle::Read(content) => content.read(offset, size),
+            Handle::Read(content) => Ok(content.read(offset, size)?),
             Handle::Chunk { buffer, .. } => {
                 let buffer = buffer.read();
                 let start = (offset as usize).min(buffer.len());
@@ -490,7 +492,7 @@ impl ShardFs {
     }
 
     pub fn statfs(&self) -> Result<Space> {
-        self.ns.space()
+        Ok(self.ns.space()?)
     }
 }
 

@@ -14,7 +14,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::error::Error;
+use crate::fs::Error;
 use crate::fs::{OpenMode, ShardFs};
 use crate::store::{Attr, Kind};
 
@@ -47,7 +47,7 @@ pub fn errno(error: &Error) -> Errno {
     match error {
         Error::NotFound => Errno::ENOENT,
         Error::Damaged(_) => Errno::EIO,
-        Error::Io { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
+        Error::Store(e) => e.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
         Error::NotADirectory => Errno::ENOTDIR,
         Error::IsADirectory => Errno::EISDIR,
         Error::ReadOnly => Errno::EROFS,
@@ -608,7 +608,10 @@ mod tests {
     fn every_error_has_an_errno() {
         assert_eq!(errno(&Error::NotFound), Errno::ENOENT);
         assert_eq!(errno(&Error::Damaged("x".into())), Errno::EIO);
-        let denied = Error::Io { path: "a".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
+        let denied = Error::Store(crate::store::Error::Io {
+            place: "a".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        });
         assert_eq!(errno(&denied), Errno::EACCES);
         assert_eq!(errno(&Error::ReadOnly), Errno::EROFS);
     }

@@ -5,12 +5,11 @@
 
 use std::ops::Range;
 
-use crate::format::metadata::Interpretation;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
-use crate::store::{self, Kind, Object, PRIVATE_DIR, Store, join};
+use crate::store::{self, Kind, Object, Store, join};
 use crate::view::array::ShardedArray;
-use crate::view::documents::Layout;
+use crate::view::arrays::find_arrays;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
 use crate::write::journal::{journal_dir, list_names};
@@ -64,62 +63,6 @@ pub fn scan(store: &dyn Store) -> Result<StoreReport, store::Error> {
         report.unfinished.push(store.describe(&join(&journal_dir(), &name)));
     }
     Ok(report)
-}
-
-/// The arrays of a store that the view shows unsharded, and those it refuses.
-#[derive(Debug, Default)]
-pub struct FoundArrays {
-    pub sharded: Vec<ShardedArray>,
-    /// `zarr.json` path and reason, for sharded arrays with no faithful unsharded view.
-    pub refused: Vec<(String, String)>,
-    /// Document path and reason, for metadata documents that are not JSON objects.
-    pub invalid: Vec<(String, String)>,
-}
-
-/// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
-pub fn find_arrays(store: &dyn Store) -> Result<FoundArrays, store::Error> {
-    let mut found = FoundArrays::default();
-    let layout = Layout::detect(store);
-    let top = if layout == Layout::Draft { "meta" } else { "" };
-    if layout == Layout::Draft && !store.attr(top).is_ok_and(|a| a.kind == Kind::Dir) {
-        return Ok(found);
-    }
-    find_in(store, layout, top, &mut found)?;
-    Ok(found)
-}
-
-fn find_in(store: &dyn Store, layout: Layout, dir: &str, found: &mut FoundArrays) -> Result<(), store::Error> {
-    let (mut entries, _) = store.list(dir)?;
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, kind) in &entries {
-        let key = join(dir, name);
-        if *kind != Kind::File || !layout.is_document(&key) {
-            continue;
-        }
-        let bytes = store.read(&key)?;
-        if !serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object()) {
-            found.invalid.push((key, "not a JSON object".into()));
-            continue;
-        }
-        match layout.interpret(&key, &bytes) {
-            Interpretation::ShardedArray { array, .. } => {
-                if let Some(array_dir) = layout.array_dir(&key) {
-                    found.sharded.push(ShardedArray::new(&array_dir, array));
-                }
-                if layout == Layout::V3 {
-                    return Ok(());
-                }
-            }
-            Interpretation::Refused(reason) => found.refused.push((key, reason)),
-            Interpretation::Unchanged | Interpretation::Group { .. } => {}
-        }
-    }
-    for (name, kind) in entries {
-        if kind == Kind::Dir && !(dir.is_empty() && name == PRIVATE_DIR) {
-            find_in(store, layout, &join(dir, &name), found)?;
-        }
-    }
-    Ok(())
 }
 
 fn scan_array(store: &dyn Store, array: &ShardedArray) -> Result<ArrayReport, store::Error> {

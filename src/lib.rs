@@ -1,14 +1,15 @@
 //! shardfs: mount a sharded Zarr v3 store and see the equivalent unsharded store.
 //!
-//! Layers, each depending only on those before it:
-//! [`format`] (pure Zarr formats) <- [`store`] (the backing directory) <- [`view`] (view paths
-//! <-> arrays, shards and inner chunks) <- [`fs`] (filesystem operations as plain structs) <-
-//! [`fuse`] (the only code that speaks FUSE) <- [`mount`] and [`cli`].
+//! Layers, each depending only on those before it (`tests/layers.rs` checks it from the source):
+//! [`format`] (pure Zarr formats) <- [`store`] (the backing store, behind the `Store` trait) <-
+//! [`view`] (view paths <-> arrays, shards and inner chunks) <- [`write`] (commits, journal,
+//! group commit) <- [`fs`] (filesystem operations as plain structs) <- [`fuse`] (the only code
+//! that speaks FUSE) <- the commands: [`inspect`] and [`compact`] (which never use each other),
+//! [`mount`], then [`demo`] and [`cli`]. [`logging`] stands apart.
 
 pub mod cli;
 pub mod compact;
 pub mod demo;
-pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fuse;

@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::format::metadata::ZARR_JSON;
 use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
-use crate::view::namespace::ZARR_JSON;
 use crate::write::journal;
 
 /// Everything `shardfs mount` needs, already parsed.

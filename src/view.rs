@@ -3,6 +3,8 @@
 //! and shard indexes.
 //!
 //! - [`array`]: one sharded array as the view sees it (grid, keys, bounds).
+//! - [`arrays`]: every sharded array of a store, for commands that walk it whole.
+//! - [`error`]: why a view operation failed.
 //! - [`documents`]: `zarr.json` interpretations, cached per file version.
 //! - [`index_cache`]: decoded shard indexes in a byte-bounded LRU, revalidated per file version.
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
@@ -11,7 +13,9 @@
 //! - [`sources`]: the store files (and versions) an answer was read from.
 
 pub mod array;
+pub mod arrays;
 pub mod documents;
+pub mod error;
 pub mod index_cache;
 pub mod namespace;
 pub mod overlay;

@@ -7,12 +7,16 @@
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
 //! - [`document`]: storing a `zarr.json` written through the view, translated back to its sharding.
 //! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
+//! - [`shard`]: a shard as a commit sees it: changes, current version, outcome.
+//! - [`error`]: why a commit, or the storing of a document, did not happen.
 //!
 //! Everything shardfs keeps for itself lives under [`crate::store::PRIVATE_DIR`] at the store root.
 
 pub mod append;
 pub mod commit;
 pub mod document;
+pub mod error;
 pub mod journal;
 pub mod pending;
 pub mod rewrite;
+pub mod shard;

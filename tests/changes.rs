@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use shardfs::error::Error;
+use shardfs::fs::Error;
 use shardfs::fs::{OpenMode, ShardFs};
 use shardfs::inspect::scan;
 use shardfs::store::LocalStore;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use shardfs::error::Error;
+use shardfs::fs::Error;
 use shardfs::fs::ShardFs;
 
 fn names(fs: &ShardFs, path: &str) -> Vec<String> {

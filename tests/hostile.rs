@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use common::*;
 use serde_json::{Value, json};
-use shardfs::error::Error;
+use shardfs::fs::Error;
 use shardfs::fs::ShardFs;
 use shardfs::mount::{filesystem, open_store};
 use shardfs::view::index_cache::IndexCache;

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use shardfs::error::Error;
+use shardfs::fs::Error;
 use shardfs::fs::{OpenMode, ROOT_INO, ShardFs};
 use shardfs::inspect::scan;
 use shardfs::store::LocalStore;

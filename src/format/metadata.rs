@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 use super::chunk_key::ChunkKeyEncoding;
 use super::sharding::{Sharding, codec_name, shape};
 
+/// Name of the metadata document of every Zarr v3 node.
+pub const ZARR_JSON: &str = "zarr.json";
+
 /// Fields of a v3 array document that a reader must understand.
 const ARRAY_FIELDS: &[&str] = &[
     "zarr_format",

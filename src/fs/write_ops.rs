@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::{Handle, ShardFs};
-use crate::error::{Error, Result};
+use crate::fs::error::{Error, Result};
 use crate::store::{self, Attr, Kind, OpenHow, PRIVATE_DIR, PutMode, join, parent_key};
 use crate::view::array::{ArrayPath, ShardedArray};
 use crate::view::namespace::Node;
@@ -409,7 +409,7 @@ impl ShardFs {
             && let Some((errno, message)) = self.pending()?.take_error(array, coords)
         {
             let source = std::io::Error::from_raw_os_error(errno.unwrap_or(libc::EIO));
-            return Err(Error::Io { path: message, source });
+            return Err(Error::Store(store::Error::Io { place: message, source }));
         }
         self.store_if_dirty(&handle)
     }

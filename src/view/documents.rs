@@ -8,11 +8,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::array::ShardedArray;
-use crate::error::Result;
+use super::error::Result;
 use crate::format::draft;
-use crate::format::metadata::{Interpretation, interpret};
+use crate::format::metadata::{Interpretation, ZARR_JSON, interpret};
 use crate::store::{self, Attr, Kind, Stamp, Store, join};
-use crate::view::namespace::ZARR_JSON;
 
 /// How the view serves one `zarr.json`.
 #[derive(Debug)]

@@ -16,16 +16,13 @@ use std::sync::Arc;
 
 use super::array::{ArrayPath, ShardedArray};
 use super::documents::{ArrayState, Documents, Layout};
+use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::shards::{ChunkState, Shards, shard_prefix, shards_on_disk};
 use super::sources::Sources;
-use crate::error::{Error, Result};
 use crate::format::chunk_key::KeyStyle;
 use crate::store::{Attr, Kind, Object, PRIVATE_DIR, Space, Stamp, Store, join};
-
-/// Name of the metadata document of every Zarr v3 node.
-pub const ZARR_JSON: &str = "zarr.json";
 
 /// A directory's listing: the entries known at once, sorted by name, then, in a directory of
 /// chunk files, the stored chunks, read shard by shard with [`Namespace::chunk_files`] as the

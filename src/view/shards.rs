@@ -6,9 +6,9 @@ use std::ops::{ControlFlow, Range};
 use std::sync::Arc;
 
 use super::array::ShardedArray;
+use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::sources::Sources;
-use crate::error::{Error, Result};
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::store::{self, Attr, Kind, Object, Store, join, lock};

@@ -6,8 +6,9 @@
 
 use std::ops::Range;
 
-use super::commit::{Changes, CommitError, Current, Outcome};
+use super::error::CommitError;
 use super::journal::{self, AppendRecord};
+use super::shard::{Changes, Current, Outcome};
 use crate::format::shard_index::{EMPTY, IndexSpec};
 use crate::store::{self, OpenHow, Store, lock, write_gathered};
 

@@ -13,82 +13,13 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ops::Range;
 
+pub use super::error::CommitError;
+use super::shard::Current;
+pub use super::shard::{Changes, Outcome};
 use super::{append, rewrite};
 use crate::format::shard_index::{IndexLocation, IndexSpec, ShardIndex};
-use crate::store::{self, Object, Stamp, Store, lock};
-
-/// New content per index entry: `Some(bytes)` stores, `None` empties the entry. The bytes are
-/// borrowed where they can be (a pending chunk's buffer), so that a commit copies each chunk
-/// only into the file.
-pub type Changes<'a> = BTreeMap<u64, Option<Cow<'a, [u8]>>>;
-
-/// What a commit did to the shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Appended {
-        old_len: u64,
-        new_len: u64,
-    },
-    Rewritten,
-    Created,
-    Deleted,
-    Unchanged,
-    /// Rewritten without unused space.
-    Compacted {
-        old_len: u64,
-        new_len: u64,
-    },
-}
-
-/// Why a commit did not happen. The shard keeps its last good state in every case.
-#[derive(Debug, thiserror::Error)]
-pub enum CommitError {
-    #[error(transparent)]
-    Store(#[from] store::Error),
-    /// The shard on disk is damaged; writing over it could lose what is still readable.
-    #[error("{0}")]
-    Damaged(String),
-    /// The array's document was replaced by one whose chunks mean something else (or by none)
-    /// since the chunks were written: committing them would put them in the wrong places.
-    #[error(
-        "{array}: the array's zarr.json changed (chunk grid, codecs or data type) since {dropped} pending chunk writes were made; they were dropped, not committed"
-    )]
-    Stale { array: String, dropped: usize },
-}
-
-impl From<CommitError> for crate::error::Error {
-    fn from(e: CommitError) -> Self {
-        use crate::error::Error;
-        match e {
-            CommitError::Store(e) => e.into(),
-            CommitError::Damaged(msg) => Error::Damaged(msg),
-            stale @ CommitError::Stale { .. } => Error::Stale(stale.to_string()),
-        }
-    }
-}
-
-/// A shard as it is under its lock: the version read and its entries.
-pub(super) struct Current {
-    pub file: Box<dyn Object>,
-    pub entries: Vec<Option<Range<u64>>>,
-}
-
-impl Current {
-    pub fn len(&self) -> u64 {
-        self.file.attr().size
-    }
-
-    pub fn stamp(&self) -> Stamp {
-        self.file.attr().stamp
-    }
-
-    /// The bytes of entry `i`, if it holds a chunk.
-    pub fn chunk(&self, i: usize) -> Result<Option<Vec<u8>>, store::Error> {
-        self.entries[i].as_ref().map(|r| self.file.read_exact_at(r.start, r.end - r.start)).transpose()
-    }
-}
+use crate::store::{self, Store, lock};
 
 /// Reads the shard at `key` laid out as `spec`: `None` when there is none; damage is
 /// [`CommitError::Damaged`] with the reason followed by `refusal` ("not writing over it").

@@ -5,14 +5,19 @@
 //! and with `--shard-new` a new unsharded array is stored sharded. The stored document is replaced
 //! atomically: written beside it, fsync'd, renamed over it.
 
-use crate::error::{Error, Result};
+use super::error::CommitError;
 use crate::format::draft;
 use crate::format::metadata::{Interpretation, interpret, reshard, reshard_consolidated, shard_new};
 use crate::store::{self, PutMode, Store, join, lock};
 
 /// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
 /// `.array.json`).
-pub fn store_document(store: &dyn Store, key: &str, written: &[u8], shard_new_factors: Option<&[u64]>) -> Result<()> {
+pub fn store_document(
+    store: &dyn Store,
+    key: &str,
+    written: &[u8],
+    shard_new_factors: Option<&[u64]>,
+) -> Result<(), CommitError> {
     let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
     let stored = match store.read(key) {
         Ok(bytes) => Some(bytes),
@@ -21,7 +26,7 @@ pub fn store_document(store: &dyn Store, key: &str, written: &[u8], shard_new_fa
     };
     let refuse = |why: String| {
         log::warn!("{}: not stored: {why}", store.describe(key));
-        Error::Invalid(format!("{key}: {why}"))
+        CommitError::Refused(format!("{key}: {why}"))
     };
     let draft_array = key.ends_with(draft::ARRAY_SUFFIX);
     let interpret = |doc: &[u8]| if draft_array { draft::interpret_array(doc) } else { interpret(doc) };
@@ -47,7 +52,7 @@ pub fn store_document(store: &dyn Store, key: &str, written: &[u8], shard_new_fa
 
 /// Replaces the file at `key` with `bytes` atomically and durably, under the key's lock, so that
 /// recovery (which takes it) never removes a write in progress.
-fn replace_file(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<()> {
+fn replace_file(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<(), CommitError> {
     let _lock = store.lock(lock::slot(key))?;
     Ok(store.put(key, &[bytes], PutMode::Overwrite)?)
 }

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use shardfs::error::Error;
+use shardfs::fs::Error;
 use shardfs::fs::{DirEntry, ROOT_INO, ShardFs};
 use shardfs::mount::{filesystem, open_store};
 use shardfs::store::{Attr, Kind};

@@ -1,0 +1,52 @@
+//! A shard as a commit sees it: the changes to make ([`Changes`]), the shard as it is under its
+//! lock ([`Current`]), and what the commit did ([`Outcome`]).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::store::{self, Object, Stamp};
+
+/// New content per index entry: `Some(bytes)` stores, `None` empties the entry. The bytes are
+/// borrowed where they can be (a pending chunk's buffer), so that a commit copies each chunk
+/// only into the file.
+pub type Changes<'a> = BTreeMap<u64, Option<Cow<'a, [u8]>>>;
+
+/// What a commit did to the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Appended {
+        old_len: u64,
+        new_len: u64,
+    },
+    Rewritten,
+    Created,
+    Deleted,
+    Unchanged,
+    /// Rewritten without unused space.
+    Compacted {
+        old_len: u64,
+        new_len: u64,
+    },
+}
+
+/// A shard as it is under its lock: the version read and its entries.
+pub(super) struct Current {
+    pub file: Box<dyn Object>,
+    pub entries: Vec<Option<Range<u64>>>,
+}
+
+impl Current {
+    pub fn len(&self) -> u64 {
+        self.file.attr().size
+    }
+
+    pub fn stamp(&self) -> Stamp {
+        self.file.attr().stamp
+    }
+
+    /// The bytes of entry `i`, if it holds a chunk.
+    pub fn chunk(&self, i: usize) -> Result<Option<Vec<u8>>, store::Error> {
+        self.entries[i].as_ref().map(|r| self.file.read_exact_at(r.start, r.end - r.start)).transpose()
+    }
+}
