@@ -4,11 +4,28 @@
 
 use std::io::{IsTerminal, Write};
 
-use crate::store::Store;
+use crate::store::{self, Store};
 use crate::view::arrays::find_arrays;
+use crate::view::error::Error as ViewError;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
 use crate::write::commit::{CommitError, Outcome, compact};
+
+/// Why a compaction run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("{0}")]
+    View(#[from] ViewError),
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("{0}: no sharded array there")]
+    NoArray(String),
+    /// Damaged shards, one message each, left as they were; the others were compacted.
+    #[error("{} damaged shards were not compacted: {}", .0.len(), .0.join("; "))]
+    Damaged(Vec<String>),
+}
 
 /// Totals of one compaction run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +38,12 @@ pub struct Compacted {
 
 /// Compacts every shard of the arrays at `only` (store paths; all sharded arrays when empty).
 /// Damaged shards are skipped with a message and make the run fail at the end.
-pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, String> {
-    let found = find_arrays(store).map_err(|e| e.to_string())?;
+pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, CompactError> {
+    let found = find_arrays(store)?;
     let trim = |p: &String| p.trim_matches('/').to_string();
     let only: Vec<String> = only.iter().map(trim).collect();
     if let Some(missing) = only.iter().find(|p| !found.sharded.iter().any(|a| *a.dir == **p)) {
-        return Err(format!("{missing}: no sharded array there"));
+        return Err(CompactError::NoArray(missing.clone()));
     }
     let progress = std::io::stdout().is_terminal();
     let mut totals = Compacted::default();
@@ -37,7 +54,7 @@ pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, 
             continue;
         }
         let spec = array.meta.sharding.levels[0].index;
-        let shards = shards_on_disk(store, array, &[], &Sources::default()).map_err(|e| e.to_string())?;
+        let shards = shards_on_disk(store, array, &[], &Sources::default())?;
         for (done, coords) in shards.iter().enumerate() {
             let key = array.shard_path(coords);
             totals.shards += 1;
@@ -49,7 +66,7 @@ pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, 
                 }
                 Ok(_) => {}
                 Err(e @ CommitError::Damaged(_)) => failures.push(e.to_string()),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
             if progress {
                 print!("\r{}: {}/{} shards", array.dir, done + 1, shards.len());
@@ -66,9 +83,5 @@ pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, 
         totals.rewritten,
         totals.bytes_before - totals.bytes_after
     );
-    if failures.is_empty() {
-        Ok(totals)
-    } else {
-        Err(format!("{} damaged shards were not compacted: {}", failures.len(), failures.join("; ")))
-    }
+    if failures.is_empty() { Ok(totals) } else { Err(CompactError::Damaged(failures)) }
 }

@@ -23,9 +23,8 @@ fn main() {
                 }
             }
         }
-        Command::Compact { store, arrays } => {
-            mount::open_store(store).and_then(|s| compact::compact_command(&*s, arrays).map(drop))
-        }
+        Command::Compact { store, arrays } => mount::open_store(store)
+            .and_then(|s| compact::compact_command(&*s, arrays).map(drop).map_err(|e| e.to_string())),
         Command::Info { store } => {
             mount::open_store(store).and_then(|s| inspect::info_command(&*s).map_err(|e| e.to_string()))
         }

@@ -19,30 +19,16 @@ use shardfs::fs::ShardFs;
 use shardfs::mount::{filesystem, open_store};
 use shardfs::view::index_cache::IndexCache;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
 const ARRAY: &str = "zp/raw_nocrc";
-
-fn check(store: &Path) -> Output {
-    Command::new(BIN).args(["check", store.to_str().unwrap()]).output().unwrap()
-}
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The content of view file `path`, or the error of looking it up or reading it.
-fn read(fs: &ShardFs, path: &str) -> Result<Vec<u8>, Error> {
-    let ino = lookup(fs, path)?;
-    let fh = fs.open(ino, shardfs::fs::OpenMode::default())?;
-    let data = fs.read(fh, 0, 1 << 20);
-    fs.release(fh);
-    data
-}
-
 /// What must hold whatever was done to `zp/raw_nocrc`: another array reads exactly its twin.
 fn assert_rest_served(fs: &ShardFs) {
     let other = "zp/gzip_crc_end/c/4/0";
-    assert_eq!(read(fs, other).unwrap(), twin(other), "an undamaged array stopped being served");
+    assert_eq!(read_path(fs, other).unwrap(), twin(other), "an undamaged array stopped being served");
 }
 
 fn edit_document(store: &Path, edit: impl FnOnce(&mut Value)) {
@@ -57,11 +43,11 @@ fn edit_document(store: &Path, edit: impl FnOnce(&mut Value)) {
 fn assert_shown_as_stored(store: &Path, code: i32) {
     let fs = fs_of(store);
     let document = std::fs::read(store.join(ARRAY).join("zarr.json")).unwrap();
-    assert_eq!(read(&fs, &format!("{ARRAY}/zarr.json")).unwrap(), document);
+    assert_eq!(read_path(&fs, &format!("{ARRAY}/zarr.json")).unwrap(), document);
     let shard = std::fs::read(store.join(ARRAY).join("c/1")).unwrap();
-    assert_eq!(read(&fs, &format!("{ARRAY}/c/1")).unwrap(), shard, "the shard file itself is shown");
+    assert_eq!(read_path(&fs, &format!("{ARRAY}/c/1")).unwrap(), shard, "the shard file itself is shown");
     assert_rest_served(&fs);
-    let out = check(store);
+    let out = check_store(store, &[]);
     assert_eq!(out.status.code(), Some(code), "{}", stdout(&out));
     assert!(
         stdout(&out).contains(&format!("{ARRAY}/zarr.json")),
@@ -109,9 +95,9 @@ fn an_index_bigger_than_the_configured_limit_is_shown_as_stored() {
     // raw_nocrc's shards need 3 entries (48 bytes); gzip_crc_end's 4 entries and a checksum.
     let cache = IndexCache::new(1 << 20).with_max_index_bytes(48);
     let fs = filesystem(open_store(&store).unwrap(), cache, None).unwrap();
-    assert_eq!(read(&fs, &format!("{ARRAY}/c/3")).unwrap(), twin(&format!("{ARRAY}/c/3")));
+    assert_eq!(read_path(&fs, &format!("{ARRAY}/c/3")).unwrap(), twin(&format!("{ARRAY}/c/3")));
     let shard = std::fs::read(store.join("zp/gzip_crc_end/c/1/0")).unwrap();
-    assert_eq!(read(&fs, "zp/gzip_crc_end/c/1/0").unwrap(), shard, "over the limit: shown as stored");
+    assert_eq!(read_path(&fs, "zp/gzip_crc_end/c/1/0").unwrap(), shard, "over the limit: shown as stored");
 }
 
 #[test]
@@ -119,18 +105,18 @@ fn absurd_shapes_show_what_is_in_bounds_and_nothing_else() {
     let store = sharded_copy();
     edit_document(store.path(), |d| d["shape"] = json!([0]));
     let fs = fs_of(store.path());
-    assert!(matches!(read(&fs, &format!("{ARRAY}/c/2")), Err(Error::NotFound)));
+    assert!(matches!(read_path(&fs, &format!("{ARRAY}/c/2")), Err(Error::NotFound)));
     assert!(names_in(&fs, ARRAY).iter().all(|n| n != "c"), "an empty array shows no chunk directory");
     assert_rest_served(&fs);
 
     let store = sharded_copy();
     edit_document(store.path(), |d| d["shape"] = json!([1u64 << 63]));
     let fs = fs_of(store.path());
-    assert_eq!(read(&fs, &format!("{ARRAY}/c/7")).unwrap(), twin(&format!("{ARRAY}/c/7")));
+    assert_eq!(read_path(&fs, &format!("{ARRAY}/c/7")).unwrap(), twin(&format!("{ARRAY}/c/7")));
     for far in ["c/2305843009213693951", "c/18446744073709551615", "c/99999999999999999999999"] {
-        assert!(matches!(read(&fs, &format!("{ARRAY}/{far}")), Err(Error::NotFound)), "{far}");
+        assert!(matches!(read_path(&fs, &format!("{ARRAY}/{far}")), Err(Error::NotFound)), "{far}");
     }
-    assert!(check(store.path()).status.success());
+    assert!(check_store(store.path(), &[]).status.success());
 }
 
 /// Truncates shard `c/1` of the array to `len` bytes.
@@ -150,9 +136,9 @@ fn truncated_shards_fail_their_chunks_at_every_cut() {
         for chunk in ["c/3", "c/4", "c/5"] {
             assert_damaged(&fs, &format!("{ARRAY}/{chunk}"), &shard);
         }
-        assert_eq!(read(&fs, &format!("{ARRAY}/c/2")).unwrap(), twin(&format!("{ARRAY}/c/2")), "cut at {len}");
+        assert_eq!(read_path(&fs, &format!("{ARRAY}/c/2")).unwrap(), twin(&format!("{ARRAY}/c/2")), "cut at {len}");
         assert_rest_served(&fs);
-        let out = check(store.path());
+        let out = check_store(store.path(), &[]);
         assert_eq!(out.status.code(), Some(1), "cut at {len}: {}", stdout(&out));
         assert!(stdout(&out).contains(shard.to_str().unwrap()), "cut at {len}: {}", stdout(&out));
     }
@@ -180,8 +166,8 @@ fn bad_index_entries_fail_only_their_chunk() {
         let fs = fs_of(store.path());
         eprintln!("case: {case}");
         assert_damaged(&fs, &format!("{ARRAY}/c/4"), &shard);
-        assert_eq!(read(&fs, &format!("{ARRAY}/c/3")).unwrap(), twin(&format!("{ARRAY}/c/3")), "{case}");
-        assert_eq!(check(store.path()).status.code(), Some(1), "{case}");
+        assert_eq!(read_path(&fs, &format!("{ARRAY}/c/3")).unwrap(), twin(&format!("{ARRAY}/c/3")), "{case}");
+        assert_eq!(check_store(store.path(), &[]).status.code(), Some(1), "{case}");
     }
 }
 
@@ -191,8 +177,8 @@ fn overlapping_entries_are_served_as_indexed_and_reported_by_check() {
     // Chunk 4 now points at chunk 3's bytes: every Zarr reader would read those, so the view does.
     set_entry(store.path(), 1, 0, 4);
     let fs = fs_of(store.path());
-    assert_eq!(read(&fs, &format!("{ARRAY}/c/4")).unwrap(), twin(&format!("{ARRAY}/c/3")));
-    let out = check(store.path());
+    assert_eq!(read_path(&fs, &format!("{ARRAY}/c/4")).unwrap(), twin(&format!("{ARRAY}/c/3")));
+    let out = check_store(store.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(stdout(&out).contains("overlap"), "{}", stdout(&out));
 }
@@ -218,7 +204,7 @@ fn shards_that_are_not_files_fail_their_chunks() {
         eprintln!("case: {case}");
         assert_damaged(&fs, &format!("{ARRAY}/c/4"), &shard);
         assert_rest_served(&fs);
-        let out = check(store.path());
+        let out = check_store(store.path(), &[]);
         assert_eq!(out.status.code(), Some(1), "{case}: {}", stdout(&out));
     }
 }
@@ -251,10 +237,10 @@ fn nothing_outside_the_store_is_read_or_written_through_a_link() {
 
     let fs = fs_of(store.path());
     for chunk in ["c/2", "c/3", "c/7"] {
-        assert!(read(&fs, &format!("{ARRAY}/{chunk}")).is_err(), "{chunk} was read through a link");
+        assert!(read_path(&fs, &format!("{ARRAY}/{chunk}")).is_err(), "{chunk} was read through a link");
     }
-    assert!(read(&fs, "zp/gzip_crc_end/c/2/0").is_err(), "a chunk was read through a linked shard");
-    assert_eq!(read(&fs, "zp/gzip_crc_end/c/4/0").unwrap(), twin("zp/gzip_crc_end/c/4/0"));
+    assert!(read_path(&fs, "zp/gzip_crc_end/c/2/0").is_err(), "a chunk was read through a linked shard");
+    assert_eq!(read_path(&fs, "zp/gzip_crc_end/c/4/0").unwrap(), twin("zp/gzip_crc_end/c/4/0"));
 
     // Writing a chunk of that array either cannot start (its directory cannot be entered) or
     // cannot be committed; either way nothing outside changes.

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
 const THREADS: u64 = 16;
 const CHUNKS: u64 = 4096;
 

@@ -16,10 +16,8 @@ use shardfs::store::faulty::FaultyStore;
 use shardfs::write::commit::{Changes, Outcome, commit, compact};
 use shardfs::write::journal::recover;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
-
 fn check(store: &std::path::Path, extra: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).arg("check").arg(store).args(extra).output().unwrap();
+    let out = check_store(store, extra);
     (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 

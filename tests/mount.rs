@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use shardfs::fuse::{self, MountSettings};
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
-
 fn settings() -> MountSettings {
     MountSettings { options: Vec::new(), threads: 4, read_only: true }
 }
@@ -47,10 +45,7 @@ fn running(pid: i32) -> bool {
 
 #[test]
 fn mounted_view_equals_the_unsharded_twin() {
-    if !fuse_available() {
-        return;
-    }
-    let mnt = TempDir::new("mnt");
+    let Some(mnt) = mount_point() else { return };
     let mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
     let (view, _) = walk_dir(mnt.path());
     let (twin, _) = walk_dir(&golden().join("unsharded"));
@@ -61,10 +56,7 @@ fn mounted_view_equals_the_unsharded_twin() {
 
 #[test]
 fn concurrent_readers_see_the_same_bytes() {
-    if !fuse_available() {
-        return;
-    }
-    let mnt = TempDir::new("mnt");
+    let Some(mnt) = mount_point() else { return };
     let _mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
     let (twin, _) = walk_dir(&golden().join("unsharded"));
     std::thread::scope(|s| {
@@ -82,16 +74,13 @@ fn concurrent_readers_see_the_same_bytes() {
 
 #[test]
 fn damaged_chunks_read_as_eio_and_the_rest_is_served() {
-    if !fuse_available() {
-        return;
-    }
+    let Some(mnt) = mount_point() else { return };
     let store = sharded_copy();
     let index_byte = store.path().join("zp/gzip_crc_end/c/1/0");
     let mut bytes = std::fs::read(&index_byte).unwrap();
     let n = bytes.len();
     bytes[n - 10] ^= 0xff;
     std::fs::write(&index_byte, bytes).unwrap();
-    let mnt = TempDir::new("mnt");
     let _mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
     let err = std::fs::read(mnt.path().join("zp/gzip_crc_end/c/2/0")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
@@ -103,11 +92,8 @@ fn damaged_chunks_read_as_eio_and_the_rest_is_served() {
 
 #[test]
 fn a_shard_replaced_underneath_is_seen_long_before_the_kernel_cache_expires() {
-    if !fuse_available() {
-        return;
-    }
+    let Some(mnt) = mount_point() else { return };
     let store = sharded_copy();
-    let mnt = TempDir::new("mnt");
     let _mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
     let array = "zp/big_endian_index";
     let (kept, gone, appears) = (mnt.path().join(array).join("c/1/0"), mnt.path().join(array).join("c/0/0"), "c/2/0");
@@ -154,10 +140,7 @@ fn acl_query_errno(path: &Path) -> i32 {
 
 #[test]
 fn a_read_only_mount_says_extended_attributes_are_unsupported_for_every_file() {
-    if !fuse_available() {
-        return;
-    }
-    let mnt = TempDir::new("mnt");
+    let Some(mnt) = mount_point() else { return };
     let mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
     // EOPNOTSUPP each time (which `ls -l` remembers for the mount), not "no ACL" (ENODATA, which
     // it asks again per file).
@@ -169,10 +152,7 @@ fn a_read_only_mount_says_extended_attributes_are_unsupported_for_every_file() {
 
 #[test]
 fn a_read_only_mount_refuses_writes() {
-    if !fuse_available() {
-        return;
-    }
-    let mnt = TempDir::new("mnt");
+    let Some(mnt) = mount_point() else { return };
     let _mounted = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
     let chunk = mnt.path().join("zp/raw_nocrc/c/3");
     let err = std::fs::OpenOptions::new().write(true).open(&chunk).unwrap_err();
@@ -190,14 +170,11 @@ fn cat_as_nobody(path: &Path) -> (bool, String) {
 
 #[test]
 fn the_view_honours_permission_bits_and_only_its_user_enters_without_allow_other() {
-    if !fuse_available() {
-        return;
-    }
+    let Some(mnt) = mount_point() else { return };
     let store = sharded_copy();
     use std::os::unix::fs::PermissionsExt;
     let private = store.path().join("zp/raw_nocrc/c/1");
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mnt = TempDir::new("mnt");
     let shared = MountSettings { options: vec!["allow_other".into()], ..settings() };
     let mounted = fuse::mount(fs_of(store.path()), mnt.path(), &shared).unwrap();
     let (ok, err) = cat_as_nobody(&mnt.path().join("zp/raw_nocrc/c/2"));
@@ -215,11 +192,8 @@ fn the_view_honours_permission_bits_and_only_its_user_enters_without_allow_other
 
 #[test]
 fn binary_mounts_in_the_background_and_unmounts() {
-    if !fuse_available() {
-        return;
-    }
+    let Some(mnt) = mount_point() else { return };
     let store = sharded_copy();
-    let mnt = TempDir::new("mnt");
     let _guard = UnmountGuard(mnt.path().to_path_buf());
     let log = store.path().join("shardfs.log");
     // Damage one shard so that the daemon has something to log.
@@ -252,11 +226,8 @@ fn binary_mounts_in_the_background_and_unmounts() {
 
 #[test]
 fn unmount_waits_for_the_daemon_so_a_remount_survives() {
-    if !fuse_available() {
-        return;
-    }
+    let Some(mnt) = mount_point() else { return };
     let store = sharded_copy();
-    let mnt = TempDir::new("mnt");
     let _guard = UnmountGuard(mnt.path().to_path_buf());
     let (s, m) = (store.path().to_str().unwrap(), mnt.path().to_str().unwrap());
     for round in 0..5 {
@@ -276,10 +247,7 @@ fn unmount_waits_for_the_daemon_so_a_remount_survives() {
 
 #[test]
 fn a_mount_unmounted_from_outside_leaves_the_next_mount_at_its_place_alone() {
-    if !fuse_available() {
-        return;
-    }
-    let mnt = TempDir::new("mnt");
+    let Some(mnt) = mount_point() else { return };
     let _guard = UnmountGuard(mnt.path().to_path_buf());
     let first = fuse::mount(fs_of(&golden().join("sharded")), mnt.path(), &settings()).unwrap();
     assert!(Command::new("umount").arg(mnt.path()).status().unwrap().success());
@@ -295,10 +263,7 @@ fn a_mount_unmounted_from_outside_leaves_the_next_mount_at_its_place_alone() {
 
 #[test]
 fn sigterm_unmounts_a_foreground_mount() {
-    if !fuse_available() {
-        return;
-    }
-    let mnt = TempDir::new("mnt");
+    let Some(mnt) = mount_point() else { return };
     let _guard = UnmountGuard(mnt.path().to_path_buf());
     let store = golden().join("sharded");
     let mut child =
@@ -362,11 +327,8 @@ fn demo_store_shows_its_features() {
 
 #[test]
 fn kill_9_loses_nothing_that_was_fsynced() {
-    if !fuse_available() {
-        return;
-    }
+    let Some(mnt) = mount_point() else { return };
     let store = sharded_copy();
-    let mnt = TempDir::new("mnt");
     let _guard = UnmountGuard(mnt.path().to_path_buf());
     let (s, m) = (store.path().to_str().unwrap(), mnt.path().to_str().unwrap());
     let mut child = Command::new(BIN).args(["mount", "-f", "--commit-idle-ms", "3600000", s, m]).spawn().unwrap();

@@ -59,7 +59,7 @@ fn write_file(fs: &ShardFs, path: &str, bytes: &[u8]) {
 }
 
 fn read(fs: &ShardFs, path: &str) -> Vec<u8> {
-    read_all(fs, ino(fs, path).unwrap())
+    read_path(fs, path).unwrap()
 }
 
 /// What a fresh read-only mount of the store shows at `path`.

@@ -5,6 +5,7 @@
 //! the `c` to the first coordinate (`c1/2`, `c1.2`, 0-d: `c`). Decoding is strict (canonical decimals only) so
 //! that every chunk has exactly one key and no stray file is mistaken for a chunk.
 
+use super::Unsupported;
 use serde_json::Value;
 
 /// Which family of chunk keys an array uses.
@@ -27,18 +28,18 @@ pub struct ChunkKeyEncoding {
 
 impl ChunkKeyEncoding {
     /// Parses the `chunk_key_encoding` field of a v3 array document.
-    pub fn from_json(value: &Value) -> Result<Self, String> {
+    pub fn from_json(value: &Value) -> Result<Self, Unsupported> {
         let name = value.get("name").and_then(Value::as_str).ok_or("chunk_key_encoding has no name")?;
         let (style, default_separator) = match name {
             "default" => (KeyStyle::Default, '/'),
             "v2" => (KeyStyle::V2, '.'),
-            other => return Err(format!("unsupported chunk_key_encoding {other:?}")),
+            other => return Err(format!("unsupported chunk_key_encoding {other:?}").into()),
         };
         let separator = match value.get("configuration").and_then(|c| c.get("separator")) {
             None => default_separator,
             Some(Value::String(s)) if s == "/" => '/',
             Some(Value::String(s)) if s == "." => '.',
-            Some(other) => return Err(format!("unsupported chunk key separator {other}")),
+            Some(other) => return Err(format!("unsupported chunk key separator {other}").into()),
         };
         Ok(Self { style, separator })
     }

@@ -7,6 +7,7 @@
 //! the only transformer shardfs accepts, without the `storage_transformers` field, as zarr-python
 //! 2.x writes unsharded arrays).
 
+use super::Unsupported;
 use serde_json::{Map, Value};
 
 use super::chunk_key::{ChunkKeyEncoding, KeyStyle};
@@ -63,32 +64,32 @@ pub fn interpret_array(bytes: &[u8]) -> Interpretation {
             let view = if pretty { serde_json::to_vec_pretty(&view) } else { serde_json::to_vec(&view) };
             Interpretation::ShardedArray { view: view.expect("a JSON map always serialises"), array }
         }
-        Err(reason) => Interpretation::Refused(reason),
+        Err(reason) => Interpretation::Refused(reason.0),
     }
 }
 
-fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
+fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, Unsupported> {
     let transformers = match doc.get("storage_transformers") {
         None => return Ok(None),
         Some(Value::Array(t)) => t,
-        Some(other) => return Err(format!("storage_transformers {other} is not a list")),
+        Some(other) => return Err(format!("storage_transformers {other} is not a list").into()),
     };
     let is_sharding = |t: &Value| t.get("extension").and_then(Value::as_str) == Some(SHARDING_TRANSFORMER);
     let (sharding, others): (Vec<&Value>, Vec<&Value>) = transformers.iter().partition(|t| is_sharding(t));
     match (sharding.as_slice(), others.as_slice()) {
         ([], []) => return Ok(None),
         ([_], []) => {}
-        (_, [other, ..]) => return Err(format!("storage transformer {other} is not supported")),
+        (_, [other, ..]) => return Err(format!("storage transformer {other} is not supported").into()),
         _ => return Err("more than one sharding storage transformer".into()),
     }
     let transformer = sharding[0];
     if transformer.get("type").and_then(Value::as_str) != Some("indexed") {
-        return Err(format!("sharding transformer type {} is not \"indexed\"", transformer["type"]));
+        return Err(format!("sharding transformer type {} is not \"indexed\"", transformer["type"]).into());
     }
     let array_shape = shape(doc.get("shape")).ok_or("shape is not a list of non-negative integers")?;
     let grid = doc.get("chunk_grid").ok_or("no chunk_grid")?;
     if grid.get("type").and_then(Value::as_str) != Some("regular") {
-        return Err(format!("chunk_grid {grid} is not regular"));
+        return Err(format!("chunk_grid {grid} is not regular").into());
     }
     let inner = shape(grid.get("chunk_shape")).ok_or("chunk_grid chunk_shape is not a list of integers")?;
     let per_shard = shape(transformer.get("configuration").and_then(|c| c.get("chunks_per_shard")))
@@ -100,7 +101,8 @@ fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
     {
         return Err(format!(
             "chunk shape {inner:?} and chunks_per_shard {per_shard:?} do not fit shape {array_shape:?}"
-        ));
+        )
+        .into());
     }
     let entries =
         per_shard.iter().try_fold(1u64, |n, c| n.checked_mul(*c).filter(|n| *n <= MAX_INDEX_ENTRIES)).ok_or_else(
@@ -109,7 +111,7 @@ fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
     let separator = match grid.get("separator").and_then(Value::as_str) {
         None | Some("/") => '/',
         Some(".") => '.',
-        Some(other) => return Err(format!("unsupported chunk key separator {other:?}")),
+        Some(other) => return Err(format!("unsupported chunk key separator {other:?}").into()),
     };
     let shard_shape: Option<Vec<u64>> = inner.iter().zip(&per_shard).map(|(c, k)| c.checked_mul(*k)).collect();
     let level = Level {
@@ -135,7 +137,7 @@ fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
 /// The document to store when `written` (a view document) replaces `stored`, a sharded array
 /// document of this layout: the written fields with the stored sharding transformer back. Fails
 /// when the written document changes the chunk grid or the compressor, which the stored shards fix.
-pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, String> {
+pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, Unsupported> {
     let parse = |b: &[u8]| match serde_json::from_slice(b) {
         Ok(Value::Object(doc)) => Ok(doc),
         _ => Err("not a JSON object".to_string()),
@@ -146,7 +148,7 @@ pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, String> {
     };
     for field in ["chunk_grid", "compressor", "data_type"] {
         if doc.get(field) != stored_view.get(field) {
-            return Err(format!("{field} differs from the array's; it cannot be stored sharded"));
+            return Err(format!("{field} differs from the array's; it cannot be stored sharded").into());
         }
     }
     doc.insert("storage_transformers".into(), stored["storage_transformers"].clone());

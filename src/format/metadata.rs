@@ -5,6 +5,7 @@
 //! codecs). A group's inline consolidated metadata repeats its children's documents, so each
 //! sharded child in it is rewritten the same way. Key order and pretty-printing are kept.
 
+use super::Unsupported;
 use serde_json::{Map, Value};
 
 use super::chunk_key::ChunkKeyEncoding;
@@ -78,7 +79,7 @@ pub fn interpret(bytes: &[u8]) -> Interpretation {
         Some("array") => match unsharded_array(&doc) {
             Ok(None) => Interpretation::Unchanged,
             Ok(Some((view, array))) => Interpretation::ShardedArray { view: to_bytes(&view, pretty), array },
-            Err(reason) => Interpretation::Refused(reason),
+            Err(reason) => Interpretation::Refused(reason.0),
         },
         Some("group") => match rewrite_consolidated(&doc) {
             Some(view) => Interpretation::Group { view: to_bytes(&view, pretty) },
@@ -92,7 +93,7 @@ pub fn interpret(bytes: &[u8]) -> Interpretation {
 type Doc = Map<String, Value>;
 
 /// The unsharded view of an array document: `Ok(None)` when it is not sharded.
-fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String> {
+fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, Unsupported> {
     let codecs = doc.get("codecs").and_then(Value::as_array).ok_or("codecs is not a list")?;
     if !codecs.iter().any(|c| codec_name(c) == Some("sharding_indexed")) {
         return Ok(None);
@@ -100,22 +101,22 @@ fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, String>
     let array_shape = shape(doc.get("shape")).ok_or("shape is not a list of non-negative integers")?;
     let grid = doc.get("chunk_grid").ok_or("no chunk_grid")?;
     if grid.get("name").and_then(Value::as_str) != Some("regular") {
-        return Err(format!("chunk_grid {grid} is not regular"));
+        return Err(format!("chunk_grid {grid} is not regular").into());
     }
     let shard_shape = shape(grid.get("configuration").and_then(|c| c.get("chunk_shape")))
         .ok_or("chunk_grid chunk_shape is not a list of integers")?;
     if shard_shape.len() != array_shape.len() || shard_shape.contains(&0) {
-        return Err(format!("shard shape {shard_shape:?} does not fit array shape {array_shape:?}"));
+        return Err(format!("shard shape {shard_shape:?} does not fit array shape {array_shape:?}").into());
     }
     match doc.get("storage_transformers") {
         None => {}
         Some(Value::Array(t)) if t.is_empty() => {}
-        Some(t) => return Err(format!("storage_transformers {t} are not supported")),
+        Some(t) => return Err(format!("storage_transformers {t} are not supported").into()),
     }
     for (key, value) in doc {
         let optional = value.get("must_understand") == Some(&Value::Bool(false));
         if !ARRAY_FIELDS.contains(&key.as_str()) && !optional {
-            return Err(format!("unknown field {key:?} must be understood"));
+            return Err(format!("unknown field {key:?} must be understood").into());
         }
     }
     let key_encoding = ChunkKeyEncoding::from_json(doc.get("chunk_key_encoding").ok_or("no chunk_key_encoding")?)?;
@@ -153,7 +154,7 @@ fn rewrite_consolidated(doc: &Doc) -> Option<Doc> {
 /// The document to store when `written` (a view document) replaces `stored`, the document of an
 /// array stored sharded: the written fields, with the stored chunk grid and codecs. Fails when the
 /// written document changes what the sharded layout fixes (chunk shape, codecs) or is no array.
-pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, String> {
+pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, Unsupported> {
     let doc = parse_object(written)?;
     let stored = parse_object(stored)?;
     let Some((stored_view, _)) = unsharded_array(&stored)? else {
@@ -162,7 +163,7 @@ pub fn reshard(written: &[u8], stored: &[u8]) -> Result<Vec<u8>, String> {
     Ok(to_bytes(&reshard_doc(&doc, &stored, &stored_view)?, written.contains(&b'\n')))
 }
 
-fn reshard_doc(doc: &Doc, stored: &Doc, stored_view: &Doc) -> Result<Doc, String> {
+fn reshard_doc(doc: &Doc, stored: &Doc, stored_view: &Doc) -> Result<Doc, Unsupported> {
     if doc.get("node_type") != Some(&Value::from("array")) {
         return Err("replacing a sharded array's document with a non-array one".into());
     }
@@ -171,7 +172,8 @@ fn reshard_doc(doc: &Doc, stored: &Doc, stored_view: &Doc) -> Result<Doc, String
             return Err(format!(
                 "{field} differs from the array's ({}); it cannot be stored sharded",
                 stored_view[field]
-            ));
+            )
+            .into());
         }
     }
     let mut out = doc.clone();
@@ -189,7 +191,7 @@ fn reshard_doc(doc: &Doc, stored: &Doc, stored_view: &Doc) -> Result<Doc, String
 pub fn reshard_consolidated(
     written: &[u8],
     stored_child: &dyn Fn(&str) -> Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, Unsupported> {
     let mut doc = parse_object(written)?;
     let Some(children) =
         doc.get_mut("consolidated_metadata").and_then(|c| c.get_mut("metadata")).and_then(Value::as_object_mut)
@@ -210,7 +212,7 @@ pub fn reshard_consolidated(
 /// The document that stores a new unsharded array sharded, `per_shard` inner chunks per shard
 /// along each dimension (one number: every dimension), with a crc32c index at the end. `None`
 /// when `written` is not an unsharded array with a regular grid.
-pub fn shard_new(written: &[u8], per_shard: &[u64]) -> Result<Option<Vec<u8>>, String> {
+pub fn shard_new(written: &[u8], per_shard: &[u64]) -> Result<Option<Vec<u8>>, Unsupported> {
     let mut doc = parse_object(written)?;
     let is_array =
         doc.get("node_type") == Some(&Value::from("array")) && doc.get("zarr_format") == Some(&Value::from(3));
@@ -226,7 +228,7 @@ pub fn shard_new(written: &[u8], per_shard: &[u64]) -> Result<Option<Vec<u8>>, S
     let factors: Vec<u64> = match per_shard {
         [k] => vec![*k; chunk.len()],
         list if list.len() == chunk.len() => list.to_vec(),
-        list => return Err(format!("--shard-new has {} factors for a {}-d array", list.len(), chunk.len())),
+        list => return Err(format!("--shard-new has {} factors for a {}-d array", list.len(), chunk.len()).into()),
     };
     let outer: Option<Vec<u64>> = chunk.iter().zip(&factors).map(|(c, k)| c.checked_mul(*k)).collect();
     let outer = outer.ok_or("shard shape overflows")?;
@@ -243,11 +245,11 @@ pub fn shard_new(written: &[u8], per_shard: &[u64]) -> Result<Option<Vec<u8>>, S
     Ok(Some(to_bytes(&doc, written.contains(&b'\n'))))
 }
 
-fn parse_object(bytes: &[u8]) -> Result<Doc, String> {
+fn parse_object(bytes: &[u8]) -> Result<Doc, Unsupported> {
     match serde_json::from_slice(bytes) {
         Ok(Value::Object(doc)) => Ok(doc),
         Ok(_) => Err("not a JSON object".into()),
-        Err(e) => Err(format!("not JSON: {e}")),
+        Err(e) => Err(format!("not JSON: {e}").into()),
     }
 }
 
@@ -361,10 +363,10 @@ mod tests {
         let view: Value = serde_json::from_slice(&view_of(&sharded_doc())).unwrap();
         let mut chunk = view.clone();
         chunk["chunk_grid"]["configuration"]["chunk_shape"] = json!([2, 2]);
-        assert!(reshard(&serde_json::to_vec(&chunk).unwrap(), &stored).unwrap_err().contains("chunk_grid"));
+        assert!(reshard(&serde_json::to_vec(&chunk).unwrap(), &stored).unwrap_err().0.contains("chunk_grid"));
         let mut codecs = view.clone();
         codecs["codecs"] = json!([{"name": "bytes"}]);
-        assert!(reshard(&serde_json::to_vec(&codecs).unwrap(), &stored).unwrap_err().contains("codecs"));
+        assert!(reshard(&serde_json::to_vec(&codecs).unwrap(), &stored).unwrap_err().0.contains("codecs"));
         let mut rank = view.clone();
         rank["shape"] = json!([3]);
         assert!(reshard(&serde_json::to_vec(&rank).unwrap(), &stored).is_err());

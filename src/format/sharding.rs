@@ -5,6 +5,7 @@
 //! of levels; the view shows the innermost chunks, and an innermost chunk is found by walking one
 //! index per level.
 
+use super::Unsupported;
 use serde_json::Value;
 
 use super::shard_index::{Endian, IndexLocation, IndexSpec};
@@ -43,7 +44,7 @@ pub struct Location {
 impl Sharding {
     /// Reads an array's codec chain. `Ok(None)`: not sharded. `Err`: sharded in a way that has no
     /// faithful unsharded view (the reason is meant for a log line).
-    pub fn from_codecs(shard_shape: &[u64], codecs: &[Value]) -> Result<Option<Self>, String> {
+    pub fn from_codecs(shard_shape: &[u64], codecs: &[Value]) -> Result<Option<Self>, Unsupported> {
         let Some(first) = codecs.first() else {
             return Err("empty codec chain".into());
         };
@@ -52,7 +53,8 @@ impl Sharding {
                 return Err(format!(
                     "codec {:?} comes before sharding_indexed, so inner chunks are not stored as such",
                     codec_name(&codecs[pos - 1]).unwrap_or("?")
-                ));
+                )
+                .into());
             }
             return Ok(None);
         }
@@ -64,7 +66,8 @@ impl Sharding {
                 return Err(format!(
                     "codec {:?} after sharding_indexed encodes whole shards, so inner chunks cannot be read alone",
                     codec_name(&chain[1]).unwrap_or("?")
-                ));
+                )
+                .into());
             }
             let config = chain[0].get("configuration").ok_or("sharding_indexed has no configuration")?;
             let level = parse_level(&outer_shape, config)?;
@@ -133,14 +136,16 @@ impl Sharding {
     }
 }
 
-fn parse_level(outer_shape: &[u64], config: &Value) -> Result<Level, String> {
+fn parse_level(outer_shape: &[u64], config: &Value) -> Result<Level, Unsupported> {
     let chunk_shape =
         shape(config.get("chunk_shape")).ok_or("sharding_indexed chunk_shape is not a list of integers")?;
     if chunk_shape.len() != outer_shape.len() {
-        return Err(format!("inner chunk_shape {chunk_shape:?} has another rank than shard shape {outer_shape:?}"));
+        return Err(
+            format!("inner chunk_shape {chunk_shape:?} has another rank than shard shape {outer_shape:?}").into()
+        );
     }
     if chunk_shape.iter().zip(outer_shape).any(|(c, s)| *c == 0 || s % c != 0) {
-        return Err(format!("inner chunk_shape {chunk_shape:?} does not divide shard shape {outer_shape:?}"));
+        return Err(format!("inner chunk_shape {chunk_shape:?} does not divide shard shape {outer_shape:?}").into());
     }
     let chunks_per_shard: Vec<u64> = outer_shape.iter().zip(&chunk_shape).map(|(s, c)| s / c).collect();
     let entries = chunks_per_shard
@@ -153,7 +158,7 @@ fn parse_level(outer_shape: &[u64], config: &Value) -> Result<Level, String> {
         None => IndexLocation::End,
         Some(Value::String(s)) if s == "end" => IndexLocation::End,
         Some(Value::String(s)) if s == "start" => IndexLocation::Start,
-        Some(other) => return Err(format!("unknown index_location {other}")),
+        Some(other) => return Err(format!("unknown index_location {other}").into()),
     };
     let index_codecs =
         config.get("index_codecs").and_then(Value::as_array).ok_or("sharding_indexed has no index_codecs")?;
@@ -164,21 +169,22 @@ fn parse_level(outer_shape: &[u64], config: &Value) -> Result<Level, String> {
             return Err(format!(
                 "index_codecs {} are not bytes optionally followed by crc32c",
                 Value::Array(index_codecs.clone())
-            ));
+            )
+            .into());
         }
     };
     Ok(Level { chunk_shape, chunks_per_shard, index: IndexSpec { entries, endian, checksum, location } })
 }
 
-fn bytes_endian(codec: &Value) -> Result<Endian, String> {
+fn bytes_endian(codec: &Value) -> Result<Endian, Unsupported> {
     if codec_name(codec) != Some("bytes") {
-        return Err(format!("index codec {codec} is not bytes"));
+        return Err(format!("index codec {codec} is not bytes").into());
     }
     match codec.get("configuration").and_then(|c| c.get("endian")) {
         None => Ok(Endian::Little),
         Some(Value::String(s)) if s == "little" => Ok(Endian::Little),
         Some(Value::String(s)) if s == "big" => Ok(Endian::Big),
-        Some(other) => Err(format!("unknown endian {other}")),
+        Some(other) => Err(format!("unknown endian {other}").into()),
     }
 }
 
@@ -246,11 +252,11 @@ mod tests {
         let gz = json!({"name": "gzip", "configuration": {"level": 1}});
         let transpose = json!({"name": "transpose", "configuration": {"order": [1, 0]}});
         let inner = sharded(json!([2, 2]), bytes());
-        assert!(Sharding::from_codecs(&[4, 4], &[inner.clone(), gz]).unwrap_err().contains("gzip"));
-        assert!(Sharding::from_codecs(&[4, 4], &[transpose, inner]).unwrap_err().contains("transpose"));
-        assert!(Sharding::from_codecs(&[4, 4], &[sharded(json!([3, 2]), bytes())]).unwrap_err().contains("divide"));
-        assert!(Sharding::from_codecs(&[4, 4], &[sharded(json!([2]), bytes())]).unwrap_err().contains("rank"));
+        assert!(Sharding::from_codecs(&[4, 4], &[inner.clone(), gz]).unwrap_err().0.contains("gzip"));
+        assert!(Sharding::from_codecs(&[4, 4], &[transpose, inner]).unwrap_err().0.contains("transpose"));
+        assert!(Sharding::from_codecs(&[4, 4], &[sharded(json!([3, 2]), bytes())]).unwrap_err().0.contains("divide"));
+        assert!(Sharding::from_codecs(&[4, 4], &[sharded(json!([2]), bytes())]).unwrap_err().0.contains("rank"));
         let huge = sharded(json!([1, 1]), bytes());
-        assert!(Sharding::from_codecs(&[1 << 13, 1 << 13], &[huge]).unwrap_err().contains("limit"));
+        assert!(Sharding::from_codecs(&[1 << 13, 1 << 13], &[huge]).unwrap_err().0.contains("limit"));
     }
 }

@@ -24,7 +24,7 @@ pub fn store_document(
         Err(store::Error::NotFound(_)) => None,
         Err(e) => return Err(e.into()),
     };
-    let refuse = |why: String| {
+    let refuse = |why: crate::format::Unsupported| {
         log::warn!("{}: not stored: {why}", store.describe(key));
         CommitError::Refused(format!("{key}: {why}"))
     };

@@ -204,6 +204,36 @@ pub fn assert_same_tree(view: &BTreeMap<String, Vec<u8>>, twin: &BTreeMap<String
     }
 }
 
+/// The `shardfs` binary of this build.
+pub const BIN: &str = env!("CARGO_BIN_EXE_shardfs");
+
+/// `shardfs check STORE EXTRA...`, run as users run it.
+pub fn check_store(store: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN).arg("check").arg(store).args(extra).output().unwrap()
+}
+
+/// The content of view file `path`, or the error of looking it up, opening or reading it.
+pub fn read_path(fs: &ShardFs, path: &str) -> Result<Vec<u8>, Error> {
+    let ino = lookup(fs, path)?;
+    let fh = fs.open(ino, shardfs::fs::OpenMode::default())?;
+    let mut out = Vec::new();
+    let read = loop {
+        match fs.read(fh, out.len() as u64, 1 << 20) {
+            Ok(piece) if piece.is_empty() => break Ok(out),
+            Ok(piece) => out.extend(piece),
+            Err(e) => break Err(e),
+        }
+    };
+    fs.release(fh);
+    read
+}
+
+/// A fresh mount point for a test that mounts, or `None` where FUSE cannot be used (see
+/// [`fuse_available`]: loudly skipped, or a failure with `SHARDFS_REQUIRE_FUSE=1`).
+pub fn mount_point() -> Option<TempDir> {
+    fuse_available().then(|| TempDir::new("mnt"))
+}
+
 /// True when FUSE can be used here. When it cannot, says so loudly and returns false, unless
 /// `SHARDFS_REQUIRE_FUSE=1`, which makes a missing FUSE a failure instead of a skip.
 pub fn fuse_available() -> bool {
