@@ -5,27 +5,32 @@
 //! - [`metadata`]: `zarr.json` documents and the unsharded view of a sharded array.
 //! - [`sharding`]: the `sharding_indexed` codec configuration, possibly nested.
 //! - [`shard_index`]: the (offset, nbytes) index at the start or end of a shard.
+//! - [`source`]: the kinds of store shardfs reads (the sharding codec, the draft transformer),
+//!   one implementation each; [`recognise`] is the one place a store's kind is decided.
+//! - [`error`]: why a document cannot be shown or stored.
 
 pub mod chunk_key;
 pub mod draft;
+pub mod error;
 pub mod metadata;
 pub mod shard_index;
 pub mod sharding;
+pub mod source;
 
-/// Why a document cannot be shown or stored the way shardfs needs (the reason, for a log line or
-/// an error message).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unsupported(pub String);
+use std::sync::Arc;
 
-impl From<String> for Unsupported {
-    fn from(reason: String) -> Self {
-        Unsupported(reason)
-    }
-}
+use serde_json::Value;
 
-impl From<&str> for Unsupported {
-    fn from(reason: &str) -> Self {
-        Unsupported(reason.to_string())
+pub use error::Unsupported;
+use source::SourceFormat;
+
+/// The kind of a store whose root document is `root`; `None` when shardfs reads no such store.
+pub fn recognise(root: &Value) -> Option<Arc<dyn SourceFormat>> {
+    if root.get("zarr_format") == Some(&Value::from(3)) {
+        Some(Arc::new(metadata::ShardingCodec))
+    } else if draft::is_bootstrap(root) {
+        Some(Arc::new(draft::DraftTransformer))
+    } else {
+        None
     }
 }

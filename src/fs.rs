@@ -223,8 +223,8 @@ impl ShardFs {
         for key in self.pending.as_ref().map(|p| p.take_committed()).unwrap_or_default() {
             self.freshness.rebase(&key, stamp_of(&key));
         }
-        let layout = self.ns.layout();
-        let changed = self.freshness.changed(stamp_of, |key| layout.is_document(key));
+        let source = self.ns.source();
+        let changed = self.freshness.changed(stamp_of, |key| source.is_document(key));
         let inodes = self.inodes.lock();
         changed
             .into_iter()

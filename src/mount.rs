@@ -46,7 +46,7 @@ pub fn open_store(path: &Path) -> Result<Arc<dyn Store>, String> {
         .map_err(|e| format!("{shown}: not a Zarr v3 store: cannot read {ZARR_JSON} at its root: {e}"))?;
     let doc: serde_json::Value =
         serde_json::from_slice(&doc).map_err(|e| format!("{}: not a Zarr v3 store: {e}", store.describe(ZARR_JSON)))?;
-    if doc.get("zarr_format") != Some(&serde_json::Value::from(3)) && !crate::format::draft::is_bootstrap(&doc) {
+    if crate::format::recognise(&doc).is_none() {
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
     Ok(Arc::new(store))

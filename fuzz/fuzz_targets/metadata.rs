@@ -3,11 +3,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shardfs::format::{draft, metadata};
+use shardfs::format::{draft, metadata, source};
 
 fuzz_target!(|data: &[u8]| {
     for interpretation in [metadata::interpret(data), draft::interpret_array(data)] {
-        if let metadata::Interpretation::ShardedArray { view, array } = interpretation {
+        if let source::Interpretation::ShardedArray { view, array } = interpretation {
             assert!(serde_json::from_slice::<serde_json::Value>(&view).is_ok(), "the view is not JSON");
             assert_eq!(array.shape.len(), array.sharding.shard_shape.len());
         }

@@ -5,7 +5,7 @@
 //! the `c` to the first coordinate (`c1/2`, `c1.2`, 0-d: `c`). Decoding is strict (canonical decimals only) so
 //! that every chunk has exactly one key and no stray file is mistaken for a chunk.
 
-use super::Unsupported;
+use super::error::Unsupported;
 use serde_json::Value;
 
 /// Which family of chunk keys an array uses.

@@ -7,13 +7,13 @@
 //! the only transformer shardfs accepts, without the `storage_transformers` field, as zarr-python
 //! 2.x writes unsharded arrays).
 
-use super::Unsupported;
+use super::error::Unsupported;
 use serde_json::{Map, Value};
 
 use super::chunk_key::{ChunkKeyEncoding, KeyStyle};
-use super::metadata::{Interpretation, ShardedArrayMeta};
 use super::shard_index::{Endian, IndexLocation, IndexSpec};
 use super::sharding::{Level, MAX_INDEX_ENTRIES, Sharding, shape};
+use super::source::{Interpretation, ShardedArrayMeta, SourceFormat};
 
 /// `zarr_format` of the root bootstrap document.
 pub const CORE_PROTOCOL: &str = "https://purl.org/zarr/spec/protocol/core/3.0";
@@ -132,6 +132,40 @@ fn unsharded(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, Unsupported> 
         ["data_type", "compressor", "filters"].map(|field| doc.get(field).cloned().unwrap_or_default()).to_vec(),
     );
     Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding, chunk_format })))
+}
+
+/// The draft storage-transformer layout as a [`SourceFormat`].
+#[derive(Debug, Clone, Copy)]
+pub struct DraftTransformer;
+
+impl SourceFormat for DraftTransformer {
+    fn document_key(&self, dir: &str) -> Option<String> {
+        document_key(dir)
+    }
+
+    fn is_document(&self, key: &str) -> bool {
+        key.starts_with("meta/") && key.ends_with(ARRAY_SUFFIX)
+    }
+
+    fn array_dir(&self, key: &str) -> Option<String> {
+        data_dir(key)
+    }
+
+    fn interpret(&self, key: &str, bytes: &[u8]) -> Interpretation {
+        if key.ends_with(ARRAY_SUFFIX) { interpret_array(bytes) } else { Interpretation::Unchanged }
+    }
+
+    fn reshard(&self, _key: &str, written: &[u8], stored: &[u8]) -> Result<Vec<u8>, Unsupported> {
+        reshard(written, stored)
+    }
+
+    fn documents_root(&self) -> &'static str {
+        "meta"
+    }
+
+    fn chunks_beside_document(&self) -> bool {
+        false
+    }
 }
 
 /// The document to store when `written` (a view document) replaces `stored`, a sharded array

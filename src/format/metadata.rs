@@ -5,11 +5,12 @@
 //! codecs). A group's inline consolidated metadata repeats its children's documents, so each
 //! sharded child in it is rewritten the same way. Key order and pretty-printing are kept.
 
-use super::Unsupported;
+use super::error::Unsupported;
 use serde_json::{Map, Value};
 
 use super::chunk_key::ChunkKeyEncoding;
 use super::sharding::{Sharding, codec_name, shape};
+use super::source::{Interpretation, ShardedArrayMeta, SourceFormat};
 
 /// Name of the metadata document of every Zarr v3 node.
 pub const ZARR_JSON: &str = "zarr.json";
@@ -28,41 +29,6 @@ const ARRAY_FIELDS: &[&str] = &[
     "dimension_names",
     "storage_transformers",
 ];
-
-/// A sharded array that shardfs shows unsharded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardedArrayMeta {
-    pub shape: Vec<u64>,
-    pub key_encoding: ChunkKeyEncoding,
-    pub sharding: Sharding,
-    /// The other fields that fix what an inner chunk's bytes mean (the data type; in the draft
-    /// layout also the compressor and filters): chunks written under one value are garbage under
-    /// another.
-    pub chunk_format: Value,
-}
-
-impl ShardedArrayMeta {
-    /// True when an inner chunk at given grid coordinates is the same stored object, with bytes
-    /// meaning the same, in both arrays: only the shape (and attributes) may differ.
-    pub fn same_chunks(&self, other: &ShardedArrayMeta) -> bool {
-        self.key_encoding == other.key_encoding
-            && self.sharding == other.sharding
-            && self.chunk_format == other.chunk_format
-    }
-}
-
-/// What shardfs makes of one `zarr.json`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Interpretation {
-    /// Not something shardfs changes (a plain group, an unsharded array, not Zarr v3 at all).
-    Unchanged,
-    /// A group whose inline consolidated metadata lists sharded arrays.
-    Group { view: Vec<u8> },
-    /// A sharded array, shown as the equivalent unsharded array.
-    ShardedArray { view: Vec<u8>, array: ShardedArrayMeta },
-    /// A sharded array with no faithful unsharded view; the reason is meant for a log line.
-    Refused(String),
-}
 
 /// Reads one `zarr.json` and decides how the view shows it.
 pub fn interpret(bytes: &[u8]) -> Interpretation {
@@ -126,6 +92,41 @@ fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, Unsuppo
     view["codecs"] = Value::from(sharding.inner_codecs.clone());
     let chunk_format = doc.get("data_type").cloned().unwrap_or_default();
     Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding, chunk_format })))
+}
+
+/// Zarr v3 with the `sharding_indexed` codec, as a [`SourceFormat`]: `zarr.json` in every
+/// node's directory, chunks (shards) below the array's.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardingCodec;
+
+impl SourceFormat for ShardingCodec {
+    fn document_key(&self, dir: &str) -> Option<String> {
+        Some(if dir.is_empty() { ZARR_JSON.to_string() } else { format!("{dir}/{ZARR_JSON}") })
+    }
+
+    fn is_document(&self, key: &str) -> bool {
+        key.rsplit('/').next() == Some(ZARR_JSON)
+    }
+
+    fn array_dir(&self, key: &str) -> Option<String> {
+        Some(key.rsplit_once('/').map_or("", |(dir, _)| dir).to_string())
+    }
+
+    fn interpret(&self, _key: &str, bytes: &[u8]) -> Interpretation {
+        interpret(bytes)
+    }
+
+    fn reshard(&self, _key: &str, written: &[u8], stored: &[u8]) -> Result<Vec<u8>, Unsupported> {
+        reshard(written, stored)
+    }
+
+    fn documents_root(&self) -> &'static str {
+        ""
+    }
+
+    fn chunks_beside_document(&self) -> bool {
+        true
+    }
 }
 
 /// The group document with each sharded child in its consolidated metadata rewritten, or `None`

@@ -5,7 +5,7 @@
 //! of levels; the view shows the innermost chunks, and an innermost chunk is found by walking one
 //! index per level.
 
-use super::Unsupported;
+use super::error::Unsupported;
 use serde_json::Value;
 
 use super::shard_index::{Endian, IndexLocation, IndexSpec};

@@ -54,7 +54,7 @@ impl ShardFs {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
                 }
-                if self.ns.layout().is_document(&join(dir, name)) {
+                if self.ns.source().is_document(&join(dir, name)) {
                     return Ok(Target::Document(join(dir, name)));
                 }
                 if let Some(array) = self.ns.array_at(dir)? {
@@ -78,7 +78,7 @@ impl ShardFs {
 
     /// The node a store key is shown as.
     fn store_node(&self, key: &str) -> Node {
-        if self.ns.layout().is_document(key) { Node::Document(key.to_string()) } else { Node::Backing(key.to_string()) }
+        if self.ns.source().is_document(key) { Node::Document(key.to_string()) } else { Node::Backing(key.to_string()) }
     }
 
     /// The whole current content of a file of the view.
@@ -429,9 +429,9 @@ impl ShardFs {
     }
 
     fn store_document(&self, key: &str, content: &[u8]) -> Result<()> {
-        let dir = self.ns.layout().array_dir(key);
+        let dir = self.ns.source().array_dir(key);
         let before = dir.as_deref().map(|dir| self.ns.array_at(dir)).transpose()?.flatten();
-        store_document(self.ns.store(), key, content, self.shard_new.as_deref())?;
+        store_document(self.ns.store(), self.ns.source(), key, content, self.shard_new.as_deref())?;
         if let (Some(before), Some(dir)) = (before, &dir) {
             self.delete_outside(&before, dir)?;
         }

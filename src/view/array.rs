@@ -6,7 +6,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use crate::format::chunk_key::ChunkKeyEncoding;
-use crate::format::metadata::ShardedArrayMeta;
+use crate::format::source::ShardedArrayMeta;
 
 use crate::store::{PRIVATE_DIR, Stamp, join};
 

@@ -1,10 +1,11 @@
 //! Every array of a store that the view shows unsharded (and those it refuses), found by walking
 //! the store's metadata documents; for the commands that go through a whole store.
 
-use crate::format::metadata::Interpretation;
+use crate::format::source::Interpretation;
+use crate::format::source::SourceFormat;
 use crate::store::{self, Kind, PRIVATE_DIR, Store, join};
 use crate::view::array::ShardedArray;
-use crate::view::documents::Layout;
+use crate::view::documents::source_of;
 
 /// The arrays of a store that the view shows unsharded, and those it refuses.
 #[derive(Debug, Default)]
@@ -19,21 +20,26 @@ pub struct FoundArrays {
 /// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
 pub fn find_arrays(store: &dyn Store) -> Result<FoundArrays, store::Error> {
     let mut found = FoundArrays::default();
-    let layout = Layout::detect(store);
-    let top = if layout == Layout::Draft { "meta" } else { "" };
-    if layout == Layout::Draft && !store.attr(top).is_ok_and(|a| a.kind == Kind::Dir) {
+    let source = source_of(store);
+    let top = source.documents_root();
+    if !store.attr(top).is_ok_and(|a| a.kind == Kind::Dir) {
         return Ok(found);
     }
-    find_in(store, layout, top, &mut found)?;
+    find_in(store, &*source, top, &mut found)?;
     Ok(found)
 }
 
-fn find_in(store: &dyn Store, layout: Layout, dir: &str, found: &mut FoundArrays) -> Result<(), store::Error> {
+fn find_in(
+    store: &dyn Store,
+    source: &dyn SourceFormat,
+    dir: &str,
+    found: &mut FoundArrays,
+) -> Result<(), store::Error> {
     let (mut entries, _) = store.list(dir)?;
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, kind) in &entries {
         let key = join(dir, name);
-        if *kind != Kind::File || !layout.is_document(&key) {
+        if *kind != Kind::File || !source.is_document(&key) {
             continue;
         }
         let bytes = store.read(&key)?;
@@ -41,12 +47,12 @@ fn find_in(store: &dyn Store, layout: Layout, dir: &str, found: &mut FoundArrays
             found.invalid.push((key, "not a JSON object".into()));
             continue;
         }
-        match layout.interpret(&key, &bytes) {
+        match source.interpret(&key, &bytes) {
             Interpretation::ShardedArray { array, .. } => {
-                if let Some(array_dir) = layout.array_dir(&key) {
+                if let Some(array_dir) = source.array_dir(&key) {
                     found.sharded.push(ShardedArray::new(&array_dir, array));
                 }
-                if layout == Layout::V3 {
+                if source.chunks_beside_document() {
                     return Ok(());
                 }
             }
@@ -56,7 +62,7 @@ fn find_in(store: &dyn Store, layout: Layout, dir: &str, found: &mut FoundArrays
     }
     for (name, kind) in entries {
         if kind == Kind::Dir && !(dir.is_empty() && name == PRIVATE_DIR) {
-            find_in(store, layout, &join(dir, &name), found)?;
+            find_in(store, source, &join(dir, &name), found)?;
         }
     }
     Ok(())

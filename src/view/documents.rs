@@ -1,6 +1,6 @@
 //! Metadata documents as the view serves them (`zarr.json`, or the draft layout's
 //! `.array.json`), cached per file version so that each document is parsed (and each refusal
-//! logged) once per change, and the [`Layout`] that says where a store keeps them.
+//! logged) once per change, read as the store's source format says.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,9 +9,11 @@ use parking_lot::Mutex;
 
 use super::array::ShardedArray;
 use super::error::Result;
-use crate::format::draft;
-use crate::format::metadata::{Interpretation, ZARR_JSON, interpret};
-use crate::store::{self, Attr, Kind, Stamp, Store, join};
+use crate::format::metadata::{ShardingCodec, ZARR_JSON};
+use crate::format::recognise;
+use crate::format::source::Interpretation;
+use crate::format::source::SourceFormat;
+use crate::store::{self, Attr, Kind, Stamp, Store};
 
 /// How the view serves one `zarr.json`.
 #[derive(Debug)]
@@ -25,55 +27,11 @@ pub struct Document {
     pub readable: bool,
 }
 
-/// Which Zarr v3 layout a store uses, and so where its array documents live.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Layout {
-    /// Zarr v3: `zarr.json` in every node's directory.
-    #[default]
-    V3,
-    /// The draft storage-transformer layout of zarr-python 2.x (see [`draft`]).
-    Draft,
-}
-
-impl Layout {
-    /// The layout of `store`, told by its root `zarr.json`.
-    pub fn detect(store: &dyn Store) -> Layout {
-        let root = store.read(ZARR_JSON).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-        if root.as_ref().is_some_and(draft::is_bootstrap) { Layout::Draft } else { Layout::V3 }
-    }
-
-    /// The key of the document of the array whose chunks would live in directory `dir`.
-    pub fn document_key(self, dir: &str) -> Option<String> {
-        match self {
-            Layout::V3 => Some(join(dir, ZARR_JSON)),
-            Layout::Draft => draft::document_key(dir),
-        }
-    }
-
-    /// True when the file at `key` is a metadata document that the view may rewrite.
-    pub fn is_document(self, key: &str) -> bool {
-        match self {
-            Layout::V3 => key.rsplit('/').next() == Some(ZARR_JSON),
-            Layout::Draft => key.starts_with("meta/") && key.ends_with(draft::ARRAY_SUFFIX),
-        }
-    }
-
-    /// The directory holding the chunks of the array described by document `key`.
-    pub fn array_dir(self, key: &str) -> Option<String> {
-        match self {
-            Layout::V3 => Some(key.rsplit_once('/').map_or("", |(dir, _)| dir).to_string()),
-            Layout::Draft => draft::data_dir(key),
-        }
-    }
-
-    /// How the view shows the document at `key`, whose content is `bytes`.
-    pub fn interpret(self, key: &str, bytes: &[u8]) -> Interpretation {
-        match self {
-            Layout::Draft if key.ends_with(draft::ARRAY_SUFFIX) => draft::interpret_array(bytes),
-            Layout::Draft => Interpretation::Unchanged,
-            Layout::V3 => interpret(bytes),
-        }
-    }
+/// The source format of `store`, told by its root document (the sharding codec when there is
+/// none to tell: the view then shows the store as it is).
+pub fn source_of(store: &dyn Store) -> Arc<dyn SourceFormat> {
+    let root = store.read(ZARR_JSON).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    root.as_ref().and_then(recognise).unwrap_or_else(|| Arc::new(ShardingCodec))
 }
 
 /// What an array's document says now, for pending writes made under an earlier version of it.
@@ -89,21 +47,22 @@ pub enum ArrayState {
 }
 
 /// Interpretations of the store's metadata documents keyed by store key.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Documents {
-    layout: Layout,
+    source: Arc<dyn SourceFormat>,
     /// Arrays whose shards need a bigger index than this are shown as stored.
     max_index_bytes: u64,
     cache: Mutex<HashMap<String, (Stamp, Arc<Document>)>>,
 }
 
 impl Documents {
-    pub fn new(layout: Layout, max_index_bytes: u64) -> Self {
-        Documents { layout, max_index_bytes, cache: Mutex::default() }
+    pub fn new(source: Arc<dyn SourceFormat>, max_index_bytes: u64) -> Self {
+        Documents { source, max_index_bytes, cache: Mutex::default() }
     }
 
-    pub fn layout(&self) -> Layout {
-        self.layout
+    /// How the store keeps its arrays.
+    pub fn source(&self) -> &dyn SourceFormat {
+        &*self.source
     }
 
     /// The document at `key` (a `zarr.json` whose attributes are `attr`), from cache when the
@@ -117,10 +76,10 @@ impl Documents {
         let bytes = store.read(key)?;
         let shown = store.describe(key);
         let readable = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object());
-        let (view, array) = match self.limited(self.layout.interpret(key, &bytes)) {
+        let (view, array) = match self.limited(self.source.interpret(key, &bytes)) {
             Interpretation::Unchanged => (None, None),
             Interpretation::Group { view } => (Some(view.into()), None),
-            Interpretation::ShardedArray { view, array } => match self.layout.array_dir(key) {
+            Interpretation::ShardedArray { view, array } => match self.source.array_dir(key) {
                 Some(dir) => {
                     (Some(view.into()), Some(Arc::new(ShardedArray::new(&dir, array).read_from(key, attr.stamp))))
                 }
@@ -153,7 +112,7 @@ impl Documents {
 
     /// What the document of the array whose directory is `dir` says now (see [`ArrayState`]).
     pub fn state_at(&self, store: &dyn Store, dir: &str) -> Result<ArrayState> {
-        let Some(key) = self.layout.document_key(dir) else { return Ok(ArrayState::Other) };
+        let Some(key) = self.source.document_key(dir) else { return Ok(ArrayState::Other) };
         match store.attr(&key) {
             Ok(attr) if attr.kind == Kind::File => {
                 let doc = self.get(store, &key, &attr)?;
@@ -177,7 +136,7 @@ impl Documents {
 
     /// The sharded array whose directory is `dir`, if the view shows one there.
     pub fn array_at(&self, store: &dyn Store, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
-        let Some(key) = self.layout.document_key(dir) else { return Ok(None) };
+        let Some(key) = self.source.document_key(dir) else { return Ok(None) };
         // Asked on every operation in an array: the cached version is usually still there.
         let cached = self.cache.lock().get(&key).map(|(stamp, doc)| (*stamp, doc.array.clone()));
         if let Some((stamp, array)) = cached

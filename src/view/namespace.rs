@@ -15,13 +15,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::array::{ArrayPath, ShardedArray};
-use super::documents::{ArrayState, Documents, Layout};
+use super::documents::{ArrayState, Documents, source_of};
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::shards::{ChunkState, Shards, shard_prefix, shards_on_disk};
 use super::sources::Sources;
 use crate::format::chunk_key::KeyStyle;
+use crate::format::source::SourceFormat;
 use crate::store::{Attr, Kind, Object, PRIVATE_DIR, Space, Stamp, Store, join};
 
 /// A directory's listing: the entries known at once, sorted by name, then, in a directory of
@@ -167,13 +168,13 @@ pub struct Namespace {
 impl Namespace {
     /// The view of `store`, showing the pending writes of `overlay`.
     pub fn new(store: Arc<dyn Store>, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
-        let documents = Documents::new(Layout::detect(&*store), cache.max_index_bytes());
+        let documents = Documents::new(source_of(&*store), cache.max_index_bytes());
         Namespace { store, documents, shards: Shards::new(cache), overlay }
     }
 
     /// Where the store keeps its metadata documents.
-    pub fn layout(&self) -> Layout {
-        self.documents.layout()
+    pub fn source(&self) -> &dyn SourceFormat {
+        self.documents.source()
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -276,7 +277,7 @@ impl Namespace {
     }
 
     fn backing_node(&self, key: String) -> Result<Node> {
-        let is_document = self.layout().is_document(&key);
+        let is_document = self.source().is_document(&key);
         if is_document && self.store.attr(&key)?.kind == Kind::File {
             return Ok(Node::Document(key));
         }
@@ -377,7 +378,7 @@ impl Namespace {
         let mut dir = key;
         while !dir.is_empty() {
             dir = crate::store::parent_key(dir);
-            let Some(document) = self.layout().document_key(dir) else { continue };
+            let Some(document) = self.source().document_key(dir) else { continue };
             let stamp = self.store.attr(&document).ok().map(|a| a.stamp);
             found.push((document, stamp));
             if stamp.is_some() {

@@ -6,14 +6,16 @@
 //! atomically: written beside it, fsync'd, renamed over it.
 
 use super::error::CommitError;
-use crate::format::draft;
-use crate::format::metadata::{Interpretation, interpret, reshard, reshard_consolidated, shard_new};
+use crate::format::metadata::{reshard_consolidated, shard_new};
+use crate::format::source::Interpretation;
+use crate::format::source::SourceFormat;
 use crate::store::{self, PutMode, Store, join, lock};
 
 /// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
 /// `.array.json`).
 pub fn store_document(
     store: &dyn Store,
+    source: &dyn SourceFormat,
     key: &str,
     written: &[u8],
     shard_new_factors: Option<&[u64]>,
@@ -28,15 +30,13 @@ pub fn store_document(
         log::warn!("{}: not stored: {why}", store.describe(key));
         CommitError::Refused(format!("{key}: {why}"))
     };
-    let draft_array = key.ends_with(draft::ARRAY_SUFFIX);
-    let interpret = |doc: &[u8]| if draft_array { draft::interpret_array(doc) } else { interpret(doc) };
     let stored_is_sharded =
-        stored.as_deref().is_some_and(|s| matches!(interpret(s), Interpretation::ShardedArray { .. }));
+        stored.as_deref().is_some_and(|s| matches!(source.interpret(key, s), Interpretation::ShardedArray { .. }));
     let stored_is_array = stored.as_deref().is_some_and(|s| {
         serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
     });
     let document = if let Some(stored) = stored.as_deref().filter(|_| stored_is_sharded) {
-        if draft_array { draft::reshard(written, stored) } else { reshard(written, stored) }.map_err(refuse)?
+        source.reshard(key, written, stored).map_err(refuse)?
     } else if let Some(regrouped) =
         reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
             .map_err(refuse)?
