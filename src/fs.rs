@@ -24,6 +24,7 @@ use crate::view::error::Result as ViewResult;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{Answer, ChunkCursor, ChunkFiles, Content, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
+use crate::view::presentation::Presentation;
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
 use freshness::Freshness;
@@ -110,8 +111,9 @@ enum Handle {
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
     /// A store file opened for writing.
     Store { file: Box<dyn OpenFile>, append: bool },
-    /// A `zarr.json` opened for writing: stored, translated, when it is closed or fsync'd.
-    Document { key: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool },
+    /// A metadata document of the view (at this view path) opened for writing: stored,
+    /// translated, when it is closed or fsync'd.
+    Document { path: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool },
 }
 
 /// The filesystem: a [`Namespace`] plus the inode and handle tables the kernel protocol needs,
@@ -145,17 +147,23 @@ fn find_ino(inodes: &HashMap<u64, Inode>, path: &str) -> Option<u64> {
 }
 
 impl ShardFs {
-    /// A read-only filesystem over `store`.
-    pub fn read_only(store: Arc<dyn Store>, cache: IndexCache) -> Self {
-        Self::build(Namespace::new(store, cache, Arc::new(NoOverlay)), None)
+    /// A read-only filesystem over `store`, shown as `presentation` says.
+    pub fn read_only(store: Arc<dyn Store>, presentation: Arc<dyn Presentation>, cache: IndexCache) -> Self {
+        Self::build(Namespace::new(store, presentation, cache, Arc::new(NoOverlay)), None)
     }
 
     /// A writable filesystem over `store`: chunk writes are committed to shards as the options'
     /// policy says, shards past the threshold and idle ones by a background thread.
-    pub fn writable(store: Arc<dyn Store>, cache: IndexCache, options: WriteOptions) -> Self {
+    pub fn writable(
+        store: Arc<dyn Store>,
+        presentation: Arc<dyn Presentation>,
+        cache: IndexCache,
+        options: WriteOptions,
+    ) -> Self {
         let policy = options.policy;
         let pending = Arc::new(Pending::new(policy));
-        let mut fs = Self::build(Namespace::new(store, cache, pending.clone()), Some(pending.clone()));
+        let ns = Namespace::new(store, presentation, cache, pending.clone());
+        let mut fs = Self::build(ns, Some(pending.clone()));
         fs.shard_new = options.shard_new;
         let stop = fs.stop_committer.clone();
         let ns = fs.ns.clone();

@@ -15,6 +15,7 @@ use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
+use crate::view::presentation::ZarrV3;
 use crate::write::journal;
 
 /// Everything `shardfs mount` needs, already parsed.
@@ -74,12 +75,14 @@ fn check_fuse_device() -> Result<(), String> {
 /// Builds the filesystem for a store: read-only, or writable as `writes` says, after settling the
 /// commits a crash left unfinished.
 pub fn filesystem(store: Arc<dyn Store>, cache: IndexCache, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
-    let Some(options) = writes else { return Ok(ShardFs::read_only(store, cache)) };
+    // The one presentation so far: the unsharded Zarr v3 store.
+    let presentation = Arc::new(ZarrV3);
+    let Some(options) = writes else { return Ok(ShardFs::read_only(store, presentation, cache)) };
     let recovered = journal::recover(&*store).map_err(|e| format!("{}: recovery failed: {e}", store.describe("")))?;
     for done in recovered {
         log::warn!("recovered an unfinished commit: {done:?}");
     }
-    Ok(ShardFs::writable(store, cache, options))
+    Ok(ShardFs::writable(store, presentation, cache, options))
 }
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).

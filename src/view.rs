@@ -9,6 +9,7 @@
 //! - [`index_cache`]: decoded shard indexes in a byte-bounded LRU, revalidated per file version.
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
 //! - [`namespace`]: path resolution and directory listings.
+//! - [`presentation`]: what the view shows: metadata files, chunk names, write-back (the seam).
 //! - [`overlay`]: the hook through which uncommitted writes show in the view.
 //! - [`sources`]: the store files (and versions) an answer was read from.
 
@@ -19,5 +20,6 @@ pub mod error;
 pub mod index_cache;
 pub mod namespace;
 pub mod overlay;
+pub mod presentation;
 pub mod shards;
 pub mod sources;

@@ -54,7 +54,7 @@ impl ShardFs {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
                 }
-                if self.ns.source().is_document(&join(dir, name)) {
+                if self.ns.document_at(&join(dir, name)).is_some() {
                     return Ok(Target::Document(join(dir, name)));
                 }
                 if let Some(array) = self.ns.array_at(dir)? {
@@ -78,7 +78,11 @@ impl ShardFs {
 
     /// The node a store key is shown as.
     fn store_node(&self, key: &str) -> Node {
-        if self.ns.source().is_document(key) { Node::Document(key.to_string()) } else { Node::Backing(key.to_string()) }
+        if self.ns.document_at(key).is_some() {
+            Node::Document(key.to_string())
+        } else {
+            Node::Backing(key.to_string())
+        }
     }
 
     /// The whole current content of a file of the view.
@@ -128,7 +132,7 @@ impl ShardFs {
             Node::Document(key) => {
                 let content = if mode.truncate { Vec::new() } else { self.chunk_bytes(&node)? };
                 Handle::Document {
-                    key: key.clone(),
+                    path: key.clone(),
                     buffer: Mutex::new(content),
                     dirty: AtomicBool::new(mode.truncate),
                     append: mode.append,
@@ -193,16 +197,16 @@ impl ShardFs {
                 let file = store.open_file(&key, OpenHow { create: Some(mode), truncate: open.truncate })?;
                 (self.store_node(&key), Handle::Store { file, append: open.append })
             }
-            Target::Document(key) => {
+            Target::Document(path) => {
                 // The document exists (empty) from now on; its content is stored at close.
-                match self.ns.store().put(&key, &[], PutMode::Create) {
+                match self.ns.store().put(&self.document_key(&path)?, &[], PutMode::Create) {
                     Ok(()) | Err(store::Error::Changed(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
                 let buffer = Mutex::new(Vec::new());
                 let handle =
-                    Handle::Document { key: key.clone(), buffer, dirty: AtomicBool::new(true), append: open.append };
-                (Node::Document(key), handle)
+                    Handle::Document { path: path.clone(), buffer, dirty: AtomicBool::new(true), append: open.append };
+                (Node::Document(path), handle)
             }
             Target::ChunkDir(..) => return Err(Error::Invalid(format!("{name} is a chunk-key directory"))),
             Target::ChunkOutside(array, _) => return Err(outside(&array, name)),
@@ -282,7 +286,8 @@ impl ShardFs {
                 self.ns.attr(&Node::chunk(&array, coords.clone()))?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
-            Target::Store(key) | Target::Document(key) => Ok(self.ns.store().delete(&key)?),
+            Target::Store(key) => Ok(self.ns.store().delete(&key)?),
+            Target::Document(path) => Ok(self.ns.store().delete(&self.document_key(&path)?)?),
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
         }
@@ -416,11 +421,11 @@ impl ShardFs {
 
     /// Stores a document handle's content if it changed since it was last stored.
     pub(super) fn store_if_dirty(&self, handle: &Handle) -> Result<()> {
-        if let Handle::Document { key, buffer, dirty, .. } = handle
+        if let Handle::Document { path, buffer, dirty, .. } = handle
             && dirty.swap(false, Ordering::Relaxed)
         {
             let content = buffer.lock().clone();
-            if let Err(e) = self.store_document(key, &content) {
+            if let Err(e) = self.store_document(path, &content) {
                 dirty.store(true, Ordering::Relaxed);
                 return Err(e);
             }
@@ -428,10 +433,23 @@ impl ShardFs {
         Ok(())
     }
 
-    fn store_document(&self, key: &str, content: &[u8]) -> Result<()> {
+    /// The stored document the view's metadata file at `path` is rendered from.
+    fn document_key(&self, path: &str) -> Result<String> {
+        self.ns.document_at(path).ok_or(Error::NotFound)
+    }
+
+    fn store_document(&self, path: &str, content: &[u8]) -> Result<()> {
+        let key = &self.document_key(path)?;
         let dir = self.ns.source().array_dir(key);
         let before = dir.as_deref().map(|dir| self.ns.array_at(dir)).transpose()?.flatten();
-        store_document(self.ns.store(), self.ns.source(), key, content, self.shard_new.as_deref())?;
+        store_document(
+            self.ns.store(),
+            self.ns.source(),
+            self.ns.presentation(),
+            key,
+            content,
+            self.shard_new.as_deref(),
+        )?;
         if let (Some(before), Some(dir)) = (before, &dir) {
             self.delete_outside(&before, dir)?;
         }
@@ -494,7 +512,7 @@ fn outside(array: &ShardedArray, name: &str) -> Error {
 
 /// The chunk or chunk-key directory `rel` (relative to the array) stands for, if any.
 fn chunk_target(array: &Arc<ShardedArray>, rel: &str) -> Result<Option<Target>> {
-    let enc = &array.meta.key_encoding;
+    let enc = &array.view_keys;
     if let Some(coords) = enc.decode(rel, array.rank()) {
         if !array.in_bounds(&coords) {
             return Ok(Some(Target::ChunkOutside(array.clone(), coords)));

@@ -32,18 +32,27 @@ pub struct ShardedArray {
     /// The store key and version of the document the array was read from, when known: answers
     /// about its chunks are out of date once that document changes.
     pub document: Option<(String, Stamp)>,
+    /// The chunk key encoding the view names inner chunks with (the presentation's choice; the
+    /// stored shards keep `meta.key_encoding`).
+    pub view_keys: ChunkKeyEncoding,
 }
 
 impl ShardedArray {
     pub fn new(dir: &str, meta: ShardedArrayMeta) -> Self {
         let grid = meta.shape.iter().zip(meta.sharding.chunk_shape()).map(|(s, c)| s.div_ceil(*c)).collect();
         let shard_grid = meta.shape.iter().zip(&meta.sharding.shard_shape).map(|(s, c)| s.div_ceil(*c)).collect();
-        ShardedArray { dir: dir.into(), meta, grid, shard_grid, document: None }
+        let view_keys = meta.key_encoding;
+        ShardedArray { dir: dir.into(), meta, grid, shard_grid, document: None, view_keys }
+    }
+
+    /// The same array, its inner chunks named in the view with `view_keys`.
+    pub fn shown_with(self, view_keys: ChunkKeyEncoding) -> Self {
+        ShardedArray { view_keys, ..self }
     }
 
     /// How view entries name this array.
     pub fn path(&self) -> ArrayPath {
-        ArrayPath { dir: self.dir.clone(), encoding: self.meta.key_encoding }
+        ArrayPath { dir: self.dir.clone(), encoding: self.view_keys }
     }
 
     /// True when chunks written to `other` (an earlier version of this array's document) are the
@@ -66,9 +75,9 @@ impl ShardedArray {
         coords.iter().zip(&self.grid).all(|(c, g)| c < g)
     }
 
-    /// The key of an inner chunk relative to the array directory.
+    /// The view key of an inner chunk, relative to the array directory.
     pub fn chunk_key(&self, coords: &[u64]) -> String {
-        self.meta.key_encoding.encode(coords)
+        self.view_keys.encode(coords)
     }
 
     /// The store key of the shard at shard coordinates `shard`.

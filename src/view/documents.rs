@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use super::array::ShardedArray;
 use super::error::Result;
+use super::presentation::Presentation;
 use crate::format::metadata::{ShardingCodec, ZARR_JSON};
 use crate::format::recognise;
 use crate::format::source::Interpretation;
@@ -50,14 +51,20 @@ pub enum ArrayState {
 #[derive(Debug)]
 pub struct Documents {
     source: Arc<dyn SourceFormat>,
+    presentation: Arc<dyn Presentation>,
     /// Arrays whose shards need a bigger index than this are shown as stored.
     max_index_bytes: u64,
     cache: Mutex<HashMap<String, (Stamp, Arc<Document>)>>,
 }
 
 impl Documents {
-    pub fn new(source: Arc<dyn SourceFormat>, max_index_bytes: u64) -> Self {
-        Documents { source, max_index_bytes, cache: Mutex::default() }
+    pub fn new(source: Arc<dyn SourceFormat>, presentation: Arc<dyn Presentation>, max_index_bytes: u64) -> Self {
+        Documents { source, presentation, max_index_bytes, cache: Mutex::default() }
+    }
+
+    /// What the view shows.
+    pub fn presentation(&self) -> &dyn Presentation {
+        &*self.presentation
     }
 
     /// How the store keeps its arrays.
@@ -76,19 +83,18 @@ impl Documents {
         let bytes = store.read(key)?;
         let shown = store.describe(key);
         let readable = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object());
-        let (view, array) = match self.limited(self.source.interpret(key, &bytes)) {
-            Interpretation::Unchanged => (None, None),
-            Interpretation::Group { view } => (Some(view.into()), None),
-            Interpretation::ShardedArray { view, array } => match self.source.array_dir(key) {
-                Some(dir) => {
-                    (Some(view.into()), Some(Arc::new(ShardedArray::new(&dir, array).read_from(key, attr.stamp))))
-                }
-                None => (None, None),
-            },
+        let interpretation = self.limited(self.source.interpret(key, &bytes));
+        let view = self.presentation.render(&interpretation).map(Arc::from);
+        let array = match interpretation {
+            Interpretation::ShardedArray { array, .. } => self.source.array_dir(key).map(|dir| {
+                let keys = self.presentation.chunk_keys(&array);
+                Arc::new(ShardedArray::new(&dir, array).shown_with(keys).read_from(key, attr.stamp))
+            }),
             Interpretation::Refused(reason) => {
                 log::warn!("{shown}: shown as stored, not unsharded: {reason}");
-                (None, None)
+                None
             }
+            Interpretation::Unchanged | Interpretation::Group { .. } => None,
         };
         let doc = Arc::new(Document { view, array, readable });
         self.cache.lock().insert(key.to_string(), (attr.stamp, doc.clone()));

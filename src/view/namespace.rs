@@ -19,6 +19,7 @@ use super::documents::{ArrayState, Documents, source_of};
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
+use super::presentation::Presentation;
 use super::shards::{ChunkState, Shards, shard_prefix, shards_on_disk};
 use super::sources::Sources;
 use crate::format::chunk_key::KeyStyle;
@@ -70,7 +71,8 @@ fn entry_towards(dir: &str, path: &str) -> Option<(String, bool)> {
 pub enum Node {
     /// A store entry shown as it is, at this store key (`""`: the root).
     Backing(String),
-    /// A `zarr.json`, served rewritten when the view changes it.
+    /// A metadata document of the view, at this view path, rendered from the stored document
+    /// the presentation names for it ([`Presentation::document_at`]).
     Document(String),
     /// A directory of chunk keys (`c`, `c/1`), `dir` relative to the array, fixing `prefix`.
     ChunkDir { array: ArrayPath, dir: String, prefix: Vec<u64> },
@@ -167,14 +169,30 @@ pub struct Namespace {
 
 impl Namespace {
     /// The view of `store`, showing the pending writes of `overlay`.
-    pub fn new(store: Arc<dyn Store>, cache: IndexCache, overlay: Arc<dyn Overlay>) -> Self {
-        let documents = Documents::new(source_of(&*store), cache.max_index_bytes());
+    pub fn new(
+        store: Arc<dyn Store>,
+        presentation: Arc<dyn Presentation>,
+        cache: IndexCache,
+        overlay: Arc<dyn Overlay>,
+    ) -> Self {
+        let documents = Documents::new(source_of(&*store), presentation, cache.max_index_bytes());
         Namespace { store, documents, shards: Shards::new(cache), overlay }
     }
 
     /// Where the store keeps its metadata documents.
     pub fn source(&self) -> &dyn SourceFormat {
         self.documents.source()
+    }
+
+    /// What the view shows.
+    pub fn presentation(&self) -> &dyn Presentation {
+        self.documents.presentation()
+    }
+
+    /// The stored document the view file at `path` is rendered from, if it is a metadata
+    /// document of the view.
+    pub fn document_at(&self, path: &str) -> Option<String> {
+        self.presentation().document_at(self.source(), path)
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -195,7 +213,7 @@ impl Namespace {
     /// The array a node names, as its document is now; NotFound when there is none any more, or
     /// one whose chunk keys are spelled otherwise, so that the node's name means nothing there.
     pub fn array(&self, at: &ArrayPath) -> Result<Arc<ShardedArray>> {
-        self.array_at(&at.dir)?.filter(|array| array.meta.key_encoding == at.encoding).ok_or(Error::NotFound)
+        self.array_at(&at.dir)?.filter(|array| array.view_keys == at.encoding).ok_or(Error::NotFound)
     }
 
     /// The array the chunk at `coords` is in; NotFound when it is outside the array as it is now
@@ -276,17 +294,18 @@ impl Namespace {
         }
     }
 
-    fn backing_node(&self, key: String) -> Result<Node> {
-        let is_document = self.source().is_document(&key);
-        if is_document && self.store.attr(&key)?.kind == Kind::File {
-            return Ok(Node::Document(key));
+    fn backing_node(&self, path: String) -> Result<Node> {
+        if let Some(key) = self.document_at(&path)
+            && self.store.attr(&key)?.kind == Kind::File
+        {
+            return Ok(Node::Document(path));
         }
-        Ok(Node::Backing(key))
+        Ok(Node::Backing(path))
     }
 
     fn virtual_child(&self, array: &ShardedArray, dir: &str, name: &str) -> Result<Option<(Node, Result<Answer>)>> {
         let rel = join(dir, name);
-        let enc = &array.meta.key_encoding;
+        let enc = &array.view_keys;
         if let Some(coords) = enc.decode(&rel, array.rank()) {
             if !array.in_bounds(&coords) {
                 return Ok(None);
@@ -358,11 +377,12 @@ impl Namespace {
                 answer.sources.extend(self.governing_documents(key));
                 Ok(answer)
             }
-            Node::Document(key) => {
-                let attr = self.store.attr(key)?;
-                let doc = self.documents.get(&*self.store, key, &attr)?;
+            Node::Document(path) => {
+                let key = self.document_at(path).ok_or(Error::NotFound)?;
+                let attr = self.store.attr(&key)?;
+                let doc = self.documents.get(&*self.store, &key, &attr)?;
                 let size = doc.view.as_ref().map_or(attr.size, |v| v.len() as u64);
-                Ok(Answer::of_file(key, Attr { size, ..attr }))
+                Ok(Answer::of_file(&key, Attr { size, ..attr }))
             }
             Node::ChunkDir { array, prefix, .. } => self.chunk_dir_answer(&*self.array_of_dir(array, prefix)?),
             Node::Chunk { array, coords } => self.chunk_answer(&*self.array_of_chunk(array, coords)?, coords),
@@ -472,7 +492,7 @@ impl Namespace {
                 names.insert(name, Kind::Dir);
             }
         }
-        let enc = &array.meta.key_encoding;
+        let enc = &array.view_keys;
         let top_of_c = dir.is_empty() && enc.style == KeyStyle::Default && enc.separator == '/';
         let mut chunk_files = None;
         if top_of_c && array.rank() > 0 {
@@ -560,9 +580,10 @@ impl Namespace {
     pub fn open(&self, node: &Node) -> Result<Content> {
         match node {
             Node::Backing(key) => Ok(Content::File(self.store.open(key)?)),
-            Node::Document(key) => {
-                let file = self.store.open(key)?;
-                match &self.documents.get(&*self.store, key, file.attr())?.view {
+            Node::Document(path) => {
+                let key = self.document_at(path).ok_or(Error::NotFound)?;
+                let file = self.store.open(&key)?;
+                match &self.documents.get(&*self.store, &key, file.attr())?.view {
                     Some(view) => Ok(Content::Bytes(view.clone())),
                     None => Ok(Content::File(file)),
                 }

@@ -10,12 +10,14 @@ use crate::format::metadata::{reshard_consolidated, shard_new};
 use crate::format::source::Interpretation;
 use crate::format::source::SourceFormat;
 use crate::store::{self, PutMode, Store, join, lock};
+use crate::view::presentation::Presentation;
 
 /// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
 /// `.array.json`).
 pub fn store_document(
     store: &dyn Store,
     source: &dyn SourceFormat,
+    presentation: &dyn Presentation,
     key: &str,
     written: &[u8],
     shard_new_factors: Option<&[u64]>,
@@ -36,7 +38,7 @@ pub fn store_document(
         serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
     });
     let document = if let Some(stored) = stored.as_deref().filter(|_| stored_is_sharded) {
-        source.reshard(key, written, stored).map_err(refuse)?
+        presentation.store_back(source, key, written, stored).map_err(refuse)?
     } else if let Some(regrouped) =
         reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
             .map_err(refuse)?
