@@ -5,12 +5,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::TempDir;
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
-use shardfs::store::LocalStore;
 use shardfs::store::faulty::FaultyStore;
+use shardfs::store::{self, Attr, Kind, LocalStore, Lock, Object, OpenFile, OpenHow, PutMode, Space, Stamp, Store};
 use shardfs::write::commit::{Changes, CommitError, Outcome, commit};
 use shardfs::write::journal::{Recovery, recover};
 
@@ -54,6 +54,16 @@ fn apply(old: &[Option<Vec<u8>>], changes: &Changes) -> Vec<Option<Vec<u8>>> {
 /// Stops the commit after 0, 1, 2, ... bytes until it completes; after each stop, recovery must
 /// leave the shard wholly old or wholly new.
 fn crash_at_every_byte(location: IndexLocation, old: Vec<Option<Vec<u8>>>, changes: Changes) -> u64 {
+    crash_at_every_byte_of(location, old, changes, |store| store)
+}
+
+/// [`crash_at_every_byte`] on the store `wrap` makes of a local one.
+fn crash_at_every_byte_of<S: Store>(
+    location: IndexLocation,
+    old: Vec<Option<Vec<u8>>>,
+    changes: Changes,
+    wrap: impl Fn(LocalStore) -> S,
+) -> u64 {
     let spec = spec(location);
     let new = apply(&old, &changes);
     let as_state = |chunks: Vec<Option<Vec<u8>>>| if chunks.iter().all(Option::is_none) { None } else { Some(chunks) };
@@ -62,7 +72,7 @@ fn crash_at_every_byte(location: IndexLocation, old: Vec<Option<Vec<u8>>>, chang
     let store = LocalStore::open(dir.path()).unwrap();
     for k in 0.. {
         setup(dir.path(), &spec, &old);
-        let result = commit(&FaultyStore::crash_after(store.clone(), k), KEY, &spec, &changes);
+        let result = commit(&FaultyStore::crash_after(wrap(store.clone()), k), KEY, &spec, &changes);
         let recovered = recover(&store).unwrap();
         let state = read_shard(dir.path(), &spec);
         match result {
@@ -92,6 +102,75 @@ fn torn_appends_roll_back() {
         BTreeMap::from([(1, Some(chunk(2, 1, 9).into())), (3, None), (6, Some(chunk(2, 6, 4).into()))]);
     let steps = crash_at_every_byte(IndexLocation::End, old_chunks(), changes);
     assert!(steps > 150, "the commit wrote only {steps} bytes: the loop did not cover it");
+}
+
+/// A local store that says it cannot append, as an object store cannot: commits then rewrite
+/// whole shards with one conditional put.
+#[derive(Debug)]
+struct NoAppend(LocalStore);
+
+impl Store for NoAppend {
+    fn describe(&self, key: &str) -> String {
+        self.0.describe(key)
+    }
+    fn attr(&self, key: &str) -> store::Result<Attr> {
+        self.0.attr(key)
+    }
+    fn list(&self, dir: &str) -> store::Result<(Vec<(String, Kind)>, Stamp)> {
+        self.0.list(dir)
+    }
+    fn open(&self, key: &str) -> store::Result<Box<dyn Object>> {
+        self.0.open(key)
+    }
+    fn read_link(&self, key: &str) -> store::Result<PathBuf> {
+        self.0.read_link(key)
+    }
+    fn space(&self) -> store::Result<Space> {
+        self.0.space()
+    }
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> store::Result<()> {
+        self.0.put(key, pieces, mode)
+    }
+    fn delete(&self, key: &str) -> store::Result<()> {
+        self.0.delete(key)
+    }
+    fn rename(&self, from: &str, to: &str) -> store::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn make_dir(&self, key: &str, mode: u32) -> store::Result<()> {
+        self.0.make_dir(key, mode)
+    }
+    fn make_dirs(&self, key: &str) -> store::Result<()> {
+        self.0.make_dirs(key)
+    }
+    fn remove_dir(&self, key: &str) -> store::Result<()> {
+        self.0.remove_dir(key)
+    }
+    fn can_append(&self) -> bool {
+        false
+    }
+    fn open_file(&self, key: &str, _: OpenHow) -> store::Result<Box<dyn OpenFile>> {
+        panic!("{key}: a store that cannot append was asked to write in place")
+    }
+    fn lock(&self, slot: u64) -> store::Result<Box<dyn Lock>> {
+        self.0.lock(slot)
+    }
+}
+
+#[test]
+fn stores_that_cannot_append_rewrite_whole_shards_atomically() {
+    let changes: Changes =
+        BTreeMap::from([(1, Some(chunk(2, 1, 9).into())), (3, None), (6, Some(chunk(2, 6, 4).into()))]);
+    crash_at_every_byte_of(IndexLocation::End, old_chunks(), changes.clone(), NoAppend);
+    let dir = TempDir::new("no-append");
+    let spec = spec(IndexLocation::End);
+    setup(dir.path(), &spec, &old_chunks());
+    let store = NoAppend(LocalStore::open(dir.path()).unwrap());
+    assert_eq!(commit(&store, KEY, &spec, &changes).unwrap(), Outcome::Rewritten);
+    let unused = std::fs::metadata(dir.path().join(KEY)).unwrap().len()
+        - apply(&old_chunks(), &changes).iter().flatten().map(|c| c.len() as u64).sum::<u64>()
+        - spec.encoded_len();
+    assert_eq!(unused, 0, "a rewritten shard holds no unused bytes");
 }
 
 #[test]

@@ -178,3 +178,24 @@ impl OpenFile for FaultyFile {
         self.file.sync()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_the_conformance_checks_until_it_crashes() {
+        let dir = std::env::temp_dir().join(format!("shardfs-faulty-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = FaultyStore::crash_after(super::super::LocalStore::open(&dir).unwrap(), u64::MAX);
+        super::super::conformance::check(&store);
+        assert!(!store.crashed());
+        let store = FaultyStore::crash_after(super::super::LocalStore::open(&dir).unwrap(), 3);
+        let file = store.open_file("f", OpenHow { create: Some(0o644), truncate: true }).unwrap();
+        assert!(matches!(file.write_at(b"hello", 0), Err(Error::Crashed(_))));
+        assert_eq!(std::fs::read(dir.join("f")).unwrap(), b"hel", "a prefix, as a killed process leaves");
+        assert!(matches!(store.delete("f"), Err(Error::Crashed(_))), "nothing changes after the crash");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
