@@ -39,14 +39,18 @@ pub enum Kind {
     Other,
 }
 
-/// Identity and version of a file: when any part changes, data cached from it is stale.
+/// The identity and version of a store entry, opaque to everything above the store: equal stamps
+/// mean the same version, and data cached from one is stale once the entry's stamp differs. A
+/// local store makes it of the file's device, inode, size and times; an object store can make it
+/// of the object's ETag or generation and size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Stamp {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
-    pub mtime_ns: i128,
-    pub ctime_ns: i128,
+pub struct Stamp([u64; 5]);
+
+impl Stamp {
+    /// A stamp of the store's own making.
+    pub fn new(words: [u64; 5]) -> Self {
+        Stamp(words)
+    }
 }
 
 /// What the view needs to know of one store entry.

@@ -173,7 +173,7 @@ mod tests {
     use super::*;
 
     fn stamp(size: u64) -> Option<Stamp> {
-        Some(Stamp { dev: 1, ino: 2, size, mtime_ns: 3, ctime_ns: 4 })
+        Some(Stamp::new([1, 2, size, 3, 4]))
     }
 
     fn inodes(changed: Vec<(u64, bool)>) -> Vec<u64> {

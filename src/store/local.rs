@@ -40,14 +40,14 @@ fn attr_of(m: &std::fs::Metadata) -> Attr {
         atime: time(m.atime(), m.atime_nsec()),
         mtime: time(m.mtime(), m.mtime_nsec()),
         ctime: time(m.ctime(), m.ctime_nsec()),
-        stamp: Stamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-        },
+        stamp: stamp_of(m.dev(), m.ino(), m.size(), (m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())),
     }
+}
+
+/// A local file's version: its identity (device, inode), size and modification and change times.
+fn stamp_of(dev: u64, ino: u64, size: u64, mtime: (i64, i64), ctime: (i64, i64)) -> Stamp {
+    let nanos = |(secs, nsecs): (i64, i64)| (secs as u64).wrapping_mul(1_000_000_000).wrapping_add(nsecs as u64);
+    Stamp::new([dev, ino, size, nanos(mtime), nanos(ctime)])
 }
 
 fn kind_of(ft: std::fs::FileType) -> Kind {
@@ -233,13 +233,13 @@ impl Store for LocalStore {
         // SAFETY: a valid directory descriptor, a C string and a properly sized out-parameter.
         let done = unsafe { libc::fstatat(self.root_fd.as_raw_fd(), rel.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
         done == 0
-            && Stamp {
-                dev: st.st_dev,
-                ino: st.st_ino,
-                size: st.st_size as u64,
-                mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
-                ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
-            } == *stamp
+            && stamp_of(
+                st.st_dev,
+                st.st_ino,
+                st.st_size as u64,
+                (st.st_mtime, st.st_mtime_nsec),
+                (st.st_ctime, st.st_ctime_nsec),
+            ) == *stamp
     }
 
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {

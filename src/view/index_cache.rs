@@ -118,7 +118,7 @@ mod tests {
     use crate::format::shard_index::{Endian, IndexLocation, IndexSpec};
 
     fn stamp(size: u64) -> Stamp {
-        Stamp { dev: 1, ino: 2, size, mtime_ns: 3, ctime_ns: 4 }
+        Stamp::new([1, 2, size, 3, 4])
     }
 
     fn index(entries: u64) -> Decoded {
