@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::store::{Attr, Kind, OpenFile, Space, Store, join};
+use crate::store::{Attr, Kind, OpenFile, Space, Stamp, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::error::Result as ViewResult;
 use crate::view::index_cache::IndexCache;
@@ -27,7 +27,7 @@ use crate::view::overlay::{Buffer, NoOverlay};
 use crate::view::presentation::Presentation;
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
-use freshness::Freshness;
+use freshness::{Change, Freshness};
 use inode_number::{next_probe, path_ino};
 
 pub use error::{Error, Result};
@@ -212,7 +212,7 @@ impl ShardFs {
     /// [`ShardFs::remember`] for a node whose attributes the kernel is about to be told.
     fn remember_told(&self, node: Node, answer: &Answer) -> u64 {
         let ino = self.remember(node);
-        self.freshness.watch(ino, &answer.sources);
+        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
         ino
     }
 
@@ -232,7 +232,12 @@ impl ShardFs {
             self.freshness.rebase(&key, stamp_of(&key));
         }
         let source = self.ns.source();
-        let changed = self.freshness.changed(stamp_of, |key| source.is_document(key));
+        let classify = |key: &str, before: Option<Stamp>| match before {
+            _ if !source.is_document(key) => Change::Content,
+            Some(before) if self.ns.document_grew(key, before) => Change::Grew,
+            _ => Change::Document,
+        };
+        let changed = self.freshness.changed(stamp_of, classify);
         let inodes = self.inodes.lock();
         changed
             .into_iter()
@@ -311,7 +316,7 @@ impl ShardFs {
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let answer = self.ns.answer(&self.node(ino)?)?;
-        self.freshness.watch(ino, &answer.sources);
+        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
         Ok(answer.attr)
     }
 

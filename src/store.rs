@@ -242,6 +242,12 @@ pub trait Store: Send + Sync + Debug {
     /// Takes the exclusive lock of lock slot `slot` (see [`lock::slot`]), waiting for it: two
     /// processes, or two threads, never hold one slot at once.
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>>;
+
+    /// Removes what interrupted writes of processes that are gone left behind (a local store's
+    /// temporary files), never what a live process is still writing; returns what it removed.
+    fn clean_up(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
 }
 
 /// The key of the directory holding `key` (`""`: the root).

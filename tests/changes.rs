@@ -226,3 +226,22 @@ fn on_disk(store: &Path, path: &str) -> Option<Vec<u8>> {
     let fs = fs_of(store);
     lookup(&fs, path).ok().map(|ino| read_all(&fs, ino))
 }
+
+#[test]
+fn a_grow_keeps_what_the_kernel_holds_of_the_chunks_and_any_other_change_drops_it() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
+    let c = lookup(&fs, &format!("{ARRAY}/c")).unwrap();
+    list_plus(&fs, c);
+    let document = lookup(&fs, &format!("{ARRAY}/zarr.json")).unwrap();
+    assert!(fs.stale().is_empty());
+    resize_stored(store.path(), ARRAY, &[40, 18]);
+    let stale: Vec<u64> = fs.stale().into_iter().map(|s| s.ino).collect();
+    assert!(!stale.contains(&chunk), "an append leaves every cached chunk alone: {stale:?}");
+    assert!(stale.contains(&c) && stale.contains(&document), "listings and the document itself go: {stale:?}");
+    resize_stored(store.path(), ARRAY, &[12, 18]);
+    let stale = fs.stale();
+    let dropped = stale.iter().find(|s| s.ino == chunk).expect("a shrink drops the chunk");
+    assert!(dropped.entry.is_some(), "with its name");
+}

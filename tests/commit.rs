@@ -104,56 +104,75 @@ fn torn_appends_roll_back() {
     assert!(steps > 150, "the commit wrote only {steps} bytes: the loop did not cover it");
 }
 
-/// A local store that says it cannot append, as an object store cannot: commits then rewrite
-/// whole shards with one conditional put.
-#[derive(Debug)]
-struct NoAppend(LocalStore);
+/// A local store that says it cannot append, as an object store cannot (commits then rewrite
+/// whole shards with one conditional put), or that lets another program replace a shard just
+/// before a commit opens it to append.
+struct Meddling {
+    inner: LocalStore,
+    can_append: bool,
+    before_append: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
 
-impl Store for NoAppend {
+impl std::fmt::Debug for Meddling {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "Meddling({:?})", self.inner)
+    }
+}
+
+#[allow(non_snake_case)]
+fn NoAppend(inner: LocalStore) -> Meddling {
+    Meddling { inner, can_append: false, before_append: Default::default() }
+}
+
+impl Store for Meddling {
     fn describe(&self, key: &str) -> String {
-        self.0.describe(key)
+        self.inner.describe(key)
     }
     fn attr(&self, key: &str) -> store::Result<Attr> {
-        self.0.attr(key)
+        self.inner.attr(key)
     }
     fn list(&self, dir: &str) -> store::Result<(Vec<(String, Kind)>, Stamp)> {
-        self.0.list(dir)
+        self.inner.list(dir)
     }
     fn open(&self, key: &str) -> store::Result<Box<dyn Object>> {
-        self.0.open(key)
+        self.inner.open(key)
     }
     fn read_link(&self, key: &str) -> store::Result<PathBuf> {
-        self.0.read_link(key)
+        self.inner.read_link(key)
     }
     fn space(&self) -> store::Result<Space> {
-        self.0.space()
+        self.inner.space()
     }
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> store::Result<()> {
-        self.0.put(key, pieces, mode)
+        self.inner.put(key, pieces, mode)
     }
     fn delete(&self, key: &str) -> store::Result<()> {
-        self.0.delete(key)
+        self.inner.delete(key)
     }
     fn rename(&self, from: &str, to: &str) -> store::Result<()> {
-        self.0.rename(from, to)
+        self.inner.rename(from, to)
     }
     fn make_dir(&self, key: &str, mode: u32) -> store::Result<()> {
-        self.0.make_dir(key, mode)
+        self.inner.make_dir(key, mode)
     }
     fn make_dirs(&self, key: &str) -> store::Result<()> {
-        self.0.make_dirs(key)
+        self.inner.make_dirs(key)
     }
     fn remove_dir(&self, key: &str) -> store::Result<()> {
-        self.0.remove_dir(key)
+        self.inner.remove_dir(key)
     }
     fn can_append(&self) -> bool {
-        false
+        self.can_append
     }
-    fn open_file(&self, key: &str, _: OpenHow) -> store::Result<Box<dyn OpenFile>> {
-        panic!("{key}: a store that cannot append was asked to write in place")
+    fn open_file(&self, key: &str, how: OpenHow) -> store::Result<Box<dyn OpenFile>> {
+        assert!(self.can_append, "{key}: a store that cannot append was asked to write in place");
+        if let Some(meddle) = self.before_append.lock().unwrap().take() {
+            meddle();
+        }
+        self.inner.open_file(key, how)
     }
     fn lock(&self, slot: u64) -> store::Result<Box<dyn Lock>> {
-        self.0.lock(slot)
+        self.inner.lock(slot)
     }
 }
 
@@ -171,6 +190,27 @@ fn stores_that_cannot_append_rewrite_whole_shards_atomically() {
         - apply(&old_chunks(), &changes).iter().flatten().map(|c| c.len() as u64).sum::<u64>()
         - spec.encoded_len();
     assert_eq!(unused, 0, "a rewritten shard holds no unused bytes");
+}
+
+#[test]
+fn a_shard_replaced_by_another_program_before_the_append_is_read_again() {
+    let dir = TempDir::new("meddled");
+    let spec = spec(IndexLocation::End);
+    setup(dir.path(), &spec, &old_chunks());
+    // Another program writes a whole other shard at the key, after the commit read the index.
+    let theirs: Vec<Option<Vec<u8>>> = (0..8).map(|i| Some(chunk(9, i, 30))).collect();
+    let replacement = dir.path().join("theirs");
+    std::fs::write(&replacement, assemble_shard(&spec, &theirs)).unwrap();
+    let target = dir.path().join(KEY);
+    let meddle = move || std::fs::rename(&replacement, &target).unwrap();
+    let store = Meddling {
+        inner: LocalStore::open(dir.path()).unwrap(),
+        can_append: true,
+        before_append: std::sync::Mutex::new(Some(Box::new(meddle))),
+    };
+    let changes: Changes = BTreeMap::from([(1, Some(chunk(5, 1, 3).into()))]);
+    commit(&store, KEY, &spec, &changes).unwrap();
+    assert_eq!(read_shard(dir.path(), &spec), Some(apply(&theirs, &changes)), "their shard, with our change on top");
 }
 
 #[test]

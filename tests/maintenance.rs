@@ -14,7 +14,7 @@ use shardfs::inspect::scan;
 use shardfs::store::LocalStore;
 use shardfs::store::faulty::FaultyStore;
 use shardfs::write::commit::{Changes, Outcome, commit, compact};
-use shardfs::write::journal::recover;
+use shardfs::write::journal::{Recovery, recover};
 
 fn check(store: &std::path::Path, extra: &[&str]) -> (i32, String) {
     let out = check_store(store, extra);
@@ -157,14 +157,20 @@ fn compact_of_an_unknown_array_fails() {
 }
 
 #[test]
-fn recovery_removes_leftover_temporary_files() {
+fn recovery_removes_leftover_temporary_files_of_processes_that_are_gone_only() {
     let store = sharded_copy();
     let dir = LocalStore::open(store.path()).unwrap();
     let tmp = store.path().join("__shardfs/tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    let slot = shardfs::store::lock::slot("zp/raw_nocrc/zarr.json");
-    let leftover = tmp.join(format!("{slot:016x}-document-1-0"));
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let leftover = tmp.join(format!("{}-0", gone.id()));
     std::fs::write(&leftover, b"half a document").unwrap();
-    recover(&dir).unwrap();
-    assert!(!leftover.exists());
+    // A live writer's file (this very process) is a write in progress: never removed.
+    let in_progress = tmp.join(format!("{}-0", std::process::id()));
+    std::fs::write(&in_progress, b"being written").unwrap();
+    let recovered = recover(&dir).unwrap();
+    assert!(!leftover.exists(), "{recovered:?}");
+    assert!(in_progress.exists());
+    assert_eq!(recovered, [Recovery::Removed(leftover.display().to_string())]);
 }

@@ -28,6 +28,20 @@ struct Watched {
     inodes: HashSet<u64>,
     /// Directories whose listing was read from it.
     listings: HashSet<u64>,
+    /// Inodes of an array's chunk key space whose geometry was taken from it (an array document):
+    /// a change that only grows the array leaves them true.
+    geometry: HashSet<u64>,
+}
+
+/// What a change of a watched file means for the answers read from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A file that is not a metadata document.
+    Content,
+    /// A metadata document that only grew its array: its chunks stay what they were.
+    Grew,
+    /// Any other change of a metadata document: what the names below it are may have changed.
+    Document,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +62,7 @@ impl Inner {
             baseline: seen,
             inodes: HashSet::new(),
             listings: HashSet::new(),
+            geometry: HashSet::new(),
         });
         if w.baseline != seen {
             w.baseline = Baseline::Mixed;
@@ -56,7 +71,8 @@ impl Inner {
     }
 
     fn drop_if_unused(&mut self, key: &str) {
-        if self.watched.get(key).is_some_and(|w| w.inodes.is_empty() && w.listings.is_empty()) {
+        if self.watched.get(key).is_some_and(|w| w.inodes.is_empty() && w.listings.is_empty() && w.geometry.is_empty())
+        {
             self.watched.remove(key);
         }
     }
@@ -70,6 +86,7 @@ impl Inner {
         for key in self.inode_keys.remove(&ino).unwrap_or_default() {
             if let Some(w) = self.watched.get_mut(&key) {
                 w.inodes.remove(&ino);
+                w.geometry.remove(&ino);
             }
             self.drop_if_unused(&key);
         }
@@ -94,10 +111,17 @@ pub struct Freshness {
 impl Freshness {
     /// Records that the kernel was just told about `ino` from `sources`: store keys and the
     /// version each answer was read from.
-    pub fn watch(&self, ino: u64, sources: &[(String, Option<Stamp>)]) {
+    /// `geometry`, when given, is the array document the answer took its geometry from.
+    pub fn watch(&self, ino: u64, sources: &[(String, Option<Stamp>)], geometry: Option<&(String, Stamp)>) {
         let mut inner = self.inner.lock();
-        for (key, stamp) in sources {
-            inner.entry(key, *stamp).inodes.insert(ino);
+        let geometry = geometry.map(|(key, stamp)| (key, Some(*stamp), true));
+        for (key, stamp, is_geometry) in sources.iter().map(|(k, s)| (k, *s, false)).chain(geometry) {
+            let w = inner.entry(key, stamp);
+            if is_geometry {
+                w.geometry.insert(ino)
+            } else {
+                w.inodes.insert(ino)
+            };
             let key = inner.key(key);
             let keys = inner.inode_keys.entry(ino).or_default();
             if !keys.contains(&key) {
@@ -141,21 +165,32 @@ impl Freshness {
     pub fn changed(
         &self,
         stamp_of: impl Fn(&str) -> Option<Stamp>,
-        defines_paths: impl Fn(&str) -> bool,
+        classify: impl Fn(&str, Option<Stamp>) -> Change,
     ) -> Vec<(u64, bool)> {
         let keys: Vec<(Arc<str>, Baseline)> =
             self.inner.lock().watched.iter().map(|(k, w)| (k.clone(), w.baseline)).collect();
-        // Stat without the lock: lookups keep being answered meanwhile.
-        let now: Vec<(Arc<str>, Baseline, Option<Stamp>)> =
-            keys.into_iter().map(|(key, baseline)| (key.clone(), baseline, stamp_of(&key))).collect();
+        // Stat (and classify the changes) without the lock: lookups keep being answered meanwhile.
+        let now: Vec<(Arc<str>, Baseline, Option<Stamp>, Change)> = keys
+            .into_iter()
+            .filter_map(|(key, baseline)| {
+                let current = stamp_of(&key);
+                let before = match baseline {
+                    Baseline::Seen(before) if before == current => return None,
+                    Baseline::Seen(before) => before,
+                    Baseline::Mixed => None,
+                };
+                let change = classify(&key, before);
+                Some((key, baseline, current, change))
+            })
+            .collect();
         let mut stale = HashMap::new();
         let mut inner = self.inner.lock();
-        for (key, before, current) in now {
+        for (key, before, current, change) in now {
             let Some(w) = inner.watched.get_mut(&key) else { continue };
-            if before != Baseline::Seen(current) {
-                let defines = defines_paths(&key);
-                for ino in w.inodes.iter().chain(&w.listings) {
-                    *stale.entry(*ino).or_insert(false) |= defines;
+            {
+                let geometry = w.geometry.iter().filter(|_| change != Change::Grew);
+                for ino in w.inodes.iter().chain(&w.listings).chain(geometry) {
+                    *stale.entry(*ino).or_insert(false) |= change == Change::Document;
                 }
                 // An answer recorded since the snapshot may come from yet another version: it
                 // stays Mixed, for the next pass.
@@ -185,20 +220,21 @@ mod tests {
     #[test]
     fn a_changed_document_is_told_apart_from_other_changed_files() {
         let f = Freshness::default();
-        f.watch(10, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
-        f.watch(11, &[("a/c/1".into(), stamp(1))]);
-        let mut changed = f.changed(|k| if k == "a/c/1" { stamp(1) } else { stamp(2) }, |k| k.ends_with("zarr.json"));
+        f.watch(10, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))], None);
+        f.watch(11, &[("a/c/1".into(), stamp(1))], None);
+        let classify = |k: &str, _| if k.ends_with("zarr.json") { Change::Document } else { Change::Content };
+        let mut changed = f.changed(|k| if k == "a/c/1" { stamp(1) } else { stamp(2) }, classify);
         changed.sort();
         assert_eq!(changed, [(10, true)]);
-        assert_eq!(f.changed(|_| stamp(3), |k| k.ends_with("zarr.json")).len(), 2);
+        assert_eq!(f.changed(|_| stamp(3), classify).len(), 2);
     }
 
     #[test]
     fn a_changed_file_names_the_inodes_answered_from_it_once() {
         let f = Freshness::default();
-        f.watch(10, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
-        f.watch(11, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
-        f.watch(12, &[("a/c/1".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))]);
+        f.watch(10, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))], None);
+        f.watch(11, &[("a/c/0".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))], None);
+        f.watch(12, &[("a/c/1".into(), stamp(1)), ("a/zarr.json".into(), stamp(7))], None);
         let disk = |k: &str| {
             if k == "a/c/0" {
                 stamp(2)
@@ -208,49 +244,65 @@ mod tests {
                 stamp(7)
             }
         };
-        let stale = inodes(f.changed(disk, |_| false));
+        let stale = inodes(f.changed(disk, |_, _| Change::Content));
         assert_eq!(stale, [10, 11]);
-        assert!(inodes(f.changed(disk, |_| false)).is_empty(), "the new version is the baseline now");
+        assert!(inodes(f.changed(disk, |_, _| Change::Content)).is_empty(), "the new version is the baseline now");
+    }
+
+    #[test]
+    fn a_document_that_only_grew_its_array_leaves_its_chunks_and_drops_its_listings() {
+        let f = Freshness::default();
+        let doc = ("a/zarr.json".to_string(), Stamp::new([1, 2, 7, 3, 4]));
+        f.watch(10, &[("a/c/0".into(), stamp(1))], Some(&doc));
+        f.watch(11, &[("a/zarr.json".into(), stamp(7))], None);
+        f.watch_listing(12, vec![("a/zarr.json".into(), stamp(7))]);
+        let disk = |k: &str| if k == "a/zarr.json" { stamp(8) } else { stamp(1) };
+        let mut changed = f.changed(disk, |_, _| Change::Grew);
+        changed.sort();
+        assert_eq!(changed, [(11, false), (12, false)], "the chunk stays; the document and the listing go");
+        f.watch(10, &[("a/c/0".into(), stamp(1))], Some(&doc));
+        let changed = f.changed(|k| if k == "a/zarr.json" { stamp(9) } else { stamp(1) }, |_, _| Change::Document);
+        assert!(changed.contains(&(10, true)), "any other change drops the chunk and its name: {changed:?}");
     }
 
     #[test]
     fn answers_from_two_versions_are_invalidated_even_if_the_file_did_not_change_again() {
         let f = Freshness::default();
-        f.watch(10, &[("s".into(), stamp(1))]);
-        f.watch(11, &[("s".into(), stamp(2))]);
-        let stale = inodes(f.changed(|_| stamp(2), |_| false));
+        f.watch(10, &[("s".into(), stamp(1))], None);
+        f.watch(11, &[("s".into(), stamp(2))], None);
+        let stale = inodes(f.changed(|_| stamp(2), |_, _| Change::Content));
         assert_eq!(stale, [10, 11]);
-        assert!(inodes(f.changed(|_| stamp(2), |_| false)).is_empty());
+        assert!(inodes(f.changed(|_| stamp(2), |_, _| Change::Content)).is_empty());
     }
 
     #[test]
     fn a_file_that_appears_or_disappears_is_a_change() {
         let f = Freshness::default();
-        f.watch(10, &[("s".into(), None)]);
-        assert_eq!(inodes(f.changed(|_| stamp(1), |_| false)), [10]);
-        assert_eq!(inodes(f.changed(|_| None, |_| false)), [10]);
+        f.watch(10, &[("s".into(), None)], None);
+        assert_eq!(inodes(f.changed(|_| stamp(1), |_, _| Change::Content)), [10]);
+        assert_eq!(inodes(f.changed(|_| None, |_, _| Change::Content)), [10]);
     }
 
     #[test]
     fn a_rebased_file_is_not_a_change() {
         let f = Freshness::default();
-        f.watch(10, &[("s".into(), stamp(1))]);
+        f.watch(10, &[("s".into(), stamp(1))], None);
         f.rebase("s", stamp(2));
-        assert!(inodes(f.changed(|_| stamp(2), |_| false)).is_empty());
+        assert!(inodes(f.changed(|_| stamp(2), |_, _| Change::Content)).is_empty());
     }
 
     #[test]
     fn a_listing_is_stale_when_any_file_it_was_read_from_changes_and_forgotten_with_its_directory() {
         let f = Freshness::default();
-        f.watch(5, &[("a".into(), stamp(1))]);
+        f.watch(5, &[("a".into(), stamp(1))], None);
         f.watch_listing(5, vec![("a".into(), stamp(1)), ("a/c/0".into(), stamp(1)), ("a/c/1".into(), None)]);
-        assert_eq!(inodes(f.changed(|_| stamp(1), |_| false)), [5], "a/c/1 appeared");
+        assert_eq!(inodes(f.changed(|_| stamp(1), |_, _| Change::Content)), [5], "a/c/1 appeared");
         // Later parts of the listing add their files; the earlier ones still count.
         f.watch_listing(5, vec![("a/c/2".into(), stamp(1))]);
-        assert_eq!(inodes(f.changed(|k| if k == "a/c/0" { stamp(2) } else { stamp(1) }, |_| false)), [5]);
+        assert_eq!(inodes(f.changed(|k| if k == "a/c/0" { stamp(2) } else { stamp(1) }, |_, _| Change::Content)), [5]);
         f.unwatch(5);
         assert!(
-            inodes(f.changed(|_| stamp(7), |_| false)).is_empty(),
+            inodes(f.changed(|_| stamp(7), |_, _| Change::Content)).is_empty(),
             "nothing is watched once the directory is forgotten"
         );
     }
@@ -258,11 +310,11 @@ mod tests {
     #[test]
     fn forgotten_inodes_stop_being_watched() {
         let f = Freshness::default();
-        f.watch(10, &[("s".into(), stamp(1))]);
-        f.watch(11, &[("s".into(), stamp(1))]);
+        f.watch(10, &[("s".into(), stamp(1))], None);
+        f.watch(11, &[("s".into(), stamp(1))], None);
         f.unwatch(10);
-        assert_eq!(inodes(f.changed(|_| stamp(2), |_| false)), [11]);
+        assert_eq!(inodes(f.changed(|_| stamp(2), |_, _| Change::Content)), [11]);
         f.unwatch(11);
-        assert!(inodes(f.changed(|_| stamp(3), |_| false)).is_empty());
+        assert!(inodes(f.changed(|_| stamp(3), |_, _| Change::Content)).is_empty());
     }
 }

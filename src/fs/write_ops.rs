@@ -273,7 +273,7 @@ impl ShardFs {
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
         }
         let answer = self.ns.answer(&node)?;
-        self.freshness.watch(ino, &answer.sources);
+        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
         Ok(answer.attr)
     }
 

@@ -2,8 +2,9 @@
 //! every key is resolved from the root's descriptor with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS)`, so no key reaches outside the store, even through a link or a `..`
 //! swapped in while the mount runs (such a key fails with ELOOP or EXDEV). Whole-file writes go to
-//! `__shardfs/tmp/` first (named after the key's lock slot, so that recovery can remove leftovers
-//! under that lock), are fsync'd and renamed over the key, and the directory is fsync'd. Locks are
+//! `__shardfs/tmp/` first (named after the writing process, so that [`Store::clean_up`] removes
+//! only what processes that are gone left there), are fsync'd and renamed over the key (without
+//! replacing anything for [`PutMode::Create`]), and the directory is fsync'd. Locks are
 //! open-file-description byte-range locks (`F_OFD_SETLKW`) on the one file `__shardfs/lock`, one
 //! byte per lock slot.
 
@@ -174,7 +175,7 @@ impl LocalStore {
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
         self.create_dirs(&tmp_dir())?;
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let tmp_key = join(&tmp_dir(), &format!("{:016x}-{}-{n}", lock::slot(key), std::process::id()));
+        let tmp_key = join(&tmp_dir(), &format!("{}-{n}", std::process::id()));
         let tmp = self.beneath(&tmp_key)?;
         let file = OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&*tmp)?;
         let written = super::write_gathered(0, pieces, |piece, at| file.write_all_at(piece, at))
@@ -191,18 +192,28 @@ impl LocalStore {
         let current = match self.attr_io(key) {
             Ok(attr) => Some(attr.stamp),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
+            Err(e) => {
+                let _ = std::fs::remove_file(&*tmp);
+                return Err(e);
+            }
         };
+        // Create is exact (RENAME_NOREPLACE); Update is exact among writers that hold the key's
+        // lock, as every writer in shardfs does.
         let allowed = match mode {
-            PutMode::Overwrite => true,
-            PutMode::Create => current.is_none(),
+            PutMode::Overwrite | PutMode::Create => true,
             PutMode::Update(stamp) => current == Some(stamp),
         };
-        if !allowed {
+        let renamed = if !allowed {
+            Err(io::Error::from_raw_os_error(libc::EEXIST))
+        } else if mode == PutMode::Create {
+            rename_noreplace(&tmp, &target)
+        } else {
+            std::fs::rename(&*tmp, &*target)
+        };
+        if let Err(e) = renamed {
             std::fs::remove_file(&*tmp)?;
-            return Ok(Err(()));
+            return if e.raw_os_error() == Some(libc::EEXIST) { Ok(Err(())) } else { Err(e) };
         }
-        std::fs::rename(&*tmp, &*target)?;
         self.sync_dir(parent_key(key))?;
         Ok(Ok(()))
     }
@@ -347,6 +358,28 @@ impl Store for LocalStore {
         Ok(Box::new(LocalFile { file, place: self.describe(key) }))
     }
 
+    fn clean_up(&self) -> Result<Vec<String>> {
+        let tmp = tmp_dir();
+        let names = match self.list(&tmp) {
+            Ok((entries, _)) => entries.into_iter().map(|(name, _)| name),
+            Err(Error::NotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut removed = Vec::new();
+        for name in names {
+            let writer = name.split('-').next().and_then(|pid| pid.parse::<i32>().ok());
+            if writer.is_some_and(alive) {
+                continue;
+            }
+            let key = join(&tmp, &name);
+            match self.delete(&key) {
+                Ok(()) | Err(Error::NotFound(_)) => removed.push(self.describe(&key)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
+    }
+
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {
         let in_process = lock::writing(slot);
         let lock_key = join(PRIVATE_DIR, "lock");
@@ -367,6 +400,22 @@ impl Store for LocalStore {
         set_lock(&file, slot, libc::F_WRLCK as i16).map_err(fail)?;
         Ok(Box::new(LocalLock { file, _in_process: in_process }))
     }
+}
+
+/// `rename(2)` that fails with EEXIST instead of replacing a file at `to`.
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let (from, to) = (CString::new(from.as_os_str().as_bytes())?, CString::new(to.as_os_str().as_bytes())?);
+    // SAFETY: two valid C strings; AT_FDCWD with the absolute /proc paths of Beneath.
+    let done =
+        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// True while process `pid` exists (also when it is another user's).
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// A file version opened for reading.

@@ -35,6 +35,13 @@ pub fn source_of(store: &dyn Store) -> Arc<dyn SourceFormat> {
     root.as_ref().and_then(recognise).unwrap_or_else(|| Arc::new(ShardingCodec))
 }
 
+#[derive(Debug)]
+struct Cached {
+    stamp: Stamp,
+    doc: Arc<Document>,
+    previous: Option<(Stamp, Option<Arc<ShardedArray>>)>,
+}
+
 /// What an array's document says now, for pending writes made under an earlier version of it.
 #[derive(Debug)]
 pub enum ArrayState {
@@ -54,7 +61,9 @@ pub struct Documents {
     presentation: Arc<dyn Presentation>,
     /// Arrays whose shards need a bigger index than this are shown as stored.
     max_index_bytes: u64,
-    cache: Mutex<HashMap<String, (Stamp, Arc<Document>)>>,
+    /// Per document key: the version cached, its interpretation, and the version and array it
+    /// replaced (to tell a grow from other changes).
+    cache: Mutex<HashMap<String, Cached>>,
 }
 
 impl Documents {
@@ -75,10 +84,10 @@ impl Documents {
     /// The document at `key` (a `zarr.json` whose attributes are `attr`), from cache when the
     /// file has not changed.
     pub fn get(&self, store: &dyn Store, key: &str, attr: &Attr) -> Result<Arc<Document>> {
-        if let Some((stamp, doc)) = self.cache.lock().get(key)
-            && *stamp == attr.stamp
+        if let Some(cached) = self.cache.lock().get(key)
+            && cached.stamp == attr.stamp
         {
-            return Ok(doc.clone());
+            return Ok(cached.doc.clone());
         }
         let bytes = store.read(key)?;
         let shown = store.describe(key);
@@ -97,7 +106,9 @@ impl Documents {
             Interpretation::Unchanged | Interpretation::Group { .. } => None,
         };
         let doc = Arc::new(Document { view, array, readable });
-        self.cache.lock().insert(key.to_string(), (attr.stamp, doc.clone()));
+        let mut cache = self.cache.lock();
+        let previous = cache.get(key).map(|c| (c.stamp, c.doc.array.clone()));
+        cache.insert(key.to_string(), Cached { stamp: attr.stamp, doc: doc.clone(), previous });
         Ok(doc)
     }
 
@@ -114,6 +125,18 @@ impl Documents {
             ));
         }
         interpretation
+    }
+
+    /// True when the document at `key` (now at `attr`) changed from version `from` only by growing
+    /// its sharded array: same chunks, no dimension smaller.
+    pub fn grew(&self, store: &dyn Store, key: &str, from: Stamp, attr: &Attr) -> bool {
+        let Ok(doc) = self.get(store, key, attr) else { return false };
+        let cache = self.cache.lock();
+        let Some(Cached { previous: Some((before, Some(old))), .. }) = cache.get(key) else { return false };
+        *before == from
+            && doc.array.as_ref().is_some_and(|new| {
+                new.same_chunks(old) && new.meta.shape.iter().zip(&old.meta.shape).all(|(n, o)| n >= o)
+            })
     }
 
     /// What the document of the array whose directory is `dir` says now (see [`ArrayState`]).
@@ -144,7 +167,7 @@ impl Documents {
     pub fn array_at(&self, store: &dyn Store, dir: &str) -> Result<Option<Arc<ShardedArray>>> {
         let Some(key) = self.source.document_key(dir) else { return Ok(None) };
         // Asked on every operation in an array: the cached version is usually still there.
-        let cached = self.cache.lock().get(&key).map(|(stamp, doc)| (*stamp, doc.array.clone()));
+        let cached = self.cache.lock().get(&key).map(|c| (c.stamp, c.doc.array.clone()));
         if let Some((stamp, array)) = cached
             && store.is_unchanged(&key, &stamp)
         {

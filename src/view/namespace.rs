@@ -102,17 +102,20 @@ impl Node {
 pub struct Answer {
     pub attr: Attr,
     pub sources: Vec<(String, Option<Stamp>)>,
+    /// For an entry of an array's chunk key space, the array's document and the version its
+    /// geometry was taken from: the entry is out of date when the document changes in any way
+    /// but growing the array.
+    pub geometry: Option<(String, Stamp)>,
 }
 
 impl Answer {
     fn of_file(key: &str, attr: Attr) -> Self {
-        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))] }
+        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))], geometry: None }
     }
 
     /// An answer about `array`'s chunk key space: its document is a source too.
     fn in_array(array: &ShardedArray, attr: Attr, first: (String, Option<Stamp>)) -> Self {
-        let document = array.document.as_ref().map(|(key, stamp)| (key.clone(), Some(*stamp)));
-        Answer { attr, sources: std::iter::once(first).chain(document).collect() }
+        Answer { attr, sources: vec![first], geometry: array.document.clone() }
     }
 }
 
@@ -187,6 +190,13 @@ impl Namespace {
     /// What the view shows.
     pub fn presentation(&self) -> &dyn Presentation {
         self.documents.presentation()
+    }
+
+    /// True when the document at `key` changed from version `from` only by growing its array
+    /// (same chunks, no dimension smaller): every chunk and chunk-key directory of the array is
+    /// still what it was; only listings may have more in them.
+    pub fn document_grew(&self, key: &str, from: Stamp) -> bool {
+        self.store.attr(key).is_ok_and(|attr| self.documents.grew(&*self.store, key, from, &attr))
     }
 
     /// The stored document the view file at `path` is rendered from, if it is a metadata

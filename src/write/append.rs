@@ -44,6 +44,11 @@ pub(super) fn append(
     let crc32c = appended.iter().fold(0, |crc, piece| crc32c::crc32c_append(crc, piece));
     let record = AppendRecord { shard: key.to_string(), old_len, new_len, crc32c };
     let file = store.open_file(key, OpenHow::default())?;
+    // The lock keeps shardfs out, not another program: the file appended to must be the very
+    // version whose index was read, or the append would land inside someone else's file.
+    if file.attr()?.stamp != current.stamp() {
+        return Err(store::Error::Changed(store.describe(key)).into());
+    }
     let record_key = journal::begin(store, lock::slot(key), &record)?;
     let written = write_gathered(old_len, &appended, |piece, at| file.write_at(piece, at)).and_then(|()| file.sync());
     if let Err(e) = written {

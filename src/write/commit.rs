@@ -119,8 +119,22 @@ fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) 
     Ok(chunks.iter().any(Option::is_some).then(|| crate::format::shard_index::assemble_shard(spec, &chunks)))
 }
 
-/// [`commit`] with the shard's lock already held.
+/// How often a commit reads the shard again when another writer replaced it meanwhile.
+const ATTEMPTS: usize = 3;
+
+/// [`commit`] with the shard's lock already held; read again and retried when the shard changed
+/// between reading it and writing it (another program writing to the store directly).
 fn commit_locked(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
+    let mut attempt = 1;
+    loop {
+        match commit_once(store, key, spec, changes) {
+            Err(CommitError::Store(store::Error::Changed(_))) if attempt < ATTEMPTS => attempt += 1,
+            done => return done,
+        }
+    }
+}
+
+fn commit_once(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
     let Some(current) = read_current(store, key, spec, "not writing over it")? else {
         let chunks: Vec<Option<Cow<[u8]>>> =
             (0..spec.entries).map(|i| changes.get(&i).and_then(|c| c.as_deref().map(Cow::Borrowed))).collect();

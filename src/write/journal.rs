@@ -5,15 +5,14 @@
 //!
 //! Records live in `__shardfs/journal/`, named `<lock slot>-<old end>`, so that recovery can take
 //! the shard's lock without reading the record, and the newest record of a shard (the largest old
-//! end) is the one that counts. Whole-file writes of a local store are prepared in
-//! `__shardfs/tmp/`, named `<lock slot>-...` (see [`crate::store::local`]); recovery removes
-//! leftovers there under the same lock.
+//! end) is the one that counts. Recovery also has the store remove what interrupted writes of
+//! processes that are gone left behind ([`Store::clean_up`]: a local store's temporary files).
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{self, OpenHow, PRIVATE_DIR, PutMode, Store, join, local};
+use crate::store::{self, OpenHow, PRIVATE_DIR, PutMode, Store, join};
 
 /// One append in progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +53,8 @@ pub enum Recovery {
     RolledBack(String),
     /// The shard no longer matches the record (shorter than its old end, or gone); left as is.
     Skipped(String, String),
+    /// A leftover of an interrupted write of a process that is gone, removed.
+    Removed(String),
 }
 
 /// Finishes or rolls back every interrupted commit in the store, and removes leftover temporary
@@ -61,18 +62,12 @@ pub enum Recovery {
 /// disappears meanwhile belongs to a commit that finished.
 pub fn recover(store: &dyn Store) -> Result<Vec<Recovery>, store::Error> {
     let slot_of = |name: &str| name.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok());
-    let (journal, tmp) = (journal_dir(), local::tmp_dir());
-    let mut slots = BTreeSet::new();
-    for dir in [&journal, &tmp] {
-        slots.extend(list_names(store, dir)?.iter().filter_map(|n| slot_of(n)));
-    }
-    let mut done = Vec::new();
+    let journal = journal_dir();
+    let mut done: Vec<Recovery> = store.clean_up()?.into_iter().map(Recovery::Removed).collect();
+    let slots: BTreeSet<u64> = list_names(store, &journal)?.iter().filter_map(|n| slot_of(n)).collect();
     for slot in slots {
         let _lock = store.lock(slot)?;
         let prefix = format!("{slot:016x}-");
-        for name in list_names(store, &tmp)?.into_iter().filter(|n| n.starts_with(&prefix)) {
-            store.delete(&join(&tmp, &name))?;
-        }
         let names: Vec<String> = list_names(store, &journal)?.into_iter().filter(|n| n.starts_with(&prefix)).collect();
         let newest = names
             .iter()
@@ -82,7 +77,10 @@ pub fn recover(store: &dyn Store) -> Result<Vec<Recovery>, store::Error> {
             done.push(settle(store, &record)?);
         }
         for name in names {
-            store.delete(&join(&journal, &name))?;
+            match store.delete(&join(&journal, &name)) {
+                Ok(()) | Err(store::Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(done)
