@@ -56,7 +56,7 @@ pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, 
         let spec = array.meta.sharding.levels[0].index;
         let shards = shards_on_disk(store, array, &[], &Sources::default())?;
         for (done, coords) in shards.iter().enumerate() {
-            let key = array.shard_path(coords);
+            let key = array.shard_key(coords);
             totals.shards += 1;
             match compact(store, &key, &spec) {
                 Ok(Outcome::Compacted { old_len, new_len }) => {

@@ -109,8 +109,8 @@ enum Handle {
     /// A chunk opened for writing: its whole content, shared with the pending overlay, and the
     /// array as its document was when the file was opened.
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
-    /// A store file opened for writing.
-    Store { file: Box<dyn OpenFile>, append: bool },
+    /// A store file shown as it is, opened for writing.
+    Stored { file: Box<dyn OpenFile>, append: bool },
     /// A metadata document of the view (at this view path) opened for writing: stored,
     /// translated, when it is closed or fsync'd.
     Document { path: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool },
@@ -248,7 +248,7 @@ impl ShardFs {
                 // of a new array, or a plain file, and the next lookup classifies it afresh. Store
                 // directories otherwise keep their names, so that the kernel does not drop all it
                 // holds below one each time a file is added to it.
-                let goes = document_changed || !matches!(inode.node, Node::Backing(_));
+                let goes = document_changed || !matches!(inode.node, Node::Stored(_));
                 let entry = goes.then(|| {
                     let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
                     find_ino(&inodes, parent).map(|p| (p, name.to_string()))
@@ -482,7 +482,7 @@ impl ShardFs {
                 let end = start.saturating_add(size as usize).min(buffer.len());
                 Ok(buffer[start..end].to_vec())
             }
-            Handle::Store { file, .. } => {
+            Handle::Stored { file, .. } => {
                 let mut buf = vec![0; size as usize];
                 let n = file.read_at(&mut buf, offset)?;
                 buf.truncate(n);

@@ -75,7 +75,7 @@ fn scan_array(store: &dyn Store, array: &ShardedArray) -> Result<ArrayReport, st
         }
     };
     for coords in shards {
-        let key = array.shard_path(&coords);
+        let key = array.shard_key(&coords);
         let shown = store.describe(&key);
         report.shards += 1;
         let file = match store.open(&key) {

@@ -34,10 +34,11 @@ enum Target {
     /// chunks outside a shrunk array after storing the smaller shape), never written.
     ChunkOutside(Arc<ShardedArray>, Vec<u64>),
     ChunkDir(Arc<ShardedArray>, String, Vec<u64>),
-    /// A `zarr.json`, at this store key: written through the view, it is translated.
+    /// A metadata document of the view, at this view path: written through the view, it is
+    /// translated back.
     Document(String),
-    /// A file or directory of the store, at this key.
-    Store(String),
+    /// A file or directory of the store shown as it is, at this key.
+    Stored(String),
 }
 
 impl ShardFs {
@@ -50,7 +51,7 @@ impl ShardFs {
             return Err(Error::Invalid(format!("{name:?} is not a file name")));
         }
         match parent {
-            Node::Backing(dir) => {
+            Node::Stored(dir) => {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
                 }
@@ -65,12 +66,12 @@ impl ShardFs {
                         return Err(Error::Invalid(format!("{name}: a shard key of {}", array.dir)));
                     }
                 }
-                Ok(Target::Store(join(dir, name)))
+                Ok(Target::Stored(join(dir, name)))
             }
             Node::ChunkDir { array, dir, .. } => {
                 let array = self.ns.array(array)?;
                 let rel = join(dir, name);
-                Ok(chunk_target(&array, &rel)?.unwrap_or_else(|| Target::Store(array.scratch_key(&rel))))
+                Ok(chunk_target(&array, &rel)?.unwrap_or_else(|| Target::Stored(array.scratch_key(&rel))))
             }
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
@@ -78,11 +79,7 @@ impl ShardFs {
 
     /// The node a store key is shown as.
     fn store_node(&self, key: &str) -> Node {
-        if self.ns.document_at(key).is_some() {
-            Node::Document(key.to_string())
-        } else {
-            Node::Backing(key.to_string())
-        }
+        if self.ns.document_at(key).is_some() { Node::Document(key.to_string()) } else { Node::Stored(key.to_string()) }
     }
 
     /// The whole current content of a file of the view.
@@ -138,12 +135,12 @@ impl ShardFs {
                     append: mode.append,
                 }
             }
-            Node::Backing(key) => {
+            Node::Stored(key) => {
                 if self.ns.attr(&node)?.kind == Kind::Dir {
                     return Err(Error::IsADirectory);
                 }
                 let file = self.ns.store().open_file(key, OpenHow { create: None, truncate: mode.truncate })?;
-                Handle::Store { file, append: mode.append }
+                Handle::Stored { file, append: mode.append }
             }
             Node::ChunkDir { .. } => return Err(Error::IsADirectory),
         };
@@ -189,13 +186,13 @@ impl ShardFs {
                     Handle::Chunk { array: array.clone(), coords: coords.clone(), buffer, append: open.append };
                 (Node::chunk(&array, coords), handle)
             }
-            Target::Store(key) => {
+            Target::Stored(key) => {
                 let store = self.ns.store();
                 if key.starts_with(PRIVATE_DIR) {
                     store.make_dirs(parent_key(&key))?;
                 }
                 let file = store.open_file(&key, OpenHow { create: Some(mode), truncate: open.truncate })?;
-                (self.store_node(&key), Handle::Store { file, append: open.append })
+                (self.store_node(&key), Handle::Stored { file, append: open.append })
             }
             Target::Document(path) => {
                 // The document exists (empty) from now on; its content is stored at close.
@@ -224,7 +221,7 @@ impl ShardFs {
                 write_into(&mut buffer.write(), *append, offset, data);
                 self.publish(&current, coords, PendingChunk::Written(buffer.clone()))?;
             }
-            Handle::Store { file, append } => {
+            Handle::Stored { file, append } => {
                 if *append {
                     file.append(data)?
                 } else {
@@ -246,7 +243,7 @@ impl ShardFs {
         let node = self.node(ino)?;
         let handle = fh.map(|fh| self.handle(fh)).transpose()?;
         match (&node, handle.as_deref()) {
-            (_, Some(Handle::Store { file, .. })) => file.set_len(size)?,
+            (_, Some(Handle::Stored { file, .. })) => file.set_len(size)?,
             (_, Some(Handle::Document { buffer, dirty, .. })) => {
                 buffer.lock().resize(size as usize, 0);
                 dirty.store(true, Ordering::Relaxed);
@@ -269,7 +266,7 @@ impl ShardFs {
                 buffer.write().resize(size as usize, 0);
                 self.publish(array, coords, PendingChunk::Written(buffer))?;
             }
-            (Node::Backing(key), _) => self.ns.store().open_file(key, OpenHow::default())?.set_len(size)?,
+            (Node::Stored(key), _) => self.ns.store().open_file(key, OpenHow::default())?.set_len(size)?,
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
         }
         let answer = self.ns.answer(&node)?;
@@ -286,7 +283,7 @@ impl ShardFs {
                 self.ns.attr(&Node::chunk(&array, coords.clone()))?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
-            Target::Store(key) => Ok(self.ns.store().delete(&key)?),
+            Target::Stored(key) => Ok(self.ns.store().delete(&key)?),
             Target::Document(path) => Ok(self.ns.store().delete(&self.document_key(&path)?)?),
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
@@ -305,9 +302,9 @@ impl ShardFs {
                 pending.add_dir(&array, &dir);
                 Node::ChunkDir { array: array.path(), dir, prefix }
             }
-            Target::Store(key) => {
+            Target::Stored(key) => {
                 self.ns.store().make_dir(&key, mode)?;
-                Node::Backing(key)
+                Node::Stored(key)
             }
             Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => {
                 return Err(Error::Invalid(format!("{name} cannot be a directory")));
@@ -331,7 +328,7 @@ impl ShardFs {
                 pending.remove_dir(&array, &dir);
                 Ok(())
             }
-            Target::Store(key) => Ok(self.ns.store().remove_dir(&key)?),
+            Target::Stored(key) => Ok(self.ns.store().remove_dir(&key)?),
             Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => Err(Error::NotADirectory),
         }
     }
@@ -350,11 +347,11 @@ impl ShardFs {
     fn move_content(&self, from: Target, to: Target) -> Result<()> {
         let store = self.ns.store();
         let content = match &from {
-            Target::Store(key) if matches!(to, Target::Store(_)) => {
-                let Target::Store(new_key) = &to else { unreachable!() };
+            Target::Stored(key) if matches!(to, Target::Stored(_)) => {
+                let Target::Stored(new_key) = &to else { unreachable!() };
                 return Ok(store.rename(key, new_key)?);
             }
-            Target::Store(key) => store.read(key)?,
+            Target::Stored(key) => store.read(key)?,
             Target::Chunk(array, coords) => self.chunk_bytes(&Node::chunk(array, coords.clone()))?,
             // A document moved elsewhere would lose its translation; a copy keeps it.
             Target::ChunkDir(..) | Target::Document(_) => return Err(Error::CrossDevice),
@@ -365,13 +362,13 @@ impl ShardFs {
                 self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
             }
             Target::Document(key) => self.store_document(key, &content)?,
-            Target::Store(key) => store.put(key, &[&content], PutMode::Overwrite)?,
+            Target::Stored(key) => store.put(key, &[&content], PutMode::Overwrite)?,
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
             Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),
         }
         match from {
             Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
-            Target::Store(key) => Ok(store.delete(&key)?),
+            Target::Stored(key) => Ok(store.delete(&key)?),
             Target::ChunkDir(..) | Target::ChunkOutside(..) | Target::Document(_) => unreachable!("refused above"),
         }
     }
@@ -383,7 +380,7 @@ impl ShardFs {
                 self.current(array, coords)?;
                 Ok(self.pending()?.commit_chunk_shard(&self.ns, array, coords)?)
             }
-            Handle::Store { file, .. } => Ok(file.sync()?),
+            Handle::Stored { file, .. } => Ok(file.sync()?),
             Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
             Handle::Read(_) => Ok(()),
         }
@@ -399,7 +396,7 @@ impl ShardFs {
                 self.pending.as_ref().is_some_and(|p| p.has_error(array, coords))
                     || self.current(array, coords).is_err()
             }
-            Ok(Handle::Store { .. } | Handle::Read(_)) | Err(_) => false,
+            Ok(Handle::Stored { .. } | Handle::Read(_)) | Err(_) => false,
         }
     }
 
@@ -500,7 +497,7 @@ impl ShardFs {
             Target::ChunkDir(array, dir, prefix) => {
                 Node::ChunkDir { array: array.path(), dir: dir.clone(), prefix: prefix.clone() }
             }
-            Target::Store(key) | Target::Document(key) => self.store_node(key),
+            Target::Stored(key) | Target::Document(key) => self.store_node(key),
         }
     }
 }

@@ -108,9 +108,9 @@ impl LocalStore {
         if key.is_empty() { self.root.clone() } else { self.root.join(key) }
     }
 
-    fn fail(&self, key: &str) -> impl Fn(io::Error) -> Error + '_ {
-        let place = self.describe(key);
-        move |e| Error::io(place.clone(), e)
+    /// The error of an I/O call on `key`; the message is built only when there is one.
+    fn fail<'a>(&'a self, key: &'a str) -> impl Fn(io::Error) -> Error + 'a {
+        move |e| Error::io(self.describe(key), e)
     }
 
     /// Opens `key` beneath the root with `flags`, crossing no symbolic link and no `..` out.

@@ -81,7 +81,7 @@ impl ShardedArray {
     }
 
     /// The store key of the shard at shard coordinates `shard`.
-    pub fn shard_path(&self, shard: &[u64]) -> String {
+    pub fn shard_key(&self, shard: &[u64]) -> String {
         join(&self.dir, &self.meta.key_encoding.encode(shard))
     }
 

@@ -70,7 +70,7 @@ fn entry_towards(dir: &str, path: &str) -> Option<(String, bool)> {
 #[derive(Debug, Clone)]
 pub enum Node {
     /// A store entry shown as it is, at this store key (`""`: the root).
-    Backing(String),
+    Stored(String),
     /// A metadata document of the view, at this view path, rendered from the stored document
     /// the presentation names for it ([`Presentation::document_at`]).
     Document(String),
@@ -84,7 +84,7 @@ impl Node {
     /// The node's path in the view, relative to the mount point.
     pub fn path(&self) -> String {
         match self {
-            Node::Backing(key) | Node::Document(key) => key.clone(),
+            Node::Stored(key) | Node::Document(key) => key.clone(),
             Node::ChunkDir { array, dir, .. } => join(&array.dir, dir),
             Node::Chunk { array, coords } => join(&array.dir, &array.encoding.encode(coords)),
         }
@@ -122,8 +122,8 @@ impl Answer {
 /// What an open view file reads from.
 #[derive(Debug)]
 pub enum Content {
-    /// A whole store file.
-    File(Box<dyn Object>),
+    /// A store file shown as it is.
+    Stored(Box<dyn Object>),
     /// Bytes computed by the view (a rewritten document).
     Bytes(Arc<[u8]>),
     /// One inner chunk: a byte range of a shard file.
@@ -139,7 +139,7 @@ impl Content {
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 return Ok(bytes[start..end].to_vec());
             }
-            Content::File(file) => (file, offset, offset.saturating_add(size as u64)),
+            Content::Stored(file) => (file, offset, offset.saturating_add(size as u64)),
             Content::Chunk(file, range) => {
                 let start = range.start.saturating_add(offset).min(range.end);
                 (file, start, start.saturating_add(size as u64).min(range.end))
@@ -257,7 +257,7 @@ impl Namespace {
 
     /// The root directory of the view.
     pub fn root(&self) -> Node {
-        Node::Backing(String::new())
+        Node::Stored(String::new())
     }
 
     /// The entry `name` of directory `parent`, with what the view says of it.
@@ -273,7 +273,7 @@ impl Namespace {
             return Err(Error::NotFound);
         }
         match parent {
-            Node::Backing(dir) => {
+            Node::Stored(dir) => {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::NotFound);
                 }
@@ -294,7 +294,7 @@ impl Namespace {
                 match self.virtual_child(&array, dir, name)? {
                     Some(found) => Ok(found),
                     None => {
-                        let scratch = Node::Backing(array.scratch_key(&join(dir, name)));
+                        let scratch = Node::Stored(array.scratch_key(&join(dir, name)));
                         let answer = self.answer(&scratch)?;
                         Ok((scratch, Ok(answer)))
                     }
@@ -310,7 +310,7 @@ impl Namespace {
         {
             return Ok(Node::Document(path));
         }
-        Ok(Node::Backing(path))
+        Ok(Node::Stored(path))
     }
 
     fn virtual_child(&self, array: &ShardedArray, dir: &str, name: &str) -> Result<Option<(Node, Result<Answer>)>> {
@@ -381,7 +381,7 @@ impl Namespace {
     /// What the view says of `node`: its attributes and where they were read from.
     pub fn answer(&self, node: &Node) -> Result<Answer> {
         match node {
-            Node::Backing(key) => {
+            Node::Stored(key) => {
                 let attr = self.store.attr(key)?;
                 let mut answer = Answer::of_file(key, attr);
                 answer.sources.extend(self.governing_documents(key));
@@ -425,7 +425,7 @@ impl Namespace {
     }
 
     fn chunk_answer(&self, array: &ShardedArray, coords: &[u64]) -> Result<Answer> {
-        let shard = array.shard_path(&array.meta.sharding.locate(coords).shard);
+        let shard = array.shard_key(&array.meta.sharding.locate(coords).shard);
         match self.overlay.chunk(array, coords) {
             Some(PendingChunk::Written(buffer)) => {
                 let dir = self.store.attr(&array.dir)?;
@@ -469,7 +469,7 @@ impl Namespace {
             }
         };
         match node {
-            Node::Backing(dir) => {
+            Node::Stored(dir) => {
                 let (mut entries, stamp) = self.store.list(dir)?;
                 sources.record(dir, Some(stamp));
                 if dir.is_empty() {
@@ -572,9 +572,9 @@ impl Namespace {
                     let answer = match (state, shard_attr) {
                         (ChunkState::Stored(nbytes), Some(shard_attr)) => {
                             let attr = Attr { size: nbytes, nlink: 1, ..*shard_attr };
-                            Ok(Answer::in_array(array, attr, (array.shard_path(shard), Some(shard_attr.stamp))))
+                            Ok(Answer::in_array(array, attr, (array.shard_key(shard), Some(shard_attr.stamp))))
                         }
-                        _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_path(shard)))),
+                        _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_key(shard)))),
                     };
                     let node = Node::chunk(array, coords.to_vec());
                     visit(&name, node, answer, ChunkCursor { shard: position, skip: passed })
@@ -589,13 +589,13 @@ impl Namespace {
     /// Opens `node` for reading.
     pub fn open(&self, node: &Node) -> Result<Content> {
         match node {
-            Node::Backing(key) => Ok(Content::File(self.store.open(key)?)),
+            Node::Stored(key) => Ok(Content::Stored(self.store.open(key)?)),
             Node::Document(path) => {
                 let key = self.document_at(path).ok_or(Error::NotFound)?;
                 let file = self.store.open(&key)?;
                 match &self.documents.get(&*self.store, &key, file.attr())?.view {
                     Some(view) => Ok(Content::Bytes(view.clone())),
-                    None => Ok(Content::File(file)),
+                    None => Ok(Content::Stored(file)),
                 }
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
@@ -615,7 +615,7 @@ impl Namespace {
     /// The target of a symbolic link, as stored.
     pub fn read_link(&self, node: &Node) -> Result<PathBuf> {
         match node {
-            Node::Backing(key) => Ok(self.store.read_link(key)?),
+            Node::Stored(key) => Ok(self.store.read_link(key)?),
             _ => Err(Error::NotFound),
         }
     }

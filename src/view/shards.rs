@@ -123,7 +123,7 @@ impl Shards {
         open: bool,
     ) -> Result<Option<Located>> {
         let location = array.meta.sharding.locate(coords);
-        let key = array.shard_path(&location.shard);
+        let key = array.shard_key(&location.shard);
         let shard = if open { OpenShard::open(store, key)? } else { OpenShard::stat(store, key)? };
         let Some(mut shard) = shard else { return Ok(None) };
         // A shard replaced between stat and open is walked again from the top, so that every
@@ -217,7 +217,7 @@ impl Shards {
         sources: &Sources,
         mut visit: impl FnMut(&[u64], ChunkState, Option<&Attr>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
-        let key = array.shard_path(shard);
+        let key = array.shard_key(shard);
         let opened = match OpenShard::open(store, key.clone()) {
             Ok(Some(opened)) => {
                 sources.record(&key, Some(opened.attr.stamp));

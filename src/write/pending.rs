@@ -101,8 +101,8 @@ pub struct Pending {
 const MAX_DUE: usize = 4;
 
 /// The store key of the shard that holds a chunk.
-fn shard_key(array: &ShardedArray, coords: &[u64]) -> String {
-    array.shard_path(&array.meta.sharding.locate(coords).shard)
+fn shard_of(array: &ShardedArray, coords: &[u64]) -> String {
+    array.shard_key(&array.meta.sharding.locate(coords).shard)
 }
 
 impl Pending {
@@ -118,7 +118,7 @@ impl Pending {
             PendingChunk::Deleted => 0,
         };
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let key = shard_key(array, coords);
+        let key = shard_of(array, coords);
         let mut shards = self.shards.lock();
         let shard = shards.entry(key.clone()).or_insert_with(|| Shard {
             array: array.clone(),
@@ -181,19 +181,19 @@ impl Pending {
     /// reading it.
     pub fn take_error(&self, array: &ShardedArray, coords: &[u64]) -> Option<(Option<i32>, String)> {
         let mut shards = self.shards.lock();
-        shards.get_mut(&shard_key(array, coords)).filter(|s| s.array.same_chunks(array)).and_then(|s| s.error.take())
+        shards.get_mut(&shard_of(array, coords)).filter(|s| s.array.same_chunks(array)).and_then(|s| s.error.take())
     }
 
     /// True while the last commit of the chunk's shard has failed and no close or fsync has
     /// reported it yet.
     pub fn has_error(&self, array: &ShardedArray, coords: &[u64]) -> bool {
         let shards = self.shards.lock();
-        shards.get(&shard_key(array, coords)).is_some_and(|s| s.error.is_some() && s.array.same_chunks(array))
+        shards.get(&shard_of(array, coords)).is_some_and(|s| s.error.is_some() && s.array.same_chunks(array))
     }
 
     /// Commits the pending chunks of the shard that holds `coords`.
     pub fn commit_chunk_shard(&self, ns: &Namespace, array: &ShardedArray, coords: &[u64]) -> Result<(), CommitError> {
-        self.commit_shard(ns, &shard_key(array, coords))
+        self.commit_shard(ns, &shard_of(array, coords))
     }
 
     /// Holds the pending chunks of the shard at `key` against the array's document as it is now,
@@ -335,7 +335,7 @@ impl Pending {
 impl Overlay for Pending {
     fn chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
         let shards = self.shards.lock();
-        let shard = shards.get(&shard_key(array, coords)).filter(|s| s.array.same_chunks(array))?;
+        let shard = shards.get(&shard_of(array, coords)).filter(|s| s.array.same_chunks(array))?;
         shard.entries.get(coords).filter(|_| array.in_bounds(coords)).map(|e| e.state.clone())
     }
 
