@@ -221,6 +221,12 @@ pub trait Store: Send + Sync + Debug {
     /// Removes the file at `key`, durably.
     fn delete(&self, key: &str) -> Result<()>;
 
+    /// Removes the file at `key`, not necessarily durably: after a crash it may be there again
+    /// (for files whose return is harmless, as a finished append's journal record).
+    fn discard(&self, key: &str) -> Result<()> {
+        self.delete(key)
+    }
+
     /// Moves the file at `from` to `to`, replacing a file there, atomically and durably.
     fn rename(&self, from: &str, to: &str) -> Result<()>;
 

@@ -13,7 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use super::{Handle, ShardFs};
 use crate::fs::error::{Error, Result};
 use crate::store::{self, Attr, Kind, OpenHow, PRIVATE_DIR, PutMode, join, parent_key};
-use crate::view::array::{ArrayPath, ShardedArray};
+use crate::view::array::ShardedArray;
 use crate::view::namespace::Node;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 use crate::write::document::store_document;
@@ -113,7 +113,7 @@ impl ShardFs {
         self.pending()?;
         let handle = match &node {
             Node::Chunk { array, coords } => {
-                let array = &self.chunk_array(array, coords)?;
+                let array = &self.ns.array_of_chunk(array, coords)?;
                 // The buffer is published at once, so that a truncate or a second open of the same
                 // chunk works on this very buffer.
                 let buffer = match self.ns_overlay_chunk(array, coords) {
@@ -149,15 +149,6 @@ impl ShardFs {
 
     fn ns_overlay_chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
         self.pending.as_ref()?.chunk(array, coords)
-    }
-
-    /// The array a chunk node is in, as its document is now; NotFound outside it.
-    fn chunk_array(&self, array: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
-        let current = self.ns.array(array)?;
-        if coords.len() != current.rank() || !current.in_bounds(coords) {
-            return Err(Error::NotFound);
-        }
-        Ok(current)
     }
 
     /// The array a chunk file opened in `opened` is in now, when the chunk still means the same
@@ -254,7 +245,7 @@ impl ShardFs {
                 self.store_document(key, &content)?;
             }
             (Node::Chunk { array, coords }, handle) => {
-                let array = &self.chunk_array(array, coords)?;
+                let array = &self.ns.array_of_chunk(array, coords)?;
                 if let Some(Handle::Chunk { array: opened, .. }) = handle {
                     self.current(opened, coords)?;
                 }
@@ -283,7 +274,8 @@ impl ShardFs {
                 self.ns.attr(&Node::chunk(&array, coords.clone()))?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
             }
-            Target::Stored(key) => Ok(self.ns.store().delete(&key)?),
+            // As unlink(2): durable once the directory is (a directory fsync commits everything).
+            Target::Stored(key) => Ok(self.ns.store().discard(&key)?),
             Target::Document(path) => Ok(self.ns.store().delete(&self.document_key(&path)?)?),
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),

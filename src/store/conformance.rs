@@ -83,6 +83,9 @@ fn renames_and_deletions(store: &dyn Store) {
     assert!(matches!(store.attr("conformance/r/from"), Err(Error::NotFound(_))));
     store.delete("conformance/r/to").unwrap();
     assert!(matches!(store.attr("conformance/r/to"), Err(Error::NotFound(_))));
+    store.put("conformance/r/gone", &[b"x"], PutMode::Overwrite).unwrap();
+    store.discard("conformance/r/gone").unwrap();
+    assert!(matches!(store.attr("conformance/r/gone"), Err(Error::NotFound(_))));
 }
 
 fn directories(store: &dyn Store) {

@@ -109,6 +109,11 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.delete(key)
     }
 
+    fn discard(&self, key: &str) -> Result<()> {
+        self.budget.step(&self.describe(key))?;
+        self.inner.discard(key)
+    }
+
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         self.budget.step(&self.describe(from))?;
         self.inner.rename(from, to)

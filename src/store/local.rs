@@ -318,6 +318,10 @@ impl Store for LocalStore {
         self.sync_dir(parent_key(key)).map_err(fail)
     }
 
+    fn discard(&self, key: &str) -> Result<()> {
+        self.beneath(key).and_then(|path| std::fs::remove_file(&*path)).map_err(self.fail(key))
+    }
+
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let fail = self.fail(from);
         let target = self.beneath(to).map_err(self.fail(to))?;
@@ -372,7 +376,7 @@ impl Store for LocalStore {
                 continue;
             }
             let key = join(&tmp, &name);
-            match self.delete(&key) {
+            match self.discard(&key) {
                 Ok(()) | Err(Error::NotFound(_)) => removed.push(self.describe(&key)),
                 Err(e) => return Err(e),
             }

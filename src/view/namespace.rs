@@ -228,7 +228,7 @@ impl Namespace {
 
     /// The array the chunk at `coords` is in; NotFound when it is outside the array as it is now
     /// (or of another rank).
-    fn array_of_chunk(&self, at: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
+    pub fn array_of_chunk(&self, at: &ArrayPath, coords: &[u64]) -> Result<Arc<ShardedArray>> {
         let array = self.array(at)?;
         if coords.len() != array.rank() || !array.in_bounds(coords) {
             return Err(Error::NotFound);

@@ -41,7 +41,7 @@ pub fn begin(store: &dyn Store, slot: u64, record: &AppendRecord) -> Result<Stri
 /// Drops the record of a finished append. It need not be durable: a leftover record of a
 /// complete append is recognised by its checksum.
 pub fn end(store: &dyn Store, record: &str) -> Result<(), store::Error> {
-    store.delete(record)
+    store.discard(record)
 }
 
 /// What recovery did to one shard.
