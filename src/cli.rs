@@ -6,7 +6,9 @@ use clap::{Parser, Subcommand};
 
 use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
-use crate::mount::MountConfig;
+use crate::mount::{MountConfig, StoreAddress};
+use crate::store::bucket::Caching;
+use crate::store::bucket::s3::S3Options;
 use crate::write::pending::Policy;
 
 /// Mount a sharded Zarr v3 store and see the equivalent unsharded store: one file per inner chunk.
@@ -24,8 +26,8 @@ pub struct Cli {
 pub enum Command {
     /// Mount STORE at MOUNTPOINT; returns once the mount is ready and serves from the background.
     Mount {
-        /// The sharded Zarr v3 store (a directory with zarr.json at its root).
-        store: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         /// An empty directory to show the unsharded view in.
         mountpoint: PathBuf,
         /// Stay attached and serve until unmounted or interrupted.
@@ -67,7 +69,8 @@ pub enum Command {
     /// Verify every shard of STORE (checksums, bounds, overlaps, unfinished commits). Exit status
     /// 0: healthy, 1: damage remains, 2: the store could not be checked.
     Check {
-        store: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Settle unfinished commits from the journal (roll torn appends back) before checking.
         #[arg(long)]
         repair: bool,
@@ -75,17 +78,62 @@ pub enum Command {
     /// Rewrite the shards of STORE (or only of the arrays at the given paths) without unused
     /// space, atomically; safe beside a running mount.
     Compact {
-        store: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Array paths inside the store, e.g. `group/temperature`.
         arrays: Vec<String>,
     },
     /// Per sharded array of STORE: shards, chunks, live, unused and index bytes.
-    Info { store: PathBuf },
+    Info {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Write a small sharded sample store to DIR/store and mount it at DIR/view in the foreground.
     Demo {
         #[arg(default_value = "shardfs-demo")]
         dir: PathBuf,
     },
+}
+
+/// Where the store is, and how to reach an object store.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// The sharded Zarr v3 store: a directory, or s3://BUCKET/PREFIX, with zarr.json at its root.
+    pub store: PathBuf,
+    /// The S3 endpoint (a local or S3-compatible server: http://127.0.0.1:9000); default: AWS,
+    /// or AWS_ENDPOINT_URL.
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+    /// The S3 region; default: AWS_REGION, AWS_DEFAULT_REGION, the profile's, or us-east-1.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Send S3 requests unsigned (public buckets), without looking for credentials.
+    #[arg(long)]
+    pub no_sign_request: bool,
+    /// How long an object store's listings and object versions are trusted before they are asked
+    /// for again, in milliseconds: changes by others show within this long.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub metadata_ttl: u64,
+    /// Memory for an object store's read-ahead windows, in bytes (K, M, G; 0: no read-ahead).
+    #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
+    pub read_ahead_size: usize,
+}
+
+impl StoreArgs {
+    pub fn address(&self) -> StoreAddress {
+        StoreAddress {
+            location: self.store.clone(),
+            s3: S3Options {
+                endpoint_url: self.endpoint_url.clone(),
+                region: self.region.clone(),
+                no_sign_request: self.no_sign_request,
+            },
+            caching: Caching {
+                metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
+                read_ahead_bytes: self.read_ahead_size,
+            },
+        }
+    }
 }
 
 /// Requests mostly wait on the store rather than compute, so more threads than cores pay off
@@ -128,7 +176,7 @@ impl Command {
             return None;
         };
         Some(MountConfig {
-            store: store.clone(),
+            store: store.address(),
             mountpoint: mountpoint.clone(),
             foreground: *foreground,
             settings: MountSettings { options: options.clone(), threads: *threads, read_only: *read_only },

@@ -165,7 +165,7 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
     println!("  ls -l {}/temperature/c/0            # the shards behind them", store.display());
     println!("Press Ctrl-C here to unmount.");
     mount::run(&MountConfig {
-        store,
+        store: (&store).into(),
         mountpoint: view,
         foreground: true,
         settings: MountSettings { options: Vec::new(), threads: 2, read_only: false },

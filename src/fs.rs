@@ -22,9 +22,10 @@ use crate::store::{Attr, Kind, OpenFile, Space, Stamp, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::error::Result as ViewResult;
 use crate::view::index_cache::IndexCache;
-use crate::view::namespace::{Answer, ChunkCursor, ChunkFiles, Content, Namespace, Node};
+use crate::view::namespace::{Answer, ChunkCursor, ChunkFiles, Namespace, Node};
 use crate::view::overlay::{Buffer, NoOverlay};
 use crate::view::presentation::Presentation;
+use crate::view::reading::Reading;
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
 use freshness::{Change, Freshness};
@@ -105,7 +106,7 @@ pub struct WriteOptions {
 #[derive(Debug)]
 enum Handle {
     /// Opened for reading only.
-    Read(Content),
+    Read(Reading),
     /// A chunk opened for writing: its whole content, shared with the pending overlay, and the
     /// array as its document was when the file was opened.
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64>, buffer: Buffer, append: bool },
@@ -464,12 +465,12 @@ impl ShardFs {
     /// Reads file `ino` without an open handle: the chunk is located afresh, so the bytes come
     /// from the index and data of one shard version.
     pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        Ok(self.ns.open(&self.node(ino)?)?.read(offset, size)?)
+        Ok(Reading::open(&self.ns, self.node(ino)?)?.read(&self.ns, offset, size)?)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         match &*self.handle(fh)? {
-            Handle::Read(content) => Ok(content.read(offset, size)?),
+            Handle::Read(reading) => Ok(reading.read(&self.ns, offset, size)?),
             Handle::Chunk { buffer, .. } => {
                 let buffer = buffer.read();
                 let start = (offset as usize).min(buffer.len());
@@ -495,7 +496,7 @@ impl ShardFs {
         if let Some(handle) = self.files.lock().remove(&fh)
             && let Err(e) = self.store_if_dirty(&handle)
         {
-            log::warn!("closing a document: {e}");
+            log::warn!("closing a file: {e}");
         }
     }
 

@@ -12,8 +12,8 @@ fn main() {
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
         Command::Check { store, repair } => {
-            let healthy =
-                mount::open_store(store).and_then(|s| inspect::check_command(&*s, *repair).map_err(|e| e.to_string()));
+            let healthy = mount::open_store(store.address())
+                .and_then(|s| inspect::check_command(&*s, *repair).map_err(|e| e.to_string()));
             match healthy {
                 Ok(true) => Ok(()),
                 Ok(false) => std::process::exit(1),
@@ -23,10 +23,10 @@ fn main() {
                 }
             }
         }
-        Command::Compact { store, arrays } => mount::open_store(store)
+        Command::Compact { store, arrays } => mount::open_store(store.address())
             .and_then(|s| compact::compact_command(&*s, arrays).map(drop).map_err(|e| e.to_string())),
         Command::Info { store } => {
-            mount::open_store(store).and_then(|s| inspect::info_command(&*s).map_err(|e| e.to_string()))
+            mount::open_store(store.address()).and_then(|s| inspect::info_command(&*s).map_err(|e| e.to_string()))
         }
     };
     if let Err(message) = result {

@@ -13,6 +13,8 @@ use crate::format::metadata::ZARR_JSON;
 use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
+use crate::store::bucket::Caching;
+use crate::store::bucket::s3::{self, S3Options};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
 use crate::view::presentation::ZarrV3;
@@ -21,7 +23,7 @@ use crate::write::journal;
 /// Everything `shardfs mount` needs, already parsed.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
-    pub store: PathBuf,
+    pub store: StoreAddress,
     pub mountpoint: PathBuf,
     pub foreground: bool,
     pub settings: MountSettings,
@@ -34,14 +36,43 @@ pub struct MountConfig {
     pub log_file: Option<PathBuf>,
 }
 
-/// Opens the store after checking that it is a Zarr v3 store.
-pub fn open_store(path: &Path) -> Result<Arc<dyn Store>, String> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
-    if !meta.is_dir() {
-        return Err(format!("{shown}: not a directory, so not a Zarr v3 store"));
+/// Where a store is: a local directory or an object store URL, and how to reach the latter.
+#[derive(Debug, Clone, Default)]
+pub struct StoreAddress {
+    pub location: PathBuf,
+    pub s3: S3Options,
+    pub caching: Caching,
+}
+
+impl From<&Path> for StoreAddress {
+    fn from(path: &Path) -> Self {
+        StoreAddress { location: path.to_path_buf(), ..Default::default() }
     }
-    let store = LocalStore::open(path).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+}
+
+impl From<&PathBuf> for StoreAddress {
+    fn from(path: &PathBuf) -> Self {
+        path.as_path().into()
+    }
+}
+
+/// Opens the store at `address` after checking that it is a Zarr v3 store.
+pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, String> {
+    let address = address.into();
+    let shown = address.location.display().to_string();
+    let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
+        Some(("s3", _)) => Arc::new(s3::open(&shown, &address.s3, address.caching)?),
+        Some((scheme, _)) => {
+            return Err(format!("{shown}: {scheme}:// stores are not supported yet (s3:// and local directories are)"));
+        }
+        None => {
+            let meta = std::fs::metadata(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+            if !meta.is_dir() {
+                return Err(format!("{shown}: not a directory, so not a Zarr v3 store"));
+            }
+            Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
+        }
+    };
     let doc = store
         .read(ZARR_JSON)
         .map_err(|e| format!("{shown}: not a Zarr v3 store: cannot read {ZARR_JSON} at its root: {e}"))?;
@@ -50,7 +81,7 @@ pub fn open_store(path: &Path) -> Result<Arc<dyn Store>, String> {
     if crate::format::recognise(&doc).is_none() {
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
-    Ok(Arc::new(store))
+    Ok(store)
 }
 
 /// Checks that `path` is an empty directory the mount can cover.
@@ -87,7 +118,7 @@ pub fn filesystem(store: Arc<dyn Store>, cache: IndexCache, writes: Option<Write
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
-    let store = open_store(&config.store)?;
+    let store = open_store(config.store.clone())?;
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;
     fuse::check_options(&config.settings)?;
@@ -95,10 +126,13 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
         let target = config.log_file.clone().map_or(LogTarget::Stderr, LogTarget::File);
         logging::init(&target, config.verbosity)?;
         let mounted = mount_blocking_signals(store, config)?;
-        log::info!("{}: serving {}", config.mountpoint.display(), config.store.display());
+        log::info!("{}: serving {}", config.mountpoint.display(), config.store.location.display());
         return serve(mounted);
     }
-    daemonize(store, config)
+    // The daemon opens the store again: a store's threads (an object store client's runtime)
+    // do not survive fork.
+    drop(store);
+    daemonize(config)
 }
 
 /// Mounts with termination signals blocked, so that every thread (the session's and the
@@ -149,7 +183,7 @@ fn serve(mounted: Mounted) -> Result<(), String> {
 
 /// Forks a daemon that mounts and serves; the parent waits for its word that the mount is ready
 /// (or why it failed) and returns.
-fn daemonize(store: Arc<dyn Store>, config: &MountConfig) -> Result<(), String> {
+fn daemonize(config: &MountConfig) -> Result<(), String> {
     let mut fds = [0; 2];
     // SAFETY: fds is a two-element array as pipe(2) requires.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -163,7 +197,7 @@ fn daemonize(store: Arc<dyn Store>, config: &MountConfig) -> Result<(), String> 
         -1 => Err(format!("cannot fork: {}", std::io::Error::last_os_error())),
         0 => {
             drop(read_end);
-            let code = daemon_child(store, config, std::fs::File::from(write_end));
+            let code = daemon_child(config, std::fs::File::from(write_end));
             std::process::exit(code);
         }
         _ => {
@@ -179,7 +213,7 @@ fn daemonize(store: Arc<dyn Store>, config: &MountConfig) -> Result<(), String> 
     }
 }
 
-fn daemon_child(store: Arc<dyn Store>, config: &MountConfig, mut parent: std::fs::File) -> i32 {
+fn daemon_child(config: &MountConfig, mut parent: std::fs::File) -> i32 {
     // SAFETY: setsid has no memory effects; it detaches the daemon from the terminal's session.
     unsafe { libc::setsid() };
     let target = config.log_file.clone().map_or(LogTarget::Syslog, LogTarget::File);
@@ -187,14 +221,14 @@ fn daemon_child(store: Arc<dyn Store>, config: &MountConfig, mut parent: std::fs
         let _ = writeln!(parent, "{e}");
         return 1;
     }
-    let mounted = match mount_blocking_signals(store, config) {
+    let mounted = match open_store(config.store.clone()).and_then(|store| mount_blocking_signals(store, config)) {
         Ok(mounted) => mounted,
         Err(e) => {
             let _ = writeln!(parent, "{e}");
             return 1;
         }
     };
-    log::info!("{}: serving {}", config.mountpoint.display(), config.store.display());
+    log::info!("{}: serving {}", config.mountpoint.display(), config.store.location.display());
     detach_stdio();
     let _ = parent.write_all(b"ready\n");
     drop(parent);

@@ -14,6 +14,7 @@
 //! that [`Store::can_append`] also opens files for writing in place ([`OpenFile`]), which the
 //! journaled append commit needs.
 
+pub mod bucket;
 pub mod conformance;
 pub mod faulty;
 pub mod local;
@@ -24,6 +25,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+pub use bucket::BucketStore;
 pub use local::LocalStore;
 
 /// The directory at the store root where shardfs keeps its own files (journal, locks, temporary
@@ -175,6 +177,11 @@ pub trait OpenFile: Send + Sync + Debug {
     fn set_len(&self, len: u64) -> Result<()>;
     /// Makes the file's data and attributes durable.
     fn sync(&self) -> Result<()>;
+    /// True when writes are held until [`OpenFile::sync`] (a store that cannot write in place):
+    /// the file is then synced at every close.
+    fn buffered(&self) -> bool {
+        false
+    }
 }
 
 /// A held advisory lock; dropping it releases the lock (in the thread that took it).
@@ -259,6 +266,11 @@ pub trait Store: Send + Sync + Debug {
 /// The key of the directory holding `key` (`""`: the root).
 pub fn parent_key(key: &str) -> &str {
     key.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
+/// The last component of `key`.
+pub fn file_name(key: &str) -> &str {
+    key.rsplit_once('/').map_or(key, |(_, name)| name)
 }
 
 /// Joins a store key and a name.

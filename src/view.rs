@@ -10,6 +10,8 @@
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
 //! - [`namespace`]: path resolution and directory listings.
 //! - [`presentation`]: what the view shows: metadata files, chunk names, write-back (the seam).
+//! - [`reading`]: a view file opened for reading, opened again when its version is replaced
+//!   before anything was read.
 //! - [`overlay`]: the hook through which uncommitted writes show in the view.
 //! - [`sources`]: the store files (and versions) an answer was read from.
 
@@ -21,5 +23,6 @@ pub mod index_cache;
 pub mod namespace;
 pub mod overlay;
 pub mod presentation;
+pub mod reading;
 pub mod shards;
 pub mod sources;

@@ -16,6 +16,7 @@ use crate::store::{self, Attr, Kind, OpenHow, PRIVATE_DIR, PutMode, join, parent
 use crate::view::array::ShardedArray;
 use crate::view::namespace::Node;
 use crate::view::overlay::{Buffer, Overlay, PendingChunk};
+use crate::view::reading::Reading;
 use crate::write::document::store_document;
 use crate::write::pending::Pending;
 
@@ -108,7 +109,7 @@ impl ShardFs {
     pub fn open(&self, ino: u64, mode: OpenMode) -> Result<u64> {
         let node = self.node(ino)?;
         if !mode.write {
-            return Ok(self.add_handle(Handle::Read(self.ns.open(&node)?)));
+            return Ok(self.add_handle(Handle::Read(Reading::open(&self.ns, node)?)));
         }
         self.pending()?;
         let handle = match &node {
@@ -257,7 +258,13 @@ impl ShardFs {
                 buffer.write().resize(size as usize, 0);
                 self.publish(array, coords, PendingChunk::Written(buffer))?;
             }
-            (Node::Stored(key), _) => self.ns.store().open_file(key, OpenHow::default())?.set_len(size)?,
+            (Node::Stored(key), _) => {
+                let file = self.ns.store().open_file(key, OpenHow::default())?;
+                file.set_len(size)?;
+                if file.buffered() {
+                    file.sync()?;
+                }
+            }
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
         }
         let answer = self.ns.answer(&node)?;
@@ -388,7 +395,8 @@ impl ShardFs {
                 self.pending.as_ref().is_some_and(|p| p.has_error(array, coords))
                     || self.current(array, coords).is_err()
             }
-            Ok(Handle::Stored { .. } | Handle::Read(_)) | Err(_) => false,
+            Ok(Handle::Stored { file, .. }) => file.buffered(),
+            Ok(Handle::Read(_)) | Err(_) => false,
         }
     }
 
@@ -408,8 +416,14 @@ impl ShardFs {
         self.store_if_dirty(&handle)
     }
 
-    /// Stores a document handle's content if it changed since it was last stored.
+    /// Stores a document handle's content if it changed since it was last stored, and the
+    /// content of a store file held until stored.
     pub(super) fn store_if_dirty(&self, handle: &Handle) -> Result<()> {
+        if let Handle::Stored { file, .. } = handle
+            && file.buffered()
+        {
+            file.sync()?;
+        }
         if let Handle::Document { path, buffer, dirty, .. } = handle
             && dirty.swap(false, Ordering::Relaxed)
         {

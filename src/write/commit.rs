@@ -120,18 +120,30 @@ fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) 
 }
 
 /// How often a commit reads the shard again when another writer replaced it meanwhile.
-const ATTEMPTS: usize = 3;
+const ATTEMPTS: u32 = 8;
 
 /// [`commit`] with the shard's lock already held; read again and retried when the shard changed
-/// between reading it and writing it (another program writing to the store directly).
+/// between reading it and writing it (another program writing to the store directly, another
+/// machine committing to the same shard of an object store).
 fn commit_locked(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
     let mut attempt = 1;
     loop {
         match commit_once(store, key, spec, changes) {
-            Err(CommitError::Store(store::Error::Changed(_))) if attempt < ATTEMPTS => attempt += 1,
+            Err(CommitError::Store(store::Error::Changed(_))) if attempt < ATTEMPTS => {
+                std::thread::sleep(backoff(attempt));
+                attempt += 1;
+            }
             done => return done,
         }
     }
+}
+
+/// A random pause before attempt `attempt + 1`, up to 10 ms doubled per attempt, so that writers
+/// racing for one shard fall out of step.
+fn backoff(attempt: u32) -> std::time::Duration {
+    use std::hash::{BuildHasher, RandomState};
+    let ceiling = 10u64 << attempt.min(6);
+    std::time::Duration::from_millis(RandomState::new().hash_one(attempt) % ceiling)
 }
 
 fn commit_once(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {

@@ -1,0 +1,499 @@
+//! A store in an object store: the objects under one prefix of a bucket, through the
+//! `object_store` crate (S3 and S3-compatible services today; see [`s3`] for how a URL and the
+//! AWS settings become a client).
+//!
+//! How a bucket meets the [`Store`] contract:
+//! - keys are object names below the prefix; directories are the prefixes between them, plus
+//!   directories made here and still empty, which live only in this process (as in
+//!   mountpoint-s3);
+//! - a version ([`Stamp`]) is the object's ETag and size; a directory's is made of its entries'
+//!   names and kinds;
+//! - every read is a range GET carrying If-Match with the ETag of the version opened, so a read
+//!   never mixes two versions: when the object changed it fails with [`Error::Changed`];
+//! - [`Store::put`] is one PUT, atomic by nature and durable when it returns; `Create` and
+//!   `Update` are If-None-Match: * and If-Match: ETag, so two machines writing one shard never
+//!   overwrite each other's commit;
+//! - rename is a server-side copy, then a delete of the source: not atomic, and files only;
+//! - objects cannot be appended to ([`Store::can_append`] is false), so commits rewrite whole
+//!   shards, and plain files opened for writing are held in memory until stored ([`buffered`]);
+//! - locks are this process's only; between machines, conditional PUTs keep writers apart.
+//!
+//! The crate is async: one tokio runtime per store, entered with `block_on` from the calling
+//! thread (FUSE workers, the commands), never from inside the runtime.
+
+pub mod buffered;
+pub mod metadata;
+pub mod read_ahead;
+pub mod s3;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion};
+use parking_lot::Mutex;
+
+use self::buffered::BufferedFile;
+use self::metadata::{Head, Listing, MetadataCache};
+use self::read_ahead::ReadAhead;
+use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join, lock};
+
+/// How a bucket store caches, beside the client it talks through.
+#[derive(Clone, Copy, Debug)]
+pub struct Caching {
+    /// How long a HEAD or a listing is trusted (`--metadata-ttl`).
+    pub metadata_ttl: Duration,
+    /// Memory for read-ahead windows, in bytes (0: no read-ahead).
+    pub read_ahead_bytes: usize,
+}
+
+impl Default for Caching {
+    fn default() -> Self {
+        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 64 << 20 }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    objects: Arc<dyn ObjectStore>,
+    /// The object name prefix of the store's root, without a trailing `/` (`""`: the bucket).
+    prefix: String,
+    /// The root's URL, for messages.
+    url: String,
+    runtime: tokio::runtime::Runtime,
+    metadata: MetadataCache,
+    read_ahead: ReadAhead,
+    /// Directories made here that no object is under yet.
+    made_dirs: Mutex<std::collections::BTreeSet<String>>,
+    /// Shown as every entry's owner: the user the daemon runs as.
+    owner: (u32, u32),
+}
+
+/// The objects below one prefix of a bucket, as a [`Store`].
+#[derive(Clone, Debug)]
+pub struct BucketStore(Arc<Shared>);
+
+impl BucketStore {
+    /// A store over `objects` (a client for one bucket) below `prefix`, named `url` in messages.
+    pub fn new(objects: Arc<dyn ObjectStore>, prefix: &str, url: &str, caching: Caching) -> io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shardfs-io")
+            .enable_all()
+            .build()?;
+        // SAFETY: getuid and getgid cannot fail.
+        let owner = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(BucketStore(Arc::new(Shared {
+            objects,
+            prefix: prefix.trim_matches('/').to_string(),
+            url: url.trim_end_matches('/').to_string(),
+            runtime,
+            metadata: MetadataCache::new(caching.metadata_ttl),
+            read_ahead: ReadAhead::new(caching.read_ahead_bytes),
+            made_dirs: Mutex::default(),
+            owner,
+        })))
+    }
+
+    /// Checks that the bucket is there and can be listed, naming the cause when not.
+    pub fn check_bucket(&self) -> std::result::Result<(), String> {
+        let prefix = (!self.0.prefix.is_empty()).then(|| self.path(""));
+        match self.block_on(self.0.objects.list_with_delimiter(prefix.as_ref())) {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => Err("no such bucket".into()),
+            Err(e) if e.to_string().contains("NoSuchBucket") => Err("no such bucket".into()),
+            Err(e) => Err(one_line(&e)),
+        }
+    }
+
+    fn path(&self, key: &str) -> Path {
+        Path::from(join(&self.0.prefix, key))
+    }
+
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.0.runtime.block_on(future)
+    }
+
+    /// The store error of a failed request about `key`.
+    fn error(&self, key: &str, e: object_store::Error) -> Error {
+        let place = self.describe(key);
+        match e {
+            object_store::Error::NotFound { .. } => Error::NotFound(place),
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
+                self.0.metadata.forget(key);
+                Error::Changed(place)
+            }
+            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+                Error::Io { place, source: io::Error::new(io::ErrorKind::PermissionDenied, one_line(&e)) }
+            }
+            other => Error::Io { place, source: io::Error::other(one_line(&other)) },
+        }
+    }
+
+    /// The HEAD of `key`, from the cache while it is trusted; `None`: no such object.
+    fn head(&self, key: &str) -> Result<Option<Head>> {
+        if let Some(known) = self.0.metadata.head(key) {
+            return Ok(known);
+        }
+        if let Some(listing) = self.0.metadata.listing(super::parent_key(key))
+            && listing.kind_of(super::file_name(key)) != Some(Kind::File)
+        {
+            return Ok(None);
+        }
+        let head = match self.block_on(self.0.objects.head(&self.path(key))) {
+            Ok(meta) => Some(head_of(&meta)),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(self.error(key, e)),
+        };
+        self.0.metadata.remember_head(key, head.clone());
+        Ok(head)
+    }
+
+    /// The listing of directory `dir`, from the cache while it is trusted; `None`: there is no
+    /// such directory (no object below it, and not made here).
+    fn listing(&self, dir: &str) -> Result<Option<Arc<Listing>>> {
+        if let Some(listing) = self.0.metadata.listing(dir) {
+            return Ok(Some(listing));
+        }
+        let prefix = (!dir.is_empty() || !self.0.prefix.is_empty()).then(|| self.path(dir));
+        let found =
+            self.block_on(self.0.objects.list_with_delimiter(prefix.as_ref())).map_err(|e| self.error(dir, e))?;
+        let mut entries = Vec::new();
+        let mut objects = Vec::new();
+        let mut modified = SystemTime::UNIX_EPOCH;
+        for sub in &found.common_prefixes {
+            if let Some(name) = sub.filename() {
+                entries.push((name.to_string(), Kind::Dir));
+            }
+        }
+        for meta in &found.objects {
+            let Some(name) = meta.location.filename() else { continue };
+            let head = head_of(meta);
+            modified = modified.max(head.modified);
+            entries.push((name.to_string(), Kind::File));
+            objects.push((name.to_string(), head));
+        }
+        let made = self.0.made_dirs.lock();
+        entries.extend(
+            made.iter().filter(|d| super::parent_key(d) == dir).map(|d| (super::file_name(d).to_string(), Kind::Dir)),
+        );
+        if entries.is_empty() && !dir.is_empty() && !made.contains(dir) {
+            return Ok(None);
+        }
+        drop(made);
+        let listing = Arc::new(Listing::new(entries, modified));
+        self.0.metadata.remember_listing(dir, listing.clone(), objects);
+        Ok(Some(listing))
+    }
+
+    fn attr_of_file(&self, head: &Head) -> Attr {
+        let (uid, gid) = self.0.owner;
+        let t = head.modified;
+        Attr {
+            kind: Kind::File,
+            size: head.size,
+            perm: 0o644,
+            uid,
+            gid,
+            nlink: 1,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            stamp: head.stamp(),
+        }
+    }
+
+    fn attr_of_dir(&self, listing: &Listing) -> Attr {
+        let (uid, gid) = self.0.owner;
+        let t = listing.modified;
+        Attr {
+            kind: Kind::Dir,
+            size: 0,
+            perm: 0o755,
+            uid,
+            gid,
+            nlink: 2,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            stamp: listing.stamp,
+        }
+    }
+
+    /// A GET of `range` of version `e_tag` of `key` (any version when the store gives no ETag).
+    fn get_range(&self, key: &str, e_tag: &Option<String>, range: std::ops::Range<u64>) -> Result<Bytes> {
+        let options =
+            GetOptions { if_match: e_tag.clone(), range: Some(GetRange::Bounded(range)), ..Default::default() };
+        let fetched = self.block_on(async {
+            let result = self.0.objects.get_opts(&self.path(key), options).await?;
+            result.bytes().await
+        });
+        fetched.map_err(|e| match self.error(key, e) {
+            // The version opened is gone: as much a change as a newer ETag.
+            Error::NotFound(place) => {
+                self.0.metadata.forget(key);
+                Error::Changed(place)
+            }
+            other => other,
+        })
+    }
+
+    /// The ETag of `key` at version `stamp`, asking the store when the cache knows another.
+    fn e_tag_at(&self, key: &str, stamp: &Stamp) -> Result<Option<String>> {
+        for fresh in [false, true] {
+            if fresh {
+                self.0.metadata.forget(key);
+            }
+            if let Some(head) = self.head(key)?
+                && head.stamp() == *stamp
+            {
+                return Ok(head.e_tag);
+            }
+        }
+        Err(Error::Changed(self.describe(key)))
+    }
+}
+
+fn head_of(meta: &object_store::ObjectMeta) -> Head {
+    Head { size: meta.size, e_tag: meta.e_tag.clone(), modified: meta.last_modified.into() }
+}
+
+/// The first line of an error's message: object_store's messages can run over several.
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// One version of an object, opened for reading.
+#[derive(Debug)]
+struct BucketObject {
+    store: BucketStore,
+    key: String,
+    attr: Attr,
+    e_tag: Option<String>,
+}
+
+impl Object for BucketObject {
+    fn attr(&self) -> &Attr {
+        &self.attr
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let size = self.attr.size;
+        let end = offset.saturating_add(buf.len() as u64).min(size);
+        if offset >= end {
+            return Ok(0);
+        }
+        let read_ahead = &self.store.0.read_ahead;
+        let bytes = read_ahead.read(&self.key, self.attr.stamp, size, offset..end, |range| {
+            self.store.get_range(&self.key, &self.e_tag, range)
+        })?;
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        Ok(bytes.len())
+    }
+
+    fn place(&self) -> String {
+        self.store.describe(&self.key)
+    }
+}
+
+/// This process's half of a lock: objects have no locks of their own.
+#[derive(Debug)]
+struct BucketLock(#[allow(dead_code)] parking_lot::RwLockWriteGuard<'static, ()>);
+
+impl Lock for BucketLock {}
+
+impl Store for BucketStore {
+    fn describe(&self, key: &str) -> String {
+        if key.is_empty() { self.0.url.clone() } else { format!("{}/{key}", self.0.url) }
+    }
+
+    fn attr(&self, key: &str) -> Result<Attr> {
+        if !key.is_empty()
+            && let Some(head) = self.head(key)?
+        {
+            return Ok(self.attr_of_file(&head));
+        }
+        match self.listing(key)? {
+            Some(listing) => Ok(self.attr_of_dir(&listing)),
+            None => Err(Error::NotFound(self.describe(key))),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
+        match self.listing(dir)? {
+            Some(listing) => Ok((listing.entries.clone(), listing.stamp)),
+            None => Err(Error::NotFound(self.describe(dir))),
+        }
+    }
+
+    fn open(&self, key: &str) -> Result<Box<dyn Object>> {
+        let head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        let attr = self.attr_of_file(&head);
+        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, e_tag: head.e_tag }))
+    }
+
+    fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let fetched = self.block_on(async {
+            let result = self.0.objects.get(&self.path(key)).await?;
+            let meta = result.meta.clone();
+            Ok::<_, object_store::Error>((meta, result.bytes().await?))
+        });
+        let (meta, bytes) = fetched.map_err(|e| self.error(key, e))?;
+        self.0.metadata.remember_head(key, Some(head_of(&meta)));
+        Ok(bytes.to_vec())
+    }
+
+    fn read_link(&self, key: &str) -> Result<PathBuf> {
+        Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::EINVAL) })
+    }
+
+    fn space(&self) -> Result<Space> {
+        // A bucket has no size: report plenty, as s3fs and mountpoint-s3 do.
+        let blocks = 1 << 40;
+        Ok(Space {
+            blocks,
+            bfree: blocks,
+            bavail: blocks,
+            files: 1 << 40,
+            ffree: 1 << 40,
+            bsize: 4096,
+            namelen: 1024,
+            frsize: 4096,
+        })
+    }
+
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
+        let mode = match mode {
+            PutMode::Overwrite => object_store::PutMode::Overwrite,
+            PutMode::Create => object_store::PutMode::Create,
+            PutMode::Update(stamp) => {
+                let e_tag = self.e_tag_at(key, &stamp)?;
+                object_store::PutMode::Update(UpdateVersion { e_tag, version: None })
+            }
+        };
+        let payload: PutPayload = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
+        let size = payload.content_length() as u64;
+        let options = PutOptions { mode, ..Default::default() };
+        let put = self.block_on(self.0.objects.put_opts(&self.path(key), payload, options));
+        self.0.metadata.forget(key);
+        let put = put.map_err(|e| self.error(key, e))?;
+        self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
+        let head = Head { size, e_tag: put.e_tag, modified: SystemTime::now() };
+        self.0.metadata.remember_head(key, Some(head));
+        Ok(())
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        // S3 deletes a missing key without a word; the contract says NotFound.
+        self.0.metadata.forget(key);
+        if self.head(key)?.is_none() {
+            return Err(Error::NotFound(self.describe(key)));
+        }
+        let deleted = self.block_on(self.0.objects.delete(&self.path(key)));
+        self.0.metadata.forget(key);
+        deleted.map_err(|e| self.error(key, e))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        if self.attr(from)?.kind == Kind::Dir {
+            // `mv` copies a directory file by file after EXDEV.
+            return Err(Error::Io { place: self.describe(from), source: io::Error::from_raw_os_error(libc::EXDEV) });
+        }
+        let copied = self.block_on(self.0.objects.copy(&self.path(from), &self.path(to)));
+        self.0.metadata.forget(to);
+        copied.map_err(|e| self.error(from, e))?;
+        self.delete(from)
+    }
+
+    fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
+        if self.attr(key).is_ok() {
+            return Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::EEXIST) });
+        }
+        self.make_dirs(key)
+    }
+
+    fn make_dirs(&self, key: &str) -> Result<()> {
+        if !key.is_empty() && self.listing(key)?.is_none() {
+            self.0.made_dirs.lock().insert(key.to_string());
+            self.0.metadata.forget(key);
+            self.0.metadata.forget_listing(key);
+        }
+        Ok(())
+    }
+
+    fn remove_dir(&self, key: &str) -> Result<()> {
+        let listing = self.listing(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        if !listing.entries.is_empty() {
+            return Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::ENOTEMPTY) });
+        }
+        self.0.made_dirs.lock().remove(key);
+        self.0.metadata.forget(key);
+        self.0.metadata.forget_listing(key);
+        Ok(())
+    }
+
+    fn can_append(&self) -> bool {
+        false
+    }
+
+    fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
+        let content = match self.read(key) {
+            Ok(_) if how.truncate => Vec::new(),
+            Ok(bytes) => bytes,
+            Err(Error::NotFound(_)) if how.create.is_some() => {
+                // The file exists from its creation on, as a local file would.
+                self.put(key, &[], PutMode::Create)?;
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Box::new(BufferedFile::new(self.clone(), key.to_string(), content)))
+    }
+
+    fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {
+        Ok(Box::new(BucketLock(lock::writing(slot))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn store(caching: Caching) -> BucketStore {
+        BucketStore::new(Arc::new(InMemory::new()), "root/prefix", "memory://bucket/root/prefix", caching).unwrap()
+    }
+
+    #[test]
+    fn passes_the_store_conformance_checks() {
+        super::super::conformance::check(&store(Caching::default()));
+    }
+
+    #[test]
+    fn passes_them_without_caches_too() {
+        super::super::conformance::check(&store(Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0 }));
+    }
+
+    #[test]
+    fn a_read_of_a_version_that_was_replaced_fails_as_changed() {
+        let store = store(Caching::default());
+        store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
+        let opened = store.open("k").unwrap();
+        store.put("k", &[b"two"], PutMode::Overwrite).unwrap();
+        assert!(matches!(opened.read_exact_at(0, 3), Err(Error::Changed(_))));
+        assert_eq!(store.open("k").unwrap().read_exact_at(0, 3).unwrap(), b"two");
+    }
+
+    #[test]
+    fn an_empty_directory_made_here_is_listed_until_removed() {
+        let store = store(Caching::default());
+        store.make_dir("d", 0o755).unwrap();
+        assert_eq!(store.list("").unwrap().0, [("d".to_string(), Kind::Dir)]);
+        assert!(store.list("d").unwrap().0.is_empty());
+        store.remove_dir("d").unwrap();
+        assert!(store.list("").unwrap().0.is_empty());
+    }
+}

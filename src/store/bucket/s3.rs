@@ -1,0 +1,148 @@
+//! `s3://BUCKET/PREFIX` URLs and the AWS settings, read as the AWS CLI reads them: flags first,
+//! then the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
+//! AWS_DEFAULT_REGION, AWS_ENDPOINT_URL, ...), then the profile (AWS_PROFILE, default `default`)
+//! in ~/.aws/credentials and ~/.aws/config (static keys, region, endpoint_url), and last the
+//! instance metadata service. An `http://` endpoint (a local S3-compatible server) is allowed as
+//! it is; requests are path-style, which every S3-compatible service accepts.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
+
+use super::{BucketStore, Caching};
+
+/// Settings given on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct S3Options {
+    pub endpoint_url: Option<String>,
+    pub region: Option<String>,
+    /// Send unsigned requests (public buckets).
+    pub no_sign_request: bool,
+}
+
+/// The bucket and prefix of an `s3://` URL; `None` when `url` is not one.
+pub fn parse_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("s3://")?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    (!bucket.is_empty()).then_some((bucket, prefix.trim_matches('/')))
+}
+
+/// Opens the store at `url` (`s3://BUCKET/PREFIX`); the error is one line naming the URL.
+pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketStore, String> {
+    let (bucket, prefix) = parse_url(url).ok_or_else(|| format!("{url}: not an s3://BUCKET/PREFIX URL"))?;
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let profile = Profile::read(&env("AWS_PROFILE").unwrap_or_else(|| "default".into()));
+    if env("AWS_ACCESS_KEY_ID").is_none()
+        && let (Some(id), Some(secret)) = (profile.get("aws_access_key_id"), profile.get("aws_secret_access_key"))
+    {
+        builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+        if let Some(token) = profile.get("aws_session_token") {
+            builder = builder.with_token(token);
+        }
+    }
+    let region = options.region.clone().or_else(|| env("AWS_REGION")).or_else(|| env("AWS_DEFAULT_REGION"));
+    let region = region.or_else(|| profile.get("region").cloned()).unwrap_or_else(|| "us-east-1".into());
+    builder = builder.with_region(region);
+    let endpoint =
+        options.endpoint_url.clone().or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"));
+    if let Some(endpoint) = endpoint.or_else(|| profile.get("endpoint_url").cloned()) {
+        // Set both: from_env may have read AWS_ENDPOINT_URL_S3, which would win over the flag.
+        builder = builder
+            .with_allow_http(endpoint.starts_with("http://"))
+            .with_config(AmazonS3ConfigKey::S3Endpoint, &endpoint)
+            .with_endpoint(endpoint);
+    }
+    if options.no_sign_request {
+        builder = builder.with_skip_signature(true);
+    }
+    // A FUSE request waits on these: a few quick retries, then EIO, rather than minutes.
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(15),
+    };
+    let objects = builder
+        .with_retry(retry)
+        .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "30s")
+        .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
+        .build()
+        .map_err(|e| format!("{url}: {}", super::one_line(&e)))?;
+    let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
+    let store = BucketStore::new(Arc::new(objects), prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
+    store.check_bucket().map_err(|e| format!("{store_url}: {e}"))?;
+    Ok(store)
+}
+
+/// The settings of one profile from the shared credentials and config files.
+#[derive(Debug, Default)]
+struct Profile(HashMap<String, String>);
+
+impl Profile {
+    fn read(name: &str) -> Self {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let file =
+            |var: &str, default: &str| std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| home.join(default));
+        let mut settings = HashMap::new();
+        // The config file names profiles `[profile NAME]` (but `[default]`); credentials `[NAME]`.
+        let config_section = if name == "default" { name.to_string() } else { format!("profile {name}") };
+        for (path, section) in [
+            (file("AWS_CONFIG_FILE", ".aws/config"), config_section),
+            (file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), name.to_string()),
+        ] {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                settings.extend(section_of(&text, &section));
+            }
+        }
+        Profile(settings)
+    }
+
+    fn get(&self, key: &str) -> Option<&String> {
+        self.0.get(key)
+    }
+}
+
+/// The `key = value` lines of `[section]` in an INI file.
+fn section_of(text: &str, section: &str) -> Vec<(String, String)> {
+    let mut inside = false;
+    let mut found = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = name.trim() == section;
+        } else if inside
+            && let Some((key, value)) = line.split_once('=')
+            && !line.starts_with(['#', ';'])
+        {
+            found.push((key.trim().to_lowercase(), value.trim().to_string()));
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_a_bucket_and_a_prefix() {
+        assert_eq!(parse_url("s3://b/a/c/"), Some(("b", "a/c")));
+        assert_eq!(parse_url("s3://b"), Some(("b", "")));
+        assert_eq!(parse_url("s3://"), None);
+        assert_eq!(parse_url("/data/x"), None);
+    }
+
+    #[test]
+    fn profiles_are_read_from_their_section() {
+        let text = "[default]\nregion = eu-west-1\n[profile other]\nregion=us-west-2\n# aws_access_key_id = no\n";
+        assert_eq!(section_of(text, "profile other"), [("region".to_string(), "us-west-2".to_string())]);
+        assert_eq!(section_of(text, "default"), [("region".to_string(), "eu-west-1".to_string())]);
+    }
+}

@@ -1,0 +1,52 @@
+//! A view file opened for reading. On a store whose files cannot be pinned at open (an object
+//! store), the version opened can be replaced before it is read: its reads then fail as
+//! [`store::Error::Changed`]. As long as nothing was served from it, the file is opened afresh
+//! (index and data of the new version) and the read tried again; once bytes were served, the
+//! read fails instead, so one reader never gets bytes of two versions.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
+
+use super::error::{Error, Result};
+use super::namespace::{Content, Namespace, Node};
+use crate::store;
+
+/// How often a read opens a replaced file again before it gives up.
+const ATTEMPTS: usize = 3;
+
+/// An open view file, read from one version.
+#[derive(Debug)]
+pub struct Reading {
+    node: Node,
+    content: RwLock<Content>,
+    served: AtomicBool,
+}
+
+impl Reading {
+    pub fn open(ns: &Namespace, node: Node) -> Result<Self> {
+        let content = RwLock::new(ns.open(&node)?);
+        Ok(Reading { node, content, served: AtomicBool::new(false) })
+    }
+
+    /// Up to `size` bytes from `offset`; fewer only at the end of the file.
+    pub fn read(&self, ns: &Namespace, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let mut attempt = 1;
+        loop {
+            let read = self.content.read().read(offset, size);
+            match read {
+                Err(Error::Store(store::Error::Changed(_)))
+                    if attempt < ATTEMPTS && !self.served.load(Ordering::Relaxed) =>
+                {
+                    attempt += 1;
+                    *self.content.write() = ns.open(&self.node)?;
+                }
+                Ok(bytes) => {
+                    self.served.store(true, Ordering::Relaxed);
+                    return Ok(bytes);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
