@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what shardfs's tests need on a fresh Debian machine, and nothing when it is already
 # there: fuse3 (fusermount3, as users have it) from apt, the interop peers (zarr-python 3,
-# tensorstore, numpy) in a Python venv under target/venv, and zarr-python 2.16.1 (the draft
+# tensorstore, numpy; moto, a local S3 server, and obstore, zarr-python's S3 client) in a Python
+# venv under target/venv, and zarr-python 2.16.1 (the draft
 # sharding storage transformer) in target/venv2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +16,12 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
 fi
 
 venv=target/venv
-stamp="$venv/.installed-zarr3.1.6-ts0.1.86"
+stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5"
 if [ ! -f "$stamp" ]; then
-  echo "setup: creating $venv with zarr-python 3 and tensorstore"
+  echo "setup: creating $venv with zarr-python 3, tensorstore, and moto (a local S3 server) with obstore"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3'
+  "$venv/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' \
+    'moto[server]==5.2.5' 'obstore==0.12.1'
   touch "$stamp"
 fi
 

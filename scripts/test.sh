@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need, then runs every test: unit and
 # integration tests (cargo test, real mounts included), the shell-level test, and the interop
-# tests against zarr-python 3 and tensorstore (arrays changing while mounted too), and against
-# zarr-python 2.16.1 (draft layout). With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE
-# fails the run instead of skipping the mount tests.
+# tests against zarr-python 3 and tensorstore (arrays changing while mounted too), against
+# zarr-python 2.16.1 (draft layout), and of object stores against a local S3 server (moto). With
+# SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
+# tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 cargo build --locked
-cargo test --locked
+# A local S3 server (moto) for the object-store conformance checks, stopped however the run ends.
+s3_port=$(target/venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+target/venv/bin/moto_server -H 127.0.0.1 -p "$s3_port" >target/moto.log 2>&1 &
+s3_pid=$!
+trap 'kill $s3_pid 2>/dev/null || true' EXIT
+target/venv/bin/python -c '
+import socket, sys, time
+for _ in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.1)
+' "$s3_port"
+SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 cargo test --locked
+kill $s3_pid
 # A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
 scripts/fuzz.sh 20
 
@@ -25,5 +41,6 @@ scripts/shell-test.sh target/debug/shardfs
 target/venv/bin/python scripts/interop.py target/debug/shardfs
 target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
+target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

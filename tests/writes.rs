@@ -35,29 +35,6 @@ fn parent_and_name(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap()
 }
 
-/// Writes a whole file as `mkdir -p` plus `cat > path` would.
-fn write_file(fs: &ShardFs, path: &str, bytes: &[u8]) {
-    let (dir, name) = parent_and_name(path);
-    let mut made = String::new();
-    for part in dir.split('/') {
-        let parent = if made.is_empty() { ROOT_INO } else { ino(fs, &made).unwrap() };
-        made = if made.is_empty() { part.to_string() } else { format!("{made}/{part}") };
-        if ino(fs, &made).is_err() {
-            match fs.mkdir(parent, part, 0o755) {
-                Ok(_) | Err(Error::Exists) => {}
-                Err(e) => panic!("mkdir {made}: {e}"),
-            }
-        }
-    }
-    let fh = match ino(fs, path) {
-        Ok(file) => fs.open(file, TRUNCATE).unwrap(),
-        Err(_) => fs.create(ino(fs, dir).unwrap(), name, 0o644, TRUNCATE).unwrap().2,
-    };
-    fs.write(fh, 0, bytes).unwrap();
-    fs.flush(fh).unwrap();
-    fs.release(fh);
-}
-
 fn read(fs: &ShardFs, path: &str) -> Vec<u8> {
     read_path(fs, path).unwrap()
 }

@@ -85,6 +85,15 @@ impl<'a> OpenShard<'a> {
         Ok(Some(OpenShard { _reading: reading, store, key, attr, file, changed: false }))
     }
 
+    /// Opens the shard afresh after a read found the version opened gone (an object replaced
+    /// since its version was looked up): from here on it reads the current version.
+    fn reopen(&mut self) -> Result<()> {
+        self.file = None;
+        self.file()?;
+        self.changed = true;
+        Ok(())
+    }
+
     fn file(&mut self) -> Result<&dyn Object> {
         if self.file.is_none() {
             let file = self.store.open(&self.key)?;
@@ -101,6 +110,9 @@ impl<'a> OpenShard<'a> {
         Error::Damaged(format!("{}: {cause}", self.store.describe(&self.key)))
     }
 }
+
+/// How often a shard replaced while it is read is read again from the top.
+const ATTEMPTS: usize = 3;
 
 /// Shard access for every array of one store, sharing one index cache.
 #[derive(Debug)]
@@ -126,13 +138,16 @@ impl Shards {
         let key = array.shard_key(&location.shard);
         let shard = if open { OpenShard::open(store, key)? } else { OpenShard::stat(store, key)? };
         let Some(mut shard) = shard else { return Ok(None) };
-        // A shard replaced between stat and open is walked again from the top, so that every
-        // level's index comes from the same file version.
-        for _ in 0..2 {
+        // A shard replaced between stat and open, or while its index was read, is walked again
+        // from the top, so that every level's index comes from the same file version.
+        for _ in 0..ATTEMPTS {
             shard.changed = false;
-            let range = self.walk(&mut shard, array, &location.entries)?;
-            if !shard.changed {
-                return Ok(range.map(|range| Located { range, shard: shard.attr, file: shard.file }));
+            match self.walk(&mut shard, array, &location.entries) {
+                Ok(range) if !shard.changed => {
+                    return Ok(range.map(|range| Located { range, shard: shard.attr, file: shard.file }));
+                }
+                Ok(_) | Err(Error::Store(store::Error::Changed(_))) => {}
+                Err(e) => return Err(e),
             }
         }
         Err(shard.damaged("shard keeps changing while being read"))
@@ -168,6 +183,10 @@ impl Shards {
                 let at = blob.start + range.start;
                 let bytes = match shard.file()?.read_exact_at(at, range.end - range.start) {
                     Ok(bytes) => bytes,
+                    Err(changed @ store::Error::Changed(_)) => {
+                        shard.reopen()?;
+                        return Err(changed.into());
+                    }
                     Err(store::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
                         return Err(shard.damaged("shard shrank while its index was read"));
                     }
@@ -219,7 +238,16 @@ impl Shards {
     ) -> ControlFlow<()> {
         let key = array.shard_key(shard);
         let opened = match OpenShard::open(store, key.clone()) {
-            Ok(Some(opened)) => {
+            Ok(Some(mut opened)) => {
+                // The outer index is read here, so that a shard replaced since its version was
+                // looked up is read at its current version rather than listed as damaged.
+                let outer = &array.meta.sharding.levels[0];
+                for _ in 0..ATTEMPTS {
+                    let blob = 0..opened.attr.size;
+                    if !matches!(self.index(&mut opened, outer, &blob), Err(Error::Store(store::Error::Changed(_)))) {
+                        break;
+                    }
+                }
                 sources.record(&key, Some(opened.attr.stamp));
                 Some(opened)
             }

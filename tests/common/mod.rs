@@ -273,6 +273,38 @@ pub fn lookup(fs: &ShardFs, path: &str) -> Result<u64, Error> {
     Ok(ino)
 }
 
+/// Writes a whole file as `mkdir -p` plus `cat > path` would.
+pub fn write_file(fs: &ShardFs, path: &str, bytes: &[u8]) {
+    let (dir, name) = path.rsplit_once('/').unwrap();
+    let mut made = String::new();
+    for part in dir.split('/') {
+        let parent = if made.is_empty() { ROOT_INO } else { lookup(fs, &made).unwrap() };
+        made = if made.is_empty() { part.to_string() } else { format!("{made}/{part}") };
+        if lookup(fs, &made).is_err() {
+            match fs.mkdir(parent, part, 0o755) {
+                Ok(_) | Err(Error::Exists) => {}
+                Err(e) => panic!("mkdir {made}: {e}"),
+            }
+        }
+    }
+    let fh = match lookup(fs, path) {
+        Ok(file) => fs.open(file, shardfs::fs::OpenMode { write: true, truncate: true, append: false }).unwrap(),
+        Err(_) => {
+            fs.create(
+                lookup(fs, dir).unwrap(),
+                name,
+                0o644,
+                shardfs::fs::OpenMode { write: true, truncate: true, append: false },
+            )
+            .unwrap()
+            .2
+        }
+    };
+    fs.write(fh, 0, bytes).unwrap();
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+}
+
 /// The bytes of `path` in the unsharded twin of the golden store.
 pub fn twin(path: &str) -> Vec<u8> {
     std::fs::read(golden().join("unsharded").join(path)).unwrap()

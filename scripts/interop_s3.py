@@ -1,0 +1,390 @@
+"""Interop test for object stores: shardfs mounts a bucket of a real local S3 server (moto).
+
+    target/venv/bin/python scripts/interop_s3.py [path/to/shardfs]
+
+A moto server on a free loopback port (in this process, so that it can be stopped and started
+again with its data) holds a bucket into which zarr-python 3 (through obstore) and tensorstore
+(its s3 kvstore) write every layout of tests/data/generate.py; their unsharded twins are written
+to a local directory. Then:
+- errors before mounting (no such bucket, no zarr.json, no server) are one line and exit 1;
+- shardfs mounts s3://BUCKET/PREFIX; zarr-python and tensorstore read every array of the view
+  exactly, and the view's chunk files are the twin's;
+- both peers write through the view; after unmount both read the bucket directly and get exactly
+  that data, no stray object is left, and `shardfs check`, `info` and `compact` take the URL;
+- two mounts of one prefix (two daemons: as two machines) write interleaved chunks of the same
+  shards with fsync after each: nothing is lost;
+- kill -9 of a daemon while it writes: every fsync'd chunk is in the bucket, and every shard
+  decodes (`shardfs check`);
+- the server stopped during commits and started again: fsync fails while it is gone, nothing is
+  lost, no shard is torn;
+- damaged objects (truncated, bad index checksum, entries past the end): EIO for those chunks,
+  everything else served.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import boto3
+import google_crc32c
+import numpy as np
+import tensorstore as ts
+import zarr
+from moto.server import ThreadedMotoServer
+from obstore.store import S3Store
+from zarr.storage import ObjectStore
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
+import generate  # noqa: E402
+
+warnings.filterwarnings("ignore", message="Consolidated metadata")
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+BUCKET = "interop"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A moto S3 server on loopback; its data outlives stop() and start()."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.moto = None
+
+    def start(self):
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.moto.start()
+
+    def stop(self):
+        if self.moto:
+            self.moto.stop()
+            self.moto = None
+
+
+def zarr_store(server, prefix):
+    s3 = S3Store(BUCKET, prefix=prefix, endpoint=server.endpoint, region="us-east-1", access_key_id="test",
+                 secret_access_key="test", client_options={"allow_http": True})
+    return ObjectStore(s3)
+
+
+def ts_spec(server, path):
+    return {"driver": "zarr3", "kvstore": {"driver": "s3", "bucket": BUCKET, "path": path.rstrip("/") + "/",
+                                           "endpoint": server.endpoint, "aws_region": "us-east-1"}}
+
+
+def write_fixtures(server, prefix, twin):
+    """Every layout of generate.py: sharded into the bucket, the unsharded twins into `twin`."""
+    store = zarr_store(server, prefix)
+    zarr.open_group(store, mode="w", attributes={"golden": True})
+    zarr.open_group(twin, mode="w", attributes={"golden": True})
+    for group in ("zp", "zp/keys", "ts"):
+        zarr.open_group(store, path=group, mode="w", attributes={"group": group})
+        zarr.open_group(os.path.join(twin, group), mode="w", attributes={"group": group})
+    for path, sharded, unsharded, data in generate.zarr_python_arrays():
+        array = zarr.create_array(store=store, name=path, attributes={"written_by": "zarr-python"},
+                                  dimension_names=[f"d{i}" for i in range(data.ndim)], **sharded)
+        array[...] = data
+        generate.write_zarr_python(twin, path, unsharded, data)
+    for path, sharded, unsharded, data in generate.tensorstore_arrays():
+        spec = dict(ts_spec(server, f"{prefix}/{path}"), metadata=dict(sharded, attributes={"written_by": "tensorstore"}))
+        ts.open(spec, create=True, delete_existing=True).result()[...].write(data).result()
+        generate.write_tensorstore(twin, path, unsharded, data)
+    zarr.consolidate_metadata(store)
+    return [p for p, *_ in generate.zarr_python_arrays() + generate.tensorstore_arrays()]
+
+
+def chunk_files(root):
+    found = set()
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if name != "zarr.json":
+                found.add(os.path.relpath(os.path.join(dirpath, name), root))
+    return found
+
+
+class Mounts:
+    """Mounts made during the test, each unmounted however the test ends."""
+
+    def __init__(self, binary, server):
+        self.binary, self.server, self.points = binary, server, []
+
+    def mount(self, url, mnt, *flags):
+        os.makedirs(mnt, exist_ok=True)
+        subprocess.run([self.binary, "mount", url, mnt, "--endpoint-url", self.server.endpoint, *flags], check=True)
+        self.points.append(mnt)
+        return mnt
+
+    def unmount(self, mnt):
+        subprocess.run([self.binary, "unmount", mnt], check=False)
+        if os.path.ismount(mnt):
+            subprocess.run(["umount", "-l", mnt], check=False)
+        self.points.remove(mnt)
+
+    def close(self):
+        for mnt in list(self.points):
+            self.unmount(mnt)
+
+
+def daemon_pid(mnt):
+    out = subprocess.run(["pgrep", "-f", f"shardfs mount .* {mnt} "], capture_output=True, text=True).stdout.split()
+    out += subprocess.run(["pgrep", "-f", f"shardfs mount .* {mnt}$"], capture_output=True, text=True).stdout.split()
+    return int(out[0])
+
+
+def errors_before_mounting(binary, server, work, check):
+    mnt = os.path.join(work, "never")
+    os.makedirs(mnt)
+    for what, url, endpoint, needle in [
+        ("no such bucket", "s3://no-such-bucket/x", server.endpoint, "no such bucket"),
+        ("no zarr.json at the prefix", f"s3://{BUCKET}/nothing-here", server.endpoint, "zarr.json"),
+        ("endpoint unreachable", f"s3://{BUCKET}/sharded", f"http://127.0.0.1:{free_port()}", "error sending request"),
+    ]:
+        result = subprocess.run([binary, "mount", url, mnt, "--endpoint-url", endpoint], capture_output=True, text=True)
+        lines = result.stderr.strip().splitlines()
+        check(f"mount refused: {what}: exit 1, one line naming the URL and the cause",
+              result.returncode == 1 and len(lines) == 1 and url in lines[0] and needle in lines[0] and not os.path.ismount(mnt),
+              result.stderr)
+
+
+def read_and_write_through_the_view(mounts, server, work, arrays, check):
+    twin, mnt = os.path.join(work, "unsharded"), os.path.join(work, "mnt")
+    mounts.mount(f"s3://{BUCKET}/sharded", mnt)
+    for path in arrays:
+        expected = zarr.open_array(zarr_store(server, "sharded"), path=path, mode="r")[...]
+        view = zarr.open_array(os.path.join(mnt, path), mode="r")
+        check(f"{path}: zarr-python reads the view of the bucket",
+              "sharding_indexed" not in str(view.metadata.codecs) and np.array_equal(view[...], expected, equal_nan=True))
+        local = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(mnt, path)}}
+        got = ts.open(local, open=True, read=True).result().read().result()
+        check(f"{path}: tensorstore reads the view of the bucket", np.array_equal(got, expected, equal_nan=True))
+        got, want = chunk_files(os.path.join(mnt, path)), chunk_files(os.path.join(twin, path))
+        check(f"{path}: chunk files are the twin's", got == want, f"extra {sorted(got - want)[:5]} missing {sorted(want - got)[:5]}")
+    expected = {}
+    for path in ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/nested"]:
+        view = zarr.open_array(os.path.join(mnt, path), mode="r+")
+        data = view[...].copy()
+        region = tuple(slice(1, min(5, n)) for n in data.shape)
+        data[region] = 77
+        view[region] = 77
+        first = tuple(slice(0, c) for c in view.chunks[:1]) + (slice(None),) * (data.ndim - 1)
+        data[first] = 0
+        view[first] = 0
+        check(f"{path}: zarr-python writes through the view", np.array_equal(view[...], data))
+        expected[path] = data
+    for path in ["ts/zstd_crc", "ts/gzip_start_nocrc"]:
+        local = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(mnt, path)}}
+        store = ts.open(local, open=True, read=True, write=True).result()
+        data = store.read().result().copy()
+        region = tuple(slice(2, min(7, n)) for n in data.shape)
+        data[region] = 5
+        store[region] = 5
+        check(f"{path}: tensorstore writes through the view", np.array_equal(store.read().result(), data))
+        expected[path] = data
+    mounts.unmount(mnt)
+    for path, data in expected.items():
+        got = zarr.open_array(zarr_store(server, "sharded"), path=path, mode="r")[...]
+        check(f"{path}: zarr-python reads the written data from the bucket", np.array_equal(got, data, equal_nan=True))
+        got = ts.open(ts_spec(server, f"sharded/{path}"), open=True, read=True).result().read().result()
+        check(f"{path}: tensorstore reads the written data from the bucket", np.array_equal(got, data, equal_nan=True))
+    s3 = boto3.client("s3", endpoint_url=server.endpoint)
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="sharded/")
+            for o in page.get("Contents", [])]
+    stray = [k for k in keys if not re.fullmatch(r"zarr\.json|c?[.\d]*\d", k.split("/")[-1])]
+    check("no stray objects are left in the bucket (temporary files, journal)", not stray, str(stray[:5]))
+
+
+def commands_take_urls(binary, server, check):
+    url, flags = f"s3://{BUCKET}/sharded", ["--endpoint-url", server.endpoint]
+    result = subprocess.run([binary, "check", url, *flags], capture_output=True, text=True)
+    check("shardfs check s3://... passes", result.returncode == 0, result.stdout[-400:] + result.stderr)
+    result = subprocess.run([binary, "info", url, *flags], capture_output=True, text=True)
+    check("shardfs info s3://... lists the arrays", result.returncode == 0 and "zp/nested" in result.stdout,
+          result.stdout[-400:] + result.stderr)
+    result = subprocess.run([binary, "compact", url, *flags], capture_output=True, text=True)
+    check("shardfs compact s3://... has nothing to free (object shards hold no unused bytes)", result.returncode == 0,
+          result.stdout[-400:] + result.stderr)
+
+
+def make_raw_array(server, prefix):
+    """uint8, no compression: a chunk file is its 16 raw bytes. 2 shards of 16 chunks each."""
+    return zarr.create_array(store=zarr_store(server, prefix), shape=(16, 32), chunks=(4, 4), shards=(16, 16),
+                             dtype="uint8", compressors=None, fill_value=0)
+
+
+def write_chunk(mnt, i, j, data, sync):
+    """Writes chunk (i, j) as a writer of per-chunk files does: directory first, then the file."""
+    os.makedirs(os.path.join(mnt, "c", str(i)), exist_ok=True)
+    f = open(os.path.join(mnt, "c", str(i), str(j)), "wb")
+    f.write(data)
+    if sync:
+        f.flush()
+        os.fsync(f.fileno())
+    return f
+
+
+def chunk_bytes(writer, i, j):
+    return bytes([(writer * 64 + i * 8 + j) % 256]) * 16
+
+
+def two_mounts_write_one_shard(mounts, server, work, check):
+    make_raw_array(server, "two")
+    a = mounts.mount(f"s3://{BUCKET}/two", os.path.join(work, "mnt-a"))
+    b = mounts.mount(f"s3://{BUCKET}/two", os.path.join(work, "mnt-b"))
+    written = {}
+    for i in range(4):
+        for j in range(8):
+            who = (i + j) % 2
+            write_chunk((a, b)[who], i, j, chunk_bytes(who, i, j), sync=True).close()
+            written[(i, j)] = chunk_bytes(who, i, j)
+    mounts.unmount(a)
+    mounts.unmount(b)
+    got = zarr.open_array(zarr_store(server, "two"), mode="r")[...]
+    lost = [k for k, v in written.items() if got[k[0] * 4, k[1] * 4] != v[0]]
+    check("two mounts writing interleaved chunks of the same shards, fsync after each: nothing lost",
+          not lost, f"lost {lost[:8]}")
+
+
+def kill_a_writing_daemon(mounts, binary, server, work, check):
+    make_raw_array(server, "killed")
+    mnt = mounts.mount(f"s3://{BUCKET}/killed", os.path.join(work, "mnt-killed"))
+    pid = daemon_pid(mnt)
+    synced = {}
+    for n in range(32):
+        i, j = divmod(n, 8)
+        write_chunk(mnt, i, j, chunk_bytes(1, i, j), sync=n % 3 == 0).close()
+        if n % 3 == 0:
+            synced[(i, j)] = chunk_bytes(1, i, j)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    mounts.unmount(mnt)
+    got = zarr.open_array(zarr_store(server, "killed"), mode="r")[...]
+    lost = [k for k, v in synced.items() if got[k[0] * 4, k[1] * 4] != v[0]]
+    check("kill -9 of a writing daemon: every fsync'd chunk is in the bucket", not lost, f"lost {lost}")
+    result = subprocess.run([binary, "check", f"s3://{BUCKET}/killed", "--endpoint-url", server.endpoint],
+                            capture_output=True, text=True)
+    check("kill -9 of a writing daemon: every shard decodes", result.returncode == 0, result.stdout + result.stderr)
+
+
+def server_gone_during_commits(mounts, binary, server, work, check):
+    make_raw_array(server, "outage")
+    mnt = mounts.mount(f"s3://{BUCKET}/outage", os.path.join(work, "mnt-outage"), "--commit-idle-ms", "600000")
+    files = []
+    for j in range(8):
+        files.append(write_chunk(mnt, 0, j, chunk_bytes(2, 0, j), sync=False))
+    server.stop()
+    failed = 0
+    try:
+        for f in files:
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                failed += 1
+    finally:
+        server.start()
+    check("server gone: fsync fails rather than claim durability", failed > 0, f"{failed} of {len(files)} failed")
+    for f in files:
+        with contextlib.suppress(OSError):
+            f.close()
+    write_chunk(mnt, 3, 7, chunk_bytes(2, 3, 7), sync=True).close()
+    mounts.unmount(mnt)
+    got = zarr.open_array(zarr_store(server, "outage"), mode="r")[...]
+    lost = [j for j in range(8) if got[0, j * 4] != chunk_bytes(2, 0, j)[0]] + ([] if got[12, 28] == chunk_bytes(2, 3, 7)[0] else ["3/7"])
+    check("server back: the writes made while it was gone are committed, nothing lost", not lost, f"lost {lost}")
+    result = subprocess.run([binary, "check", f"s3://{BUCKET}/outage", "--endpoint-url", server.endpoint],
+                            capture_output=True, text=True)
+    check("server back: no torn shard", result.returncode == 0, result.stdout + result.stderr)
+
+
+def damaged_objects(mounts, server, work, check):
+    arr = zarr.create_array(store=zarr_store(server, "damaged"), shape=(16, 64), chunks=(4, 4), shards=(16, 16),
+                            dtype="uint8", compressors=None, fill_value=0)
+    arr[...] = 9
+    s3 = boto3.client("s3", endpoint_url=server.endpoint)
+    key = lambda j: f"damaged/c/0/{j}"  # noqa: E731
+    whole = s3.get_object(Bucket=BUCKET, Key=key(0))["Body"].read()
+    s3.put_object(Bucket=BUCKET, Key=key(0), Body=whole[: len(whole) // 2])  # truncated: the index is gone
+    bad_crc = bytearray(s3.get_object(Bucket=BUCKET, Key=key(1))["Body"].read())
+    bad_crc[-1] ^= 0xFF
+    s3.put_object(Bucket=BUCKET, Key=key(1), Body=bytes(bad_crc))
+    past = bytearray(s3.get_object(Bucket=BUCKET, Key=key(2))["Body"].read())
+    index = len(past) - (16 * 16 + 4)
+    past[index:index + 8] = (10**9).to_bytes(8, "little")  # entry 0 starts past the end
+    past[-4:] = google_crc32c.value(bytes(past[index:-4])).to_bytes(4, "little")  # with a valid checksum
+    s3.put_object(Bucket=BUCKET, Key=key(2), Body=bytes(past))
+    mnt = mounts.mount(f"s3://{BUCKET}/damaged", os.path.join(work, "mnt-damaged"), "--read-only")
+    results = {}
+    for j in range(4):
+        try:
+            with open(os.path.join(mnt, "c", "0", str(4 * j)), "rb") as f:
+                results[j] = f.read()
+        except OSError as e:
+            results[j] = e.errno
+    mounts.unmount(mnt)
+    check("damaged objects: each damaged shard's chunks read as EIO", results[0] == 5 and results[1] == 5 and results[2] == 5,
+          str(results))
+    check("damaged objects: the healthy shard is served", results[3] == bytes([9]) * 16, str(results[3]))
+
+
+def main():
+    binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
+    os.environ.update(CREDENTIALS)
+    # Shared AWS files of the test's own: the peers' AWS SDKs complain of missing ones on every open.
+    aws_files = tempfile.mkdtemp(prefix="shardfs-aws.")
+    for name, text in (("config", "[default]\nregion = us-east-1\n"),
+                       ("credentials", "[default]\naws_access_key_id = test\naws_secret_access_key = test\n")):
+        with open(os.path.join(aws_files, name), "w") as f:
+            f.write(text)
+    os.environ.update(AWS_CONFIG_FILE=os.path.join(aws_files, "config"),
+                      AWS_SHARED_CREDENTIALS_FILE=os.path.join(aws_files, "credentials"))
+    passed, failed = 0, 0
+
+    def check(name, ok, detail=""):
+        nonlocal passed, failed
+        if ok:
+            passed += 1
+            print(f"ok   {name}")
+        else:
+            failed += 1
+            print(f"FAIL {name} {detail}")
+
+    server = Server()
+    server.start()
+    mounts = Mounts(binary, server)
+    try:
+        boto3.client("s3", endpoint_url=server.endpoint).create_bucket(Bucket=BUCKET)
+        with tempfile.TemporaryDirectory(prefix="shardfs-interop-s3.") as work:
+            try:
+                arrays = write_fixtures(server, "sharded", os.path.join(work, "unsharded"))
+                errors_before_mounting(binary, server, work, check)
+                read_and_write_through_the_view(mounts, server, work, arrays, check)
+                commands_take_urls(binary, server, check)
+                two_mounts_write_one_shard(mounts, server, work, check)
+                kill_a_writing_daemon(mounts, binary, server, work, check)
+                server_gone_during_commits(mounts, binary, server, work, check)
+                damaged_objects(mounts, server, work, check)
+            finally:
+                mounts.close()
+    finally:
+        mounts.close()
+        server.stop()
+    print(f"interop-s3: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+//! The object-store backend without FUSE: the golden store copied into object_store's in-memory
+//! store shows exactly the view of the local copy; two filesystems over one bucket (as two
+//! machines) write interleaved chunks of one shard with a commit after each and lose nothing; a
+//! plain file written through the view is stored at close. And the store conformance checks
+//! against a real local S3 server: moto, which scripts/test.sh starts and names in
+//! SHARDFS_TEST_S3_ENDPOINT.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use object_store::memory::InMemory;
+use shardfs::fs::{OpenMode, ROOT_INO, ShardFs, WriteOptions};
+use shardfs::inspect::scan;
+use shardfs::mount::filesystem;
+use shardfs::store::bucket::s3::{self, S3Options};
+use shardfs::store::bucket::{BucketStore, Caching};
+use shardfs::store::{PutMode, Store, conformance};
+use shardfs::view::index_cache::IndexCache;
+use shardfs::write::pending::Policy;
+
+/// A store over `objects` below a prefix, with the default caches.
+fn bucket(objects: &Arc<InMemory>) -> BucketStore {
+    BucketStore::new(objects.clone(), "data/sharded", "memory://bucket/data/sharded", Caching::default()).unwrap()
+}
+
+/// Puts every file below `dir` into `store`, at the same relative keys.
+fn upload(store: &dyn Store, dir: &Path, key: &str) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        let child = if key.is_empty() { name } else { format!("{key}/{name}") };
+        if entry.file_type().unwrap().is_dir() {
+            upload(store, &entry.path(), &child);
+        } else {
+            store.put(&child, &[&std::fs::read(entry.path()).unwrap()], PutMode::Overwrite).unwrap();
+        }
+    }
+}
+
+fn golden_bucket() -> Arc<InMemory> {
+    let objects = Arc::new(InMemory::new());
+    upload(&bucket(&objects), &golden().join("sharded"), "");
+    objects
+}
+
+fn writable(store: BucketStore) -> ShardFs {
+    let policy = Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) };
+    let options = WriteOptions { policy, shard_new: None };
+    filesystem(Arc::new(store), IndexCache::new(1 << 20), Some(options)).unwrap()
+}
+
+#[test]
+fn a_bucket_shows_the_same_view_as_a_directory() {
+    let objects = golden_bucket();
+    let from_bucket = filesystem(Arc::new(bucket(&objects)), IndexCache::new(1 << 20), None).unwrap();
+    let (files, dirs) = walk_view(&from_bucket);
+    let (want_files, want_dirs) = walk_view(&fs_of(&golden().join("sharded")));
+    assert_eq!(dirs, want_dirs);
+    assert_eq!(files.keys().collect::<Vec<_>>(), want_files.keys().collect::<Vec<_>>());
+    for (path, bytes) in &want_files {
+        assert!(files[path] == *bytes, "{path}: the bucket's view differs");
+    }
+}
+
+#[test]
+fn two_filesystems_over_one_bucket_lose_none_of_each_others_commits() {
+    let objects = golden_bucket();
+    // Each has its own metadata cache, so each commits over a shard version it may not have seen:
+    // the conditional PUT refuses it, and the commit reads the shard again.
+    let (a, b) = (writable(bucket(&objects)), writable(bucket(&objects)));
+    for round in 0..6u8 {
+        for (fs, tag) in [(&a, 1u8), (&b, 2u8)] {
+            let path = format!("zp/gzip_crc_end/c/{}/{}", 2 + tag as usize % 2, round % 2);
+            write_file(fs, &path, &[tag, round]);
+            fs.commit_all().unwrap();
+        }
+    }
+    let fresh = filesystem(Arc::new(bucket(&objects)), IndexCache::new(1 << 20), None).unwrap();
+    assert_eq!(read_path(&fresh, "zp/gzip_crc_end/c/3/1").unwrap(), [1, 5]);
+    assert_eq!(read_path(&fresh, "zp/gzip_crc_end/c/2/1").unwrap(), [2, 5]);
+    assert_eq!(read_path(&fresh, "zp/gzip_crc_end/c/3/0").unwrap(), [1, 4]);
+    assert_eq!(read_path(&fresh, "zp/gzip_crc_end/c/2/0").unwrap(), [2, 4]);
+    assert!(scan(&bucket(&objects)).unwrap().healthy());
+}
+
+#[test]
+fn a_plain_file_written_through_the_view_is_stored_at_close() {
+    let objects = golden_bucket();
+    let fs = writable(bucket(&objects));
+    let write = OpenMode { write: true, truncate: true, append: false };
+    let (_, _, fh) = fs.create(ROOT_INO, "notes.txt", 0o644, write).unwrap();
+    fs.write(fh, 0, b"kept in memory until close").unwrap();
+    assert!(fs.flushes_at_close(fh), "the kernel must send the close");
+    fs.flush(fh).unwrap();
+    fs.release(fh);
+    assert_eq!(bucket(&objects).read("notes.txt").unwrap(), b"kept in memory until close");
+}
+
+/// Makes bucket `name` on the S3 server at `endpoint` (moto takes an unsigned request).
+fn make_bucket(endpoint: &str, name: &str) {
+    let host = endpoint.strip_prefix("http://").expect("an http:// endpoint");
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(stream, "PUT /{name} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "making bucket {name}: {reply}");
+}
+
+#[test]
+fn a_real_s3_server_passes_the_store_conformance_checks() {
+    let Ok(endpoint) = std::env::var("SHARDFS_TEST_S3_ENDPOINT") else {
+        assert!(
+            std::env::var("SHARDFS_REQUIRE_S3").is_err(),
+            "SHARDFS_REQUIRE_S3 is set but SHARDFS_TEST_S3_ENDPOINT is not"
+        );
+        eprintln!(
+            "*** SKIPPING the S3 conformance checks: no SHARDFS_TEST_S3_ENDPOINT (scripts/test.sh starts moto) ***"
+        );
+        return;
+    };
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    }
+    let name = format!("conformance-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
+    for (prefix, caching) in
+        [("cached", Caching::default()), ("uncached", Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0 })]
+    {
+        let store = s3::open(&format!("s3://{name}/{prefix}"), &options, caching).unwrap();
+        conformance::check(&store);
+    }
+}
