@@ -83,7 +83,8 @@ def zarr_store(server, prefix):
 
 def ts_spec(server, path):
     return {"driver": "zarr3", "kvstore": {"driver": "s3", "bucket": BUCKET, "path": path.rstrip("/") + "/",
-                                           "endpoint": server.endpoint, "aws_region": "us-east-1"}}
+                                           "endpoint": server.endpoint, "aws_region": "us-east-1",
+                                           "aws_credentials": {"type": "environment"}}}
 
 
 def write_fixtures(server, prefix, twin):

@@ -109,6 +109,7 @@ pub fn filesystem(store: Arc<dyn Store>, cache: IndexCache, writes: Option<Write
     // The one presentation so far: the unsharded Zarr v3 store.
     let presentation = Arc::new(ZarrV3);
     let Some(options) = writes else { return Ok(ShardFs::read_only(store, presentation, cache)) };
+    store.check_writes().map_err(|e| e.to_string())?;
     let recovered = journal::recover(&*store).map_err(|e| format!("{}: recovery failed: {e}", store.describe("")))?;
     for done in recovered {
         log::warn!("recovered an unfinished commit: {done:?}");

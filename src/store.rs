@@ -228,6 +228,18 @@ pub trait Store: Send + Sync + Debug {
     /// Removes the file at `key`, durably.
     fn delete(&self, key: &str) -> Result<()>;
 
+    /// Removes the file at `key` if it is still at version `stamp` ([`Error::Changed`] otherwise),
+    /// durably, and says whether it did. A store whose locks reach every writer (a local store's
+    /// OFD locks) checks the version under the caller's lock; a store that cannot remove only a
+    /// given version (an object store: its delete is unconditional, its locks this process's)
+    /// removes nothing and answers false.
+    fn delete_version(&self, key: &str, stamp: &Stamp) -> Result<bool> {
+        if self.attr(key)?.stamp != *stamp {
+            return Err(Error::Changed(self.describe(key)));
+        }
+        self.delete(key).map(|()| true)
+    }
+
     /// Removes the file at `key`, not necessarily durably: after a crash it may be there again
     /// (for files whose return is harmless, as a finished append's journal record).
     fn discard(&self, key: &str) -> Result<()> {
@@ -255,6 +267,12 @@ pub trait Store: Send + Sync + Debug {
     /// Takes the exclusive lock of lock slot `slot` (see [`lock::slot`]), waiting for it: two
     /// processes, or two threads, never hold one slot at once.
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>>;
+
+    /// Checks, before a writable mount, that the store keeps the promises commits rely on (an
+    /// object store asks its server to refuse a conditional write that must fail).
+    fn check_writes(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Removes what interrupted writes of processes that are gone left behind (a local store's
     /// temporary files), never what a live process is still writing; returns what it removed.

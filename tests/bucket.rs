@@ -1,26 +1,31 @@
 //! The object-store backend without FUSE: the golden store copied into object_store's in-memory
 //! store shows exactly the view of the local copy; two filesystems over one bucket (as two
 //! machines) write interleaved chunks of one shard with a commit after each and lose nothing; a
-//! plain file written through the view is stored at close. And the store conformance checks
+//! plain file written through the view is stored at close; a commit that empties a shard, or
+//! rebuilds a nested one, after another machine committed to it keeps that machine's chunks. And
+//! the store conformance checks
 //! against a real local S3 server: moto, which scripts/test.sh starts and names in
 //! SHARDFS_TEST_S3_ENDPOINT.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use object_store::memory::InMemory;
+use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
 use shardfs::fs::{OpenMode, ROOT_INO, ShardFs, WriteOptions};
 use shardfs::inspect::scan;
 use shardfs::mount::filesystem;
 use shardfs::store::bucket::s3::{self, S3Options};
 use shardfs::store::bucket::{BucketStore, Caching};
-use shardfs::store::{PutMode, Store, conformance};
+use shardfs::store::{self, Attr, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Space, Stamp, Store, conformance};
 use shardfs::view::index_cache::IndexCache;
+use shardfs::write::commit::{Changes, NestedChanges, commit, commit_levels};
 use shardfs::write::pending::Policy;
 
 /// A store over `objects` below a prefix, with the default caches.
@@ -137,4 +142,127 @@ fn a_real_s3_server_passes_the_store_conformance_checks() {
         let store = s3::open(&format!("s3://{name}/{prefix}"), &options, caching).unwrap();
         conformance::check(&store);
     }
+}
+
+/// A bucket store that lets another machine commit to `key` just before this one's first write
+/// there: between the commit's read of the shard and its conditional write.
+#[derive(Debug)]
+struct Interloper {
+    inner: BucketStore,
+    key: &'static str,
+    theirs: Mutex<Option<Vec<u8>>>,
+    other: BucketStore,
+}
+
+impl Store for Interloper {
+    fn describe(&self, key: &str) -> String {
+        self.inner.describe(key)
+    }
+    fn attr(&self, key: &str) -> store::Result<Attr> {
+        self.inner.attr(key)
+    }
+    fn list(&self, dir: &str) -> store::Result<(Vec<(String, Kind)>, Stamp)> {
+        self.inner.list(dir)
+    }
+    fn open(&self, key: &str) -> store::Result<Box<dyn Object>> {
+        self.inner.open(key)
+    }
+    fn read_link(&self, key: &str) -> store::Result<PathBuf> {
+        self.inner.read_link(key)
+    }
+    fn space(&self) -> store::Result<Space> {
+        self.inner.space()
+    }
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> store::Result<()> {
+        self.meddle(key);
+        self.inner.put(key, pieces, mode)
+    }
+    fn delete(&self, key: &str) -> store::Result<()> {
+        self.meddle(key);
+        self.inner.delete(key)
+    }
+    fn delete_version(&self, key: &str, stamp: &Stamp) -> store::Result<bool> {
+        self.meddle(key);
+        self.inner.delete_version(key, stamp)
+    }
+    fn rename(&self, from: &str, to: &str) -> store::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn make_dir(&self, key: &str, mode: u32) -> store::Result<()> {
+        self.inner.make_dir(key, mode)
+    }
+    fn make_dirs(&self, key: &str) -> store::Result<()> {
+        self.inner.make_dirs(key)
+    }
+    fn remove_dir(&self, key: &str) -> store::Result<()> {
+        self.inner.remove_dir(key)
+    }
+    fn can_append(&self) -> bool {
+        self.inner.can_append()
+    }
+    fn open_file(&self, key: &str, how: OpenHow) -> store::Result<Box<dyn OpenFile>> {
+        self.inner.open_file(key, how)
+    }
+    fn lock(&self, slot: u64) -> store::Result<Box<dyn Lock>> {
+        self.inner.lock(slot)
+    }
+}
+
+impl Interloper {
+    fn meddle(&self, key: &str) {
+        if key == self.key
+            && let Some(theirs) = self.theirs.lock().unwrap().take()
+        {
+            self.other.put(key, &[&theirs], PutMode::Overwrite).unwrap();
+        }
+    }
+}
+
+const SHARD: &str = "a/c/0";
+
+fn spec(entries: u64) -> IndexSpec {
+    IndexSpec { entries, endian: Endian::Little, checksum: true, location: IndexLocation::End }
+}
+
+/// The chunks of the shard at `SHARD` laid out as `spec`.
+fn chunks_of(store: &dyn Store, spec: &IndexSpec) -> Vec<Option<Vec<u8>>> {
+    let bytes = store.read(SHARD).unwrap();
+    let len = bytes.len() as u64;
+    let range = spec.index_range(len).unwrap();
+    let index = ShardIndex::decode(spec, &bytes[range.start as usize..range.end as usize], len, 0).unwrap();
+    (0..spec.entries)
+        .map(|i| index.chunk(i).unwrap().map(|r| bytes[r.start as usize..r.end as usize].to_vec()))
+        .collect()
+}
+
+fn interloper(objects: &Arc<InMemory>, theirs: Vec<u8>) -> Interloper {
+    Interloper { inner: bucket(objects), key: SHARD, theirs: Mutex::new(Some(theirs)), other: bucket(objects) }
+}
+
+#[test]
+fn emptying_a_shard_keeps_a_chunk_another_machine_committed_meanwhile() {
+    let objects = Arc::new(InMemory::new());
+    let spec = spec(4);
+    let ours = bucket(&objects);
+    ours.put(SHARD, &[&assemble_shard(&spec, &[Some(b"one".as_slice()), None, None, None])], PutMode::Create).unwrap();
+    let theirs = assemble_shard(&spec, &[Some(b"one".as_slice()), None, Some(b"theirs".as_slice()), None]);
+    let store = interloper(&objects, theirs);
+    let emptied: Changes = BTreeMap::from([(0, None)]);
+    commit(&store, SHARD, &spec, &emptied).unwrap();
+    assert_eq!(chunks_of(&bucket(&objects), &spec), [None, None, Some(b"theirs".to_vec()), None]);
+}
+
+#[test]
+fn a_nested_commit_retried_after_another_machines_commit_keeps_its_chunks() {
+    let objects = Arc::new(InMemory::new());
+    let (outer, inner) = (spec(2), spec(2));
+    let inner_shard = |chunks: &[Option<&[u8]>]| assemble_shard(&inner, chunks);
+    let theirs = assemble_shard(&outer, &[Some(inner_shard(&[None, Some(b"theirs")])), None]);
+    let store = interloper(&objects, theirs);
+    let ours: NestedChanges = BTreeMap::from([(vec![0, 0], Some(b"ours".as_slice().into()))]);
+    commit_levels(&store, SHARD, &[outer, inner], &ours).unwrap();
+    let inner_chunks = chunks_of(&bucket(&objects), &outer)[0].clone().unwrap();
+    let objects_inner = Arc::new(InMemory::new());
+    bucket(&objects_inner).put(SHARD, &[&inner_chunks], PutMode::Create).unwrap();
+    assert_eq!(chunks_of(&bucket(&objects_inner), &inner), [Some(b"ours".to_vec()), Some(b"theirs".to_vec())]);
 }

@@ -109,8 +109,11 @@ impl BucketStore {
         }
     }
 
+    /// The object path of `key`, taken as it is (as listings give names), so that every name
+    /// listed can be read back.
     fn path(&self, key: &str) -> Path {
-        Path::from(join(&self.0.prefix, key))
+        let full = join(&self.0.prefix, key);
+        Path::parse(&full).unwrap_or_else(|_| Path::from(full))
     }
 
     fn block_on<F: Future>(&self, future: F) -> F::Output {
@@ -143,12 +146,13 @@ impl BucketStore {
         {
             return Ok(None);
         }
+        let epoch = self.0.metadata.epoch();
         let head = match self.block_on(self.0.objects.head(&self.path(key))) {
             Ok(meta) => Some(head_of(&meta)),
             Err(object_store::Error::NotFound { .. }) => None,
             Err(e) => return Err(self.error(key, e)),
         };
-        self.0.metadata.remember_head(key, head.clone());
+        self.0.metadata.remember_head(key, head.clone(), epoch);
         Ok(head)
     }
 
@@ -159,6 +163,7 @@ impl BucketStore {
             return Ok(Some(listing));
         }
         let prefix = (!dir.is_empty() || !self.0.prefix.is_empty()).then(|| self.path(dir));
+        let epoch = self.0.metadata.epoch();
         let found =
             self.block_on(self.0.objects.list_with_delimiter(prefix.as_ref())).map_err(|e| self.error(dir, e))?;
         let mut entries = Vec::new();
@@ -185,7 +190,7 @@ impl BucketStore {
         }
         drop(made);
         let listing = Arc::new(Listing::new(entries, modified));
-        self.0.metadata.remember_listing(dir, listing.clone(), objects);
+        self.0.metadata.remember_listing(dir, listing.clone(), objects, epoch);
         Ok(Some(listing))
     }
 
@@ -223,22 +228,29 @@ impl BucketStore {
         }
     }
 
-    /// A GET of `range` of version `e_tag` of `key` (any version when the store gives no ETag).
-    fn get_range(&self, key: &str, e_tag: &Option<String>, range: std::ops::Range<u64>) -> Result<Bytes> {
-        let options =
-            GetOptions { if_match: e_tag.clone(), range: Some(GetRange::Bounded(range)), ..Default::default() };
+    /// A GET of `range` of version `e_tag` of `key`, exactly that long.
+    fn get_range(&self, key: &str, e_tag: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        let wanted = range.end - range.start;
+        let if_match = Some(e_tag.to_string());
+        let options = GetOptions { if_match, range: Some(GetRange::Bounded(range)), ..Default::default() };
         let fetched = self.block_on(async {
             let result = self.0.objects.get_opts(&self.path(key), options).await?;
             result.bytes().await
         });
-        fetched.map_err(|e| match self.error(key, e) {
+        let bytes = fetched.map_err(|e| match self.error(key, e) {
             // The version opened is gone: as much a change as a newer ETag.
             Error::NotFound(place) => {
                 self.0.metadata.forget(key);
                 Error::Changed(place)
             }
             other => other,
-        })
+        })?;
+        if bytes.len() as u64 != wanted {
+            let short = format!("the server sent {} bytes for a range of {wanted}", bytes.len());
+            let source = io::Error::new(io::ErrorKind::UnexpectedEof, short);
+            return Err(Error::Io { place: self.describe(key), source });
+        }
+        Ok(bytes)
     }
 
     /// The ETag of `key` at version `stamp`, asking the store when the cache knows another.
@@ -257,6 +269,22 @@ impl BucketStore {
     }
 }
 
+impl BucketStore {
+    /// The content of `key`, `None` when there is no such object; refused past
+    /// [`buffered::LARGEST`], since it is held in memory.
+    fn read_optional(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        match self.head(key)? {
+            None => Ok(None),
+            Some(head) if head.size > buffered::LARGEST => Err(buffered::too_large(&self.describe(key))),
+            Some(_) => match self.read(key) {
+                Ok(bytes) => Ok(Some(bytes)),
+                Err(Error::NotFound(_)) => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
+    }
+}
+
 fn head_of(meta: &object_store::ObjectMeta) -> Head {
     Head { size: meta.size, e_tag: meta.e_tag.clone(), modified: meta.last_modified.into() }
 }
@@ -272,7 +300,7 @@ struct BucketObject {
     store: BucketStore,
     key: String,
     attr: Attr,
-    e_tag: Option<String>,
+    e_tag: String,
 }
 
 impl Object for BucketObject {
@@ -332,17 +360,23 @@ impl Store for BucketStore {
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
         let head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
         let attr = self.attr_of_file(&head);
-        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, e_tag: head.e_tag }))
+        // Without an ETag no read could be tied to the version its index came from.
+        let Some(e_tag) = head.e_tag else {
+            let why = io::Error::other("the store gives the object no ETag, so its versions cannot be told apart");
+            return Err(Error::Io { place: self.describe(key), source: why });
+        };
+        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, e_tag }))
     }
 
     fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let epoch = self.0.metadata.epoch();
         let fetched = self.block_on(async {
             let result = self.0.objects.get(&self.path(key)).await?;
             let meta = result.meta.clone();
             Ok::<_, object_store::Error>((meta, result.bytes().await?))
         });
         let (meta, bytes) = fetched.map_err(|e| self.error(key, e))?;
-        self.0.metadata.remember_head(key, Some(head_of(&meta)));
+        self.0.metadata.remember_head(key, Some(head_of(&meta)), epoch);
         Ok(bytes.to_vec())
     }
 
@@ -382,7 +416,7 @@ impl Store for BucketStore {
         let put = put.map_err(|e| self.error(key, e))?;
         self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
         let head = Head { size, e_tag: put.e_tag, modified: SystemTime::now() };
-        self.0.metadata.remember_head(key, Some(head));
+        self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
         Ok(())
     }
 
@@ -395,6 +429,10 @@ impl Store for BucketStore {
         let deleted = self.block_on(self.0.objects.delete(&self.path(key)));
         self.0.metadata.forget(key);
         deleted.map_err(|e| self.error(key, e))
+    }
+
+    fn delete_version(&self, _key: &str, _stamp: &Stamp) -> Result<bool> {
+        Ok(false)
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
@@ -416,10 +454,12 @@ impl Store for BucketStore {
     }
 
     fn make_dirs(&self, key: &str) -> Result<()> {
-        if !key.is_empty() && self.listing(key)?.is_none() {
-            self.0.made_dirs.lock().insert(key.to_string());
-            self.0.metadata.forget(key);
-            self.0.metadata.forget_listing(key);
+        let mut dir = key;
+        while !dir.is_empty() && self.listing(dir)?.is_none() {
+            self.0.made_dirs.lock().insert(dir.to_string());
+            self.0.metadata.forget(dir);
+            self.0.metadata.forget_listing(dir);
+            dir = super::parent_key(dir);
         }
         Ok(())
     }
@@ -440,17 +480,41 @@ impl Store for BucketStore {
     }
 
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
-        let content = match self.read(key) {
-            Ok(_) if how.truncate => Vec::new(),
-            Ok(bytes) => bytes,
-            Err(Error::NotFound(_)) if how.create.is_some() => {
+        let found = if how.truncate { self.head(key)?.map(|_| Vec::new()) } else { self.read_optional(key)? };
+        let content = match found {
+            Some(bytes) => bytes,
+            None if how.create.is_some() => {
                 // The file exists from its creation on, as a local file would.
                 self.put(key, &[], PutMode::Create)?;
                 Vec::new()
             }
-            Err(e) => return Err(e),
+            None => return Err(Error::NotFound(self.describe(key))),
         };
         Ok(Box::new(BufferedFile::new(self.clone(), key.to_string(), content)))
+    }
+
+    fn check_writes(&self) -> Result<()> {
+        // Some S3-compatible servers ignore If-Match and If-None-Match; with them, two commits to
+        // one shard would overwrite each other unseen.
+        let key = format!("{}/probe/{}", super::PRIVATE_DIR, std::process::id());
+        let path = self.path(&key);
+        let put = |mode| self.block_on(self.0.objects.put_opts(&path, PutPayload::from_static(b"probe"), mode));
+        let honoured = put(PutOptions::from(object_store::PutMode::Overwrite)).map_err(|e| self.error(&key, e))?;
+        let create = put(PutOptions::from(object_store::PutMode::Create));
+        let bogus =
+            UpdateVersion { e_tag: Some(format!("\"not-{}\"", honoured.e_tag.unwrap_or_default())), version: None };
+        let update = put(PutOptions::from(object_store::PutMode::Update(bogus)));
+        let _ = self.block_on(self.0.objects.delete(&path));
+        self.0.metadata.forget(&key);
+        let refused = |r: &object_store::Result<_>| {
+            matches!(r, Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }))
+        };
+        if refused(&create) && refused(&update) {
+            return Ok(());
+        }
+        let why = "the server does not refuse conditional writes (If-None-Match, If-Match), so commits from two \
+                   mounts could overwrite each other; mount it --read-only";
+        Err(Error::Io { place: self.describe(""), source: io::Error::other(why) })
     }
 
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {

@@ -4,7 +4,7 @@
 //! (index and data of the new version) and the read tried again; once bytes were served, the
 //! read fails instead, so one reader never gets bytes of two versions.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
@@ -20,30 +20,40 @@ const ATTEMPTS: usize = 3;
 pub struct Reading {
     node: Node,
     content: RwLock<Content>,
+    /// Set, under the read lock, once bytes were served: from then on the version stays.
     served: AtomicBool,
+    /// Counts reopenings, so that readers who all found the version gone reopen it once.
+    generation: AtomicU64,
 }
 
 impl Reading {
     pub fn open(ns: &Namespace, node: Node) -> Result<Self> {
         let content = RwLock::new(ns.open(&node)?);
-        Ok(Reading { node, content, served: AtomicBool::new(false) })
+        Ok(Reading { node, content, served: AtomicBool::new(false), generation: AtomicU64::new(0) })
     }
 
     /// Up to `size` bytes from `offset`; fewer only at the end of the file.
     pub fn read(&self, ns: &Namespace, offset: u64, size: u32) -> Result<Vec<u8>> {
         let mut attempt = 1;
         loop {
-            let read = self.content.read().read(offset, size);
-            match read {
-                Err(Error::Store(store::Error::Changed(_)))
-                    if attempt < ATTEMPTS && !self.served.load(Ordering::Relaxed) =>
-                {
-                    attempt += 1;
-                    *self.content.write() = ns.open(&self.node)?;
-                }
+            let content = self.content.read();
+            let generation = self.generation.load(Ordering::SeqCst);
+            match content.read(offset, size) {
                 Ok(bytes) => {
-                    self.served.store(true, Ordering::Relaxed);
+                    self.served.store(true, Ordering::SeqCst);
                     return Ok(bytes);
+                }
+                Err(changed @ Error::Store(store::Error::Changed(_))) => {
+                    drop(content);
+                    let mut content = self.content.write();
+                    if attempt == ATTEMPTS || self.served.load(Ordering::SeqCst) {
+                        return Err(changed);
+                    }
+                    if self.generation.load(Ordering::SeqCst) == generation {
+                        *content = ns.open(&self.node)?;
+                        self.generation.fetch_add(1, Ordering::SeqCst);
+                    }
+                    attempt += 1;
                 }
                 Err(e) => return Err(e),
             }

@@ -8,8 +8,9 @@
 //!   shard is written with one atomic [`Store::put`], only over the version read (or only where
 //!   there was none);
 //!
-//! and a shard left with no chunk is deleted, as zarr-python and tensorstore do. Every outcome is
-//! durable when [`commit`] returns.
+//! and a shard left with no chunk is deleted, as zarr-python and tensorstore do (where the store
+//! can delete only the version read; elsewhere it is rewritten with empty entries). Every outcome
+//! is durable when [`commit`] returns.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -46,7 +47,10 @@ fn read_current(store: &dyn Store, key: &str, spec: &IndexSpec, refusal: &str) -
 /// `spec` says.
 pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
     let _lock = store.lock(lock::slot(key))?;
-    commit_locked(store, key, spec, changes)
+    retrying(|| {
+        let current = read_current(store, key, spec, "not writing over it")?;
+        commit_over(store, key, spec, current, changes)
+    })
 }
 
 /// New content per innermost chunk of a nested shard, keyed by its entry at every level
@@ -67,24 +71,28 @@ pub fn commit_levels(
     for (path, content) in changes {
         by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
     }
-    if specs.len() == 1 {
-        let outer =
-            by_outer.into_iter().map(|(entry, mut inner)| (entry, inner.remove(&Vec::new()).flatten())).collect();
-        return commit_locked(store, key, &specs[0], &outer);
-    }
-    let current = read_current(store, key, &specs[0], "not writing over it")?;
-    let mut outer = Changes::new();
-    for (entry, inner) in by_outer {
-        let blob = match &current {
-            Some(current) => current.chunk(entry as usize)?,
-            None => None,
-        };
-        let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
-            CommitError::Damaged(format!("{}: inner shard {entry}: {reason}; not writing over it", store.describe(key)))
-        })?;
-        outer.insert(entry, rebuilt.map(Cow::Owned));
-    }
-    commit_locked(store, key, &specs[0], &outer)
+    // Each attempt rebuilds the inner shards from the very version it then writes over.
+    retrying(|| {
+        let current = read_current(store, key, &specs[0], "not writing over it")?;
+        let mut outer = Changes::new();
+        for (entry, inner) in &by_outer {
+            let mut inner = inner.clone();
+            if specs.len() == 1 {
+                outer.insert(*entry, inner.remove(&Vec::new()).flatten());
+                continue;
+            }
+            let blob = match &current {
+                Some(current) => current.chunk(*entry as usize)?,
+                None => None,
+            };
+            let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
+                let shard = store.describe(key);
+                CommitError::Damaged(format!("{shard}: inner shard {entry}: {reason}; not writing over it"))
+            })?;
+            outer.insert(*entry, rebuilt.map(Cow::Owned));
+        }
+        commit_over(store, key, &specs[0], current, &outer)
+    })
 }
 
 /// An inner shard laid out by `specs` (its own level first) with `changes` applied; `None` when
@@ -122,13 +130,13 @@ fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) 
 /// How often a commit reads the shard again when another writer replaced it meanwhile.
 const ATTEMPTS: u32 = 8;
 
-/// [`commit`] with the shard's lock already held; read again and retried when the shard changed
-/// between reading it and writing it (another program writing to the store directly, another
-/// machine committing to the same shard of an object store).
-fn commit_locked(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
+/// Runs `attempt` (which reads the shard and writes over the version read) again when the shard
+/// changed between reading it and writing it (another program writing to the store directly,
+/// another machine committing to the same shard of an object store).
+fn retrying(mut commit_once: impl FnMut() -> Result<Outcome, CommitError>) -> Result<Outcome, CommitError> {
     let mut attempt = 1;
     loop {
-        match commit_once(store, key, spec, changes) {
+        match commit_once() {
             Err(CommitError::Store(store::Error::Changed(_))) if attempt < ATTEMPTS => {
                 std::thread::sleep(backoff(attempt));
                 attempt += 1;
@@ -146,8 +154,15 @@ fn backoff(attempt: u32) -> std::time::Duration {
     std::time::Duration::from_millis(RandomState::new().hash_one(attempt) % ceiling)
 }
 
-fn commit_once(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
-    let Some(current) = read_current(store, key, spec, "not writing over it")? else {
+/// Applies `changes` over `current`, the shard as read (`None`: there is none).
+fn commit_over(
+    store: &dyn Store,
+    key: &str,
+    spec: &IndexSpec,
+    current: Option<Current>,
+    changes: &Changes,
+) -> Result<Outcome, CommitError> {
+    let Some(current) = current else {
         let chunks: Vec<Option<Cow<[u8]>>> =
             (0..spec.entries).map(|i| changes.get(&i).and_then(|c| c.as_deref().map(Cow::Borrowed))).collect();
         if chunks.iter().all(Option::is_none) {
@@ -159,8 +174,14 @@ fn commit_once(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes
     let kept = |i: u64| !changes.contains_key(&i) && current.entries[i as usize].is_some();
     let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
     if stays_empty {
-        store.delete(key)?;
-        return Ok(Outcome::Deleted);
+        if store.delete_version(key, &current.stamp())? {
+            return Ok(Outcome::Deleted);
+        }
+        // A store that cannot delete only this version keeps a shard of empty entries, which
+        // every reader takes for a shard with no chunk.
+        let empty: Vec<Option<&[u8]>> = vec![None; spec.entries as usize];
+        rewrite::put_shard(store, key, spec, &empty, Some(current.stamp()))?;
+        return Ok(Outcome::Emptied);
     }
     if spec.location == IndexLocation::End && store.can_append() {
         return append::append(store, key, &current, spec, changes);

@@ -22,6 +22,8 @@ pub enum Outcome {
     Rewritten,
     Created,
     Deleted,
+    /// Left holding no chunk, but kept as a shard of empty entries (see [`crate::store::Store::delete_version`]).
+    Emptied,
     Unchanged,
     /// Rewritten without unused space.
     Compacted {

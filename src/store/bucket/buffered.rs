@@ -1,13 +1,21 @@
 //! A plain file of an object store opened for writing: objects cannot be written in place, so
 //! the file's content is held in memory from open and stored whole, with one PUT, at `sync`
-//! (fsync, and every close through the view). Last writer wins, as for any object PUT.
+//! (fsync, and every close through the view), up to [`LARGEST`] bytes. Last writer wins, as for
+//! any object PUT.
 
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
 use super::BucketStore;
-use crate::store::{Attr, Kind, OpenFile, PutMode, Result, Stamp, Store};
+use crate::store::{Attr, Error, Kind, OpenFile, PutMode, Result, Stamp, Store};
+
+/// The largest file held: a bigger one is refused with EFBIG rather than exhaust memory.
+pub const LARGEST: u64 = 1 << 30;
+
+pub fn too_large(place: &str) -> Error {
+    Error::Io { place: place.to_string(), source: std::io::Error::from_raw_os_error(libc::EFBIG) }
+}
 
 #[derive(Debug)]
 struct Content {
@@ -30,11 +38,16 @@ impl BufferedFile {
         BufferedFile { store, key, content: Mutex::new(content) }
     }
 
-    fn change(&self, change: impl FnOnce(&mut Vec<u8>)) {
+    /// Applies `change`, which leaves the content `len` bytes long.
+    fn change(&self, len: u64, change: impl FnOnce(&mut Vec<u8>)) -> Result<()> {
+        if len > LARGEST {
+            return Err(too_large(&self.store.describe(&self.key)));
+        }
         let mut content = self.content.lock();
         change(&mut content.bytes);
         content.unsaved = true;
         content.modified = SystemTime::now();
+        Ok(())
     }
 }
 
@@ -68,24 +81,24 @@ impl OpenFile for BufferedFile {
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-        self.change(|bytes| {
-            let end = offset as usize + data.len();
+        let end = offset.saturating_add(data.len() as u64);
+        let len = end.max(self.content.lock().bytes.len() as u64);
+        self.change(len, |bytes| {
+            let end = end as usize;
             if bytes.len() < end {
                 bytes.resize(end, 0);
             }
             bytes[offset as usize..end].copy_from_slice(data);
-        });
-        Ok(())
+        })
     }
 
     fn append(&self, data: &[u8]) -> Result<()> {
-        self.change(|bytes| bytes.extend_from_slice(data));
-        Ok(())
+        let len = self.content.lock().bytes.len() as u64 + data.len() as u64;
+        self.change(len, |bytes| bytes.extend_from_slice(data))
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
-        self.change(|bytes| bytes.resize(len as usize, 0));
-        Ok(())
+        self.change(len, |bytes| bytes.resize(len as usize, 0))
     }
 
     fn sync(&self) -> Result<()> {

@@ -32,7 +32,9 @@ impl Head {
     /// a listing to the millisecond).
     pub fn stamp(&self) -> Stamp {
         let mut hasher = DefaultHasher::new();
-        self.e_tag.hash(&mut hasher);
+        // Listings, HEADs and PUT replies may quote an ETag differently.
+        let e_tag = self.e_tag.as_deref().map(|t| t.trim_start_matches("W/").trim_matches('"'));
+        e_tag.hash(&mut hasher);
         Stamp::new([1, hasher.finish(), self.size, 0, 0])
     }
 }
@@ -73,6 +75,8 @@ struct Fresh<T> {
 #[derive(Debug)]
 pub struct MetadataCache {
     ttl: Duration,
+    /// Counts forgets: an answer requested before a forget may be stale and is not remembered.
+    epoch: std::sync::atomic::AtomicU64,
     heads: Mutex<LruCache<String, Fresh<Option<Head>>>>,
     listings: Mutex<LruCache<String, Fresh<Arc<Listing>>>>,
 }
@@ -82,6 +86,7 @@ impl MetadataCache {
         let size = |n| NonZeroUsize::new(n).expect("non-zero");
         MetadataCache {
             ttl,
+            epoch: Default::default(),
             heads: Mutex::new(LruCache::new(size(HEADS))),
             listings: Mutex::new(LruCache::new(size(LISTINGS))),
         }
@@ -96,8 +101,18 @@ impl MetadataCache {
         }
     }
 
-    pub fn remember_head(&self, key: &str, head: Option<Head>) {
-        if !self.ttl.is_zero() {
+    /// The current epoch, to be taken before a request whose answer is to be remembered.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn trusts(&self, epoch: u64) -> bool {
+        !self.ttl.is_zero() && self.epoch() == epoch
+    }
+
+    /// Remembers the HEAD of `key`, asked for in `epoch`.
+    pub fn remember_head(&self, key: &str, head: Option<Head>, epoch: u64) {
+        if self.trusts(epoch) {
             self.heads.lock().put(key.to_string(), Fresh { until: Instant::now() + self.ttl, value: head });
         }
     }
@@ -111,9 +126,10 @@ impl MetadataCache {
         }
     }
 
-    /// Remembers the listing of `dir` and the HEADs it showed (`objects`, by name).
-    pub fn remember_listing(&self, dir: &str, listing: Arc<Listing>, objects: Vec<(String, Head)>) {
-        if self.ttl.is_zero() {
+    /// Remembers the listing of `dir` and the HEADs it showed (`objects`, by name), asked for in
+    /// `epoch`.
+    pub fn remember_listing(&self, dir: &str, listing: Arc<Listing>, objects: Vec<(String, Head)>, epoch: u64) {
+        if !self.trusts(epoch) {
             return;
         }
         let until = Instant::now() + self.ttl;
@@ -128,6 +144,7 @@ impl MetadataCache {
     /// Forgets what a change to `key` made stale: its HEAD and the listings of every directory
     /// above it (a new key can make new directories appear all the way up).
     pub fn forget(&self, key: &str) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.heads.lock().pop(key);
         let mut listings = self.listings.lock();
         let mut dir = key;
@@ -139,6 +156,7 @@ impl MetadataCache {
 
     /// Forgets the listing of `dir` itself.
     pub fn forget_listing(&self, dir: &str) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.listings.lock().pop(dir);
     }
 }
@@ -155,12 +173,9 @@ mod tests {
     fn a_listing_primes_heads_and_a_change_forgets_the_directories_above() {
         let cache = MetadataCache::new(Duration::from_secs(60));
         let listing = Arc::new(Listing::new(vec![("x".into(), Kind::File)], SystemTime::UNIX_EPOCH));
-        cache.remember_listing("a/b", listing, vec![("x".into(), head("e1"))]);
-        cache.remember_listing(
-            "a",
-            Arc::new(Listing::new(vec![("b".into(), Kind::Dir)], SystemTime::UNIX_EPOCH)),
-            vec![],
-        );
+        cache.remember_listing("a/b", listing, vec![("x".into(), head("e1"))], cache.epoch());
+        let above = Arc::new(Listing::new(vec![("b".into(), Kind::Dir)], SystemTime::UNIX_EPOCH));
+        cache.remember_listing("a", above, vec![], cache.epoch());
         assert_eq!(cache.head("a/b/x"), Some(Some(head("e1"))));
         cache.forget("a/b/x");
         assert_eq!(cache.head("a/b/x"), None);
@@ -170,8 +185,23 @@ mod tests {
     #[test]
     fn nothing_is_trusted_with_a_zero_ttl() {
         let cache = MetadataCache::new(Duration::ZERO);
-        cache.remember_head("k", Some(head("e")));
+        cache.remember_head("k", Some(head("e")), cache.epoch());
         assert_eq!(cache.head("k"), None);
+    }
+
+    #[test]
+    fn an_answer_asked_for_before_a_forget_is_not_remembered() {
+        let cache = MetadataCache::new(Duration::from_secs(60));
+        let epoch = cache.epoch();
+        cache.forget("k");
+        cache.remember_head("k", Some(head("old")), epoch);
+        assert_eq!(cache.head("k"), None);
+    }
+
+    #[test]
+    fn quoting_does_not_make_another_version() {
+        let quoted = Head { e_tag: Some("\"e1\"".into()), ..head("e1") };
+        assert_eq!(quoted.stamp(), head("e1").stamp());
     }
 
     #[test]

@@ -94,7 +94,8 @@ impl ReadAhead {
         let stream = Stream { stamp, next: wanted.end, window: 0, fetched: keep.then_some((wanted.start, bytes)) };
         let previous = state.streams.get(key).filter(|s| s.stamp == stamp).map(|s| s.window);
         let stream = Stream { window: previous.unwrap_or(0), ..stream };
-        if let Some(old) = state.streams.put(key.to_string(), stream) {
+        // The entry replaced, or the least recently used one pushed out: its window goes too.
+        if let Some((_, old)) = state.streams.push(key.to_string(), stream) {
             state.held -= old.fetched.map_or(0, |(_, b)| b.len());
         }
         state.held += held;
@@ -149,6 +150,19 @@ mod tests {
         fetched(&ahead, 1, &[0..10, 10..20]);
         let again = fetched(&ahead, 2, &[20..30, 30..40]);
         assert_eq!(again[0], 20..30, "another version fetches again");
+    }
+
+    #[test]
+    fn windows_of_streams_pushed_out_are_no_longer_counted() {
+        let ahead = ReadAhead::new(64 << 20);
+        fetched(&ahead, 1, &[0..10, 10..20]);
+        for i in 0..STREAMS as u64 + 1 {
+            let key = format!("other{i}");
+            ahead
+                .read(&key, stamp(1), 100, 0..10, |r| Ok::<_, ()>(Bytes::from(vec![0; (r.end - r.start) as usize])))
+                .unwrap();
+        }
+        assert_eq!(ahead.state.lock().held, 0);
     }
 
     #[test]
