@@ -41,6 +41,10 @@ use self::metadata::{Head, Listing, MetadataCache};
 use self::read_ahead::ReadAhead;
 use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join, lock};
 
+/// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
+/// again to revalidate an object in it, rather than sent a HEAD for it.
+const SMALL_DIR: usize = 1000;
+
 /// How a bucket store caches, beside the client it talks through.
 #[derive(Clone, Copy, Debug)]
 pub struct Caching {
@@ -141,10 +145,24 @@ impl BucketStore {
         if let Some(known) = self.0.metadata.head(key) {
             return Ok(known);
         }
-        if let Some(listing) = self.0.metadata.listing(super::parent_key(key))
-            && listing.kind_of(super::file_name(key)) != Some(Kind::File)
-        {
-            return Ok(None);
+        let parent = super::parent_key(key);
+        let listing = match self.0.metadata.listing(parent) {
+            Some(fresh) => Some(fresh),
+            // One LIST of a small directory answers for every object in it at once, where the
+            // watcher would otherwise send a HEAD per shard each pass.
+            None if self.0.metadata.listed_len(parent).is_some_and(|n| n <= SMALL_DIR) => match self.listing(parent)? {
+                Some(listing) => Some(listing),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        if let Some(listing) = listing {
+            if listing.kind_of(super::file_name(key)) != Some(Kind::File) {
+                return Ok(None);
+            }
+            if let Some(known) = self.0.metadata.head(key) {
+                return Ok(known);
+            }
         }
         let epoch = self.0.metadata.epoch();
         let head = match self.block_on(self.0.objects.head(&self.path(key))) {

@@ -126,6 +126,11 @@ impl MetadataCache {
         }
     }
 
+    /// How many entries `dir` had when last listed, trusted or not.
+    pub fn listed_len(&self, dir: &str) -> Option<usize> {
+        self.listings.lock().peek(dir).map(|fresh| fresh.value.entries.len())
+    }
+
     /// Remembers the listing of `dir` and the HEADs it showed (`objects`, by name), asked for in
     /// `epoch`.
     pub fn remember_listing(&self, dir: &str, listing: Arc<Listing>, objects: Vec<(String, Head)>, epoch: u64) {
