@@ -4,9 +4,10 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
 #
-#   scripts/bench.sh [--profile tiny|small|large] [--runs N] [--out FILE]
+#   scripts/bench.sh [--profile tiny|small|large|s3] [--runs N] [--out FILE]
 #
-# Profiles: small = 262,144 chunks of 1 KiB in 64 shards; large = 4,096 chunks of 256 KiB in 64
+# Profiles: s3 = scripts/bench_s3.py (shardfs over S3 against s3fs-fuse; its table goes to
+# target/bench-s3.md unless --out names a file); small = 262,144 chunks of 1 KiB in 64 shards; large = 4,096 chunks of 256 KiB in 64
 # shards; tiny = 1,024 chunks of 1 KiB in 4 shards (the test suite runs it so the script keeps
 # working). Not a test: nothing here asserts a speed.
 set -euo pipefail
@@ -18,9 +19,14 @@ while [ $# -gt 0 ]; do
     --profile) profile=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--profile tiny|small|large] [--runs N] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|s3] [--runs N] [--out FILE]" >&2; exit 2 ;;
   esac
 done
+if [ "$profile" = s3 ]; then
+  # Object stores: shardfs against s3fs-fuse on a local S3 server (its own script; see there).
+  scripts/setup.sh
+  exec target/venv/bin/python scripts/bench_s3.py --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-s3.md}"
+fi
 case $profile in
   tiny) shards=4 per=256 bytes=1024 copies=1024 rss_shards=64 ;;
   small) shards=64 per=4096 bytes=1024 copies=65536 rss_shards=2442 ;;

@@ -3,7 +3,8 @@
 //! sharded keeps its stored chunk grid and codecs (for the draft layout: its sharding transformer) (shape, attributes, dimension names and the rest take the
 //! written values), a group's consolidated metadata gets each sharded child's stored layout back,
 //! and with `--shard-new` a new unsharded array is stored sharded. The stored document is replaced
-//! atomically: written beside it, fsync'd, renamed over it.
+//! atomically and durably with one conditional [`Store::put`], under the key's lock (so that
+//! recovery, which takes it, never removes a write in progress).
 
 use super::error::CommitError;
 use crate::format::metadata::{reshard_consolidated, shard_new};
@@ -13,7 +14,9 @@ use crate::store::{self, PutMode, Store, join, lock};
 use crate::view::presentation::Presentation;
 
 /// Stores `written` as the document at store key `key` (a `zarr.json`, or a draft layout's
-/// `.array.json`).
+/// `.array.json`), translated against the stored document and written only over the very version
+/// it was translated against (or only where there is none): when another writer replaced it
+/// meanwhile, it is read and translated again.
 pub fn store_document(
     store: &dyn Store,
     source: &dyn SourceFormat,
@@ -22,22 +25,46 @@ pub fn store_document(
     written: &[u8],
     shard_new_factors: Option<&[u64]>,
 ) -> Result<(), CommitError> {
+    let _lock = store.lock(lock::slot(key))?;
+    let mut attempt = 1;
+    loop {
+        let (stored, mode) = match store.open(key) {
+            Ok(file) => (Some(file.read_exact_at(0, file.attr().size)?), PutMode::Update(file.attr().stamp)),
+            Err(store::Error::NotFound(_)) => (None, PutMode::Create),
+            Err(e) => return Err(e.into()),
+        };
+        let document = translate(store, source, presentation, key, written, stored.as_deref(), shard_new_factors)?;
+        match store.put(key, &[&document], mode) {
+            Err(store::Error::Changed(_)) if attempt < ATTEMPTS => attempt += 1,
+            done => return Ok(done?),
+        }
+    }
+}
+
+/// How often a document replaced while it was translated is read again.
+const ATTEMPTS: usize = 5;
+
+/// The document to store for `written`, given the document `stored` now.
+fn translate(
+    store: &dyn Store,
+    source: &dyn SourceFormat,
+    presentation: &dyn Presentation,
+    key: &str,
+    written: &[u8],
+    stored: Option<&[u8]>,
+    shard_new_factors: Option<&[u64]>,
+) -> Result<Vec<u8>, CommitError> {
     let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
-    let stored = match store.read(key) {
-        Ok(bytes) => Some(bytes),
-        Err(store::Error::NotFound(_)) => None,
-        Err(e) => return Err(e.into()),
-    };
     let refuse = |why: crate::format::Unsupported| {
         log::warn!("{}: not stored: {why}", store.describe(key));
         CommitError::Refused(format!("{key}: {why}"))
     };
     let stored_is_sharded =
-        stored.as_deref().is_some_and(|s| matches!(source.interpret(key, s), Interpretation::ShardedArray { .. }));
-    let stored_is_array = stored.as_deref().is_some_and(|s| {
+        stored.is_some_and(|s| matches!(source.interpret(key, s), Interpretation::ShardedArray { .. }));
+    let stored_is_array = stored.is_some_and(|s| {
         serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
     });
-    let document = if let Some(stored) = stored.as_deref().filter(|_| stored_is_sharded) {
+    Ok(if let Some(stored) = stored.filter(|_| stored_is_sharded) {
         presentation.store_back(source, key, written, stored).map_err(refuse)?
     } else if let Some(regrouped) =
         reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
@@ -48,13 +75,5 @@ pub fn store_document(
         shard_new(written, factors).map_err(refuse)?.unwrap_or_else(|| written.to_vec())
     } else {
         written.to_vec()
-    };
-    replace_file(store, key, &document)
-}
-
-/// Replaces the file at `key` with `bytes` atomically and durably, under the key's lock, so that
-/// recovery (which takes it) never removes a write in progress.
-fn replace_file(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<(), CommitError> {
-    let _lock = store.lock(lock::slot(key))?;
-    Ok(store.put(key, &[bytes], PutMode::Overwrite)?)
+    })
 }
