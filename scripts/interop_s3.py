@@ -220,6 +220,35 @@ def commands_take_urls(binary, server, check):
           result.stdout[-400:] + result.stderr)
 
 
+def credentials_as_the_aws_cli_reads_them(binary, server, work, check):
+    """Without keys in the environment: the profile's static keys and region, or unsigned requests."""
+    url = f"s3://{BUCKET}/sharded"
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    bare["HOME"] = os.path.join(work, "home")
+    os.makedirs(os.path.join(bare["HOME"], ".aws"), exist_ok=True)
+    info = lambda env, *flags: subprocess.run([binary, "info", url, "--endpoint-url", server.endpoint, *flags],  # noqa: E731
+                                              capture_output=True, text=True, env=env, timeout=60)
+    result = info(bare)
+    check("no credentials anywhere: refused with one line that says so",
+          result.returncode == 1 and len(result.stderr.splitlines()) == 1 and "no AWS credentials" in result.stderr,
+          result.stderr)
+    with open(os.path.join(bare["HOME"], ".aws", "credentials"), "w") as f:
+        f.write("[default]\naws_access_key_id = wrong\n[lab]\naws_access_key_id = test\naws_secret_access_key = test\n")
+    with open(os.path.join(bare["HOME"], ".aws", "config"), "w") as f:
+        f.write("[profile lab]\nregion = us-east-1\n")
+    result = info(dict(bare, AWS_PROFILE="lab"))
+    check("AWS_PROFILE's keys and region from ~/.aws/credentials and ~/.aws/config", result.returncode == 0, result.stderr)
+    s3 = boto3.client("s3", endpoint_url=server.endpoint)
+    s3.create_bucket(Bucket="public", ACL="public-read")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="sharded/zp/raw_nocrc/"):
+        for o in page.get("Contents", []):
+            body = s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+            s3.put_object(Bucket="public", Key=o["Key"], Body=body, ACL="public-read")
+    public = [binary, "info", "s3://public/sharded/zp/raw_nocrc", "--endpoint-url", server.endpoint]
+    result = subprocess.run(public + ["--no-sign-request"], capture_output=True, text=True, env=bare, timeout=60)
+    check("--no-sign-request reads a public bucket without credentials", result.returncode == 0, result.stderr)
+
+
 def make_raw_array(server, prefix):
     """uint8, no compression: a chunk file is its 16 raw bytes. 2 shards of 16 chunks each."""
     return zarr.create_array(store=zarr_store(server, prefix), shape=(16, 32), chunks=(4, 4), shards=(16, 16),
@@ -374,6 +403,7 @@ def main():
                 errors_before_mounting(binary, server, work, check)
                 read_and_write_through_the_view(mounts, server, work, arrays, check)
                 commands_take_urls(binary, server, check)
+                credentials_as_the_aws_cli_reads_them(binary, server, work, check)
                 two_mounts_write_one_shard(mounts, server, work, check)
                 kill_a_writing_daemon(mounts, binary, server, work, check)
                 server_gone_during_commits(mounts, binary, server, work, check)

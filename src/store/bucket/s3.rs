@@ -78,7 +78,14 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
         .map_err(|e| format!("{url}: {}", super::one_line(&e)))?;
     let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
     let store = BucketStore::new(Arc::new(objects), prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
-    store.check_bucket().map_err(|e| format!("{store_url}: {e}"))?;
+    let keys_given = env("AWS_ACCESS_KEY_ID").is_some() || profile.get("aws_access_key_id").is_some();
+    store.check_bucket().map_err(|e| match keys_given || options.no_sign_request {
+        true => format!("{store_url}: {e}"),
+        false => format!(
+            "{store_url}: no AWS credentials (none in AWS_ACCESS_KEY_ID or the profile, and instance metadata \
+             failed: {e}); for a public bucket use --no-sign-request"
+        ),
+    })?;
     Ok(store)
 }
 
