@@ -37,10 +37,12 @@ def chunk_files(root):
     return found
 
 
-def write_through_view(mnt, sharded, twin, check):
-    """Both peers write through the mounted view; returns the data each array must now hold."""
+def peers_write_regions(mnt, zp_paths, ts_paths, check):
+    """zarr-python writes a region of each of `zp_paths` and sets its first chunk row back to fill
+    value (which deletes those chunk files); tensorstore writes a region of each of `ts_paths`.
+    Returns the data each array must now hold."""
     expected = {}
-    for path in ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/raw_nocrc", "zp/nested"]:
+    for path in zp_paths:
         view = zarr.open_array(os.path.join(mnt, path), mode="r+")
         data = view[...].copy()
         region = tuple(slice(1, min(5, n)) for n in data.shape)
@@ -52,7 +54,7 @@ def write_through_view(mnt, sharded, twin, check):
         view[first] = 0
         check(f"{path}: zarr-python writes through the view", np.array_equal(view[...], data))
         expected[path] = data
-    for path in ["ts/zstd_crc", "ts/gzip_start_nocrc"]:
+    for path in ts_paths:
         spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(mnt, path)}}
         store = ts.open(spec, open=True, read=True, write=True).result()
         data = store.read().result().copy()
@@ -61,6 +63,13 @@ def write_through_view(mnt, sharded, twin, check):
         store[region] = 5
         check(f"{path}: tensorstore writes through the view", np.array_equal(store.read().result(), data))
         expected[path] = data
+    return expected
+
+
+def write_through_view(mnt, sharded, twin, check):
+    """Both peers write through the mounted view; returns the data each array must now hold."""
+    expected = peers_write_regions(mnt, ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/raw_nocrc", "zp/nested"],
+                                   ["ts/zstd_crc", "ts/gzip_start_nocrc"], check)
     subprocess.run(["cp", "-r", os.path.join(twin, "zp", "nested"), os.path.join(mnt, "zp", "copied")], check=True)
     expected["zp/copied"] = zarr.open_array(os.path.join(twin, "zp", "nested"), mode="r")[...]
     # Metadata through the view: attributes and a resize land in the stored (sharded) zarr.json.

@@ -11,8 +11,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -23,7 +23,7 @@ use shardfs::inspect::scan;
 use shardfs::mount::filesystem;
 use shardfs::store::bucket::s3::{self, S3Options};
 use shardfs::store::bucket::{BucketStore, Caching};
-use shardfs::store::{self, Attr, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Space, Stamp, Store, conformance};
+use shardfs::store::{PutMode, Store, conformance};
 use shardfs::view::index_cache::IndexCache;
 use shardfs::write::commit::{Changes, NestedChanges, commit, commit_levels};
 use shardfs::write::pending::Policy;
@@ -144,80 +144,6 @@ fn a_real_s3_server_passes_the_store_conformance_checks() {
     }
 }
 
-/// A bucket store that lets another machine commit to `key` just before this one's first write
-/// there: between the commit's read of the shard and its conditional write.
-#[derive(Debug)]
-struct Interloper {
-    inner: BucketStore,
-    key: &'static str,
-    theirs: Mutex<Option<Vec<u8>>>,
-    other: BucketStore,
-}
-
-impl Store for Interloper {
-    fn describe(&self, key: &str) -> String {
-        self.inner.describe(key)
-    }
-    fn attr(&self, key: &str) -> store::Result<Attr> {
-        self.inner.attr(key)
-    }
-    fn list(&self, dir: &str) -> store::Result<(Vec<(String, Kind)>, Stamp)> {
-        self.inner.list(dir)
-    }
-    fn open(&self, key: &str) -> store::Result<Box<dyn Object>> {
-        self.inner.open(key)
-    }
-    fn read_link(&self, key: &str) -> store::Result<PathBuf> {
-        self.inner.read_link(key)
-    }
-    fn space(&self) -> store::Result<Space> {
-        self.inner.space()
-    }
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> store::Result<()> {
-        self.meddle(key);
-        self.inner.put(key, pieces, mode)
-    }
-    fn delete(&self, key: &str) -> store::Result<()> {
-        self.meddle(key);
-        self.inner.delete(key)
-    }
-    fn delete_version(&self, key: &str, stamp: &Stamp) -> store::Result<bool> {
-        self.meddle(key);
-        self.inner.delete_version(key, stamp)
-    }
-    fn rename(&self, from: &str, to: &str) -> store::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn make_dir(&self, key: &str, mode: u32) -> store::Result<()> {
-        self.inner.make_dir(key, mode)
-    }
-    fn make_dirs(&self, key: &str) -> store::Result<()> {
-        self.inner.make_dirs(key)
-    }
-    fn remove_dir(&self, key: &str) -> store::Result<()> {
-        self.inner.remove_dir(key)
-    }
-    fn can_append(&self) -> bool {
-        self.inner.can_append()
-    }
-    fn open_file(&self, key: &str, how: OpenHow) -> store::Result<Box<dyn OpenFile>> {
-        self.inner.open_file(key, how)
-    }
-    fn lock(&self, slot: u64) -> store::Result<Box<dyn Lock>> {
-        self.inner.lock(slot)
-    }
-}
-
-impl Interloper {
-    fn meddle(&self, key: &str) {
-        if key == self.key
-            && let Some(theirs) = self.theirs.lock().unwrap().take()
-        {
-            self.other.put(key, &[&theirs], PutMode::Overwrite).unwrap();
-        }
-    }
-}
-
 const SHARD: &str = "a/c/0";
 
 fn spec(entries: u64) -> IndexSpec {
@@ -235,8 +161,12 @@ fn chunks_of(store: &dyn Store, spec: &IndexSpec) -> Vec<Option<Vec<u8>>> {
         .collect()
 }
 
-fn interloper(objects: &Arc<InMemory>, theirs: Vec<u8>) -> Interloper {
-    Interloper { inner: bucket(objects), key: SHARD, theirs: Mutex::new(Some(theirs)), other: bucket(objects) }
+/// A bucket store over `objects` that lets another machine put `theirs` at `SHARD` just before
+/// its own first write there: between a commit's read of the shard and its conditional write.
+fn interloper(objects: &Arc<InMemory>, theirs: Vec<u8>) -> Hooked<BucketStore> {
+    let other = bucket(objects);
+    Hooked::new(bucket(objects))
+        .before_writing(SHARD, move || other.put(SHARD, &[&theirs], PutMode::Overwrite).unwrap())
 }
 
 #[test]

@@ -5,12 +5,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::TempDir;
+use common::{Hooked, TempDir};
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
 use shardfs::store::faulty::FaultyStore;
-use shardfs::store::{self, Attr, Kind, LocalStore, Lock, Object, OpenFile, OpenHow, PutMode, Space, Stamp, Store};
+use shardfs::store::{LocalStore, Store};
 use shardfs::write::commit::{Changes, CommitError, Outcome, commit};
 use shardfs::write::journal::{Recovery, recover};
 
@@ -104,87 +104,15 @@ fn torn_appends_roll_back() {
     assert!(steps > 150, "the commit wrote only {steps} bytes: the loop did not cover it");
 }
 
-/// A local store that says it cannot append, as an object store cannot (commits then rewrite
-/// whole shards with one conditional put), or that lets another program replace a shard just
-/// before a commit opens it to append.
-struct Meddling {
-    inner: LocalStore,
-    can_append: bool,
-    before_append: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl std::fmt::Debug for Meddling {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "Meddling({:?})", self.inner)
-    }
-}
-
-#[allow(non_snake_case)]
-fn NoAppend(inner: LocalStore) -> Meddling {
-    Meddling { inner, can_append: false, before_append: Default::default() }
-}
-
-impl Store for Meddling {
-    fn describe(&self, key: &str) -> String {
-        self.inner.describe(key)
-    }
-    fn attr(&self, key: &str) -> store::Result<Attr> {
-        self.inner.attr(key)
-    }
-    fn list(&self, dir: &str) -> store::Result<(Vec<(String, Kind)>, Stamp)> {
-        self.inner.list(dir)
-    }
-    fn open(&self, key: &str) -> store::Result<Box<dyn Object>> {
-        self.inner.open(key)
-    }
-    fn read_link(&self, key: &str) -> store::Result<PathBuf> {
-        self.inner.read_link(key)
-    }
-    fn space(&self) -> store::Result<Space> {
-        self.inner.space()
-    }
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> store::Result<()> {
-        self.inner.put(key, pieces, mode)
-    }
-    fn delete(&self, key: &str) -> store::Result<()> {
-        self.inner.delete(key)
-    }
-    fn rename(&self, from: &str, to: &str) -> store::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn make_dir(&self, key: &str, mode: u32) -> store::Result<()> {
-        self.inner.make_dir(key, mode)
-    }
-    fn make_dirs(&self, key: &str) -> store::Result<()> {
-        self.inner.make_dirs(key)
-    }
-    fn remove_dir(&self, key: &str) -> store::Result<()> {
-        self.inner.remove_dir(key)
-    }
-    fn can_append(&self) -> bool {
-        self.can_append
-    }
-    fn open_file(&self, key: &str, how: OpenHow) -> store::Result<Box<dyn OpenFile>> {
-        assert!(self.can_append, "{key}: a store that cannot append was asked to write in place");
-        if let Some(meddle) = self.before_append.lock().unwrap().take() {
-            meddle();
-        }
-        self.inner.open_file(key, how)
-    }
-    fn lock(&self, slot: u64) -> store::Result<Box<dyn Lock>> {
-        self.inner.lock(slot)
-    }
-}
-
 #[test]
 fn stores_that_cannot_append_rewrite_whole_shards_atomically() {
     let changes: Changes =
         BTreeMap::from([(1, Some(chunk(2, 1, 9).into())), (3, None), (6, Some(chunk(2, 6, 4).into()))]);
-    crash_at_every_byte_of(IndexLocation::End, old_chunks(), changes.clone(), NoAppend);
+    crash_at_every_byte_of(IndexLocation::End, old_chunks(), changes.clone(), Hooked::no_append);
     let dir = TempDir::new("no-append");
     let spec = spec(IndexLocation::End);
     setup(dir.path(), &spec, &old_chunks());
-    let store = NoAppend(LocalStore::open(dir.path()).unwrap());
+    let store = Hooked::no_append(LocalStore::open(dir.path()).unwrap());
     assert_eq!(commit(&store, KEY, &spec, &changes).unwrap(), Outcome::Rewritten);
     let unused = std::fs::metadata(dir.path().join(KEY)).unwrap().len()
         - apply(&old_chunks(), &changes).iter().flatten().map(|c| c.len() as u64).sum::<u64>()
@@ -203,11 +131,7 @@ fn a_shard_replaced_by_another_program_before_the_append_is_read_again() {
     std::fs::write(&replacement, assemble_shard(&spec, &theirs)).unwrap();
     let target = dir.path().join(KEY);
     let meddle = move || std::fs::rename(&replacement, &target).unwrap();
-    let store = Meddling {
-        inner: LocalStore::open(dir.path()).unwrap(),
-        can_append: true,
-        before_append: std::sync::Mutex::new(Some(Box::new(meddle))),
-    };
+    let store = Hooked::new(LocalStore::open(dir.path()).unwrap()).before_writing(KEY, meddle);
     let changes: Changes = BTreeMap::from([(1, Some(chunk(5, 1, 3).into()))]);
     commit(&store, KEY, &spec, &changes).unwrap();
     assert_eq!(read_shard(dir.path(), &spec), Some(apply(&theirs, &changes)), "their shard, with our change on top");

@@ -325,3 +325,103 @@ pub fn patch(path: &Path, offset: i64, bytes: &[u8]) {
     let at = if offset < 0 { len + offset } else { offset };
     file.write_all_at(bytes, at as u64).unwrap();
 }
+
+/// A store forwarding to `inner`, for tests that play another writer or a store of another kind:
+/// the hook runs once, just before this store's first write to its key (a put, a delete, opening
+/// it for writing in place), and `can_append: false` makes a store that cannot append, as an
+/// object store cannot.
+pub struct Hooked<S> {
+    pub inner: S,
+    pub can_append: bool,
+    key: String,
+    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl<S: shardfs::store::Store> Hooked<S> {
+    pub fn new(inner: S) -> Self {
+        Hooked { can_append: inner.can_append(), inner, key: String::new(), hook: Default::default() }
+    }
+
+    pub fn no_append(inner: S) -> Self {
+        Hooked { can_append: false, ..Self::new(inner) }
+    }
+
+    /// Runs `hook` just before the first write to `key`.
+    pub fn before_writing(self, key: &str, hook: impl FnOnce() + Send + 'static) -> Self {
+        Hooked { key: key.to_string(), hook: std::sync::Mutex::new(Some(Box::new(hook))), ..self }
+    }
+
+    fn writing(&self, key: &str) {
+        if key == self.key
+            && let Some(hook) = self.hook.lock().unwrap().take()
+        {
+            hook();
+        }
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Hooked<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "Hooked({:?})", self.inner)
+    }
+}
+
+impl<S: shardfs::store::Store> shardfs::store::Store for Hooked<S> {
+    fn describe(&self, key: &str) -> String {
+        self.inner.describe(key)
+    }
+    fn attr(&self, key: &str) -> shardfs::store::Result<Attr> {
+        self.inner.attr(key)
+    }
+    fn list(&self, dir: &str) -> shardfs::store::Result<(Vec<(String, Kind)>, shardfs::store::Stamp)> {
+        self.inner.list(dir)
+    }
+    fn open(&self, key: &str) -> shardfs::store::Result<Box<dyn shardfs::store::Object>> {
+        self.inner.open(key)
+    }
+    fn read_link(&self, key: &str) -> shardfs::store::Result<PathBuf> {
+        self.inner.read_link(key)
+    }
+    fn space(&self) -> shardfs::store::Result<shardfs::store::Space> {
+        self.inner.space()
+    }
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: shardfs::store::PutMode) -> shardfs::store::Result<()> {
+        self.writing(key);
+        self.inner.put(key, pieces, mode)
+    }
+    fn delete(&self, key: &str) -> shardfs::store::Result<()> {
+        self.writing(key);
+        self.inner.delete(key)
+    }
+    fn delete_version(&self, key: &str, stamp: &shardfs::store::Stamp) -> shardfs::store::Result<bool> {
+        self.writing(key);
+        self.inner.delete_version(key, stamp)
+    }
+    fn rename(&self, from: &str, to: &str) -> shardfs::store::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn make_dir(&self, key: &str, mode: u32) -> shardfs::store::Result<()> {
+        self.inner.make_dir(key, mode)
+    }
+    fn make_dirs(&self, key: &str) -> shardfs::store::Result<()> {
+        self.inner.make_dirs(key)
+    }
+    fn remove_dir(&self, key: &str) -> shardfs::store::Result<()> {
+        self.inner.remove_dir(key)
+    }
+    fn can_append(&self) -> bool {
+        self.can_append
+    }
+    fn open_file(
+        &self,
+        key: &str,
+        how: shardfs::store::OpenHow,
+    ) -> shardfs::store::Result<Box<dyn shardfs::store::OpenFile>> {
+        assert!(self.can_append, "{key}: a store that cannot append was asked to write in place");
+        self.writing(key);
+        self.inner.open_file(key, how)
+    }
+    fn lock(&self, slot: u64) -> shardfs::store::Result<Box<dyn shardfs::store::Lock>> {
+        self.inner.lock(slot)
+    }
+}
