@@ -517,7 +517,10 @@ impl Store for BucketStore {
         let key = format!("{}/probe/{}", super::PRIVATE_DIR, std::process::id());
         let path = self.path(&key);
         let put = |mode| self.block_on(self.0.objects.put_opts(&path, PutPayload::from_static(b"probe"), mode));
-        let honoured = put(PutOptions::from(object_store::PutMode::Overwrite)).map_err(|e| self.error(&key, e))?;
+        let honoured = put(PutOptions::from(object_store::PutMode::Overwrite)).map_err(|e| {
+            let why = format!("cannot write to the bucket ({}); mount it --read-only", one_line(&e));
+            Error::Io { place: self.describe(""), source: io::Error::other(why) }
+        })?;
         let create = put(PutOptions::from(object_store::PutMode::Create));
         let bogus =
             UpdateVersion { e_tag: Some(format!("\"not-{}\"", honoured.e_tag.unwrap_or_default())), version: None };
