@@ -166,6 +166,14 @@ def read_and_write_through_the_view(mounts, server, work, arrays, check):
         check(f"{path}: tensorstore reads the view of the bucket", np.array_equal(got, expected, equal_nan=True))
         got, want = chunk_files(os.path.join(mnt, path)), chunk_files(os.path.join(twin, path))
         check(f"{path}: chunk files are the twin's", got == want, f"extra {sorted(got - want)[:5]} missing {sorted(want - got)[:5]}")
+    copied = os.path.join(work, "copied")
+    subprocess.run(["cp", "-r", mnt, copied], check=True)
+    differ = [f for f in chunk_files(twin) ^ chunk_files(copied)]
+    differ += [f for f in chunk_files(twin) & chunk_files(copied)
+               if open(os.path.join(twin, f), "rb").read() != open(os.path.join(copied, f), "rb").read()]
+    check("cp -r of the mounted bucket: the chunk files are byte for byte the twin's", not differ, str(differ[:5]))
+    listing = subprocess.run(["tar", "-C", mnt, "-cf", "-", "."], capture_output=True).returncode
+    check("tar of the mounted bucket", listing == 0)
     expected = peers_write_regions(mnt, ["zp/gzip_crc_end", "zp/zstd_start", "zp/keys/v2_dot", "zp/nested"],
                                    ["ts/zstd_crc", "ts/gzip_start_nocrc"], check)
     mounts.unmount(mnt)
