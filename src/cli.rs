@@ -83,10 +83,14 @@ pub enum Command {
         /// Array paths inside the store, e.g. `group/temperature`.
         arrays: Vec<String>,
     },
-    /// Per sharded array of STORE: shards, chunks, live, unused and index bytes.
+    /// Per sharded array of STORE: shards, chunks, live, unused and index bytes (with
+    /// --zarr-format 2: which arrays a Zarr v2 view can show, and why not the others).
     Info {
         #[command(flatten)]
         store: StoreArgs,
+        /// With 2: per Zarr v3 array, whether a Zarr v2 view can show it, or why not.
+        #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
+        zarr_format: u8,
     },
     /// Write a small sharded sample store to DIR/store and mount it at DIR/view in the foreground.
     Demo {

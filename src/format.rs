@@ -7,6 +7,7 @@
 //! - [`shard_index`]: the (offset, nbytes) index at the start or end of a shard.
 //! - [`source`]: the kinds of store shardfs reads (the sharding codec, the draft transformer),
 //!   one implementation each; [`recognise`] is the one place a store's kind is decided.
+//! - [`zarr_v2`]: the Zarr v2 metadata of a v3 array, or why v2 cannot express it.
 //! - [`error`]: why a document cannot be shown or stored.
 
 pub mod chunk_key;
@@ -16,6 +17,7 @@ pub mod metadata;
 pub mod shard_index;
 pub mod sharding;
 pub mod source;
+pub mod zarr_v2;
 
 use std::sync::Arc;
 

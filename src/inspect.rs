@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
+use crate::format::zarr_v2;
 use crate::store::{self, Kind, Object, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::arrays::find_arrays;
@@ -209,6 +210,28 @@ pub fn info_command(store: &dyn Store) -> Result<(), store::Error> {
             a.unused_bytes,
             a.index_bytes
         );
+    }
+    Ok(())
+}
+
+/// `shardfs info --zarr-format 2`: per Zarr v3 array, whether a Zarr v2 view can show it (its
+/// v2 data type and compressor, and whether chunks carry a crc32c to strip) or why not.
+pub fn info_v2_command(store: &dyn Store) -> Result<(), store::Error> {
+    let found = find_arrays(store)?;
+    println!("{:<32} {}", "array", "in a Zarr v2 view");
+    for (dir, doc) in &found.shown {
+        let shown = match zarr_v2::v2_array(doc) {
+            Ok(v2) => {
+                let compressor = v2.zarray["compressor"]["id"].as_str().unwrap_or("no compressor").to_string();
+                let crc = if v2.strip_crc32c { ", crc32c checked and stripped" } else { "" };
+                format!("shown: {} {compressor}{crc}", v2.zarray["dtype"].as_str().unwrap_or("?"))
+            }
+            Err(why) => format!("left out: {why}"),
+        };
+        println!("{:<32} {shown}", display_dir(dir));
+    }
+    for (document, why) in &found.refused {
+        println!("{:<32} left out: {why}", display_dir(document));
     }
     Ok(())
 }

@@ -7,6 +7,12 @@ use shardfs::{compact, demo, inspect, mount};
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Check { .. } | Command::Info { .. } | Command::Compact { .. }) {
+        // Reports piped into `head` end quietly when the reader goes, as other tools' do. Not for
+        // the daemon, whose sockets must not kill it.
+        // SAFETY: restoring a signal's default disposition has no memory effects.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match &cli.command {
         Command::Mount { .. } => mount::run(&cli.command.mount_config(cli.verbose).expect("a mount command")),
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
@@ -25,9 +31,10 @@ fn main() {
         }
         Command::Compact { store, arrays } => mount::open_store(store.address())
             .and_then(|s| compact::compact_command(&*s, arrays).map(drop).map_err(|e| e.to_string())),
-        Command::Info { store } => {
-            mount::open_store(store.address()).and_then(|s| inspect::info_command(&*s).map_err(|e| e.to_string()))
-        }
+        Command::Info { store, zarr_format } => mount::open_store(store.address()).and_then(|s| {
+            let info = if *zarr_format == 2 { inspect::info_v2_command } else { inspect::info_command };
+            info(&*s).map_err(|e| e.to_string())
+        }),
     };
     if let Err(message) = result {
         eprintln!("shardfs: {message}");

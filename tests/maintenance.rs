@@ -174,3 +174,24 @@ fn recovery_removes_leftover_temporary_files_of_processes_that_are_gone_only() {
     assert!(in_progress.exists());
     assert_eq!(recovered, [Recovery::Removed(leftover.display().to_string())]);
 }
+
+#[test]
+fn info_for_zarr_v2_names_what_a_v2_view_leaves_out_and_why() {
+    let store = sharded_copy();
+    let odd = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}, {"name": "lz77"}]
+    });
+    std::fs::create_dir(store.path().join("odd")).unwrap();
+    std::fs::write(store.path().join("odd/zarr.json"), odd.to_string()).unwrap();
+    let out = Command::new(BIN).args(["info", "--zarr-format", "2"]).arg(store.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line =
+        |array: &str| text.lines().find(|l| l.split_whitespace().next() == Some(array)).unwrap_or("").to_string();
+    assert!(line("odd").contains("left out: the lz77 codec has no v2 form"), "{text}");
+    assert!(line("zp/big_endian_index").contains("shown: >f8"), "{text}");
+    assert!(line("zp/gzip_crc_end").contains("shown: <u2 gzip"), "{text}");
+}

@@ -1,5 +1,6 @@
-//! Every array of a store that the view shows unsharded (and those it refuses), found by walking
-//! the store's metadata documents; for the commands that go through a whole store.
+//! Every array of a store that the view shows unsharded (and those it refuses), and every Zarr v3
+//! array it shows at all, found by walking the store's metadata documents; for the commands that
+//! go through a whole store.
 
 use crate::format::source::Interpretation;
 use crate::format::source::SourceFormat;
@@ -15,6 +16,9 @@ pub struct FoundArrays {
     pub refused: Vec<(String, String)>,
     /// Document path and reason, for metadata documents that are not JSON objects.
     pub invalid: Vec<(String, String)>,
+    /// Every Zarr v3 array the view shows, sharded or not, as the directory and the document the
+    /// v3 view shows for it (a sharded array's as its inner chunks).
+    pub shown: Vec<(String, serde_json::Value)>,
 }
 
 /// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
@@ -47,7 +51,18 @@ fn find_in(
             found.invalid.push((key, "not a JSON object".into()));
             continue;
         }
-        match source.interpret(&key, &bytes) {
+        let interpretation = source.interpret(&key, &bytes);
+        let shown = match &interpretation {
+            Interpretation::ShardedArray { view, .. } => serde_json::from_slice(view).ok(),
+            Interpretation::Unchanged => serde_json::from_slice(&bytes).ok(),
+            Interpretation::Group { .. } | Interpretation::Refused(_) => None,
+        };
+        if let Some(doc) = shown.filter(|d: &serde_json::Value| d["zarr_format"] == 3 && d["node_type"] == "array")
+            && let Some(array_dir) = source.array_dir(&key)
+        {
+            found.shown.push((array_dir, doc));
+        }
+        match interpretation {
             Interpretation::ShardedArray { array, .. } => {
                 if let Some(array_dir) = source.array_dir(&key) {
                     found.sharded.push(ShardedArray::new(&array_dir, array));
