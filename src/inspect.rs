@@ -218,7 +218,7 @@ pub fn info_command(store: &dyn Store) -> Result<(), store::Error> {
 /// v2 data type and compressor, and whether chunks carry a crc32c to strip) or why not.
 pub fn info_v2_command(store: &dyn Store) -> Result<(), store::Error> {
     let found = find_arrays(store)?;
-    println!("{:<32} {}", "array", "in a Zarr v2 view");
+    println!("{:<32} in a Zarr v2 view", "array");
     for (dir, doc) in &found.shown {
         let shown = match zarr_v2::v2_array(doc) {
             Ok(v2) => {
