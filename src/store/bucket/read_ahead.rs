@@ -2,7 +2,8 @@
 //! reader walking a region) would otherwise cost one request per chunk. Each object remembers
 //! where its last read ended; a read that starts near there (within 256 KiB) is sequential, and
 //! fetches a window beyond what it asked for: 1 MiB the first time, doubling while reads stay
-//! sequential, up to 16 MiB, as mountpoint-s3's prefetcher does. Windows are kept in a cache
+//! sequential, up to 16 MiB, as mountpoint-s3's prefetcher does; an object of at most 1 MiB read
+//! a second time is fetched whole. Windows are kept in a cache
 //! bounded by bytes and keyed by object and version, so a window is never served for another
 //! version of the object.
 
@@ -64,7 +65,7 @@ impl ReadAhead {
         wanted: Range<u64>,
         fetch: impl FnOnce(Range<u64>) -> Result<Bytes, E>,
     ) -> Result<Bytes, E> {
-        let fetch_to = {
+        let range = {
             let mut state = self.state.lock();
             let stream = state.streams.get_mut(key).filter(|s| s.stamp == stamp);
             match stream {
@@ -83,20 +84,26 @@ impl ReadAhead {
                         wanted.start + NEAR >= stream.next && wanted.start <= stream.next + stream.window.max(NEAR);
                     stream.window =
                         if sequential { (stream.window * 2).clamp(FIRST_WINDOW, LARGEST_WINDOW) } else { 0 };
-                    wanted.end.max(wanted.start + stream.window)
+                    if size <= FIRST_WINDOW {
+                        // A second read of a small object: the rest of it costs no more.
+                        0..size
+                    } else {
+                        wanted.start..wanted.end.max(wanted.start + stream.window).min(size)
+                    }
                 }
-                None => wanted.end,
+                None => wanted.clone(),
             }
         };
-        let fetch_to =
-            if self.budget == 0 { wanted.end } else { fetch_to.min(size).min(wanted.start + self.budget as u64) };
-        let bytes = fetch(wanted.start..fetch_to.max(wanted.end))?;
-        let wanted_len = ((wanted.end - wanted.start) as usize).min(bytes.len());
-        let hit = bytes.slice(..wanted_len);
+        let range = if range.end - range.start > self.budget as u64 { wanted.clone() } else { range };
+        let bytes = fetch(range.clone())?;
+        let from = ((wanted.start - range.start) as usize).min(bytes.len());
+        let to = ((wanted.end - range.start) as usize).clamp(from, bytes.len());
+        let hit = bytes.slice(from..to);
+        let wanted_len = to - from;
         let mut state = self.state.lock();
         let keep = bytes.len() > wanted_len;
         let held = if keep { bytes.len() } else { 0 };
-        let stream = Stream { stamp, next: wanted.end, window: 0, fetched: keep.then_some((wanted.start, bytes)) };
+        let stream = Stream { stamp, next: wanted.end, window: 0, fetched: keep.then_some((range.start, bytes)) };
         let previous = state.streams.get(key).filter(|s| s.stamp == stamp).map(|s| s.window);
         let stream = Stream { window: previous.unwrap_or(0), ..stream };
         // The entry replaced, or the least recently used one pushed out: its window goes too.
@@ -156,6 +163,22 @@ mod tests {
         fetched(&ahead, 1, &[0..10, 10..20]);
         let again = fetched(&ahead, 2, &[20..30, 30..40]);
         assert_eq!(again[0], 20..30, "another version fetches again");
+    }
+
+    #[test]
+    fn a_small_object_read_twice_is_fetched_whole() {
+        let ahead = ReadAhead::new(64 << 20);
+        let log = RefCell::new(Vec::new());
+        for wanted in [5000..6000, 90_000..91_000, 50..60] {
+            let bytes = ahead
+                .read("small", stamp(1), 100_000, wanted.clone(), |r| {
+                    log.borrow_mut().push(r.clone());
+                    Ok::<_, ()>(Bytes::from((r.start..r.end).map(|i| (i % 251) as u8).collect::<Vec<_>>()))
+                })
+                .unwrap();
+            assert_eq!(bytes.to_vec(), (wanted.start..wanted.end).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        }
+        assert_eq!(log.into_inner(), [5000..6000, 0..100_000]);
     }
 
     #[test]
