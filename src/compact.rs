@@ -39,6 +39,7 @@ pub struct Compacted {
 /// Compacts every shard of the arrays at `only` (store paths; all sharded arrays when empty).
 /// Damaged shards are skipped with a message and make the run fail at the end.
 pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, CompactError> {
+    store.check_writes()?;
     let found = find_arrays(store)?;
     let trim = |p: &String| p.trim_matches('/').to_string();
     let only: Vec<String> = only.iter().map(trim).collect();

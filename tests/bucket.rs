@@ -23,7 +23,7 @@ use shardfs::inspect::scan;
 use shardfs::mount::filesystem;
 use shardfs::store::bucket::s3::{self, S3Options};
 use shardfs::store::bucket::{BucketStore, Caching};
-use shardfs::store::{PutMode, Store, conformance};
+use shardfs::store::{OpenHow, PutMode, Store, conformance};
 use shardfs::view::index_cache::IndexCache;
 use shardfs::write::commit::{Changes, NestedChanges, commit, commit_levels};
 use shardfs::write::pending::Policy;
@@ -195,4 +195,24 @@ fn a_nested_commit_retried_after_another_machines_commit_keeps_its_chunks() {
     let objects_inner = Arc::new(InMemory::new());
     bucket(&objects_inner).put(SHARD, &[&inner_chunks], PutMode::Create).unwrap();
     assert_eq!(chunks_of(&bucket(&objects_inner), &inner), [Some(b"ours".to_vec()), Some(b"theirs".to_vec())]);
+}
+
+#[test]
+fn handles_of_one_plain_file_share_its_content_and_a_truncating_open_empties_it() {
+    let store = bucket(&Arc::new(InMemory::new()));
+    store.put("f", &[b"old"], PutMode::Overwrite).unwrap();
+    let emptied = store.open_file("f", OpenHow { create: None, truncate: true }).unwrap();
+    emptied.sync().unwrap();
+    assert_eq!(store.read("f").unwrap(), b"", "a truncating open with no write still empties the file");
+    let first = store.open_file("g", OpenHow { create: Some(0o644), truncate: false }).unwrap();
+    let second = store.open_file("g", OpenHow::default()).unwrap();
+    first.write_at(b"one", 0).unwrap();
+    first.sync().unwrap();
+    second.write_at(b"T", 0).unwrap();
+    second.sync().unwrap();
+    assert_eq!(
+        store.read("g").unwrap(),
+        b"Tne",
+        "the second handle wrote over the first one's bytes, not its own stale copy"
+    );
 }

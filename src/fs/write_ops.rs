@@ -259,7 +259,7 @@ impl ShardFs {
                 self.publish(array, coords, PendingChunk::Written(buffer))?;
             }
             (Node::Stored(key), _) => {
-                let file = self.ns.store().open_file(key, OpenHow::default())?;
+                let file = self.ns.store().open_file(key, OpenHow { create: None, truncate: size == 0 })?;
                 file.set_len(size)?;
                 if file.buffered() {
                     file.sync()?;

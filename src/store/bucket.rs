@@ -72,6 +72,9 @@ struct Shared {
     read_ahead: ReadAhead,
     /// Directories made here that no object is under yet.
     made_dirs: Mutex<std::collections::BTreeSet<String>>,
+    /// Plain files open for writing, by key: every handle of one file shares its content, as
+    /// handles of a local file share the file.
+    open_files: Mutex<std::collections::HashMap<String, std::sync::Weak<BufferedFile>>>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
 }
@@ -98,6 +101,7 @@ impl BucketStore {
             metadata: MetadataCache::new(caching.metadata_ttl),
             read_ahead: ReadAhead::new(caching.read_ahead_bytes),
             made_dirs: Mutex::default(),
+            open_files: Mutex::default(),
             owner,
         })))
     }
@@ -253,9 +257,10 @@ impl BucketStore {
         let options = GetOptions { if_match, range: Some(GetRange::Bounded(range)), ..Default::default() };
         let fetched = self.block_on(async {
             let result = self.0.objects.get_opts(&self.path(key), options).await?;
-            result.bytes().await
+            let e_tag = result.meta.e_tag.clone();
+            Ok::<_, object_store::Error>((e_tag, result.bytes().await?))
         });
-        let bytes = fetched.map_err(|e| match self.error(key, e) {
+        let (served, bytes) = fetched.map_err(|e| match self.error(key, e) {
             // The version opened is gone: as much a change as a newer ETag.
             Error::NotFound(place) => {
                 self.0.metadata.forget(key);
@@ -263,6 +268,11 @@ impl BucketStore {
             }
             other => other,
         })?;
+        // A server that ignored If-Match must not pass another version's bytes off as these.
+        if served.as_deref().map(metadata::bare_e_tag) != Some(metadata::bare_e_tag(e_tag)) {
+            self.0.metadata.forget(key);
+            return Err(Error::Changed(self.describe(key)));
+        }
         if bytes.len() as u64 != wanted {
             let short = format!("the server sent {} bytes for a range of {wanted}", bytes.len());
             let source = io::Error::new(io::ErrorKind::UnexpectedEof, short);
@@ -433,8 +443,10 @@ impl Store for BucketStore {
         self.0.metadata.forget(key);
         let put = put.map_err(|e| self.error(key, e))?;
         self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
-        let head = Head { size, e_tag: put.e_tag, modified: SystemTime::now() };
-        self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
+        if put.e_tag.is_some() {
+            let head = Head { size, e_tag: put.e_tag, modified: SystemTime::now() };
+            self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
+        }
         Ok(())
     }
 
@@ -498,17 +510,28 @@ impl Store for BucketStore {
     }
 
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
+        // Held while loading, so that two opens of one file share one content.
+        let mut open_files = self.0.open_files.lock();
+        open_files.retain(|_, file| file.strong_count() > 0);
+        if let Some(file) = open_files.get(key).and_then(std::sync::Weak::upgrade) {
+            if how.truncate {
+                file.set_len(0)?;
+            }
+            return Ok(Box::new(file));
+        }
         let found = if how.truncate { self.head(key)?.map(|_| Vec::new()) } else { self.read_optional(key)? };
-        let content = match found {
-            Some(bytes) => bytes,
+        let (content, truncated) = match found {
+            Some(bytes) => (bytes, how.truncate),
             None if how.create.is_some() => {
                 // The file exists from its creation on, as a local file would.
                 self.put(key, &[], PutMode::Create)?;
-                Vec::new()
+                (Vec::new(), false)
             }
             None => return Err(Error::NotFound(self.describe(key))),
         };
-        Ok(Box::new(BufferedFile::new(self.clone(), key.to_string(), content)))
+        let file = Arc::new(BufferedFile::new(self.clone(), key.to_string(), content, truncated));
+        open_files.insert(key.to_string(), Arc::downgrade(&file));
+        Ok(Box::new(file))
     }
 
     fn check_writes(&self) -> Result<()> {

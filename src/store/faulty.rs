@@ -109,6 +109,15 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.delete(key)
     }
 
+    fn delete_version(&self, key: &str, stamp: &Stamp) -> Result<bool> {
+        self.budget.step(&self.describe(key))?;
+        self.inner.delete_version(key, stamp)
+    }
+
+    fn check_writes(&self) -> Result<()> {
+        self.inner.check_writes()
+    }
+
     fn discard(&self, key: &str) -> Result<()> {
         self.budget.step(&self.describe(key))?;
         self.inner.discard(key)

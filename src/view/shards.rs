@@ -248,6 +248,7 @@ impl Shards {
                         break;
                     }
                 }
+                opened.changed = false;
                 sources.record(&key, Some(opened.attr.stamp));
                 Some(opened)
             }
@@ -360,7 +361,13 @@ impl ShardWalk<'_, '_> {
     fn level(&mut self, depth: usize, blob: Option<Range<u64>>, entries: &mut Vec<u64>) -> ControlFlow<()> {
         let levels = &self.array.meta.sharding.levels;
         let index = match (&mut self.shard, blob) {
-            (Some(shard), Some(blob)) => self.shards.index(shard, &levels[depth], &blob).ok(),
+            // Once the shard was found replaced, the ranges this walk took from its outer index
+            // mean nothing in the new version: the rest of it is listed as unreadable (a read
+            // locates the chunk afresh) rather than from a mix of two versions.
+            (Some(shard), Some(_)) if shard.changed => None,
+            (Some(shard), Some(blob)) => {
+                self.shards.index(shard, &levels[depth], &blob).ok().filter(|_| !shard.changed)
+            }
             _ => None,
         };
         let leaf = depth + 1 == levels.len();

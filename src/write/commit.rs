@@ -46,8 +46,8 @@ fn read_current(store: &dyn Store, key: &str, spec: &IndexSpec, refusal: &str) -
 /// Applies `changes` to the shard at store key `key`, whose outermost index is laid out as
 /// `spec` says.
 pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
-    let _lock = store.lock(lock::slot(key))?;
     retrying(|| {
+        let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, spec, "not writing over it")?;
         commit_over(store, key, spec, current, changes)
     })
@@ -66,13 +66,13 @@ pub fn commit_levels(
     specs: &[IndexSpec],
     changes: &NestedChanges,
 ) -> Result<Outcome, CommitError> {
-    let _lock = store.lock(lock::slot(key))?;
     let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
     for (path, content) in changes {
         by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
     }
     // Each attempt rebuilds the inner shards from the very version it then writes over.
     retrying(|| {
+        let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, &specs[0], "not writing over it")?;
         let mut outer = Changes::new();
         for (entry, inner) in &by_outer {
@@ -130,9 +130,10 @@ fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) 
 /// How often a commit reads the shard again when another writer replaced it meanwhile.
 const ATTEMPTS: u32 = 8;
 
-/// Runs `attempt` (which reads the shard and writes over the version read) again when the shard
-/// changed between reading it and writing it (another program writing to the store directly,
-/// another machine committing to the same shard of an object store).
+/// Runs `attempt` (which takes the shard's lock, reads the shard and writes over the version
+/// read) again when the shard changed between reading it and writing it (another program writing
+/// to the store directly, another machine committing to the same shard of an object store); the
+/// pause between attempts is spent without the lock, so readers of the shard go on meanwhile.
 fn retrying(mut commit_once: impl FnMut() -> Result<Outcome, CommitError>) -> Result<Outcome, CommitError> {
     let mut attempt = 1;
     loop {

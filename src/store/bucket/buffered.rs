@@ -1,9 +1,12 @@
 //! A plain file of an object store opened for writing: objects cannot be written in place, so
 //! the file's content is held in memory from open and stored whole, with one PUT, at `sync`
-//! (fsync, and every close through the view), up to [`LARGEST`] bytes. Last writer wins, as for
-//! any object PUT.
+//! (fsync, and every close through the view), up to [`LARGEST`] bytes. Every handle of one file
+//! in this daemon shares one content, as handles of a local file share the file; between daemons
+//! the last one stored wins, as for any object PUT.
 
 use std::time::SystemTime;
+
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -33,8 +36,10 @@ pub struct BufferedFile {
 }
 
 impl BufferedFile {
-    pub(super) fn new(store: BucketStore, key: String, bytes: Vec<u8>) -> Self {
-        let content = Content { bytes, unsaved: false, modified: SystemTime::now() };
+    /// The file at `key` holding `bytes`; `unsaved` when they differ from the object already
+    /// (a truncating open), so that even a close with no write stores them.
+    pub(super) fn new(store: BucketStore, key: String, bytes: Vec<u8>, unsaved: bool) -> Self {
+        let content = Content { bytes, unsaved, modified: SystemTime::now() };
         BufferedFile { store, key, content: Mutex::new(content) }
     }
 
@@ -51,13 +56,14 @@ impl BufferedFile {
     }
 }
 
-impl OpenFile for BufferedFile {
+/// Every handle of one open file is one of these.
+impl OpenFile for Arc<BufferedFile> {
     fn attr(&self) -> Result<Attr> {
         let content = self.content.lock();
         let size = content.bytes.len() as u64;
         let time = content.modified;
         // The version of held bytes: they are nobody else's.
-        let stamp = Stamp::new([3, self as *const Self as u64, size, 0, 0]);
+        let stamp = Stamp::new([3, Arc::as_ptr(self) as u64, size, 0, 0]);
         Ok(Attr {
             kind: Kind::File,
             size,

@@ -32,11 +32,15 @@ impl Head {
     /// a listing to the millisecond).
     pub fn stamp(&self) -> Stamp {
         let mut hasher = DefaultHasher::new();
-        // Listings, HEADs and PUT replies may quote an ETag differently.
-        let e_tag = self.e_tag.as_deref().map(|t| t.trim_start_matches("W/").trim_matches('"'));
-        e_tag.hash(&mut hasher);
+        self.e_tag.as_deref().map(bare_e_tag).hash(&mut hasher);
         Stamp::new([1, hasher.finish(), self.size, 0, 0])
     }
+}
+
+/// An ETag without the quotes and weak mark that listings, HEADs and PUT replies may spell
+/// differently.
+pub fn bare_e_tag(e_tag: &str) -> &str {
+    e_tag.trim_start_matches("W/").trim_matches('"')
 }
 
 /// The entries of one directory (a prefix), with a version made of their names and kinds.
