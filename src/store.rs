@@ -3,6 +3,8 @@
 //! backing store only through it.
 //!
 //! - [`local`]: a directory on a local filesystem, confined with `openat2`, locked with OFD locks.
+//! - [`bucket`]: a prefix of an object store bucket (S3 and compatibles), with conditional writes
+//!   and no appends.
 //! - [`lock`]: lock slots of shard keys, and the in-process stripes that keep readers off a shard
 //!   this process is appending to.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
