@@ -2,7 +2,7 @@
 //! reader walking a region) would otherwise cost one request per chunk. Each object remembers
 //! where its last read ended; a read that starts near there (within 256 KiB) is sequential, and
 //! fetches a window beyond what it asked for: 1 MiB the first time, doubling while reads stay
-//! sequential, up to 16 MiB, as mountpoint-s3's prefetcher does; an object of at most 1 MiB read
+//! sequential, up to 16 MiB, as mountpoint-s3's prefetcher does; an object of at most 4 MiB read
 //! a second time is fetched whole. Windows are kept in a cache
 //! bounded by bytes and keyed by object and version, so a window is never served for another
 //! version of the object.
@@ -18,6 +18,9 @@ use crate::store::Stamp;
 
 const FIRST_WINDOW: u64 = 1 << 20;
 const LARGEST_WINDOW: u64 = 16 << 20;
+/// An object at most this large read a second time is fetched whole (a shard of small chunks
+/// being read by a Zarr reader, whose reads come from a pool in no particular order).
+const SMALL_OBJECT: u64 = 4 << 20;
 /// A read this close to where the last one ended, before or after, continues the stream.
 const NEAR: u64 = 256 << 10;
 /// How many objects' read positions are remembered.
@@ -84,7 +87,7 @@ impl ReadAhead {
                         wanted.start + NEAR >= stream.next && wanted.start <= stream.next + stream.window.max(NEAR);
                     stream.window =
                         if sequential { (stream.window * 2).clamp(FIRST_WINDOW, LARGEST_WINDOW) } else { 0 };
-                    if size <= FIRST_WINDOW {
+                    if size <= SMALL_OBJECT {
                         // A second read of a small object: the rest of it costs no more.
                         0..size
                     } else {
