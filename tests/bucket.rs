@@ -23,7 +23,7 @@ use shardfs::inspect::scan;
 use shardfs::mount::filesystem;
 use shardfs::store::bucket::s3::{self, S3Options};
 use shardfs::store::bucket::{BucketStore, Caching};
-use shardfs::store::{OpenHow, PutMode, Store, conformance};
+use shardfs::store::{self, OpenHow, PutMode, Store, conformance};
 use shardfs::view::index_cache::IndexCache;
 use shardfs::write::commit::{Changes, NestedChanges, commit, commit_levels};
 use shardfs::write::pending::Policy;
@@ -215,4 +215,76 @@ fn handles_of_one_plain_file_share_its_content_and_a_truncating_open_empties_it(
         b"Tne",
         "the second handle wrote over the first one's bytes, not its own stale copy"
     );
+}
+
+/// An object store that ignores If-Match on reads, as some S3-compatible servers do.
+#[derive(Debug)]
+struct IgnoresIfMatch(InMemory);
+
+impl std::fmt::Display for IgnoresIfMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "IgnoresIfMatch")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for IgnoresIfMatch {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.0.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.0.get_opts(location, object_store::GetOptions { if_match: None, ..options }).await
+    }
+    fn delete_stream(
+        &self,
+        locations: futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.0.delete_stream(locations)
+    }
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.0.list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+#[test]
+fn a_server_that_ignores_if_match_never_passes_off_another_versions_bytes() {
+    let objects = Arc::new(IgnoresIfMatch(InMemory::new()));
+    let store = BucketStore::new(objects, "", "memory://ignores", Caching::default()).unwrap();
+    store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
+    let opened = store.open("k").unwrap();
+    store.put("k", &[b"two"], PutMode::Overwrite).unwrap();
+    assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "the reply's ETag gave it away");
 }
