@@ -34,3 +34,12 @@ if [ ! -f "$stamp2" ]; then
   "$venv2/bin/pip" install -q --disable-pip-version-check 'zarr==2.16.1' 'numcodecs<0.13' 'numpy<2' pytest
   touch "$stamp2"
 fi
+
+venv_v2=target/venv-v2
+stamp_v2="$venv_v2/.installed-zarr2.18.7"
+if [ ! -f "$stamp_v2" ]; then
+  echo "setup: creating $venv_v2 with zarr-python 2.18.7 (the Zarr v2 view's reader)"
+  python3 -m venv "$venv_v2"
+  "$venv_v2/bin/pip" install -q --disable-pip-version-check 'zarr==2.18.7' 'numcodecs==0.15.2'
+  touch "$stamp_v2"
+fi

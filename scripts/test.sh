@@ -2,7 +2,8 @@
 # The test command (README): installs what the tests need, then runs every test: unit and
 # integration tests (cargo test, real mounts included), the shell-level test, and the interop
 # tests against zarr-python 3 and tensorstore (arrays changing while mounted too), against
-# zarr-python 2.16.1 (draft layout), and of object stores against a local S3 server (moto). With
+# zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto), and of the
+# Zarr v2 view against zarr-python 2.18. With
 # SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
 # tests.
 set -euo pipefail
@@ -42,5 +43,6 @@ target/venv/bin/python scripts/interop.py target/debug/shardfs
 target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
+target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

@@ -30,6 +30,10 @@ pub enum Command {
         store: StoreArgs,
         /// An empty directory to show the unsharded view in.
         mountpoint: PathBuf,
+        /// The Zarr version the view shows: 3 (the unsharded v3 store), or 2 (a Zarr v2 store of
+        /// the sharded arrays, for v2-only readers; read-only for now).
+        #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
+        zarr_format: u8,
         /// Stay attached and serve until unmounted or interrupted.
         #[arg(short, long)]
         foreground: bool,
@@ -175,6 +179,7 @@ impl Command {
             commit_idle_ms,
             shard_new,
             log_file,
+            zarr_format,
         } = self
         else {
             return None;
@@ -192,6 +197,7 @@ impl Command {
             },
             verbosity,
             log_file: log_file.clone(),
+            zarr_format: *zarr_format,
         })
     }
 }

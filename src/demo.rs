@@ -174,5 +174,6 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
         writes: WriteOptions::default(),
         verbosity,
         log_file: None,
+        zarr_format: 3,
     })
 }

@@ -17,7 +17,7 @@ use crate::store::bucket::Caching;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
-use crate::view::presentation::ZarrV3;
+use crate::view::presentation::{Presentation, ZarrV2, ZarrV3};
 use crate::write::journal;
 
 /// Everything `shardfs mount` needs, already parsed.
@@ -32,6 +32,8 @@ pub struct MountConfig {
     pub max_index_bytes: u64,
     /// How writes are stored (writable mounts).
     pub writes: WriteOptions,
+    /// The Zarr version the view shows (`--zarr-format`): 3, or 2 (read-only for now).
+    pub zarr_format: u8,
     pub verbosity: u8,
     pub log_file: Option<PathBuf>,
 }
@@ -106,8 +108,16 @@ fn check_fuse_device() -> Result<(), String> {
 /// Builds the filesystem for a store: read-only, or writable as `writes` says, after settling the
 /// commits a crash left unfinished.
 pub fn filesystem(store: Arc<dyn Store>, cache: IndexCache, writes: Option<WriteOptions>) -> Result<ShardFs, String> {
-    // The one presentation so far: the unsharded Zarr v3 store.
-    let presentation = Arc::new(ZarrV3);
+    filesystem_showing(store, Arc::new(ZarrV3), cache, writes)
+}
+
+/// [`filesystem`] showing the store as `presentation` does.
+pub fn filesystem_showing(
+    store: Arc<dyn Store>,
+    presentation: Arc<dyn Presentation>,
+    cache: IndexCache,
+    writes: Option<WriteOptions>,
+) -> Result<ShardFs, String> {
     let Some(options) = writes else { return Ok(ShardFs::read_only(store, presentation, cache)) };
     store.check_writes().map_err(|e| e.to_string())?;
     let recovered = journal::recover(&*store).map_err(|e| format!("{}: recovery failed: {e}", store.describe("")))?;
@@ -119,6 +129,9 @@ pub fn filesystem(store: Arc<dyn Store>, cache: IndexCache, writes: Option<Write
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
+    if config.zarr_format == 2 && !config.settings.is_read_only() {
+        return Err("--zarr-format 2: the Zarr v2 view is read-only for now; add --read-only".into());
+    }
     let store = open_store(config.store.clone())?;
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;
@@ -142,7 +155,11 @@ fn mount_blocking_signals(store: Arc<dyn Store>, config: &MountConfig) -> Result
     block_termination_signals();
     let writes = (!config.settings.is_read_only()).then(|| config.writes.clone());
     let cache = IndexCache::new(config.cache_bytes).with_max_index_bytes(config.max_index_bytes);
-    let fs = filesystem(store, cache, writes)?;
+    let presentation: Arc<dyn Presentation> = match config.zarr_format {
+        2 => Arc::new(ZarrV2),
+        _ => Arc::new(ZarrV3),
+    };
+    let fs = filesystem_showing(store, presentation, cache, writes)?;
     fuse::mount(fs, &config.mountpoint, &config.settings)
 }
 

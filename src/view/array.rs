@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::format::chunk_key::ChunkKeyEncoding;
 use crate::format::source::ShardedArrayMeta;
+use crate::view::presentation::ChunkView;
 
 use crate::store::{PRIVATE_DIR, Stamp, join};
 
@@ -35,6 +36,9 @@ pub struct ShardedArray {
     /// The chunk key encoding the view names inner chunks with (the presentation's choice; the
     /// stored shards keep `meta.key_encoding`).
     pub view_keys: ChunkKeyEncoding,
+    /// Each inner chunk ends in a crc32c that the view checks and leaves out (the presentation's
+    /// choice).
+    pub strip_crc32c: bool,
 }
 
 impl ShardedArray {
@@ -42,12 +46,12 @@ impl ShardedArray {
         let grid = meta.shape.iter().zip(meta.sharding.chunk_shape()).map(|(s, c)| s.div_ceil(*c)).collect();
         let shard_grid = meta.shape.iter().zip(&meta.sharding.shard_shape).map(|(s, c)| s.div_ceil(*c)).collect();
         let view_keys = meta.key_encoding;
-        ShardedArray { dir: dir.into(), meta, grid, shard_grid, document: None, view_keys }
+        ShardedArray { dir: dir.into(), meta, grid, shard_grid, document: None, view_keys, strip_crc32c: false }
     }
 
-    /// The same array, its inner chunks named in the view with `view_keys`.
-    pub fn shown_with(self, view_keys: ChunkKeyEncoding) -> Self {
-        ShardedArray { view_keys, ..self }
+    /// The same array, its inner chunks shown as `chunks` says.
+    pub fn shown_with(self, chunks: ChunkView) -> Self {
+        ShardedArray { view_keys: chunks.keys, strip_crc32c: chunks.strip_crc32c, ..self }
     }
 
     /// How view entries name this array.

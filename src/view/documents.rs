@@ -19,13 +19,27 @@ use crate::store::{self, Attr, Kind, Stamp, Store};
 /// How the view serves one `zarr.json`.
 #[derive(Debug)]
 pub struct Document {
-    /// The rewritten text, or `None` to serve the file as it is.
-    pub view: Option<Arc<[u8]>>,
+    /// The view files rendered from it, by name in its directory; none: the file is served as it
+    /// is (unless the presentation hides it).
+    pub files: Vec<(String, Arc<[u8]>)>,
     /// The array it describes, when the view shows a sharded array unsharded.
     pub array: Option<Arc<ShardedArray>>,
     /// False when the file is not a JSON object (being written in place, or damaged): what it will
     /// say is not known yet.
     pub readable: bool,
+}
+
+impl Document {
+    /// What the view serves at view path `path`, a metadata file rendered from the stored
+    /// document `key`: the rendered bytes, the stored file as it is (`None` inside), or nothing
+    /// (`None`).
+    pub fn served(&self, path: &str, key: &str, presentation: &dyn Presentation) -> Option<Option<Arc<[u8]>>> {
+        let name = store::file_name(path);
+        if let Some((_, content)) = self.files.iter().find(|(n, _)| n == name) {
+            return Some(Some(content.clone()));
+        }
+        (self.files.is_empty() && name == store::file_name(key) && !presentation.hides(name)).then_some(None)
+    }
 }
 
 /// The source format of `store`, told by its root document (the sharding codec when there is
@@ -93,19 +107,21 @@ impl Documents {
         let shown = store.describe(key);
         let readable = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object());
         let interpretation = self.limited(self.source.interpret(key, &bytes));
-        let view = self.presentation.render(&interpretation).map(Arc::from);
+        let rendered = self.presentation.render(&shown, &interpretation, &bytes);
+        let files = rendered.files.into_iter().map(|(name, content)| (name, Arc::from(content))).collect();
         let array = match interpretation {
-            Interpretation::ShardedArray { array, .. } => self.source.array_dir(key).map(|dir| {
-                let keys = self.presentation.chunk_keys(&array);
-                Arc::new(ShardedArray::new(&dir, array).shown_with(keys).read_from(key, attr.stamp))
-            }),
+            Interpretation::ShardedArray { array, .. } => {
+                rendered.chunks.zip(self.source.array_dir(key)).map(|(chunks, dir)| {
+                    Arc::new(ShardedArray::new(&dir, array).shown_with(chunks).read_from(key, attr.stamp))
+                })
+            }
             Interpretation::Refused(reason) => {
                 log::warn!("{shown}: shown as stored, not unsharded: {reason}");
                 None
             }
             Interpretation::Unchanged | Interpretation::Group { .. } => None,
         };
-        let doc = Arc::new(Document { view, array, readable });
+        let doc = Arc::new(Document { files, array, readable });
         let mut cache = self.cache.lock();
         let previous = cache.get(key).map(|c| (c.stamp, c.doc.array.clone()));
         cache.insert(key.to_string(), Cached { stamp: attr.stamp, doc: doc.clone(), previous });

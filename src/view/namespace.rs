@@ -56,6 +56,18 @@ pub struct ChunkCursor {
     pub skip: u64,
 }
 
+/// The size the view shows for a stored inner chunk of `nbytes` bytes of `array`: less its crc32c
+/// when the presentation strips it (`None` when it is too short to have one).
+fn shown_size(array: &ShardedArray, nbytes: u64) -> Option<u64> {
+    if array.strip_crc32c { nbytes.checked_sub(4) } else { Some(nbytes) }
+}
+
+/// `chunk` without its trailing crc32c, if that matches the rest.
+fn crc32c_checked(chunk: &[u8]) -> Option<&[u8]> {
+    let (data, crc) = chunk.split_at_checked(chunk.len().checked_sub(4)?)?;
+    (crc32c::crc32c(data).to_le_bytes() == crc).then_some(data)
+}
+
 /// The entry of directory `dir` (relative to the array) that leads to `path`, and whether
 /// `path` goes deeper than that entry.
 fn entry_towards(dir: &str, path: &str) -> Option<(String, bool)> {
@@ -274,7 +286,7 @@ impl Namespace {
         }
         match parent {
             Node::Stored(dir) => {
-                if dir.is_empty() && name == PRIVATE_DIR {
+                if (dir.is_empty() && name == PRIVATE_DIR) || self.presentation().hides(name) {
                     return Err(Error::NotFound);
                 }
                 if let Some(array) = self.documents.array_at(&*self.store, dir)? {
@@ -391,7 +403,8 @@ impl Namespace {
                 let key = self.document_at(path).ok_or(Error::NotFound)?;
                 let attr = self.store.attr(&key)?;
                 let doc = self.documents.get(&*self.store, &key, &attr)?;
-                let size = doc.view.as_ref().map_or(attr.size, |v| v.len() as u64);
+                let served = doc.served(path, &key, self.presentation()).ok_or(Error::NotFound)?;
+                let size = served.map_or(attr.size, |content| content.len() as u64);
                 Ok(Answer::of_file(&key, Attr { size, ..attr }))
             }
             Node::ChunkDir { array, prefix, .. } => self.chunk_dir_answer(&*self.array_of_dir(array, prefix)?),
@@ -440,7 +453,10 @@ impl Namespace {
             Some(PendingChunk::Deleted) => Err(Error::NotFound),
             None => {
                 let found = self.shards.locate(&*self.store, array, coords, false)?.ok_or(Error::NotFound)?;
-                let attr = Attr { size: found.range.end - found.range.start, nlink: 1, ..found.shard };
+                let size = shown_size(array, found.range.end - found.range.start).ok_or_else(|| {
+                    Error::Damaged(format!("{}: chunk {} too short for its crc32c", shard, array.chunk_key(coords)))
+                })?;
+                let attr = Attr { size, nlink: 1, ..found.shard };
                 Ok(Answer::in_array(array, attr, (shard, Some(found.shard.stamp))))
             }
         }
@@ -472,9 +488,8 @@ impl Namespace {
             Node::Stored(dir) => {
                 let (mut entries, stamp) = self.store.list(dir)?;
                 sources.record(dir, Some(stamp));
-                if dir.is_empty() {
-                    entries.retain(|(name, _)| name != PRIVATE_DIR);
-                }
+                entries.retain(|(name, _)| !(self.presentation().hides(name) || dir.is_empty() && name == PRIVATE_DIR));
+                self.add_rendered_files(dir, &mut entries, sources)?;
                 let mut chunk_files = None;
                 if let Some(array) = self.documents.array_at(&*self.store, dir)? {
                     document(&array);
@@ -493,6 +508,27 @@ impl Namespace {
             }
             Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
         }
+    }
+
+    /// Adds to the entries of directory `dir` the metadata files the presentation renders from
+    /// the document there that are not stored under their own names (a Zarr v2 view's
+    /// `.zarray`).
+    fn add_rendered_files(&self, dir: &str, entries: &mut Vec<(String, Kind)>, sources: &Sources) -> Result<()> {
+        let Some(key) = self.source().document_key(dir).filter(|key| crate::store::parent_key(key) == dir) else {
+            return Ok(());
+        };
+        let attr = match self.store.attr(&key) {
+            Ok(attr) if attr.kind == Kind::File => attr,
+            Ok(_) | Err(crate::store::Error::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        sources.record(&key, Some(attr.stamp));
+        for (name, _) in &self.documents.get(&*self.store, &key, &attr)?.files {
+            if !entries.iter().any(|(stored, _)| stored == name) {
+                entries.push((name.clone(), Kind::File));
+            }
+        }
+        Ok(())
     }
 
     fn virtual_list(&self, array: &Arc<ShardedArray>, dir: &str, prefix: &[u64], sources: &Sources) -> Result<Listing> {
@@ -570,8 +606,9 @@ impl Namespace {
                         return ControlFlow::Continue(());
                     };
                     let answer = match (state, shard_attr) {
-                        (ChunkState::Stored(nbytes), Some(shard_attr)) => {
-                            let attr = Attr { size: nbytes, nlink: 1, ..*shard_attr };
+                        (ChunkState::Stored(nbytes), Some(shard_attr)) if shown_size(array, nbytes).is_some() => {
+                            let size = shown_size(array, nbytes).unwrap_or_default();
+                            let attr = Attr { size, nlink: 1, ..*shard_attr };
                             Ok(Answer::in_array(array, attr, (array.shard_key(shard), Some(shard_attr.stamp))))
                         }
                         _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_key(shard)))),
@@ -593,8 +630,9 @@ impl Namespace {
             Node::Document(path) => {
                 let key = self.document_at(path).ok_or(Error::NotFound)?;
                 let file = self.store.open(&key)?;
-                match &self.documents.get(&*self.store, &key, file.attr())?.view {
-                    Some(view) => Ok(Content::Bytes(view.clone())),
+                let doc = self.documents.get(&*self.store, &key, file.attr())?;
+                match doc.served(path, &key, self.presentation()).ok_or(Error::NotFound)? {
+                    Some(content) => Ok(Content::Bytes(content)),
                     None => Ok(Content::Stored(file)),
                 }
             }
@@ -607,7 +645,19 @@ impl Namespace {
                     None => {}
                 }
                 let found = self.shards.locate(&*self.store, array, coords, true)?.ok_or(Error::NotFound)?;
-                Ok(Content::Chunk(found.file.expect("opened on request"), found.range))
+                let file = found.file.expect("opened on request");
+                if !array.strip_crc32c {
+                    return Ok(Content::Chunk(file, found.range));
+                }
+                let bytes = file.read_exact_at(found.range.start, found.range.end - found.range.start)?;
+                let place = || format!("{}: chunk {}", file.place(), array.chunk_key(coords));
+                match crc32c_checked(&bytes) {
+                    Some(data) => Ok(Content::Bytes(data.into())),
+                    None => {
+                        log::warn!("{}: crc32c mismatch; read as EIO", place());
+                        Err(Error::Damaged(format!("{}: crc32c mismatch", place())))
+                    }
+                }
             }
         }
     }

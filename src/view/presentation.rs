@@ -1,28 +1,57 @@
 //! What the view shows, behind one seam chosen at mount: a [`Presentation`] names the chunk files
 //! of an array, says which view files are metadata documents and which stored document each one
-//! is rendered from, renders it, and translates a document written through the view back to the
-//! form the store keeps. The unsharded Zarr v3 view ([`ZarrV3`]) is the first presentation: each
-//! stored document is shown at its own path, rewritten without sharding, and chunk files keep the
-//! array's own chunk key encoding.
+//! is rendered from, renders them, hides stored names it replaces, and translates a document
+//! written through the view back to the form the store keeps.
+//!
+//! - [`ZarrV3`]: the unsharded Zarr v3 store: each stored document at its own path, rewritten
+//!   without sharding; chunk files keep the array's own chunk key encoding.
+//! - [`ZarrV2`]: a Zarr v2 store, read-only for now: `.zgroup`, `.zarray` and `.zattrs` rendered
+//!   from each `zarr.json` (which is hidden), chunk files at v2 keys, a trailing crc32c checked and
+//!   left out. Sharded arrays are shown; unsharded v3 arrays are not yet (their stored keys are
+//!   not v2 keys), nor arrays v2 cannot express, each with a log line.
 
 use std::fmt::Debug;
 
 use crate::format::Unsupported;
-use crate::format::chunk_key::ChunkKeyEncoding;
-use crate::format::source::{Interpretation, ShardedArrayMeta, SourceFormat};
+use crate::format::chunk_key::{ChunkKeyEncoding, KeyStyle};
+use crate::format::metadata::ZARR_JSON;
+use crate::format::source::{Interpretation, SourceFormat};
+use crate::format::zarr_v2;
+
+/// The view files rendered from one stored document.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rendered {
+    /// File name (in the document's directory) and content; none: the stored document is shown
+    /// as it is, unless [`Presentation::hides`] it.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// For a sharded array: whether its inner chunks are shown, and how.
+    pub chunks: Option<ChunkView>,
+}
+
+/// How the view shows the inner chunks of a sharded array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkView {
+    /// The key encoding chunk files are named with.
+    pub keys: ChunkKeyEncoding,
+    /// Each chunk ends in a crc32c of the rest, which the view checks and leaves out.
+    pub strip_crc32c: bool,
+}
 
 /// One way of showing a store.
 pub trait Presentation: Send + Sync + Debug {
-    /// The chunk key encoding the view names `array`'s inner chunks with.
-    fn chunk_keys(&self, array: &ShardedArrayMeta) -> ChunkKeyEncoding;
-
-    /// The stored document that the view file at `path` is rendered from, if it is a metadata
-    /// document of the view.
+    /// The stored document that the view file at `path` is rendered from, if it names one of the
+    /// view's metadata documents.
     fn document_at(&self, source: &dyn SourceFormat, path: &str) -> Option<String>;
 
-    /// The content the view shows for a stored document, given what the source format made of
-    /// it; `None` serves the stored bytes as they are.
-    fn render(&self, interpretation: &Interpretation) -> Option<Vec<u8>>;
+    /// True when a stored entry named `name` is not shown.
+    fn hides(&self, name: &str) -> bool;
+
+    /// The view files of the stored document `key` (content `stored`), given what the source
+    /// format made of it.
+    fn render(&self, key: &str, interpretation: &Interpretation, stored: &[u8]) -> Rendered;
+
+    /// True when the view can be written through.
+    fn writable(&self) -> bool;
 
     /// The document to store at `key` when its view file is written with `written`, over the
     /// stored document `stored` of a sharded array.
@@ -41,19 +70,28 @@ pub trait Presentation: Send + Sync + Debug {
 pub struct ZarrV3;
 
 impl Presentation for ZarrV3 {
-    fn chunk_keys(&self, array: &ShardedArrayMeta) -> ChunkKeyEncoding {
-        array.key_encoding
-    }
-
     fn document_at(&self, source: &dyn SourceFormat, path: &str) -> Option<String> {
         source.is_document(path).then(|| path.to_string())
     }
 
-    fn render(&self, interpretation: &Interpretation) -> Option<Vec<u8>> {
+    fn hides(&self, _name: &str) -> bool {
+        false
+    }
+
+    fn render(&self, key: &str, interpretation: &Interpretation, _stored: &[u8]) -> Rendered {
+        let name = crate::store::file_name(key).to_string();
         match interpretation {
-            Interpretation::Group { view } | Interpretation::ShardedArray { view, .. } => Some(view.clone()),
-            Interpretation::Unchanged | Interpretation::Refused(_) => None,
+            Interpretation::Group { view } => Rendered { files: vec![(name, view.clone())], chunks: None },
+            Interpretation::ShardedArray { view, array } => {
+                let chunks = ChunkView { keys: array.key_encoding, strip_crc32c: false };
+                Rendered { files: vec![(name, view.clone())], chunks: Some(chunks) }
+            }
+            Interpretation::Unchanged | Interpretation::Refused(_) => Rendered::default(),
         }
+    }
+
+    fn writable(&self) -> bool {
+        true
     }
 
     fn store_back(
@@ -64,5 +102,73 @@ impl Presentation for ZarrV3 {
         stored: &[u8],
     ) -> Result<Vec<u8>, Unsupported> {
         source.reshard(key, written, stored)
+    }
+}
+
+/// A Zarr v2 store of the same data, for readers that know only v2.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ZarrV2;
+
+/// The names of the v2 view's metadata files.
+const V2_DOCUMENTS: [&str; 3] = [".zgroup", ".zarray", ".zattrs"];
+
+impl Presentation for ZarrV2 {
+    fn document_at(&self, source: &dyn SourceFormat, path: &str) -> Option<String> {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        V2_DOCUMENTS.contains(&name).then(|| source.document_key(dir)).flatten()
+    }
+
+    fn hides(&self, name: &str) -> bool {
+        name == ZARR_JSON
+    }
+
+    fn render(&self, key: &str, interpretation: &Interpretation, stored: &[u8]) -> Rendered {
+        let json = |value: &serde_json::Value| serde_json::to_vec_pretty(value).expect("JSON values serialize");
+        let parsed = |bytes: &[u8]| serde_json::from_slice::<serde_json::Value>(bytes).ok();
+        let (view, sharded) = match interpretation {
+            Interpretation::ShardedArray { view, array } => (parsed(view), Some(array)),
+            Interpretation::Group { view } => (parsed(view), None),
+            Interpretation::Unchanged => (parsed(stored), None),
+            Interpretation::Refused(_) => return Rendered::default(),
+        };
+        let Some(doc) = view.filter(|d| d["zarr_format"] == 3) else { return Rendered::default() };
+        if doc["node_type"] == "group" {
+            let (zgroup, zattrs) = zarr_v2::v2_group(&doc);
+            return Rendered {
+                files: vec![(".zgroup".into(), json(&zgroup)), (".zattrs".into(), json(&zattrs))],
+                chunks: None,
+            };
+        }
+        let Some(array) = sharded else {
+            log::warn!("{key}: an unsharded array, not shown in the Zarr v2 view (not supported yet)");
+            return Rendered::default();
+        };
+        match zarr_v2::v2_array(&doc) {
+            Ok(v2) => {
+                let keys = ChunkKeyEncoding { style: KeyStyle::V2, separator: array.key_encoding.separator };
+                Rendered {
+                    files: vec![(".zarray".into(), json(&v2.zarray)), (".zattrs".into(), json(&v2.zattrs))],
+                    chunks: Some(ChunkView { keys, strip_crc32c: v2.strip_crc32c }),
+                }
+            }
+            Err(why) => {
+                log::warn!("{key}: not shown in the Zarr v2 view: {why}");
+                Rendered::default()
+            }
+        }
+    }
+
+    fn writable(&self) -> bool {
+        false
+    }
+
+    fn store_back(
+        &self,
+        _source: &dyn SourceFormat,
+        key: &str,
+        _written: &[u8],
+        _stored: &[u8],
+    ) -> Result<Vec<u8>, Unsupported> {
+        Err(format!("{key}: the Zarr v2 view is read-only").into())
     }
 }

@@ -1,0 +1,161 @@
+"""Interop test of the Zarr v2 view: zarr-python 2.18 reads sharded v3 arrays through it.
+
+    target/venv/bin/python scripts/interop_v2.py [path/to/shardfs]
+
+zarr-python 3 and tensorstore write every layout of tests/data/generate.py afresh (gzip, zstd,
+crc32c, big-endian data, nested sharding, index at start and end, every key encoding), and
+zarr-python 3 also writes a blosc array, a bool array, a float array with a NaN fill value, one
+whose inner chunks end in a crc32c, an F-order (transposed) one, an unsharded one and one with a
+codec v2 cannot express. shardfs mounts the store with `--zarr-format 2 --read-only`; then
+zarr-python 2.18 (target/venv-v2, its own venv) opens every array of the view and must read
+exactly what zarr-python 3 reads from the sharded store, the root opens as a v2 group, no
+zarr.json shows, the arrays v2 cannot express (and the unsharded one, not supported yet) are
+left out, and a chunk whose crc32c does not match reads as EIO.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
+import generate  # noqa: E402
+
+warnings.filterwarnings("ignore", message="Consolidated metadata")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+V2_PYTHON = os.path.join(ROOT, "target", "venv-v2", "bin", "python")
+
+# Run by zarr-python 2.18: reads each array of the view and compares it with the .npy beside.
+READER = r"""
+import json, sys, numpy as np, zarr
+mnt, expected_dir = sys.argv[1], sys.argv[2]
+result = {}
+for name in json.load(open(expected_dir + "/arrays.json")):
+    want = np.load(f"{expected_dir}/{name.replace('/', '_')}.npy")
+    try:
+        got = zarr.open_array(f"{mnt}/{name}", mode="r")[...]
+        # The byte order is the stored chunks' (">f8" for big-endian ones): the values must match.
+        same_type = got.dtype.newbyteorder("=") == want.dtype.newbyteorder("=")
+        result[name] = bool(same_type and np.array_equal(got, want, equal_nan=want.dtype.kind in "fc"))
+    except Exception as e:
+        result[name] = repr(e)
+group = zarr.open_group(mnt, mode="r")
+result["/"] = sorted(group.group_keys())
+print(json.dumps(result))
+"""
+
+
+def extra_arrays(root):
+    """Arrays beyond generate.py's, each with the codecs a v2 view must map (or refuse)."""
+    rng = np.random.default_rng(7)
+    made = {}
+
+    def make(path, data, **kwargs):
+        arr = zarr.create_array(store=os.path.join(root, path), shape=data.shape, dtype=data.dtype, **kwargs)
+        arr[...] = data
+        made[path] = data
+
+    floats = rng.random((12, 10)).astype("float32")
+    floats[3:5, :] = np.nan
+    make("v2/blosc", rng.integers(0, 1000, (16, 12)).astype("int32"), chunks=(4, 4), shards=(8, 12),
+         compressors=BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle"))
+    make("v2/bool", rng.random((10, 10)) > 0.5, chunks=(5, 5), shards=(10, 10), compressors=None, fill_value=False)
+    make("v2/nan_fill", floats, chunks=(4, 5), shards=(8, 10), compressors=GzipCodec(level=1), fill_value=np.nan)
+    make("v2/crc", rng.integers(0, 100, (9, 8)).astype("uint16"), chunks=(3, 4), shards=(9, 8),
+         serializer=BytesCodec(), compressors=[GzipCodec(level=1), Crc32cCodec()])
+    make("v2/forder", rng.integers(0, 100, (6, 4)).astype("int16"), chunks=(3, 2), shards=(6, 4),
+         filters=[TransposeCodec(order=(1, 0))], compressors=None)
+    left_out = {"v2/unsharded": dict(chunks=(4,)),
+                "v2/two_compressors": dict(chunks=(2,), shards=(4,),
+                                           compressors=[GzipCodec(level=1), GzipCodec(level=2)])}
+    for path, kwargs in left_out.items():
+        zarr.create_array(store=os.path.join(root, path), shape=(8,), dtype="uint8", **kwargs)[...] = np.arange(8, dtype="uint8")
+    return made, sorted(left_out)
+
+
+def main():
+    binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
+    passed, failed = 0, 0
+
+    def check(name, ok, detail=""):
+        nonlocal passed, failed
+        if ok:
+            passed += 1
+            print(f"ok   {name}")
+        else:
+            failed += 1
+            print(f"FAIL {name} {detail}")
+
+    with tempfile.TemporaryDirectory(prefix="shardfs-interop-v2.") as work:
+        generate.generate(work)
+        sharded, mnt, expected = (os.path.join(work, d) for d in ("sharded", "mnt", "expected"))
+        zarr.open_group(os.path.join(sharded, "v2"), mode="w")
+        made, left_out = extra_arrays(sharded)
+        os.makedirs(expected)
+        arrays = [p for p, *_ in generate.zarr_python_arrays() + generate.tensorstore_arrays()] + sorted(made)
+        for path in arrays:
+            np.save(os.path.join(expected, path.replace("/", "_") + ".npy"),
+                    zarr.open_array(os.path.join(sharded, path), mode="r")[...])
+        with open(os.path.join(expected, "arrays.json"), "w") as f:
+            json.dump(arrays, f)
+        os.mkdir(mnt)
+        log = os.path.join(work, "shardfs.log")
+        subprocess.run([binary, "mount", "--zarr-format", "2", "--read-only", "--log-file", log, sharded, mnt], check=True)
+        try:
+            run = subprocess.run([V2_PYTHON, "-c", READER, mnt, expected], capture_output=True, text=True)
+            result = json.loads(run.stdout) if run.returncode == 0 else {}
+            check("zarr-python 2.18 runs over the view", run.returncode == 0, run.stderr[-800:])
+            for path in arrays:
+                check(f"{path}: zarr-python 2.18 reads the v2 view exactly", result.get(path) is True, str(result.get(path)))
+            check("the root is a v2 group with the store's groups", result.get("/") == ["ts", "v2", "zp"], str(result.get("/")))
+            shown = [os.path.join(d, n) for d, _, names in os.walk(mnt) for n in names]
+            check("no zarr.json in the v2 view", not [p for p in shown if p.endswith("zarr.json")])
+            for path in left_out:
+                check(f"{path}: left out of the v2 view (no .zarray)", not os.path.exists(os.path.join(mnt, path, ".zarray")))
+            with open(os.path.join(mnt, "v2/crc/.zarray")) as f:
+                zarray = json.load(f)
+            check("v2/crc: the crc32c codec is not in .zarray (the view strips it)",
+                  zarray["compressor"] == {"id": "gzip", "level": 1} and zarray["filters"] is None, str(zarray))
+            check("v2/forder: shown as order F", json.load(open(os.path.join(mnt, "v2/forder/.zarray")))["order"] == "F")
+        finally:
+            subprocess.run([binary, "unmount", mnt], check=False)
+        # A chunk whose crc32c does not match: EIO, and the rest is still served.
+        crc_shard = os.path.join(sharded, "v2", "crc", "c", "0", "0")
+        with open(crc_shard, "r+b") as f:
+            f.seek(0)
+            first = f.read(1)
+            f.seek(0)
+            f.write(bytes([first[0] ^ 0xFF]))
+        subprocess.run([binary, "mount", "--zarr-format", "2", "--read-only", "--log-file", log, sharded, mnt], check=True)
+        try:
+            top = os.path.join(mnt, "v2", "crc")
+            chunks = sorted(os.path.relpath(os.path.join(d, n), top) for d, _, names in os.walk(top)
+                            for n in names if not n.startswith("."))
+            errors = []
+            for name in chunks:
+                try:
+                    with open(os.path.join(top, name), "rb") as f:
+                        f.read()
+                except OSError as e:
+                    errors.append(e.errno)
+            check("v2/crc: the chunk with a bad crc32c reads as EIO, the others are served",
+                  errors == [5], f"{errors} of {chunks}")
+        finally:
+            subprocess.run([binary, "unmount", mnt], check=False)
+        with open(log) as f:
+            text = f.read()
+        check("the log names each array left out and why",
+              "v2/two_compressors" in text and "more than one compressor" in text and "v2/unsharded" in text
+              and "crc32c mismatch" in text, text[-600:])
+    print(f"interop-v2: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
