@@ -14,6 +14,12 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq fuse3 >/dev/null
 fi
+# GDAL from Debian (3.6: Zarr v2 only), a reader of the Zarr v2 view.
+if ! command -v gdal_translate >/dev/null 2>&1; then
+  echo "setup: installing gdal-bin with apt-get"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null; }
+fi
 
 venv=target/venv
 stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5"
