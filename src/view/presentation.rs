@@ -46,7 +46,8 @@ pub trait Presentation: Send + Sync + Debug {
     /// True when a stored entry named `name` is not shown.
     fn hides(&self, name: &str) -> bool;
 
-    /// The view files of the stored document `key` (content `stored`), given what the source
+    /// The view files of the stored document `key` (named as the store shows it, for log lines;
+    /// it ends in the document's file name), whose content is `stored`, given what the source
     /// format made of it.
     fn render(&self, key: &str, interpretation: &Interpretation, stored: &[u8]) -> Rendered;
 
