@@ -42,11 +42,7 @@ pub fn interpret(bytes: &[u8]) -> Interpretation {
     }
     let pretty = bytes.contains(&b'\n');
     match doc.get("node_type").and_then(Value::as_str) {
-        Some("array") => match unsharded_array(&doc) {
-            Ok(None) => Interpretation::Unchanged,
-            Ok(Some((view, array))) => Interpretation::ShardedArray { view: to_bytes(&view, pretty), array },
-            Err(reason) => Interpretation::Refused(reason.0),
-        },
+        Some("array") => interpret_array(&doc, pretty),
         Some("group") => match rewrite_consolidated(&doc) {
             Some(view) => Interpretation::Group { view: to_bytes(&view, pretty) },
             None => Interpretation::Unchanged,
@@ -58,21 +54,54 @@ pub fn interpret(bytes: &[u8]) -> Interpretation {
 /// A JSON document as a map, key order kept.
 type Doc = Map<String, Value>;
 
+/// How the view shows an array document: a sharded array unsharded, an unsharded one as it is.
+fn interpret_array(doc: &Doc, pretty: bool) -> Interpretation {
+    match unsharded_array(doc) {
+        Ok(Some((view, array))) => Interpretation::ShardedArray { view: to_bytes(&view, pretty), array },
+        Err(reason) => Interpretation::Refused(reason.0),
+        Ok(None) => match (doc.get("codecs").and_then(Value::as_array), geometry(doc)) {
+            (Some(codecs), Ok(g)) => Interpretation::PlainArray {
+                array: ShardedArrayMeta {
+                    sharding: Sharding::unsharded(&g.grid_shape, codecs),
+                    shape: g.shape,
+                    key_encoding: g.key_encoding,
+                    chunk_format: g.chunk_format,
+                },
+            },
+            // An unsharded array whose chunks shardfs cannot find is still shown as stored.
+            _ => Interpretation::Unchanged,
+        },
+    }
+}
+
 /// The unsharded view of an array document: `Ok(None)` when it is not sharded.
 fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, Unsupported> {
     let codecs = doc.get("codecs").and_then(Value::as_array).ok_or("codecs is not a list")?;
     if !codecs.iter().any(|c| codec_name(c) == Some("sharding_indexed")) {
         return Ok(None);
     }
+    unsharded_view(doc, geometry(doc)?, codecs).map(Some)
+}
+
+/// What an array document says of where its chunks are.
+struct Geometry {
+    shape: Vec<u64>,
+    /// The chunk grid's chunk shape: shards, for a sharded array.
+    grid_shape: Vec<u64>,
+    key_encoding: ChunkKeyEncoding,
+    chunk_format: Value,
+}
+
+fn geometry(doc: &Doc) -> Result<Geometry, Unsupported> {
     let array_shape = shape(doc.get("shape")).ok_or("shape is not a list of non-negative integers")?;
     let grid = doc.get("chunk_grid").ok_or("no chunk_grid")?;
     if grid.get("name").and_then(Value::as_str) != Some("regular") {
         return Err(format!("chunk_grid {grid} is not regular").into());
     }
-    let shard_shape = shape(grid.get("configuration").and_then(|c| c.get("chunk_shape")))
+    let grid_shape = shape(grid.get("configuration").and_then(|c| c.get("chunk_shape")))
         .ok_or("chunk_grid chunk_shape is not a list of integers")?;
-    if shard_shape.len() != array_shape.len() || shard_shape.contains(&0) {
-        return Err(format!("shard shape {shard_shape:?} does not fit array shape {array_shape:?}").into());
+    if grid_shape.len() != array_shape.len() || grid_shape.contains(&0) {
+        return Err(format!("chunk shape {grid_shape:?} does not fit array shape {array_shape:?}").into());
     }
     match doc.get("storage_transformers") {
         None => {}
@@ -86,12 +115,19 @@ fn unsharded_array(doc: &Doc) -> Result<Option<(Doc, ShardedArrayMeta)>, Unsuppo
         }
     }
     let key_encoding = ChunkKeyEncoding::from_json(doc.get("chunk_key_encoding").ok_or("no chunk_key_encoding")?)?;
-    let sharding = Sharding::from_codecs(&shard_shape, codecs)?.expect("codecs include sharding_indexed");
+    let chunk_format = doc.get("data_type").cloned().unwrap_or_default();
+    Ok(Geometry { shape: array_shape, grid_shape, key_encoding, chunk_format })
+}
+
+/// The unsharded view of a sharded array document.
+fn unsharded_view(doc: &Doc, g: Geometry, codecs: &[Value]) -> Result<(Doc, ShardedArrayMeta), Unsupported> {
+    let sharding = Sharding::from_codecs(&g.grid_shape, codecs)?.expect("codecs include sharding_indexed");
     let mut view = doc.clone();
     view["chunk_grid"]["configuration"]["chunk_shape"] = Value::from(sharding.chunk_shape().to_vec());
     view["codecs"] = Value::from(sharding.inner_codecs.clone());
-    let chunk_format = doc.get("data_type").cloned().unwrap_or_default();
-    Ok(Some((view, ShardedArrayMeta { shape: array_shape, key_encoding, sharding, chunk_format })))
+    let array =
+        ShardedArrayMeta { shape: g.shape, key_encoding: g.key_encoding, sharding, chunk_format: g.chunk_format };
+    Ok((view, array))
 }
 
 /// Zarr v3 with the `sharding_indexed` codec, as a [`SourceFormat`]: `zarr.json` in every
@@ -312,9 +348,21 @@ mod tests {
     }
 
     #[test]
-    fn leaves_unsharded_and_foreign_documents_alone() {
+    fn shows_unsharded_arrays_as_stored_and_leaves_foreign_documents_alone() {
         let mut plain = sharded_doc();
         plain["codecs"] = json!([{"name": "bytes"}]);
+        let Interpretation::PlainArray { array } = interpret_value(&plain) else { panic!("not a plain array") };
+        assert!(array.sharding.levels.is_empty());
+        assert_eq!(
+            array.sharding.chunk_shape(),
+            plain["chunk_grid"]["configuration"]["chunk_shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect::<Vec<_>>()
+        );
+        plain["chunk_grid"]["name"] = json!("rectilinear");
         assert_eq!(interpret_value(&plain), Interpretation::Unchanged);
         assert_eq!(interpret_value(&json!({"zarr_format": 3, "node_type": "group"})), Interpretation::Unchanged);
         assert_eq!(interpret_value(&json!({"zarr_format": 2})), Interpretation::Unchanged);

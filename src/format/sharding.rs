@@ -23,7 +23,8 @@ pub struct Level {
     pub index: IndexSpec,
 }
 
-/// The sharding of one array: the shard shape and one [`Level`] per nested `sharding_indexed`.
+/// The sharding of one array: the shard shape and one [`Level`] per nested `sharding_indexed`
+/// (none for an unsharded array: each stored chunk is a "shard" of one chunk, its whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sharding {
     pub shard_shape: Vec<u64>,
@@ -87,9 +88,14 @@ impl Sharding {
         }
     }
 
+    /// The chunks of an unsharded array: no levels, each chunk stored whole at its own key.
+    pub fn unsharded(chunk_shape: &[u64], codecs: &[Value]) -> Self {
+        Sharding { shard_shape: chunk_shape.to_vec(), levels: Vec::new(), inner_codecs: codecs.to_vec() }
+    }
+
     /// The innermost chunk shape: the chunk shape of the equivalent unsharded array.
     pub fn chunk_shape(&self) -> &[u64] {
-        &self.levels.last().expect("at least one level").chunk_shape
+        self.levels.last().map_or(&self.shard_shape, |l| &l.chunk_shape)
     }
 
     /// Innermost chunks per shard along each dimension.

@@ -38,7 +38,8 @@ pub trait SourceFormat: Send + Sync + Debug {
     fn chunks_beside_document(&self) -> bool;
 }
 
-/// A sharded array that shardfs shows unsharded.
+/// A sharded array that shardfs shows unsharded (or, with no sharding levels, an unsharded array
+/// whose chunk files a view shows under other keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardedArrayMeta {
     pub shape: Vec<u64>,
@@ -63,8 +64,12 @@ impl ShardedArrayMeta {
 /// What shardfs makes of one `zarr.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Interpretation {
-    /// Not something shardfs changes (a plain group, an unsharded array, not Zarr v3 at all).
+    /// Not something shardfs changes (a plain group, not Zarr v3 at all).
     Unchanged,
+    /// An unsharded array: the unsharded view shows it as stored; a view that names chunks
+    /// otherwise (Zarr v2) shows each stored chunk file under its own key. Its `sharding` has no
+    /// levels: each "shard" is one chunk.
+    PlainArray { array: ShardedArrayMeta },
     /// A group whose inline consolidated metadata lists sharded arrays.
     Group { view: Vec<u8> },
     /// A sharded array, shown as the equivalent unsharded array.

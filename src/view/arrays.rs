@@ -54,7 +54,7 @@ fn find_in(
         let interpretation = source.interpret(&key, &bytes);
         let shown = match &interpretation {
             Interpretation::ShardedArray { view, .. } => serde_json::from_slice(view).ok(),
-            Interpretation::Unchanged => serde_json::from_slice(&bytes).ok(),
+            Interpretation::Unchanged | Interpretation::PlainArray { .. } => serde_json::from_slice(&bytes).ok(),
             Interpretation::Group { .. } | Interpretation::Refused(_) => None,
         };
         if let Some(doc) = shown.filter(|d: &serde_json::Value| d["zarr_format"] == 3 && d["node_type"] == "array")
@@ -72,7 +72,7 @@ fn find_in(
                 }
             }
             Interpretation::Refused(reason) => found.refused.push((key, reason)),
-            Interpretation::Unchanged | Interpretation::Group { .. } => {}
+            Interpretation::Unchanged | Interpretation::PlainArray { .. } | Interpretation::Group { .. } => {}
         }
     }
     for (name, kind) in entries {

@@ -110,7 +110,7 @@ impl Documents {
         let rendered = self.presentation.render(&shown, &interpretation, &bytes);
         let files = rendered.files.into_iter().map(|(name, content)| (name, Arc::from(content))).collect();
         let array = match interpretation {
-            Interpretation::ShardedArray { array, .. } => {
+            Interpretation::ShardedArray { array, .. } | Interpretation::PlainArray { array } => {
                 rendered.chunks.zip(self.source.array_dir(key)).map(|(chunks, dir)| {
                     Arc::new(ShardedArray::new(&dir, array).shown_with(chunks).read_from(key, attr.stamp))
                 })

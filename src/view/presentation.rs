@@ -7,8 +7,8 @@
 //!   without sharding; chunk files keep the array's own chunk key encoding.
 //! - [`ZarrV2`]: a Zarr v2 store, read-only for now: `.zgroup`, `.zarray` and `.zattrs` rendered
 //!   from each `zarr.json` (which is hidden), chunk files at v2 keys, a trailing crc32c checked and
-//!   left out. Sharded arrays are shown; unsharded v3 arrays are not yet (their stored keys are
-//!   not v2 keys), nor arrays v2 cannot express, each with a log line.
+//!   left out; sharded arrays as their inner chunks, unsharded ones as their stored chunk files
+//!   renamed. Arrays v2 cannot express are left out, each with a log line.
 
 use std::fmt::Debug;
 
@@ -87,7 +87,9 @@ impl Presentation for ZarrV3 {
                 let chunks = ChunkView { keys: array.key_encoding, strip_crc32c: false };
                 Rendered { files: vec![(name, view.clone())], chunks: Some(chunks) }
             }
-            Interpretation::Unchanged | Interpretation::Refused(_) => Rendered::default(),
+            Interpretation::Unchanged | Interpretation::PlainArray { .. } | Interpretation::Refused(_) => {
+                Rendered::default()
+            }
         }
     }
 
@@ -129,6 +131,7 @@ impl Presentation for ZarrV2 {
         let (view, sharded) = match interpretation {
             Interpretation::ShardedArray { view, array } => (parsed(view), Some(array)),
             Interpretation::Group { view } => (parsed(view), None),
+            Interpretation::PlainArray { array } => (parsed(stored), Some(array)),
             Interpretation::Unchanged => (parsed(stored), None),
             Interpretation::Refused(_) => return Rendered::default(),
         };
@@ -141,7 +144,7 @@ impl Presentation for ZarrV2 {
             };
         }
         let Some(array) = sharded else {
-            log::warn!("{key}: an unsharded array, not shown in the Zarr v2 view (not supported yet)");
+            log::warn!("{key}: not shown in the Zarr v2 view: shardfs cannot find its chunks");
             return Rendered::default();
         };
         match zarr_v2::v2_array(&doc) {

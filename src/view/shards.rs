@@ -241,8 +241,8 @@ impl Shards {
             Ok(Some(mut opened)) => {
                 // The outer index is read here, so that a shard replaced since its version was
                 // looked up is read at its current version rather than listed as damaged.
-                let outer = &array.meta.sharding.levels[0];
-                for _ in 0..ATTEMPTS {
+                let outer = array.meta.sharding.levels.first();
+                for outer in std::iter::repeat_n(outer, ATTEMPTS).flatten() {
                     let blob = 0..opened.attr.size;
                     if !matches!(self.index(&mut opened, outer, &blob), Err(Error::Store(store::Error::Changed(_)))) {
                         break;
@@ -360,6 +360,15 @@ impl ShardWalk<'_, '_> {
     /// unreadable, so every chunk it may hold is damaged.
     fn level(&mut self, depth: usize, blob: Option<Range<u64>>, entries: &mut Vec<u64>) -> ControlFlow<()> {
         let levels = &self.array.meta.sharding.levels;
+        if levels.is_empty() {
+            // An unsharded array: the "shard" is the chunk.
+            let state = blob.map_or(ChunkState::Damaged, |b| ChunkState::Stored(b.end - b.start));
+            let chunk = self.coords;
+            if chunk.starts_with(self.prefix) && self.array.in_bounds(chunk) {
+                (self.visit)(chunk, state)?;
+            }
+            return ControlFlow::Continue(());
+        }
         let index = match (&mut self.shard, blob) {
             // Once the shard was found replaced, the ranges this walk took from its outer index
             // mean nothing in the new version: the rest of it is listed as unreadable (a read
