@@ -8,8 +8,9 @@ zarr-python 3 also writes a blosc array, a bool array, a float array with a NaN 
 whose inner chunks end in a crc32c, an F-order (transposed) one, unsharded ones (their chunk files
 shown at v2 keys) and one with a codec v2 cannot express. shardfs mounts the store with `--zarr-format 2 --read-only`; then
 zarr-python 2.18 (target/venv-v2, its own venv) opens every array of the view and must read
-exactly what zarr-python 3 reads from the sharded store, the root opens as a v2 group, no
-zarr.json shows, the arrays v2 cannot express are left out, and a chunk whose crc32c does not match reads as EIO. GDAL 3.6 from Debian (which reads
+exactly what zarr-python 3 reads from the sharded store, the root opens as a v2 group and through
+its consolidated `.zmetadata` (zarr.open_consolidated, and xarray opening a group whose arrays
+have dimension names), `.zmetadata` follows a document changed in the store, no zarr.json shows, the arrays v2 cannot express are left out, and a chunk whose crc32c does not match reads as EIO. GDAL 3.6 from Debian (which reads
 no Zarr v3) reads 2-D arrays of the view, and a 3-D one slice by slice, exactly.
 """
 
@@ -18,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -47,6 +49,16 @@ for name in json.load(open(expected_dir + "/arrays.json")):
         result[name] = repr(e)
 group = zarr.open_group(mnt, mode="r")
 result["/"] = sorted(group.group_keys())
+# The same arrays through the root's consolidated metadata, as xarray and zarr.open_consolidated
+# read it.
+consolidated = zarr.open_consolidated(mnt, mode="r")
+result["consolidated"] = [name for name in json.load(open(expected_dir + "/arrays.json"))
+                          if not np.array_equal(consolidated[name][...],
+                                                np.load(f"{expected_dir}/{name.replace('/', '_')}.npy"), equal_nan=True)]
+import xarray
+ds = xarray.open_zarr(mnt, group="xr", consolidated=True)
+result["xarray"] = {name: [list(ds[name].dims), bool(np.array_equal(
+    ds[name].values, np.load(f"{expected_dir}/xr_{name}.npy")))] for name in ("temperature", "lat")}
 print(json.dumps(result))
 """
 
@@ -74,6 +86,10 @@ def extra_arrays(root):
     make("v2/unsharded", rng.integers(0, 1000, (10,)).astype("int64"), chunks=(4,), compressors=GzipCodec(level=1))
     make("v2/unsharded_crc", rng.integers(0, 100, (7, 9)).astype(">u2"), chunks=(3, 4),
          chunk_key_encoding={"name": "v2", "separator": "/"}, compressors=[GzipCodec(level=1), Crc32cCodec()])
+    zarr.open_group(os.path.join(root, "xr"), mode="w")
+    make("xr/temperature", rng.random((6, 8)).astype("float32"), chunks=(2, 4), shards=(6, 8),
+         compressors=GzipCodec(level=1), dimension_names=("time", "lat"))
+    make("xr/lat", np.linspace(-80, 80, 8), chunks=(4,), dimension_names=("lat",))
     left_out = {"v2/two_compressors": dict(chunks=(2,), shards=(4,),
                                            compressors=[GzipCodec(level=1), GzipCodec(level=2)])}
     for path, kwargs in left_out.items():
@@ -141,7 +157,29 @@ def main():
             check("zarr-python 2.18 runs over the view", run.returncode == 0, run.stderr[-800:])
             for path in arrays:
                 check(f"{path}: zarr-python 2.18 reads the v2 view exactly", result.get(path) is True, str(result.get(path)))
-            check("the root is a v2 group with the store's groups", result.get("/") == ["ts", "v2", "zp"], str(result.get("/")))
+            check("the root is a v2 group with the store's groups", result.get("/") == ["ts", "v2", "xr", "zp"], str(result.get("/")))
+            check("zarr.open_consolidated reads every array exactly through .zmetadata",
+                  result.get("consolidated") == [], str(result.get("consolidated")))
+            check("xarray (zarr-python 2) opens a group through .zmetadata, dimensions from _ARRAY_DIMENSIONS",
+                  result.get("xarray") == {"temperature": [["time", "lat"], True], "lat": [["lat"], True]},
+                  str(result.get("xarray")))
+            zmetadata = json.load(open(os.path.join(mnt, ".zmetadata")))["metadata"]
+            want_keys = {f"{p}/{n}" for p in arrays for n in (".zarray", ".zattrs")} | {".zgroup", "v2/.zgroup"}
+            check(".zmetadata lists every array's .zarray and .zattrs, and the groups, and no zarr.json",
+                  want_keys <= set(zmetadata) and not [k for k in zmetadata if "zarr.json" in k]
+                  and not [k for p in left_out for k in zmetadata if k.startswith(p + "/")],
+                  str(sorted(want_keys - set(zmetadata))))
+            check(".zmetadata is listed at the root", ".zmetadata" in os.listdir(mnt))
+            # A document changed in the store shows in .zmetadata (built once, kept until then)
+            # within the watcher's pass, as any change underneath the mount does.
+            zarr.open_array(os.path.join(sharded, "v2/bool"), mode="r+").attrs["changed"] = "yes"
+            deadline = time.time() + 5
+            while True:
+                attrs = json.load(open(os.path.join(mnt, ".zmetadata")))["metadata"]["v2/bool/.zattrs"]
+                if attrs.get("changed") == "yes" or time.time() > deadline:
+                    break
+                time.sleep(0.1)
+            check(".zmetadata follows a document changed in the store", attrs.get("changed") == "yes", str(attrs))
             shown = [os.path.join(d, n) for d, _, names in os.walk(mnt) for n in names]
             check("no zarr.json in the v2 view", not [p for p in shown if p.endswith("zarr.json")])
             for path in left_out:

@@ -42,10 +42,11 @@ if [ ! -f "$stamp2" ]; then
 fi
 
 venv_v2=target/venv-v2
-stamp_v2="$venv_v2/.installed-zarr2.18.7"
+stamp_v2="$venv_v2/.installed-zarr2.18.7-xarray2025.1.2"
 if [ ! -f "$stamp_v2" ]; then
-  echo "setup: creating $venv_v2 with zarr-python 2.18.7 (the Zarr v2 view's reader)"
+  echo "setup: creating $venv_v2 with zarr-python 2.18.7 and xarray (the Zarr v2 view's readers)"
   python3 -m venv "$venv_v2"
-  "$venv_v2/bin/pip" install -q --disable-pip-version-check 'zarr==2.18.7' 'numcodecs==0.15.2'
+  "$venv_v2/bin/pip" install -q --disable-pip-version-check 'zarr==2.18.7' 'numcodecs==0.15.2' \
+    'xarray==2025.1.2' 'pandas==2.2.3'
   touch "$stamp_v2"
 fi

@@ -6,6 +6,8 @@
 //! - [`arrays`]: every sharded array of a store, for commands that walk it whole.
 //! - [`error`]: why a view operation failed.
 //! - [`documents`]: `zarr.json` interpretations, cached per file version.
+//! - [`consolidated`]: the root file consolidating every metadata file (Zarr v2's `.zmetadata`),
+//!   kept until a directory or document it was built from changes.
 //! - [`index_cache`]: decoded shard indexes in a byte-bounded LRU, revalidated per file version.
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
 //! - [`namespace`]: path resolution and directory listings.
@@ -17,6 +19,7 @@
 
 pub mod array;
 pub mod arrays;
+pub mod consolidated;
 pub mod documents;
 pub mod error;
 pub mod index_cache;

@@ -74,7 +74,7 @@ impl ShardFs {
                 let rel = join(dir, name);
                 Ok(chunk_target(&array, &rel)?.unwrap_or_else(|| Target::Stored(array.scratch_key(&rel))))
             }
-            Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
+            Node::Document(_) | Node::Chunk { .. } | Node::Consolidated(_) => Err(Error::NotADirectory),
         }
     }
 
@@ -144,6 +144,7 @@ impl ShardFs {
                 Handle::Stored { file, append: mode.append }
             }
             Node::ChunkDir { .. } => return Err(Error::IsADirectory),
+            Node::Consolidated(_) => return Err(Error::ReadOnly),
         };
         Ok(self.add_handle(handle))
     }
@@ -266,6 +267,7 @@ impl ShardFs {
                 }
             }
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
+            (Node::Consolidated(_), _) => return Err(Error::ReadOnly),
         }
         let answer = self.ns.answer(&node)?;
         self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());

@@ -27,6 +27,9 @@ pub struct Document {
     /// False when the file is not a JSON object (being written in place, or damaged): what it will
     /// say is not known yet.
     pub readable: bool,
+    /// True when it describes a group, whose directory may hold further nodes (an array's
+    /// directory holds only its chunks).
+    pub holds_nodes: bool,
 }
 
 impl Document {
@@ -105,7 +108,9 @@ impl Documents {
         }
         let bytes = store.read(key)?;
         let shown = store.describe(key);
-        let readable = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object());
+        let parsed = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+        let readable = parsed.as_ref().is_some_and(|v| v.is_object());
+        let holds_nodes = parsed.is_some_and(|v| v["node_type"] == "group");
         let interpretation = self.limited(self.source.interpret(key, &bytes));
         let rendered = self.presentation.render(&shown, &interpretation, &bytes);
         let files = rendered.files.into_iter().map(|(name, content)| (name, Arc::from(content))).collect();
@@ -121,7 +126,7 @@ impl Documents {
             }
             Interpretation::Unchanged | Interpretation::Group { .. } => None,
         };
-        let doc = Arc::new(Document { files, array, readable });
+        let doc = Arc::new(Document { files, array, readable, holds_nodes });
         let mut cache = self.cache.lock();
         let previous = cache.get(key).map(|c| (c.stamp, c.doc.array.clone()));
         cache.insert(key.to_string(), Cached { stamp: attr.stamp, doc: doc.clone(), previous });

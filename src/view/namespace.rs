@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::array::{ArrayPath, ShardedArray};
+use super::consolidated::Consolidated;
 use super::documents::{ArrayState, Documents, source_of};
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
@@ -90,6 +91,9 @@ pub enum Node {
     ChunkDir { array: ArrayPath, dir: String, prefix: Vec<u64> },
     /// A stored inner chunk.
     Chunk { array: ArrayPath, coords: Vec<u64> },
+    /// The file at the root consolidating every metadata file of the view, at this name
+    /// ([`Presentation::consolidated_name`]).
+    Consolidated(&'static str),
 }
 
 impl Node {
@@ -97,6 +101,7 @@ impl Node {
     pub fn path(&self) -> String {
         match self {
             Node::Stored(key) | Node::Document(key) => key.clone(),
+            Node::Consolidated(name) => name.to_string(),
             Node::ChunkDir { array, dir, .. } => join(&array.dir, dir),
             Node::Chunk { array, coords } => join(&array.dir, &array.encoding.encode(coords)),
         }
@@ -180,6 +185,7 @@ pub struct Namespace {
     documents: Documents,
     shards: Shards,
     overlay: Arc<dyn Overlay>,
+    consolidated: Consolidated,
 }
 
 impl Namespace {
@@ -191,7 +197,7 @@ impl Namespace {
         overlay: Arc<dyn Overlay>,
     ) -> Self {
         let documents = Documents::new(source_of(&*store), presentation, cache.max_index_bytes());
-        Namespace { store, documents, shards: Shards::new(cache), overlay }
+        Namespace { store, documents, shards: Shards::new(cache), overlay, consolidated: Consolidated::default() }
     }
 
     /// Where the store keeps its metadata documents.
@@ -286,6 +292,11 @@ impl Namespace {
         }
         match parent {
             Node::Stored(dir) => {
+                if let Some(consolidated) = self.consolidated_at(dir).filter(|c| *c == name) {
+                    let node = Node::Consolidated(consolidated);
+                    let answer = self.answer(&node)?;
+                    return Ok((node, Ok(answer)));
+                }
                 if (dir.is_empty() && name == PRIVATE_DIR) || self.presentation().hides(name) {
                     return Err(Error::NotFound);
                 }
@@ -312,8 +323,16 @@ impl Namespace {
                     }
                 }
             }
-            Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
+            Node::Document(_) | Node::Chunk { .. } | Node::Consolidated(_) => Err(Error::NotADirectory),
         }
+    }
+
+    /// The name of the consolidated metadata file in directory `dir`: only at the root, and only
+    /// when the root has a document to start from.
+    fn consolidated_at(&self, dir: &str) -> Option<&'static str> {
+        let name = self.presentation().consolidated_name()?;
+        let root = self.source().document_key("")?;
+        (dir.is_empty() && self.store.attr(&root).is_ok_and(|a| a.kind == Kind::File)).then_some(name)
     }
 
     fn backing_node(&self, path: String) -> Result<Node> {
@@ -409,6 +428,13 @@ impl Namespace {
             }
             Node::ChunkDir { array, prefix, .. } => self.chunk_dir_answer(&*self.array_of_dir(array, prefix)?),
             Node::Chunk { array, coords } => self.chunk_answer(&*self.array_of_chunk(array, coords)?, coords),
+            Node::Consolidated(_) => {
+                let root = self.source().document_key("").ok_or(Error::NotFound)?;
+                let attr = self.store.attr(&root)?;
+                let built = self.consolidated.get(&*self.store, &self.documents)?;
+                let attr = Attr { size: built.bytes.len() as u64, ..attr };
+                Ok(Answer { attr, sources: built.sources.clone(), geometry: None })
+            }
         }
     }
 
@@ -490,6 +516,9 @@ impl Namespace {
                 sources.record(dir, Some(stamp));
                 entries.retain(|(name, _)| !(self.presentation().hides(name) || dir.is_empty() && name == PRIVATE_DIR));
                 self.add_rendered_files(dir, &mut entries, sources)?;
+                if let Some(name) = self.consolidated_at(dir) {
+                    entries.push((name.to_string(), Kind::File));
+                }
                 let mut chunk_files = None;
                 if let Some(array) = self.documents.array_at(&*self.store, dir)? {
                     document(&array);
@@ -506,7 +535,7 @@ impl Namespace {
                 document(&array);
                 self.virtual_list(&array, dir, prefix, sources)
             }
-            Node::Document(_) | Node::Chunk { .. } => Err(Error::NotADirectory),
+            Node::Document(_) | Node::Chunk { .. } | Node::Consolidated(_) => Err(Error::NotADirectory),
         }
     }
 
@@ -637,6 +666,9 @@ impl Namespace {
                 }
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
+            Node::Consolidated(_) => {
+                Ok(Content::Bytes(self.consolidated.get(&*self.store, &self.documents)?.bytes.clone()))
+            }
             Node::Chunk { array, coords } => {
                 let array = &self.array_of_chunk(array, coords)?;
                 match self.overlay.chunk(array, coords) {

@@ -11,6 +11,7 @@
 //!   renamed. Arrays v2 cannot express are left out, each with a log line.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use crate::format::Unsupported;
 use crate::format::chunk_key::{ChunkKeyEncoding, KeyStyle};
@@ -50,6 +51,13 @@ pub trait Presentation: Send + Sync + Debug {
     /// it ends in the document's file name), whose content is `stored`, given what the source
     /// format made of it.
     fn render(&self, key: &str, interpretation: &Interpretation, stored: &[u8]) -> Rendered;
+
+    /// The name of a file at the root consolidating every metadata file of the view, if the view
+    /// has one.
+    fn consolidated_name(&self) -> Option<&'static str>;
+
+    /// The content of that file, given every metadata file of the view (path and content).
+    fn consolidate(&self, files: &[(String, Arc<[u8]>)]) -> Vec<u8>;
 
     /// True when the view can be written through.
     fn writable(&self) -> bool;
@@ -93,6 +101,14 @@ impl Presentation for ZarrV3 {
         }
     }
 
+    fn consolidated_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn consolidate(&self, _files: &[(String, Arc<[u8]>)]) -> Vec<u8> {
+        Vec::new()
+    }
+
     fn writable(&self) -> bool {
         true
     }
@@ -115,14 +131,18 @@ pub struct ZarrV2;
 /// The names of the v2 view's metadata files.
 const V2_DOCUMENTS: [&str; 3] = [".zgroup", ".zarray", ".zattrs"];
 
+/// The v2 view's consolidated metadata, at the root.
+const ZMETADATA: &str = ".zmetadata";
+
 impl Presentation for ZarrV2 {
     fn document_at(&self, source: &dyn SourceFormat, path: &str) -> Option<String> {
         let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
         V2_DOCUMENTS.contains(&name).then(|| source.document_key(dir)).flatten()
     }
 
+    /// A stored `.zmetadata` would contradict the one rendered.
     fn hides(&self, name: &str) -> bool {
-        name == ZARR_JSON
+        name == ZARR_JSON || name == ZMETADATA
     }
 
     fn render(&self, key: &str, interpretation: &Interpretation, stored: &[u8]) -> Rendered {
@@ -160,6 +180,20 @@ impl Presentation for ZarrV2 {
                 Rendered::default()
             }
         }
+    }
+
+    fn consolidated_name(&self) -> Option<&'static str> {
+        Some(ZMETADATA)
+    }
+
+    /// zarr-python 2's format (`zarr.consolidate_metadata`), which xarray reads too.
+    fn consolidate(&self, files: &[(String, Arc<[u8]>)]) -> Vec<u8> {
+        let metadata: serde_json::Map<String, serde_json::Value> = files
+            .iter()
+            .filter_map(|(path, content)| Some((path.clone(), serde_json::from_slice(content).ok()?)))
+            .collect();
+        let consolidated = serde_json::json!({"metadata": metadata, "zarr_consolidated_format": 1});
+        serde_json::to_vec_pretty(&consolidated).expect("JSON values serialize")
     }
 
     fn writable(&self) -> bool {
