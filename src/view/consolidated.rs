@@ -84,7 +84,7 @@ fn walk(
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     sources.record(dir, Some(stamp));
     for (name, kind) in entries {
-        let shown = !(dir.is_empty() && name == PRIVATE_DIR) && !documents.presentation().hides(&name);
+        let shown = !(documents.presentation().hides(&name) || dir.is_empty() && name == PRIVATE_DIR);
         if kind == Kind::Dir && shown {
             walk(store, documents, &join(dir, &name), files, sources)?;
         }
