@@ -1,8 +1,8 @@
 //! Load generator for `scripts/bench.sh`: COUNT reads (open, read to the end, close) of chunk
-//! files DIR/a/c/<n>, n drawn from a fixed pseudo-random sequence below TOTAL, split over THREADS
-//! threads. Native threads, so that the file system and not the load generator is measured.
+//! files CHUNK_DIR/<n>, n drawn from a fixed pseudo-random sequence below TOTAL, split over
+//! THREADS threads. Native threads, so that the file system and not the load generator is measured.
 //!
-//!     random_reads DIR COUNT THREADS TOTAL
+//!     random_reads CHUNK_DIR COUNT THREADS TOTAL
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [dir, count, threads, total] = args.as_slice() else {
-        eprintln!("usage: random_reads DIR COUNT THREADS TOTAL");
+        eprintln!("usage: random_reads CHUNK_DIR COUNT THREADS TOTAL");
         std::process::exit(2);
     };
     let number = |s: &str| -> u64 {
@@ -20,7 +20,7 @@ fn main() {
         })
     };
     let (count, threads, total) = (number(count), number(threads).max(1), number(total).max(1));
-    let chunks = PathBuf::from(dir).join("a").join("c");
+    let chunks = PathBuf::from(dir);
     // A 64-bit LCG: the same sequence for every file system measured.
     let mut state: u64 = 42;
     let picks: Vec<u64> = (0..count)

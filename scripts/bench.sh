@@ -71,12 +71,13 @@ mksquashfs "$work/gen/plain" "$work/store.sqfs" -noappend -quiet -no-progress -n
 (cd "$work/gen/plain" && zip -qr0 "$work/store.zip" .)
 tar -C "$work/gen/plain" -cf "$work/store.tar" .
 
-declare -A dir
+declare -A dir chunks
 dir[plain]=$work/gen/plain
 # serve SYSTEM: mounts SYSTEM's copy of the chunks at its mount point.
 serve() {
   case $1 in
     shardfs) "$bin" mount --read-only "$work/gen/sharded" "${dir[$1]}" ;;
+    shardfs-v2) "$bin" mount --read-only --zarr-format 2 "$work/gen/sharded" "${dir[$1]}" ;;
     squashfuse) squashfuse "$work/store.sqfs" "${dir[$1]}" ;;
     fuse-zip) fuse-zip -r "$work/store.zip" "${dir[$1]}" ;;
     ratarmount) "$venv/bin/ratarmount" "$work/store.tar" "${dir[$1]}" >/dev/null ;;
@@ -86,18 +87,24 @@ serve() {
 unserve() {
   case $1 in
     plain) ;;
-    shardfs) "$bin" unmount "${dir[$1]}" ;;
+    shardfs | shardfs-v2) "$bin" unmount "${dir[$1]}" ;;
     *) fusermount3 -u "${dir[$1]}" ;;
   esac
 }
-systems=(plain shardfs squashfuse fuse-zip ratarmount)
+systems=(plain shardfs shardfs-v2 squashfuse fuse-zip ratarmount)
 for s in "${systems[@]:1}"; do mkmnt "m-$s"; dir[$s]=$m; serve "$s"; done
+# Where each system shows chunk n (the v2 view names it without the v3 "c/" prefix).
+for s in "${systems[@]}"; do chunks[$s]=${dir[$s]}/a/c; done
+chunks[shardfs-v2]=${dir[shardfs-v2]}/a
 
 results=$work/results.md
 : > "$results"
-measure() { # measure TITLE COMMAND-WITH-{}  (one hyperfine run over every system)
-  local title=$1 template=$2 args=()
-  for s in "${systems[@]}"; do args+=(-n "$s" "${template//\{\}/${dir[$s]}}"); done
+measure() { # measure TITLE COMMAND  ({} the system's mount, {c} its chunk directory)
+  local title=$1 template=$2 args=() command
+  for s in "${systems[@]}"; do
+    command=${template//\{c\}/${chunks[$s]}}
+    args+=(-n "$s" "${command//\{\}/${dir[$s]}}")
+  done
   hyperfine -N --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null 2>&1 ||
     hyperfine --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null
   python3 - "$title" "$work/h.json" >>"$results" <<'PY'
@@ -113,8 +120,8 @@ PY
 measure "find -type f \\| wc -l" "bash -c 'find {} -type f | wc -l'"
 measure "ls -lR (stat of every chunk)" "bash -c 'ls -lR {} >/dev/null'"
 measure "cat of every chunk, warm" "bash -c 'find {} -type f -print0 | xargs -0 cat >/dev/null'"
-measure "10,000 random reads, 1 thread" "$reads {} 10000 1 $total"
-measure "10,000 random reads, 8 threads" "$reads {} 10000 8 $total"
+measure "10,000 random reads, 1 thread" "$reads {c} 10000 1 $total"
+measure "10,000 random reads, 8 threads" "$reads {c} 10000 8 $total"
 
 # Cold cat: every run on a fresh mount with the kernel's caches dropped (hyperfine cannot
 # remount between runs of one command, so this loop keeps the same rules: median of $runs).
@@ -163,7 +170,7 @@ overhead=$("$bin" info "$work/w/store" | awk '$1 == "b" { printf "%.2f%% (index 
 python3 - "${cp_times[0]}" "${cp_times[1]}" "$copies" >>"$results" <<'PY'
 import sys
 plain, shardfs, n = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-print(f"| cp -r of {int(n):,} new chunks (+ commit) | {plain*1000:.1f} ms (1.00x) | {shardfs*1000:.1f} ms ({shardfs/plain:.2f}x) | - | - | - |")
+print(f"| cp -r of {int(n):,} new chunks (+ commit) | {plain*1000:.1f} ms (1.00x) | {shardfs*1000:.1f} ms ({shardfs/plain:.2f}x) | - | - | - | - |")
 PY
 
 # Memory: the daemon's peak RSS after a full find on an index-only store.
@@ -194,8 +201,8 @@ mount_ms "$big"; mt100k=$mount_time
   echo
   echo "Reproduce: \`scripts/bench.sh --profile $profile --runs $runs\`"
   echo
-  echo "| operation | plain files | shardfs | squashfuse | fuse-zip | ratarmount |"
-  echo "|---|---|---|---|---|---|"
+  echo "| operation | plain files | shardfs | shardfs (v2 view) | squashfuse | fuse-zip | ratarmount |"
+  echo "|---|---|---|---|---|---|---|"
   cat "$results"
   echo
   echo "- cp -r into the view leaves index + unused space of $overhead."

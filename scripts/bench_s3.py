@@ -152,7 +152,7 @@ def main():
                 results["warm"].append(timed(server, f"find {system.mnt} -type f -print0 | xargs -0 cat"))
                 system.unmount()
                 system.mount()
-                results["random"].append(timed(server, f"{reads} {system.mnt} 10000 1 {total}"))
+                results["random"].append(timed(server, f"{reads} {system.mnt}/a/c 10000 1 {total}"))
                 system.unmount()
             rows[system.name] = {k: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v))
                                  for k, v in results.items()}
