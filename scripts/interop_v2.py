@@ -11,7 +11,10 @@ zarr-python 2.18 (target/venv-v2, its own venv) opens every array of the view an
 exactly what zarr-python 3 reads from the sharded store, the root opens as a v2 group and through
 its consolidated `.zmetadata` (zarr.open_consolidated, and xarray opening a group whose arrays
 have dimension names), `.zmetadata` follows a document changed in the store, no zarr.json shows, the arrays v2 cannot express are left out, and a chunk whose crc32c does not match reads as EIO. GDAL 3.6 from Debian (which reads
-no Zarr v3) reads 2-D arrays of the view, and a 3-D one slice by slice, exactly.
+no Zarr v3) reads 2-D arrays of the view, and a 3-D one slice by slice, exactly. Then zarr-python
+2.18 writes through a writable v2 view (regions of sharded and unsharded arrays with and without
+a crc32c, a chunk file deleted, attributes with dimension names, resizes), a new array is refused,
+and zarr-python 3 and tensorstore read exactly what it wrote from the sharded store.
 """
 
 import json
@@ -59,6 +62,47 @@ import xarray
 ds = xarray.open_zarr(mnt, group="xr", consolidated=True)
 result["xarray"] = {name: [list(ds[name].dims), bool(np.array_equal(
     ds[name].values, np.load(f"{expected_dir}/xr_{name}.npy")))] for name in ("temperature", "lat")}
+print(json.dumps(result))
+"""
+
+
+# Run by zarr-python 2.18: writes through a writable v2 view, saves what each array should hold.
+WRITER = r"""
+import json, os, sys, numpy as np, zarr
+mnt, out = sys.argv[1], sys.argv[2]
+result = {}
+def save(name, data):
+    np.save(f"{out}/{name.replace('/', '_')}.npy", data)
+# Regions: a sharded array whose chunks end in a crc32c, a blosc one, an unsharded one with a
+# crc32c and "/" keys.
+for name, value in (("v2/crc", 7), ("v2/blosc", -5), ("v2/unsharded_crc", 3)):
+    a = zarr.open_array(f"{mnt}/{name}", mode="r+")
+    a[1:5, 2:7] = value
+    save(name, a[...])
+# A chunk file deleted: it reads as the fill value.
+a = zarr.open_array(f"{mnt}/v2/bool", mode="r+")
+os.remove(f"{mnt}/v2/bool/0/0")
+save("v2/bool", a[...])
+# Attributes, with xarray's dimension names.
+a = zarr.open_array(f"{mnt}/v2/nan_fill", mode="r+")
+a.attrs.update({"units": "K", "_ARRAY_DIMENSIONS": ["y", "x"]})
+save("v2/nan_fill", a[...])
+# Resizes: a sharded array shrunk then grown, an unsharded one grown and written.
+a = zarr.open_array(f"{mnt}/xr/temperature", mode="r+")
+a.resize(4, 5)
+a.resize(6, 10)
+a[5, 9] = 1.5
+save("xr/temperature", a[...])
+a = zarr.open_array(f"{mnt}/v2/unsharded", mode="r+")
+a.resize(14)
+a[12:] = 99
+save("v2/unsharded", a[...])
+# What the v2 view does not do: a new array is refused.
+try:
+    zarr.open_array(f"{mnt}/v2/new", mode="w", shape=(4,), chunks=(2,), dtype="i4")
+    result["new array"] = "created"
+except Exception as e:
+    result["new array"] = type(e).__name__ + ": " + str(e)
 print(json.dumps(result))
 """
 
@@ -121,6 +165,43 @@ def gdal_reads(mnt, expected, work, check):
               for i in range(cube.shape[0])]
     check("zp/zstd_start: GDAL 3.6 reads the 3-D array of the v2 view exactly, slice by slice",
           np.array_equal(np.stack(slices), cube))
+
+
+def writes_through_the_view(binary, sharded, mnt, work, log, check):
+    """zarr-python 2.18 writes through a writable v2 view; then zarr-python 3 and tensorstore read
+    exactly that from the sharded store."""
+    import tensorstore as ts
+    written = os.path.join(work, "written")
+    os.mkdir(written)
+    subprocess.run([binary, "mount", "--zarr-format", "2", "--log-file", log, sharded, mnt], check=True)
+    try:
+        run = subprocess.run([V2_PYTHON, "-c", WRITER, mnt, written], capture_output=True, text=True)
+        result = json.loads(run.stdout) if run.returncode == 0 else {}
+        check("zarr-python 2.18 writes through the v2 view", run.returncode == 0, run.stderr[-800:])
+        check("a new array through the v2 view is refused", result.get("new array", "created") != "created",
+              str(result.get("new array")))
+    finally:
+        subprocess.run([binary, "unmount", mnt], check=False)
+    names = ["v2/crc", "v2/blosc", "v2/unsharded_crc", "v2/bool", "v2/nan_fill", "xr/temperature", "v2/unsharded"]
+    for name in names:
+        want = np.load(os.path.join(written, name.replace("/", "_") + ".npy"))
+        got = zarr.open_array(os.path.join(sharded, name), mode="r")[...]
+        check(f"{name}: zarr-python 3 reads what zarr-python 2 wrote through the v2 view",
+              got.shape == want.shape and np.array_equal(got, want, equal_nan=True), f"{got.shape} {want.shape}")
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(sharded, name)}}
+        got = ts.open(spec, open=True, read=True).result().read().result()
+        check(f"{name}: tensorstore reads it too", np.array_equal(got, want, equal_nan=True))
+    meta = zarr.open_array(os.path.join(sharded, "v2/nan_fill"), mode="r").metadata
+    check("v2/nan_fill: .zattrs stored as attributes and dimension names",
+          meta.attributes == {"units": "K"} and tuple(meta.dimension_names or ()) == ("y", "x"),
+          f"{meta.attributes} {meta.dimension_names}")
+    codecs = str(zarr.open_array(os.path.join(sharded, "v2/crc"), mode="r").metadata.codecs)
+    check("v2/crc: still sharded with its crc32c after the writes", "ShardingCodec(" in codecs and "GzipCodec(level=1), Crc32cCodec()" in codecs, codecs)
+    stray = [os.path.join(d, n) for d, _, names in os.walk(sharded) for n in names
+             if n.endswith(".partial") or n in (".zarray", ".zattrs", ".zgroup")]
+    check("no v2 file or temporary file left in the store", not stray, str(stray[:5]))
+    result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
+    check("shardfs check passes after the writes", result.returncode == 0, result.stdout[-500:])
 
 
 def main():
@@ -215,6 +296,9 @@ def main():
                   errors == [5], f"{errors} of {chunks}")
         finally:
             subprocess.run([binary, "unmount", mnt], check=False)
+        with open(crc_shard, "r+b") as f:
+            f.write(first)
+        writes_through_the_view(binary, sharded, mnt, work, log, check)
         with open(log) as f:
             text = f.read()
         check("the log names each array left out and why",

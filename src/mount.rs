@@ -129,9 +129,6 @@ pub fn filesystem_showing(
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
-    if config.zarr_format == 2 && !config.settings.is_read_only() {
-        return Err("--zarr-format 2: the Zarr v2 view is read-only for now; add --read-only".into());
-    }
     let store = open_store(config.store.clone())?;
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;

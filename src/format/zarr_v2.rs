@@ -64,6 +64,59 @@ pub fn v2_array(doc: &Value) -> Result<V2Array, Unsupported> {
     Ok(V2Array { zarray: Value::Object(zarray), zattrs: Value::Object(zattrs), strip_crc32c: codecs.crc32c })
 }
 
+/// The stored v3 document `stored` (a group or an array) with the attributes of the `.zattrs`
+/// `written`: xarray's `_ARRAY_DIMENSIONS` become an array's dimension names, the rest its
+/// attributes.
+pub fn with_zattrs(stored: &Value, written: &Value) -> Result<Value, Unsupported> {
+    let mut attributes = written.as_object().ok_or(".zattrs is not a JSON object")?.clone();
+    let mut doc = stored.clone();
+    let names = attributes.remove("_ARRAY_DIMENSIONS");
+    if stored.get("node_type") == Some(&json!("array")) {
+        match names {
+            Some(Value::Array(names)) if names.iter().all(|n| n.is_string() || n.is_null()) => {
+                doc["dimension_names"] = Value::Array(names);
+            }
+            Some(other) => return Err(format!("_ARRAY_DIMENSIONS {other} is not a list of names").into()),
+            None => {
+                doc.as_object_mut().expect("an array document is an object").remove("dimension_names");
+            }
+        }
+    } else if let Some(names) = names {
+        attributes.insert("_ARRAY_DIMENSIONS".into(), names);
+    }
+    doc["attributes"] = Value::Object(attributes);
+    Ok(doc)
+}
+
+/// The stored v3 array document `stored` resized as the `.zarray` `written` says, given the
+/// `.zarray` the view shows for it now (`shown`): the shape is the one field a v2 writer may
+/// change; any other change has no faithful v3 form here.
+pub fn with_zarray(stored: &Value, shown: &Value, written: &Value) -> Result<Value, Unsupported> {
+    let written = written.as_object().ok_or(".zarray is not a JSON object")?;
+    let shown = shown.as_object().ok_or("the shown .zarray is not a JSON object")?;
+    // zarr-python 2 leaves out a default dimension_separator of "." when it writes, and
+    // numcodecs adds the defaults of its compressor's other settings (zstd's checksum: false).
+    let differs = |key: &String| match (shown.get(key), written.get(key)) {
+        (Some(Value::String(s)), None) if key == "dimension_separator" => s != ".",
+        (Some(Value::Object(shown)), Some(Value::Object(written))) if key == "compressor" => {
+            shown.iter().any(|(k, v)| written.get(k) != Some(v))
+        }
+        (a, b) => a != b,
+    };
+    let changed: Vec<&String> = shown.keys().chain(written.keys()).filter(|k| *k != "shape" && differs(k)).collect();
+    if let Some(field) = changed.first() {
+        return Err(format!("only the shape of .zarray can change through the Zarr v2 view, not {field:?}").into());
+    }
+    let shape = written.get("shape").filter(|s| s.as_array().is_some_and(|d| d.iter().all(Value::is_u64)));
+    let shape = shape.ok_or(".zarray shape is not a list of non-negative integers")?;
+    if rank(shape)? != rank(stored.get("shape").ok_or("no shape")?)? {
+        return Err("a resize cannot change the number of dimensions".into());
+    }
+    let mut doc = stored.clone();
+    doc["shape"] = shape.clone();
+    Ok(doc)
+}
+
 /// The `.zgroup` and `.zattrs` of the v3 group document `doc`.
 pub fn v2_group(doc: &Value) -> (Value, Value) {
     let attributes = doc.get("attributes").filter(|a| a.is_object()).cloned().unwrap_or_else(|| json!({}));
@@ -362,6 +415,34 @@ mod tests {
         assert_eq!(v2_array(&doc).unwrap().zarray["dimension_separator"], "/");
         doc["chunk_key_encoding"] = json!({"name": "v2"});
         assert_eq!(v2_array(&doc).unwrap().zarray["dimension_separator"], ".");
+    }
+
+    #[test]
+    fn zattrs_written_become_attributes_and_dimension_names() {
+        let stored = array("uint8", json!(0), codecs(&[]));
+        let written = json!({"units": "K", "_ARRAY_DIMENSIONS": ["y", "x"]});
+        let doc = with_zattrs(&stored, &written).unwrap();
+        assert_eq!(doc["attributes"], json!({"units": "K"}));
+        assert_eq!(doc["dimension_names"], json!(["y", "x"]));
+        let doc = with_zattrs(&doc, &json!({})).unwrap();
+        assert!(doc.get("dimension_names").is_none());
+        assert!(with_zattrs(&stored, &json!({"_ARRAY_DIMENSIONS": 3})).is_err());
+        let group = json!({"zarr_format": 3, "node_type": "group"});
+        assert_eq!(with_zattrs(&group, &json!({"a": 1})).unwrap()["attributes"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn zarray_written_resizes_and_refuses_other_changes() {
+        let stored = array("uint8", json!(0), codecs(&[]));
+        let shown = v2_array(&stored).unwrap().zarray;
+        let mut written = shown.clone();
+        written["shape"] = json!([9, 3]);
+        assert_eq!(with_zarray(&stored, &shown, &written).unwrap()["shape"], json!([9, 3]));
+        written["shape"] = json!([9]);
+        assert!(with_zarray(&stored, &shown, &written).unwrap_err().0.contains("dimensions"));
+        let mut written = shown.clone();
+        written["chunks"] = json!([1, 1]);
+        assert!(with_zarray(&stored, &shown, &written).unwrap_err().0.contains("chunks"));
     }
 
     #[test]

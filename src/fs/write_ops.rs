@@ -188,6 +188,7 @@ impl ShardFs {
                 (self.store_node(&key), Handle::Stored { file, append: open.append })
             }
             Target::Document(path) => {
+                self.creates_documents(&path)?;
                 // The document exists (empty) from now on; its content is stored at close.
                 match self.ns.store().put(&self.document_key(&path)?, &[], PutMode::Create) {
                     Ok(()) | Err(store::Error::Changed(_)) => {}
@@ -285,7 +286,10 @@ impl ShardFs {
             }
             // As unlink(2): durable once the directory is (a directory fsync commits everything).
             Target::Stored(key) => Ok(self.ns.store().discard(&key)?),
-            Target::Document(path) => Ok(self.ns.store().delete(&self.document_key(&path)?)?),
+            Target::Document(path) => {
+                self.creates_documents(&path)?;
+                Ok(self.ns.store().delete(&self.document_key(&path)?)?)
+            }
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
         }
@@ -438,6 +442,16 @@ impl ShardFs {
         Ok(())
     }
 
+    /// Refuses to create or delete the metadata file at `path` when the view renders several
+    /// files from one stored document (a Zarr v2 view's `.zarray` and `.zattrs`).
+    fn creates_documents(&self, path: &str) -> Result<()> {
+        if self.ns.presentation().creates_documents() {
+            return Ok(());
+        }
+        log::warn!("{path}: metadata files of this view are not created or deleted; use the Zarr v3 view");
+        Err(Error::Invalid(format!("{path}: create and delete arrays and groups through the Zarr v3 view")))
+    }
+
     /// The stored document the view's metadata file at `path` is rendered from.
     fn document_key(&self, path: &str) -> Result<String> {
         self.ns.document_at(path).ok_or(Error::NotFound)
@@ -451,6 +465,7 @@ impl ShardFs {
             self.ns.store(),
             self.ns.source(),
             self.ns.presentation(),
+            path,
             key,
             content,
             self.shard_new.as_deref(),

@@ -5,8 +5,9 @@
 //!
 //! - [`ZarrV3`]: the unsharded Zarr v3 store: each stored document at its own path, rewritten
 //!   without sharding; chunk files keep the array's own chunk key encoding.
-//! - [`ZarrV2`]: a Zarr v2 store, read-only for now: `.zgroup`, `.zarray` and `.zattrs` rendered
-//!   from each `zarr.json` (which is hidden), chunk files at v2 keys, a trailing crc32c checked and
+//! - [`ZarrV2`]: a Zarr v2 store: `.zgroup`, `.zarray` and `.zattrs` rendered from each
+//!   `zarr.json` (which is hidden; written `.zattrs` and `.zarray` resizes are stored back into it),
+//!   a consolidated `.zmetadata` at the root, chunk files at v2 keys, a trailing crc32c checked and
 //!   left out; sharded arrays as their inner chunks, unsharded ones as their stored chunk files
 //!   renamed. Arrays v2 cannot express are left out, each with a log line.
 
@@ -59,18 +60,22 @@ pub trait Presentation: Send + Sync + Debug {
     /// The content of that file, given every metadata file of the view (path and content).
     fn consolidate(&self, files: &[(String, Arc<[u8]>)]) -> Vec<u8>;
 
-    /// True when the view can be written through.
-    fn writable(&self) -> bool;
+    /// True when a metadata file of the view can be created or deleted on its own (it is a stored
+    /// document); false when view files share one stored document (Zarr v2's `.zarray` and
+    /// `.zattrs`), so that arrays and groups are created and deleted through the v3 view only.
+    fn creates_documents(&self) -> bool;
 
-    /// The document to store at `key` when its view file is written with `written`, over the
-    /// stored document `stored` of a sharded array.
+    /// The document to store at `key` when the view file at `path`, rendered from it, is written
+    /// with `written`; `stored` is the document there now. `Ok(None)`: the view file is the
+    /// document itself, stored as written.
     fn store_back(
         &self,
         source: &dyn SourceFormat,
+        path: &str,
         key: &str,
         written: &[u8],
-        stored: &[u8],
-    ) -> Result<Vec<u8>, Unsupported>;
+        stored: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, Unsupported>;
 }
 
 /// The unsharded Zarr v3 store (or, for the draft layout, the same layout without its sharding
@@ -109,18 +114,24 @@ impl Presentation for ZarrV3 {
         Vec::new()
     }
 
-    fn writable(&self) -> bool {
+    fn creates_documents(&self) -> bool {
         true
     }
 
+    /// A sharded array's document gets its stored sharding back.
     fn store_back(
         &self,
         source: &dyn SourceFormat,
+        _path: &str,
         key: &str,
         written: &[u8],
-        stored: &[u8],
-    ) -> Result<Vec<u8>, Unsupported> {
-        source.reshard(key, written, stored)
+        stored: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, Unsupported> {
+        let Some(stored) = stored else { return Ok(None) };
+        if !matches!(source.interpret(key, stored), Interpretation::ShardedArray { .. }) {
+            return Ok(None);
+        }
+        source.reshard(key, written, stored).map(Some)
     }
 }
 
@@ -196,17 +207,42 @@ impl Presentation for ZarrV2 {
         serde_json::to_vec_pretty(&consolidated).expect("JSON values serialize")
     }
 
-    fn writable(&self) -> bool {
+    fn creates_documents(&self) -> bool {
         false
     }
 
+    /// `.zattrs` sets the attributes (and dimension names), `.zarray` the shape; `.zgroup` says
+    /// nothing a v3 group does not.
     fn store_back(
         &self,
-        _source: &dyn SourceFormat,
+        source: &dyn SourceFormat,
+        path: &str,
         key: &str,
-        _written: &[u8],
-        _stored: &[u8],
-    ) -> Result<Vec<u8>, Unsupported> {
-        Err(format!("{key}: the Zarr v2 view is read-only").into())
+        written: &[u8],
+        stored: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, Unsupported> {
+        let stored = stored.ok_or("the Zarr v2 view creates no arrays or groups; create them through the v3 view")?;
+        let parse = |bytes: &[u8], what: &str| {
+            serde_json::from_slice::<serde_json::Value>(bytes)
+                .map_err(|e| Unsupported(format!("{what} is not JSON: {e}")))
+        };
+        let name = crate::store::file_name(path);
+        let written = parse(written, name)?;
+        let doc = parse(stored, "the stored document")?;
+        let updated = match name {
+            ".zattrs" => zarr_v2::with_zattrs(&doc, &written)?,
+            ".zarray" => {
+                let shown = match source.interpret(key, stored) {
+                    Interpretation::ShardedArray { view, .. } => parse(&view, "the stored document's view")?,
+                    _ => doc.clone(),
+                };
+                zarr_v2::with_zarray(&doc, &zarr_v2::v2_array(&shown)?.zarray, &written)?
+            }
+            ".zgroup" if written == serde_json::json!({"zarr_format": 2}) => doc,
+            _ => return Err(format!("{name}: not a metadata file the Zarr v2 view can store").into()),
+        };
+        let pretty = stored.contains(&b'\n');
+        let bytes = if pretty { serde_json::to_vec_pretty(&updated) } else { serde_json::to_vec(&updated) };
+        Ok(Some(bytes.expect("JSON values serialize")))
     }
 }

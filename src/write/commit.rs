@@ -20,7 +20,7 @@ use super::shard::Current;
 pub use super::shard::{Changes, Outcome};
 use super::{append, rewrite};
 use crate::format::shard_index::{IndexLocation, IndexSpec, ShardIndex};
-use crate::store::{self, Store, lock};
+use crate::store::{self, PutMode, Store, lock};
 
 /// Reads the shard at `key` laid out as `spec`: `None` when there is none; damage is
 /// [`CommitError::Damaged`] with the reason followed by `refusal` ("not writing over it").
@@ -66,6 +66,7 @@ pub fn commit_levels(
     specs: &[IndexSpec],
     changes: &NestedChanges,
 ) -> Result<Outcome, CommitError> {
+    let Some(outer_spec) = specs.first() else { return commit_whole(store, key, changes) };
     let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
     for (path, content) in changes {
         by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
@@ -73,7 +74,7 @@ pub fn commit_levels(
     // Each attempt rebuilds the inner shards from the very version it then writes over.
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
-        let current = read_current(store, key, &specs[0], "not writing over it")?;
+        let current = read_current(store, key, outer_spec, "not writing over it")?;
         let mut outer = Changes::new();
         for (entry, inner) in &by_outer {
             let mut inner = inner.clone();
@@ -91,8 +92,26 @@ pub fn commit_levels(
             })?;
             outer.insert(*entry, rebuilt.map(Cow::Owned));
         }
-        commit_over(store, key, &specs[0], current, &outer)
+        commit_over(store, key, outer_spec, current, &outer)
     })
+}
+
+/// Commits the one chunk of an unsharded array's chunk file (a sharding of no levels): the file
+/// is replaced whole, atomically and durably, or removed.
+fn commit_whole(store: &dyn Store, key: &str, changes: &NestedChanges) -> Result<Outcome, CommitError> {
+    let Some(content) = changes.get(&Vec::new()) else { return Ok(Outcome::Unchanged) };
+    let _lock = store.lock(lock::slot(key))?;
+    match content {
+        Some(bytes) => {
+            store.put(key, &[bytes], PutMode::Overwrite)?;
+            Ok(Outcome::Rewritten)
+        }
+        None => match store.delete(key) {
+            Ok(()) => Ok(Outcome::Deleted),
+            Err(store::Error::NotFound(_)) => Ok(Outcome::Unchanged),
+            Err(e) => Err(e.into()),
+        },
+    }
 }
 
 /// An inner shard laid out by `specs` (its own level first) with `changes` applied; `None` when

@@ -8,7 +8,6 @@
 
 use super::error::CommitError;
 use crate::format::metadata::{reshard_consolidated, shard_new};
-use crate::format::source::Interpretation;
 use crate::format::source::SourceFormat;
 use crate::store::{self, PutMode, Store, join, lock};
 use crate::view::presentation::Presentation;
@@ -21,10 +20,34 @@ pub fn store_document(
     store: &dyn Store,
     source: &dyn SourceFormat,
     presentation: &dyn Presentation,
+    path: &str,
     key: &str,
     written: &[u8],
     shard_new_factors: Option<&[u64]>,
 ) -> Result<(), CommitError> {
+    let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
+    let refuse = |why: crate::format::Unsupported| {
+        log::warn!("{}: not stored: {why}", store.describe(key));
+        CommitError::Refused(format!("{key}: {why}"))
+    };
+    // The document to store for `written`, given the document `stored` now.
+    let translate = |stored: Option<&[u8]>| -> Result<Vec<u8>, CommitError> {
+        let stored_is_array = stored.is_some_and(|s| {
+            serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
+        });
+        Ok(if let Some(translated) = presentation.store_back(source, path, key, written, stored).map_err(refuse)? {
+            translated
+        } else if let Some(regrouped) =
+            reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
+                .map_err(refuse)?
+        {
+            regrouped
+        } else if let Some(factors) = shard_new_factors.filter(|_| !stored_is_array) {
+            shard_new(written, factors).map_err(refuse)?.unwrap_or_else(|| written.to_vec())
+        } else {
+            written.to_vec()
+        })
+    };
     let _lock = store.lock(lock::slot(key))?;
     let mut attempt = 1;
     loop {
@@ -33,7 +56,7 @@ pub fn store_document(
             Err(store::Error::NotFound(_)) => (None, PutMode::Create),
             Err(e) => return Err(e.into()),
         };
-        let document = translate(store, source, presentation, key, written, stored.as_deref(), shard_new_factors)?;
+        let document = translate(stored.as_deref())?;
         match store.put(key, &[&document], mode) {
             Err(store::Error::Changed(_)) if attempt < ATTEMPTS => attempt += 1,
             done => return Ok(done?),
@@ -43,37 +66,3 @@ pub fn store_document(
 
 /// How often a document replaced while it was translated is read again.
 const ATTEMPTS: usize = 5;
-
-/// The document to store for `written`, given the document `stored` now.
-fn translate(
-    store: &dyn Store,
-    source: &dyn SourceFormat,
-    presentation: &dyn Presentation,
-    key: &str,
-    written: &[u8],
-    stored: Option<&[u8]>,
-    shard_new_factors: Option<&[u64]>,
-) -> Result<Vec<u8>, CommitError> {
-    let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
-    let refuse = |why: crate::format::Unsupported| {
-        log::warn!("{}: not stored: {why}", store.describe(key));
-        CommitError::Refused(format!("{key}: {why}"))
-    };
-    let stored_is_sharded =
-        stored.is_some_and(|s| matches!(source.interpret(key, s), Interpretation::ShardedArray { .. }));
-    let stored_is_array = stored.is_some_and(|s| {
-        serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
-    });
-    Ok(if let Some(stored) = stored.filter(|_| stored_is_sharded) {
-        presentation.store_back(source, key, written, stored).map_err(refuse)?
-    } else if let Some(regrouped) =
-        reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
-            .map_err(refuse)?
-    {
-        regrouped
-    } else if let Some(factors) = shard_new_factors.filter(|_| !stored_is_array) {
-        shard_new(written, factors).map_err(refuse)?.unwrap_or_else(|| written.to_vec())
-    } else {
-        written.to_vec()
-    })
-}

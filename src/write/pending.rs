@@ -258,7 +258,9 @@ impl Pending {
         let changes: NestedChanges = carried
             .iter()
             .zip(&contents)
-            .map(|((coords, ..), content)| (sharding.locate(coords).entries, content.as_ref().map(|c| c[..].into())))
+            .map(|((coords, ..), content)| {
+                (sharding.locate(coords).entries, content.as_ref().map(|c| as_stored(&array, c)))
+            })
             .collect();
         let specs: Vec<_> = sharding.levels.iter().map(|level| level.index).collect();
         let result = commit_levels(ns.store(), key, &specs, &changes);
@@ -355,4 +357,10 @@ impl Overlay for Pending {
         let inside = |dir: &&String| enc.decode_dir(dir, array.rank()).is_some_and(|prefix| array.in_bounds(&prefix));
         self.dirs.lock().get(&array.dir).map(|d| d.iter().filter(inside).cloned().collect()).unwrap_or_default()
     }
+}
+
+/// A chunk as the view shows it, as the store keeps it: the trailing crc32c that the view left
+/// out goes back on.
+fn as_stored<'a>(array: &ShardedArray, chunk: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+    if array.strip_crc32c { [chunk, &crc32c::crc32c(chunk).to_le_bytes()].concat().into() } else { chunk.into() }
 }
