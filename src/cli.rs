@@ -30,8 +30,8 @@ pub enum Command {
         store: StoreArgs,
         /// An empty directory to show the unsharded view in.
         mountpoint: PathBuf,
-        /// The Zarr version the view shows: 3 (the unsharded v3 store), or 2 (a Zarr v2 store of
-        /// the sharded arrays, for v2-only readers; read-only for now).
+        /// The Zarr version the view shows: 3 (the unsharded v3 store), or 2 (the same arrays as a
+        /// Zarr v2 store, for v2-only readers).
         #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
         zarr_format: u8,
         /// Stay attached and serve until unmounted or interrupted.

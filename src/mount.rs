@@ -118,6 +118,9 @@ pub fn filesystem_showing(
     cache: IndexCache,
     writes: Option<WriteOptions>,
 ) -> Result<ShardFs, String> {
+    if let Some(why) = presentation.cannot_show(&*crate::view::documents::source_of(&*store)) {
+        return Err(format!("{}: {why}", store.describe("")));
+    }
     let Some(options) = writes else { return Ok(ShardFs::read_only(store, presentation, cache)) };
     store.check_writes().map_err(|e| e.to_string())?;
     let recovered = journal::recover(&*store).map_err(|e| format!("{}: recovery failed: {e}", store.describe("")))?;

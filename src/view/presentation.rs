@@ -60,6 +60,9 @@ pub trait Presentation: Send + Sync + Debug {
     /// The content of that file, given every metadata file of the view (path and content).
     fn consolidate(&self, files: &[(String, Arc<[u8]>)]) -> Vec<u8>;
 
+    /// Why the view cannot show a store of format `source`, if it cannot.
+    fn cannot_show(&self, source: &dyn SourceFormat) -> Option<String>;
+
     /// True when a metadata file of the view can be created or deleted on its own (it is a stored
     /// document); false when view files share one stored document (Zarr v2's `.zarray` and
     /// `.zattrs`), so that arrays and groups are created and deleted through the v3 view only.
@@ -112,6 +115,10 @@ impl Presentation for ZarrV3 {
 
     fn consolidate(&self, _files: &[(String, Arc<[u8]>)]) -> Vec<u8> {
         Vec::new()
+    }
+
+    fn cannot_show(&self, _source: &dyn SourceFormat) -> Option<String> {
+        None
     }
 
     fn creates_documents(&self) -> bool {
@@ -205,6 +212,15 @@ impl Presentation for ZarrV2 {
             .collect();
         let consolidated = serde_json::json!({"metadata": metadata, "zarr_consolidated_format": 1});
         serde_json::to_vec_pretty(&consolidated).expect("JSON values serialize")
+    }
+
+    /// v2 metadata files live in their node's directory, beside its chunks.
+    fn cannot_show(&self, source: &dyn SourceFormat) -> Option<String> {
+        (!source.chunks_beside_document()).then(|| {
+            "the Zarr v2 view shows stores that keep each array's document beside its chunks, \
+             which the draft layout (meta/ and data/ trees) does not"
+                .into()
+        })
     }
 
     fn creates_documents(&self) -> bool {
