@@ -20,7 +20,7 @@ fn the_zarr_v2_view_refuses_the_draft_layout_with_the_reason() {
     let store = std::sync::Arc::new(shardfs::store::local::LocalStore::open(&golden_draft().join("sharded")).unwrap());
     let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
     let presentation = std::sync::Arc::new(shardfs::view::presentation::ZarrV2);
-    let err = shardfs::mount::filesystem_showing(store, presentation, cache, None).err().expect("refused");
+    let Err(err) = shardfs::mount::filesystem_showing(store, presentation, cache, None) else { panic!("not refused") };
     assert!(err.contains("golden_draft/sharded") && err.contains("draft layout"), "{err}");
 }
 
