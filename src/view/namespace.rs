@@ -145,17 +145,21 @@ pub enum Content {
     Bytes(Arc<[u8]>),
     /// One inner chunk: a byte range of a shard file.
     Chunk(Box<dyn Object>, Range<u64>),
+    /// One inner chunk read whole, its trailing checksum verified and cut off (no copy).
+    Checked(Vec<u8>),
 }
 
 impl Content {
     /// Up to `size` bytes from `offset`; fewer only at the end of the content.
     pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let in_memory = |bytes: &[u8]| {
+            let start = (offset as usize).min(bytes.len());
+            let end = start.saturating_add(size as usize).min(bytes.len());
+            bytes[start..end].to_vec()
+        };
         let (file, start, end) = match self {
-            Content::Bytes(bytes) => {
-                let start = (offset as usize).min(bytes.len());
-                let end = start.saturating_add(size as usize).min(bytes.len());
-                return Ok(bytes[start..end].to_vec());
-            }
+            Content::Bytes(bytes) => return Ok(in_memory(bytes)),
+            Content::Checked(bytes) => return Ok(in_memory(bytes)),
             Content::Stored(file) => (file, offset, offset.saturating_add(size as u64)),
             Content::Chunk(file, range) => {
                 let start = range.start.saturating_add(offset).min(range.end);
@@ -681,10 +685,13 @@ impl Namespace {
                 if !array.strip_crc32c {
                     return Ok(Content::Chunk(file, found.range));
                 }
-                let bytes = file.read_exact_at(found.range.start, found.range.end - found.range.start)?;
+                let mut bytes = file.read_exact_at(found.range.start, found.range.end - found.range.start)?;
                 let place = || format!("{}: chunk {}", file.place(), array.chunk_key(coords));
-                match crc32c_checked(&bytes) {
-                    Some(data) => Ok(Content::Bytes(data.into())),
+                match crc32c_checked(&bytes).map(<[u8]>::len) {
+                    Some(len) => {
+                        bytes.truncate(len);
+                        Ok(Content::Checked(bytes))
+                    }
                     None => {
                         log::warn!("{}: crc32c mismatch; read as EIO", place());
                         Err(Error::Damaged(format!("{}: crc32c mismatch", place())))
