@@ -25,10 +25,11 @@ pub struct Located {
 }
 
 /// What a listing learns of one inner chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChunkState {
-    /// The chunk is stored, `nbytes` long.
-    Stored(u64),
+    /// The chunk is stored at this byte range of the shard file (absolute, nested levels
+    /// included), in the shard version the walk read.
+    Stored(Range<u64>),
     /// Its index entry is damaged: the chunk is listed, and reading it fails.
     Damaged,
 }
@@ -384,7 +385,7 @@ impl ShardWalk<'_, '_> {
             let found = index.as_ref().map(|i| i.chunk(entry));
             let state = match found {
                 Some(Ok(None)) => continue,
-                Some(Ok(Some(range))) if leaf => ChunkState::Stored(range.end - range.start),
+                Some(Ok(Some(range))) if leaf => ChunkState::Stored(range),
                 _ if leaf => ChunkState::Damaged,
                 Some(Ok(Some(range))) => {
                     entries.push(entry);
