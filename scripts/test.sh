@@ -29,6 +29,8 @@ SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 cargo 
 kill $s3_pid
 # A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
 scripts/fuzz.sh 20
+# Reference files are for machines without FUSE: their interop test needs none.
+target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
 
 if ! (exec 3<>/dev/fuse) 2>/dev/null; then
   if [ "${SHARDFS_REQUIRE_FUSE:-}" = 1 ]; then
