@@ -5,14 +5,16 @@
 No mount: this is what machines without FUSE do. zarr-python 3 and tensorstore write every
 layout of tests/data/generate.py afresh (gzip, zstd, crc32c, big-endian data, nested sharding,
 index at start and end, every key encoding), and zarr-python 3 the extra arrays of
-scripts/interop_v2.py (blosc, bool, NaN fill value, inner chunks ending in a crc32c, F order, an
-unsharded array, two compressors). `shardfs refs` writes a v3 and a v2 reference file of the
+scripts/interop_v2.py (blosc, bool, NaN fill value, inner chunks ending in a crc32c, F order,
+unsharded arrays, one ending in a crc32c, and two compressors). `shardfs refs` writes a v3 and a v2 reference file of the
 store; then, through fsspec's ReferenceFileSystem,
 - zarr-python 3.1.6 (this venv, zarr.storage.FsspecStore) and the newest zarr-python
   (target/venv-newest) read every array of the v3 references exactly as zarr-python 3 reads the
   sharded store;
-- zarr-python 2.18 (target/venv-v2) reads every array of the v2 references exactly, and the
-  arrays a v2 view leaves out have no .zarray;
+- zarr-python 2.18 (target/venv-v2) reads every array of the v2 references exactly, the array a
+  v2 view leaves out has no .zarray, every array reads the same through the consolidated
+  .zmetadata, and each chunk ending in a crc32c (sharded or not) is a range
+  4 bytes shorter;
 and a damaged shard is refused: exit 1, one line naming it, no JSON document on stdout.
 """
 
@@ -74,6 +76,13 @@ for name in json.load(open(expected_dir + "/arrays.json")):
     except Exception as e:
         result[name] = repr(e)
 result["/"] = sorted(zarr.open_group(mapper, mode="r").group_keys())
+# Through the consolidated .zmetadata, as zarr.open_consolidated and xarray read a store.
+root, wrong = zarr.open_consolidated(mapper, mode="r"), []
+for name in json.load(open(expected_dir + "/arrays.json")):
+    want = np.load(f"{expected_dir}/{name.replace('/', '_')}.npy")
+    if not np.array_equal(root[name][...], want, equal_nan=want.dtype.kind in "fc"):
+        wrong.append(name)
+result["consolidated"] = wrong
 print(json.dumps(result))
 """
 
@@ -148,10 +157,12 @@ def main():
         with open(os.path.join(expected, "arrays.json"), "w") as f:
             json.dump(v2_arrays, f)
         result = run_reader(V2_PYTHON, V2_READER, refs["2"], expected, "zarr-python", v2_arrays, check)
-        check("v2 references: the root is a v2 group with the store's groups", result.get("/") == ["ts", "v2", "zp"],
+        check("v2 references: the root is a v2 group with the store's groups", result.get("/") == ["ts", "v2", "xr", "zp"],
               str(result.get("/")))
         with open(refs["2"]) as f:
             v2 = json.load(f)["refs"]
+        check("v2 references: zarr-python 2.18 reads every array through the consolidated .zmetadata",
+              result.get("consolidated") == [], str(result.get("consolidated")))
         check("v2 references: no zarr.json", not [k for k in v2 if k.endswith("zarr.json")])
         for path in left_out:
             check(f"{path}: left out of the v2 references (no .zarray)", f"{path}/.zarray" not in v2)
@@ -161,6 +172,11 @@ def main():
               crc["compressor"] == {"id": "gzip", "level": 1} and crc_chunks
               and all(v2[k][2] + 4 == v3["refs"][k.replace("v2/crc/", "v2/crc/c/")][2] for k in crc_chunks),
               str(crc))
+
+        whole = [k for k in v2 if k.startswith("v2/unsharded_crc/") and not k.split("/")[-1].startswith(".")]
+        check("v2/unsharded_crc: each chunk file is a range of all of it but its crc32c",
+              whole and all(v2[k][1] == 0 and v2[k][2] + 4 == os.path.getsize(v2[k][0]) for k in whole),
+              str([v2[k] for k in whole[:3]]))
 
         # A damaged shard: refused with one line naming it, and nothing that parses as JSON.
         shard = os.path.join(sharded, "zp", "gzip_crc_end", "c", "1", "0")

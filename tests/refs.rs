@@ -96,6 +96,16 @@ fn draft_layout_references_are_its_view() {
     assert_refs_equal_view(&store, &refs, &fs_of(&store));
 }
 
+#[test]
+fn the_v2_view_of_the_draft_layout_is_refused_as_at_mount() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden_draft/sharded");
+    let output = refs_of(&store, &["--zarr-format", "2"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.lines().count() == 1 && stderr.contains("golden_draft/sharded"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
+
 fn v2_fs(store: &Path) -> shardfs::fs::ShardFs {
     let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
     let presentation = Arc::new(shardfs::view::presentation::ZarrV2);

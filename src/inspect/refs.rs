@@ -21,6 +21,7 @@ use base64::Engine;
 
 use crate::store::{Kind, Stamp, Store, join};
 use crate::view::array::ShardedArray;
+use crate::view::documents::source_of;
 use crate::view::error::Error as ViewError;
 use crate::view::index_cache::IndexCache;
 use crate::view::namespace::{ChunkInShard, Content, Namespace, Node};
@@ -32,8 +33,11 @@ use crate::view::shards::ChunkState;
 /// (one line naming the file and the cause) what was written is not a complete JSON document.
 pub fn refs_command(store: Arc<dyn Store>, zarr_format: u8, out: &mut dyn Write) -> Result<(), String> {
     let presentation: Arc<dyn Presentation> = if zarr_format == 2 { Arc::new(ZarrV2) } else { Arc::new(ZarrV3) };
+    if let Some(why) = presentation.cannot_show(&*source_of(&*store)) {
+        return Err(format!("{}: {why}", store.url("")));
+    }
     let ns = Namespace::new(store.clone(), presentation, IndexCache::default(), Arc::new(NoOverlay));
-    let mut refs = Refs { ns: &ns, out, first: true, used: HashMap::new() };
+    let mut refs = Refs { ns: &ns, out, first: true, used: HashMap::new(), consolidated: Vec::new() };
     refs.write(b"{\"version\":1,\"refs\":{")?;
     refs.dir(&ns.root(), "")?;
     // Checked before the document is closed, so that refused references are never valid JSON.
@@ -49,6 +53,8 @@ struct Refs<'a> {
     first: bool,
     /// Every shard and document the references were taken from, with the version read.
     used: HashMap<String, Stamp>,
+    /// Consolidated metadata files inlined (the v2 view's `.zmetadata`), with what was inlined.
+    consolidated: Vec<(Node, Vec<u8>)>,
 }
 
 impl Refs<'_> {
@@ -115,6 +121,13 @@ impl Refs<'_> {
                     }
                 }
                 Node::Document(_) => self.document(&child, &child_path)?,
+                Node::Consolidated(_) => {
+                    let failed = |e: ViewError| format!("{}: {e}", self.url(""));
+                    let size = self.ns.answer(&child).map_err(failed)?.attr.size;
+                    let (bytes, _) = self.read(&child, size).map_err(failed)?;
+                    self.consolidated.push((child, bytes.clone()));
+                    self.entry(&child_path, inline(bytes))?;
+                }
             }
         }
         if let Node::Stored(dir) = node
@@ -134,15 +147,7 @@ impl Refs<'_> {
         let key = self.ns.document_at(path).ok_or_else(|| self.changed(path))?;
         let failed = |e: ViewError| format!("{}: {e}", self.url(&key));
         let answer = self.ns.answer(node).map_err(failed)?;
-        let content = self.ns.open(node).map_err(failed)?;
-        let mut bytes = Vec::new();
-        while (bytes.len() as u64) < answer.attr.size {
-            let piece = content.read(bytes.len() as u64, 1 << 20).map_err(failed)?;
-            if piece.is_empty() {
-                break;
-            }
-            bytes.extend_from_slice(&piece);
-        }
+        let (bytes, content) = self.read(node, answer.attr.size).map_err(failed)?;
         // The rendering was taken from the version opened; a newer one since the answer is a
         // change under the walk (the final check finds it too).
         let stamp = match &content {
@@ -154,6 +159,20 @@ impl Refs<'_> {
             return Err(self.changed(&key));
         }
         self.entry(path, inline(bytes))
+    }
+
+    /// The content of view file `node`, up to `size` bytes, and the content opened.
+    fn read(&self, node: &Node, size: u64) -> Result<(Vec<u8>, Content), ViewError> {
+        let content = self.ns.open(node)?;
+        let mut bytes = Vec::new();
+        while (bytes.len() as u64) < size {
+            let piece = content.read(bytes.len() as u64, 1 << 20)?;
+            if piece.is_empty() {
+                break;
+            }
+            bytes.extend_from_slice(&piece);
+        }
+        Ok((bytes, content))
     }
 
     /// The references of every stored inner chunk of `array`, from one reading of each shard.
@@ -192,6 +211,18 @@ impl Refs<'_> {
     /// Refuses when a shard or document the references were taken from is no longer the version
     /// read: the references may then point to bytes that are not the chunk.
     fn check_unchanged(&self) -> Result<(), String> {
+        // Consolidated metadata is computed from every document: it must still be what was
+        // inlined, which was then built from the same versions as the documents inlined.
+        for (node, inlined) in &self.consolidated {
+            let failed = |e: ViewError| format!("{}: {e}", self.url(""));
+            let size = self.ns.answer(node).map_err(failed)?.attr.size;
+            if self.read(node, size).map_err(failed)?.0 != *inlined {
+                return Err(format!(
+                    "{}: its metadata changed while the references were made; run again",
+                    self.url("")
+                ));
+            }
+        }
         let mut used: Vec<_> = self.used.iter().collect();
         used.sort_by(|a, b| a.0.cmp(b.0));
         for (key, stamp) in used {

@@ -363,7 +363,7 @@ impl ShardWalk<'_, '_> {
         let levels = &self.array.meta.sharding.levels;
         if levels.is_empty() {
             // An unsharded array: the "shard" is the chunk.
-            let state = blob.map_or(ChunkState::Damaged, |b| ChunkState::Stored(b.end - b.start));
+            let state = blob.map_or(ChunkState::Damaged, ChunkState::Stored);
             let chunk = self.coords;
             if chunk.starts_with(self.prefix) && self.array.in_bounds(chunk) {
                 (self.visit)(chunk, state)?;
