@@ -11,6 +11,10 @@ to a local directory. Then:
   exactly, and the view's chunk files are the twin's;
 - both peers write through the view; after unmount both read the bucket directly and get exactly
   that data, no stray object is left, and `shardfs check`, `info` and `compact` take the URL;
+- `shardfs refs s3://...` names every chunk as [s3://BUCKET/KEY of its shard, offset, length]:
+  resolved with ranged GETs (boto3; s3fs, fsspec's S3 client, is not installed: its aiobotocore
+  pins botocore, which moto needs at its own version), they are a store zarr-python reads every
+  array of exactly;
 - two mounts of one prefix (two daemons: as two machines) write interleaved chunks of the same
   shards with fsync after each: nothing is lost;
 - kill -9 of a daemon while it writes: every fsync'd chunk is in the bucket, and every shard
@@ -22,6 +26,7 @@ to a local directory. Then:
 """
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -199,6 +204,42 @@ def commands_take_urls(binary, server, check):
     result = subprocess.run([binary, "compact", url, *flags], capture_output=True, text=True)
     check("shardfs compact s3://... has nothing to free (object shards hold no unused bytes)", result.returncode == 0,
           result.stdout[-400:] + result.stderr)
+
+
+def references_of_a_bucket(binary, server, arrays, check):
+    """`shardfs refs` of a bucket: every chunk a range of an object of that bucket, and what the
+    references resolve to is a store zarr-python reads every array of exactly."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    url = f"s3://{BUCKET}/sharded"
+    run = subprocess.run([binary, "refs", url, "--endpoint-url", server.endpoint], capture_output=True, text=True)
+    check("shardfs refs s3://... succeeds", run.returncode == 0 and not run.stderr, run.stderr[-400:])
+    if run.returncode != 0:
+        return
+    refs = json.loads(run.stdout)["refs"]
+    s3 = boto3.client("s3", endpoint_url=server.endpoint)
+    objects = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="sharded/")
+               for o in page.get("Contents", [])}
+    ranges = [r for r in refs.values() if isinstance(r, list) and len(r) == 3]
+    check(f"refs of a bucket: {len(ranges)} chunk ranges, each in an object of s3://{BUCKET}/sharded/",
+          ranges and all(r[0].startswith(url + "/") and r[0][len(f"s3://{BUCKET}/"):] in objects for r in ranges))
+    resolved = {}
+    for key, ref in refs.items():
+        if isinstance(ref, str):
+            data = ref.encode()
+        else:
+            get = {"Bucket": BUCKET, "Key": ref[0][len(f"s3://{BUCKET}/"):]}
+            if len(ref) == 3:
+                get["Range"] = f"bytes={ref[1]}-{ref[1] + ref[2] - 1}"
+            data = s3.get_object(**get)["Body"].read()
+        resolved[key] = default_buffer_prototype().buffer.from_bytes(data)
+    store = MemoryStore(resolved)
+    for path in arrays:
+        want = zarr.open_array(zarr_store(server, "sharded"), path=path, mode="r")[...]
+        got = zarr.open_array(store, path=path, mode="r")
+        check(f"{path}: zarr-python reads the bucket's references exactly",
+              "sharding_indexed" not in str(got.metadata.codecs) and np.array_equal(got[...], want, equal_nan=True))
 
 
 def credentials_as_the_aws_cli_reads_them(binary, server, work, check):
@@ -384,6 +425,7 @@ def main():
                 errors_before_mounting(binary, server, work, check)
                 read_and_write_through_the_view(mounts, server, work, arrays, check)
                 commands_take_urls(binary, server, check)
+                references_of_a_bucket(binary, server, arrays, check)
                 credentials_as_the_aws_cli_reads_them(binary, server, work, check)
                 two_mounts_write_one_shard(mounts, server, work, check)
                 kill_a_writing_daemon(mounts, binary, server, work, check)

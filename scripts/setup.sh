@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what shardfs's tests need on a fresh Debian machine, and nothing when it is already
-# there: fuse3 (fusermount3, as users have it) from apt, the interop peers (zarr-python 3,
-# tensorstore, numpy; moto, a local S3 server, and obstore, zarr-python's S3 client) in a Python
-# venv under target/venv, and zarr-python 2.16.1 (the draft
-# sharding storage transformer) in target/venv2.
+# there: fuse3 (fusermount3, as users have it) and GDAL from apt, the interop peers (zarr-python 3,
+# tensorstore, numpy; moto, a local S3 server, and obstore, zarr-python's S3 client; fsspec, whose
+# ReferenceFileSystem reads `shardfs refs` output) in a Python venv under target/venv, zarr-python
+# 2.16.1 (the draft sharding storage transformer) in target/venv2, zarr-python 2.18.7, xarray and fsspec
+# (the Zarr v2 view and v2 references) in target/venv-v2, and the newest releases of the peers
+# (zarr-python, tensorstore, and rasterio with the GDAL its wheels bundle; Python 3.12 or newer)
+# in target/venv-newest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,12 +25,12 @@ if ! command -v gdal_translate >/dev/null 2>&1; then
 fi
 
 venv=target/venv
-stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5"
+stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5-fsspec2026.9.0"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating $venv with zarr-python 3, tensorstore, and moto (a local S3 server) with obstore"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' \
-    'moto[server]==5.2.5' 'obstore==0.12.1'
+    'moto[server]==5.2.5' 'obstore==0.12.1' 'fsspec==2026.9.0'
   touch "$stamp"
 fi
 
@@ -42,11 +45,37 @@ if [ ! -f "$stamp2" ]; then
 fi
 
 venv_v2=target/venv-v2
-stamp_v2="$venv_v2/.installed-zarr2.18.7-xarray2025.1.2"
+stamp_v2="$venv_v2/.installed-zarr2.18.7-xarray2025.1.2-fsspec2026.9.0"
 if [ ! -f "$stamp_v2" ]; then
   echo "setup: creating $venv_v2 with zarr-python 2.18.7 and xarray (the Zarr v2 view's readers)"
   python3 -m venv "$venv_v2"
   "$venv_v2/bin/pip" install -q --disable-pip-version-check 'zarr==2.18.7' 'numcodecs==0.15.2' \
-    'xarray==2025.1.2' 'pandas==2.2.3'
+    'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0'
   touch "$stamp_v2"
+fi
+
+# The newest releases on PyPI, pinned (bump them here when a new one comes out): a release that
+# breaks the view fails scripts/interop.py, which scripts/test.sh runs in it too. zarr-python 3.2 and later and rasterio 1.5
+# (whose wheels bundle GDAL 3.12) need Python 3.12 or newer.
+venv_new=target/venv-newest
+stamp_new="$venv_new/.installed-zarr3.4.2-ts0.1.86-rasterio1.5.2-fsspec2026.9.0"
+if [ ! -f "$stamp_new" ]; then
+  python_new=
+  for candidate in python3.12 python3.13 "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      python_new=$candidate
+      break
+    fi
+  done
+  if [ -z "$python_new" ]; then
+    echo "setup: no Python 3.12 or newer (python3.12, python3.13, or under ~/.pyenv/versions) for $venv_new" >&2
+    exit 1
+  fi
+  echo "setup: creating $venv_new with $python_new: zarr-python 3.4.2, tensorstore 0.1.86, rasterio 1.5.2"
+  rm -rf "$venv_new"
+  "$python_new" -m venv "$venv_new"
+  "$venv_new/bin/pip" install -q --disable-pip-version-check 'zarr==3.4.2' 'tensorstore==0.1.86' \
+    'rasterio==1.5.2' 'fsspec==2026.9.0' 'numpy>=2,<3'
+  touch "$stamp_new"
 fi

@@ -2,8 +2,10 @@
 # The test command (README): installs what the tests need, then runs every test: unit and
 # integration tests (cargo test, real mounts included), the shell-level test, and the interop
 # tests against zarr-python 3 and tensorstore (arrays changing while mounted too), against
-# zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto), and of the
-# Zarr v2 view against zarr-python 2.18. With
+# zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto), of the
+# Zarr v2 view against zarr-python 2.18, of reference files (`shardfs refs`, no FUSE needed), of
+# the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
+# target/venv-newest), and of GDAL 3.12 (rasterio's wheels). With
 # SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
 # tests.
 set -euo pipefail
@@ -29,6 +31,8 @@ SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 cargo 
 kill $s3_pid
 # A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
 scripts/fuzz.sh 20
+# Reference files are for machines without FUSE: their interop test needs none.
+target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
 
 if ! (exec 3<>/dev/fuse) 2>/dev/null; then
   if [ "${SHARDFS_REQUIRE_FUSE:-}" = 1 ]; then
@@ -40,9 +44,13 @@ if ! (exec 3<>/dev/fuse) 2>/dev/null; then
 fi
 scripts/shell-test.sh target/debug/shardfs
 target/venv/bin/python scripts/interop.py target/debug/shardfs
+# The same with the newest releases (pinned in setup.sh), so that a release that breaks the view
+# is caught: about 10 s.
+target/venv-newest/bin/python scripts/interop.py target/debug/shardfs
 target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
+target/venv-newest/bin/python scripts/interop_gdal.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

@@ -96,6 +96,16 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
         zarr_format: u8,
     },
+    /// Print a kerchunk reference file (version 1) of STORE's unsharded view, for readers without
+    /// FUSE (fsspec's ReferenceFileSystem): metadata inline, each chunk as [shard URL, offset,
+    /// length].
+    Refs {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The Zarr version of the view referenced: 3 (the unsharded v3 store) or 2.
+        #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
+        zarr_format: u8,
+    },
     /// Write a small sharded sample store to DIR/store and mount it at DIR/view in the foreground.
     Demo {
         #[arg(default_value = "shardfs-demo")]

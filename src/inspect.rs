@@ -2,6 +2,10 @@
 //! on disk, every index level read and verified (checksum, truncation, entries outside the data
 //! area, half-empty sentinels, overlapping entries), and commits the journal says were cut short.
 //! Only indexes are read, never chunk data.
+//!
+//! - [`refs`]: `shardfs refs`, the view as a kerchunk reference file.
+
+pub mod refs;
 
 use std::ops::Range;
 

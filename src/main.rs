@@ -7,7 +7,10 @@ use shardfs::{compact, demo, inspect, mount};
 
 fn main() {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Check { .. } | Command::Info { .. } | Command::Compact { .. }) {
+    if matches!(
+        cli.command,
+        Command::Check { .. } | Command::Info { .. } | Command::Compact { .. } | Command::Refs { .. }
+    ) {
         // Reports piped into `head` end quietly when the reader goes, as other tools' do. Not for
         // the daemon, whose sockets must not kill it.
         // SAFETY: restoring a signal's default disposition has no memory effects.
@@ -31,6 +34,14 @@ fn main() {
         }
         Command::Compact { store, arrays } => mount::open_store(store.address())
             .and_then(|s| compact::compact_command(&*s, arrays).map(drop).map_err(|e| e.to_string())),
+        Command::Refs { store, zarr_format } => {
+            // The references are checked against the store once the walk is done: that check
+            // must ask the store itself, not an object store's cached metadata.
+            let mut address = store.address();
+            address.caching.metadata_ttl = std::time::Duration::ZERO;
+            mount::open_store(address)
+                .and_then(|s| inspect::refs::refs_command(s, *zarr_format, &mut std::io::stdout().lock()))
+        }
         Command::Info { store, zarr_format } => mount::open_store(store.address()).and_then(|s| {
             let info = if *zarr_format == 2 { inspect::info_v2_command } else { inspect::info_command };
             info(&*s).map_err(|e| e.to_string())

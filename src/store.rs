@@ -194,6 +194,10 @@ pub trait Store: Send + Sync + Debug {
     /// How messages name `key`: a local path, a URL.
     fn describe(&self, key: &str) -> String;
 
+    /// Where a program other than shardfs reads the file at `key`: an absolute path for a local
+    /// store, `s3://BUCKET/KEY` for an object store (for reference files, `shardfs refs`).
+    fn url(&self, key: &str) -> String;
+
     /// Attributes of the entry at `key` (a symbolic link is reported, not followed).
     fn attr(&self, key: &str) -> Result<Attr>;
 

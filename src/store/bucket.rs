@@ -363,6 +363,10 @@ impl Lock for BucketLock {}
 
 impl Store for BucketStore {
     fn describe(&self, key: &str) -> String {
+        self.url(key)
+    }
+
+    fn url(&self, key: &str) -> String {
         if key.is_empty() { self.0.url.clone() } else { format!("{}/{key}", self.0.url) }
     }
 

@@ -72,6 +72,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.describe(key)
     }
 
+    fn url(&self, key: &str) -> String {
+        self.inner.url(key)
+    }
+
     fn attr(&self, key: &str) -> Result<Attr> {
         self.inner.attr(key)
     }

@@ -229,6 +229,10 @@ impl Store for LocalStore {
         self.path(key).display().to_string()
     }
 
+    fn url(&self, key: &str) -> String {
+        self.describe(key)
+    }
+
     fn attr(&self, key: &str) -> Result<Attr> {
         self.attr_io(key).map_err(self.fail(key))
     }

@@ -113,6 +113,18 @@ impl Node {
     }
 }
 
+/// One inner chunk met by [`Namespace::for_each_chunk_by_shard`].
+#[derive(Debug)]
+pub struct ChunkInShard<'a> {
+    /// The store key of its shard.
+    pub shard: &'a str,
+    /// The attributes of the shard version read; `None` when it could not be read (its chunks
+    /// are then all [`ChunkState::Damaged`]).
+    pub shard_attr: Option<&'a Attr>,
+    pub coords: &'a [u64],
+    pub state: ChunkState,
+}
+
 /// What the view says of one entry: its attributes, and the store files they were read from with
 /// the version of each (the entry is out of date once one of them changes).
 #[derive(Debug, Clone)]
@@ -275,6 +287,30 @@ impl Namespace {
         visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
     ) -> Result<()> {
         self.shards.for_each_chunk(&*self.store, array, &[], &Sources::default(), &mut |coords, _| visit(coords))
+    }
+
+    /// Calls `visit` with every stored or damaged inner chunk of `array` inside its bounds, shard
+    /// by shard in shard order. Every index of a shard is taken from one version of it, so a
+    /// chunk's range is valid for that version. Pending writes are not shown.
+    pub fn for_each_chunk_by_shard(
+        &self,
+        array: &ShardedArray,
+        mut visit: impl FnMut(ChunkInShard) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let sources = Sources::default();
+        let mut shards = shards_on_disk(&*self.store, array, &[], &sources)?;
+        shards.sort();
+        for shard in shards {
+            let key = array.shard_key(&shard);
+            let walked =
+                self.shards.for_each_chunk_of(&*self.store, array, &shard, &[], &sources, |coords, state, attr| {
+                    visit(ChunkInShard { shard: &key, shard_attr: attr, coords, state })
+                });
+            if walked.is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The root directory of the view.
@@ -639,8 +675,10 @@ impl Namespace {
                         return ControlFlow::Continue(());
                     };
                     let answer = match (state, shard_attr) {
-                        (ChunkState::Stored(nbytes), Some(shard_attr)) if shown_size(array, nbytes).is_some() => {
-                            let size = shown_size(array, nbytes).unwrap_or_default();
+                        (ChunkState::Stored(range), Some(shard_attr))
+                            if shown_size(array, range.end - range.start).is_some() =>
+                        {
+                            let size = shown_size(array, range.end - range.start).unwrap_or_default();
                             let attr = Attr { size, nlink: 1, ..*shard_attr };
                             Ok(Answer::in_array(array, attr, (array.shard_key(shard), Some(shard_attr.stamp))))
                         }

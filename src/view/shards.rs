@@ -25,10 +25,11 @@ pub struct Located {
 }
 
 /// What a listing learns of one inner chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChunkState {
-    /// The chunk is stored, `nbytes` long.
-    Stored(u64),
+    /// The chunk is stored at this byte range of the shard file (absolute, nested levels
+    /// included), in the shard version the walk read.
+    Stored(Range<u64>),
     /// Its index entry is damaged: the chunk is listed, and reading it fails.
     Damaged,
 }
@@ -362,7 +363,7 @@ impl ShardWalk<'_, '_> {
         let levels = &self.array.meta.sharding.levels;
         if levels.is_empty() {
             // An unsharded array: the "shard" is the chunk.
-            let state = blob.map_or(ChunkState::Damaged, |b| ChunkState::Stored(b.end - b.start));
+            let state = blob.map_or(ChunkState::Damaged, ChunkState::Stored);
             let chunk = self.coords;
             if chunk.starts_with(self.prefix) && self.array.in_bounds(chunk) {
                 (self.visit)(chunk, state)?;
@@ -384,7 +385,7 @@ impl ShardWalk<'_, '_> {
             let found = index.as_ref().map(|i| i.chunk(entry));
             let state = match found {
                 Some(Ok(None)) => continue,
-                Some(Ok(Some(range))) if leaf => ChunkState::Stored(range.end - range.start),
+                Some(Ok(Some(range))) if leaf => ChunkState::Stored(range),
                 _ if leaf => ChunkState::Damaged,
                 Some(Ok(Some(range))) => {
                     entries.push(entry);

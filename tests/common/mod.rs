@@ -326,6 +326,9 @@ pub fn patch(path: &Path, offset: i64, bytes: &[u8]) {
     file.write_all_at(bytes, at as u64).unwrap();
 }
 
+/// What a [`Hooked`] store runs at its moment.
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// A store forwarding to `inner`, for tests that play another writer or a store of another kind:
 /// the hook runs once, just before this store's first write to its key (a put, a delete, opening
 /// it for writing in place), and `can_append: false` makes a store that cannot append, as an
@@ -334,12 +337,20 @@ pub struct Hooked<S> {
     pub inner: S,
     pub can_append: bool,
     key: String,
-    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    hook: std::sync::Mutex<Option<Hook>>,
+    /// A key, and what runs just after this store first opens it for reading.
+    opened: std::sync::Mutex<Option<(String, Hook)>>,
 }
 
 impl<S: shardfs::store::Store> Hooked<S> {
     pub fn new(inner: S) -> Self {
-        Hooked { can_append: inner.can_append(), inner, key: String::new(), hook: Default::default() }
+        Hooked {
+            can_append: inner.can_append(),
+            inner,
+            key: String::new(),
+            hook: Default::default(),
+            opened: Default::default(),
+        }
     }
 
     pub fn no_append(inner: S) -> Self {
@@ -349,6 +360,11 @@ impl<S: shardfs::store::Store> Hooked<S> {
     /// Runs `hook` just before the first write to `key`.
     pub fn before_writing(self, key: &str, hook: impl FnOnce() + Send + 'static) -> Self {
         Hooked { key: key.to_string(), hook: std::sync::Mutex::new(Some(Box::new(hook))), ..self }
+    }
+
+    /// Runs `hook` just after the first time `key` is opened for reading.
+    pub fn after_opening(self, key: &str, hook: impl FnOnce() + Send + 'static) -> Self {
+        Hooked { opened: std::sync::Mutex::new(Some((key.to_string(), Box::new(hook)))), ..self }
     }
 
     fn writing(&self, key: &str) {
@@ -370,6 +386,9 @@ impl<S: shardfs::store::Store> shardfs::store::Store for Hooked<S> {
     fn describe(&self, key: &str) -> String {
         self.inner.describe(key)
     }
+    fn url(&self, key: &str) -> String {
+        self.inner.url(key)
+    }
     fn attr(&self, key: &str) -> shardfs::store::Result<Attr> {
         self.inner.attr(key)
     }
@@ -377,7 +396,14 @@ impl<S: shardfs::store::Store> shardfs::store::Store for Hooked<S> {
         self.inner.list(dir)
     }
     fn open(&self, key: &str) -> shardfs::store::Result<Box<dyn shardfs::store::Object>> {
-        self.inner.open(key)
+        let opened = self.inner.open(key);
+        let mut hook = self.opened.lock().unwrap();
+        if hook.as_ref().is_some_and(|(k, _)| k == key)
+            && let Some((_, hook)) = hook.take()
+        {
+            hook();
+        }
+        opened
     }
     fn read_link(&self, key: &str) -> shardfs::store::Result<PathBuf> {
         self.inner.read_link(key)
