@@ -28,7 +28,7 @@ venv=target/venv
 stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5-fsspec2026.9.0"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating $venv with zarr-python 3, tensorstore, and moto (a local S3 server) with obstore"
-  python3 -m venv "$venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' \
     'moto[server]==5.2.5' 'obstore==0.12.1' 'fsspec==2026.9.0'
   touch "$stamp"
@@ -38,7 +38,7 @@ venv2=target/venv2
 stamp2="$venv2/.installed-zarr2.16.1"
 if [ ! -f "$stamp2" ]; then
   echo "setup: creating $venv2 with zarr-python 2.16.1"
-  python3 -m venv "$venv2"
+  [ -x "$venv2/bin/python" ] || python3 -m venv "$venv2"
   # pytest: zarr 2.16.1 imports one of its test modules when reading v3 metadata.
   "$venv2/bin/pip" install -q --disable-pip-version-check 'zarr==2.16.1' 'numcodecs<0.13' 'numpy<2' pytest
   touch "$stamp2"
@@ -48,7 +48,7 @@ venv_v2=target/venv-v2
 stamp_v2="$venv_v2/.installed-zarr2.18.7-xarray2025.1.2-fsspec2026.9.0"
 if [ ! -f "$stamp_v2" ]; then
   echo "setup: creating $venv_v2 with zarr-python 2.18.7 and xarray (the Zarr v2 view's readers)"
-  python3 -m venv "$venv_v2"
+  [ -x "$venv_v2/bin/python" ] || python3 -m venv "$venv_v2"
   "$venv_v2/bin/pip" install -q --disable-pip-version-check 'zarr==2.18.7' 'numcodecs==0.15.2' \
     'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0'
   touch "$stamp_v2"
@@ -74,7 +74,7 @@ if [ ! -f "$stamp_new" ]; then
   fi
   echo "setup: creating $venv_new with $python_new: zarr-python 3.4.2, tensorstore 0.1.86, rasterio 1.5.2"
   rm -rf "$venv_new"
-  "$python_new" -m venv "$venv_new"
+  [ -x "$venv_new/bin/python" ] || "$python_new" -m venv "$venv_new"
   "$venv_new/bin/pip" install -q --disable-pip-version-check 'zarr==3.4.2' 'tensorstore==0.1.86' \
     'rasterio==1.5.2' 'fsspec==2026.9.0' 'numpy>=2,<3'
   touch "$stamp_new"
