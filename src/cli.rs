@@ -1,8 +1,10 @@
-//! The command line: clap definitions turned into the typed configuration of each command.
+//! The command line: clap definitions turned into the typed configuration of each command, and
+//! the mount(8) helper form (`shardfs STORE MOUNTPOINT -o OPTIONS`) turned into `shardfs mount`.
 
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
@@ -13,7 +15,7 @@ use crate::write::pending::Policy;
 
 /// Mount a sharded Zarr v3 store and see the equivalent unsharded store: one file per inner chunk.
 #[derive(Debug, Parser)]
-#[command(name = "shardfs", version)]
+#[command(name = "shardfs", version, after_help = HELPER_FORM)]
 pub struct Cli {
     /// More log output: -v info, -vv debug, -vvv trace (RUST_LOG overrides).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -21,6 +23,15 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// How mount(8), /etc/fstab and systemd reach shardfs, for `--help` and the man page.
+const HELPER_FORM: &str = "\
+As a mount(8) helper: `shardfs STORE MOUNTPOINT [-o OPTIONS]` is `shardfs mount`, and every flag of \
+`shardfs mount` has an -o spelling (cache_size=64M, zarr_format=2, no_sign_request, foreground, \
+shard_new=4:2 with colons for commas, ...), so that `mount -t fuse.shardfs STORE MOUNTPOINT -o ro` \
+and the fstab line `STORE MOUNTPOINT fuse.shardfs ro,noauto 0 0` work. The options mount(8) and \
+systemd pass along (defaults, auto, noauto, user, users, nofail, _netdev, x-systemd.*, ...) are \
+ignored.";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -173,6 +184,98 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }
 
+impl Cli {
+    /// Parses the process's arguments, in the helper form too (see [`helper_form`]); exits with
+    /// clap's message on an error.
+    pub fn from_args() -> Cli {
+        Cli::parse_from(helper_form(std::env::args_os()))
+    }
+}
+
+/// The arguments as clap reads them. mount(8)'s helper form, `shardfs STORE MOUNTPOINT -o
+/// OPTIONS` (what mount.fuse3 runs for `mount -t fuse.shardfs` and fstab lines), becomes
+/// `shardfs mount STORE MOUNTPOINT ...`; in a mount command, each `-o` option that names a flag of
+/// `shardfs mount` (`cache_size=64M`, `foreground`, `shard_new=4:2`) becomes that flag
+/// (`--cache-size=64M`), so that every flag has an -o spelling without a second list of them, and
+/// clap checks the values alike. The other `-o` options stay, for the FUSE layer to check.
+pub fn helper_form(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let mut command = Cli::command();
+    command.build();
+    let Some(first) = first_positional(&args) else { return args };
+    let named = args[first].to_str().and_then(|name| command.find_subcommand(name)).map(|c| c.get_name().to_string());
+    match named.as_deref() {
+        Some("mount") => {}
+        Some(_) => return args,
+        None => args.insert(first, "mount".into()),
+    }
+    let mount = command.find_subcommand("mount").expect("the mount command");
+    let (head, tail) = args.split_at(first + 1);
+    let mut out = head.to_vec();
+    let mut rest = tail.iter();
+    while let Some(arg) = rest.next() {
+        let list = match arg.to_str() {
+            Some("--") => {
+                out.push(arg.clone());
+                out.extend(rest.by_ref().cloned());
+                break;
+            }
+            Some("-o") => match rest.next() {
+                Some(list) => list.clone(),
+                None => {
+                    out.push(arg.clone());
+                    break;
+                }
+            },
+            Some(joined) if joined.starts_with("-o") => OsString::from(joined[2..].trim_start_matches('=')),
+            _ => {
+                out.push(arg.clone());
+                continue;
+            }
+        };
+        let Some(list) = list.to_str() else {
+            out.extend(["-o".into(), list]);
+            continue;
+        };
+        let mut kept = Vec::new();
+        for option in list.split(',').filter(|o| !o.is_empty()) {
+            match as_flag(mount, option) {
+                Some(flag) => out.push(flag.into()),
+                None => kept.push(option),
+            }
+        }
+        if !kept.is_empty() {
+            out.extend(["-o".into(), kept.join(",").into()]);
+        }
+    }
+    out
+}
+
+/// The index of the first argument that is not an option: global options take no value.
+fn first_positional(args: &[OsString]) -> Option<usize> {
+    let is_option = |a: &OsStr| a.to_str().is_some_and(|a| a.starts_with('-') && a != "-");
+    (1..args.len()).find(|&i| !is_option(&args[i]))
+}
+
+/// `-o NAME[=VALUE]` as the flag of `shardfs mount` it names (`--NAME[=VALUE]`, with `_` for
+/// `-` in NAME, and `:` for `,` in the values of a list flag), or `None`.
+fn as_flag(mount: &clap::Command, option: &str) -> Option<String> {
+    let (name, value) = match option.split_once('=') {
+        Some((name, value)) => (name, Some(value)),
+        None => (option, None),
+    };
+    let long = name.replace('_', "-");
+    let arg = mount.get_arguments().find(|a| a.get_long() == Some(long.as_str()))?;
+    if matches!(long.as_str(), "help" | "version") {
+        return None;
+    }
+    Some(match value {
+        None => format!("--{long}"),
+        Some(value) if arg.get_value_delimiter() == Some(',') => format!("--{long}={}", value.replace(':', ",")),
+        Some(value) => format!("--{long}={value}"),
+    })
+}
+
 impl Command {
     /// The typed configuration of `shardfs mount`, or `None` for other commands.
     pub fn mount_config(&self, verbosity: u8) -> Option<MountConfig> {
@@ -198,7 +301,11 @@ impl Command {
             store: store.address(),
             mountpoint: mountpoint.clone(),
             foreground: *foreground,
-            settings: MountSettings { options: options.clone(), threads: *threads, read_only: *read_only },
+            settings: MountSettings {
+                options: with_source(options, &store.store),
+                threads: *threads,
+                read_only: *read_only,
+            },
             cache_bytes: *cache_size,
             max_index_bytes: *max_index_size as u64,
             writes: WriteOptions {
@@ -210,6 +317,15 @@ impl Command {
             zarr_format: *zarr_format,
         })
     }
+}
+
+/// The mount options with the store as the mount's source (`fsname=`) unless they name one, as
+/// sshfs shows its `host:path`: `findmnt` and `df` then say what is mounted, and `mount -a` sees
+/// that an fstab line is mounted already (it compares sources) instead of mounting it again.
+fn with_source(options: &[String], store: &std::path::Path) -> Vec<String> {
+    let named = options.iter().any(|o| o.starts_with("fsname="));
+    let source = (!named).then(|| format!("fsname={}", store.display()));
+    source.into_iter().chain(options.iter().cloned()).collect()
 }
 
 #[cfg(test)]
@@ -231,7 +347,81 @@ mod tests {
     fn mount_options_split_on_commas() {
         let cli = Cli::try_parse_from(["shardfs", "mount", "s", "m", "-o", "allow_other,noatime", "-o", "ro"]).unwrap();
         let config = cli.command.mount_config(0).unwrap();
-        assert_eq!(config.settings.options, ["allow_other", "noatime", "ro"]);
+        assert_eq!(config.settings.options, ["fsname=s", "allow_other", "noatime", "ro"]);
         assert_eq!(config.cache_bytes, DEFAULT_BUDGET);
+    }
+
+    fn helper(args: &[&str]) -> Vec<String> {
+        let args = helper_form(args.iter().map(OsString::from));
+        args.into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_helper_form_is_a_mount() {
+        // As mount.fuse3 runs it for `mount -t fuse.shardfs /data/store /mnt -o ro,zarr_format=2`.
+        let args = helper(&["shardfs", "/data/store", "/mnt", "-o", "ro,zarr_format=2,dev,suid"]);
+        assert_eq!(args, ["shardfs", "mount", "/data/store", "/mnt", "--zarr-format=2", "-o", "ro,dev,suid"]);
+        let cli = Cli::try_parse_from(args).unwrap();
+        let config = cli.command.mount_config(0).unwrap();
+        assert_eq!(config.zarr_format, 2);
+        assert_eq!(config.settings.options, ["fsname=/data/store", "ro", "dev", "suid"]);
+        assert_eq!(helper(&["shardfs", "-v", "s", "m"]), ["shardfs", "-v", "mount", "s", "m"]);
+    }
+
+    #[test]
+    fn every_mount_flag_has_an_o_spelling() {
+        let options = "cache_size=1M,threads=3,zarr_format=2,endpoint_url=http://127.0.0.1:9000,region=eu-west-1,\
+                       no_sign_request,metadata_ttl=5,read_ahead_size=0,commit_bytes=2K,commit_idle_ms=7,\
+                       shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other";
+        let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
+        assert_eq!(cli.verbose, 1);
+        let config = cli.command.mount_config(cli.verbose).unwrap();
+        assert_eq!(config.cache_bytes, 1 << 20);
+        assert_eq!(config.settings.threads, 3);
+        assert_eq!(config.zarr_format, 2);
+        assert_eq!(config.store.s3.endpoint_url.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(config.store.s3.region.as_deref(), Some("eu-west-1"));
+        assert!(config.store.s3.no_sign_request);
+        assert_eq!(config.store.caching.metadata_ttl, std::time::Duration::from_millis(5));
+        assert_eq!(config.store.caching.read_ahead_bytes, 0);
+        assert_eq!(config.writes.policy.shard_bytes, 2048);
+        assert_eq!(config.writes.policy.idle, std::time::Duration::from_millis(7));
+        assert_eq!(config.writes.shard_new, Some(vec![4, 2]));
+        assert_eq!(config.max_index_bytes, 1 << 20);
+        assert_eq!(config.log_file, Some(PathBuf::from("/tmp/l")));
+        assert!(config.foreground && config.settings.read_only);
+        assert_eq!(config.settings.options, ["fsname=s3://b/p", "allow_other"]);
+        let named = Cli::try_parse_from(helper(&["shardfs", "s", "m", "-o", "fsname=data"])).unwrap();
+        assert_eq!(named.command.mount_config(0).unwrap().settings.options, ["fsname=data"]);
+        // Every flag of `shardfs mount`, so that a new one cannot miss its -o spelling.
+        let mut command = Cli::command();
+        command.build();
+        let mount = command.find_subcommand("mount").unwrap();
+        for arg in mount.get_arguments().filter_map(|a| a.get_long()).filter(|l| !["help", "version"].contains(l)) {
+            assert!(options.contains(&arg.replace('-', "_")), "no -o {arg} in this test");
+        }
+    }
+
+    #[test]
+    fn the_helper_form_leaves_other_commands_alone() {
+        for args in [
+            &["shardfs", "check", "s", "--repair"][..],
+            &["shardfs", "info", "s"],
+            &["shardfs", "unmount", "m"],
+            &["shardfs", "--version"],
+            &["shardfs"],
+            &["shardfs", "help", "mount"],
+        ] {
+            assert_eq!(helper(args), args);
+        }
+        let args = ["shardfs", "mount", "s", "m", "-o", "ro", "-ocache_size=2M", "--", "-o"];
+        assert_eq!(helper(&args), ["shardfs", "mount", "s", "m", "-o", "ro", "--cache-size=2M", "--", "-o"]);
+    }
+
+    #[test]
+    fn bad_o_values_are_clap_errors() {
+        let error = Cli::try_parse_from(helper(&["shardfs", "s", "m", "-o", "cache_size=lots"])).unwrap_err();
+        assert!(error.to_string().contains("lots"), "{error}");
+        assert!(Cli::try_parse_from(helper(&["shardfs", "s", "m", "-o", "zarr_format=4"])).is_err());
     }
 }

@@ -1,12 +1,11 @@
 //! The `shardfs` binary: parse the command line, run one command, turn its error into one line
 //! on stderr and a non-zero exit.
 
-use clap::Parser;
 use shardfs::cli::{Cli, Command};
 use shardfs::{compact, demo, inspect, mount};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::from_args();
     if matches!(
         cli.command,
         Command::Check { .. } | Command::Info { .. } | Command::Compact { .. } | Command::Refs { .. }

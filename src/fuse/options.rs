@@ -30,7 +30,7 @@ pub(super) fn config(settings: &MountSettings) -> Result<fuser::Config, String> 
     // view reports (the backing files' own), as on any local filesystem.
     config.mount_options =
         vec![access, O::FSName("shardfs".into()), O::Subtype("shardfs".into()), O::DefaultPermissions];
-    for option in &settings.options {
+    for option in settings.options.iter().filter(|o| !passed_along(o)) {
         let parsed = match option.as_str() {
             "ro" => O::RO,
             "rw" if settings.read_only => return Err("-o rw contradicts --read-only".into()),
@@ -71,6 +71,42 @@ pub(super) fn config(settings: &MountSettings) -> Result<fuser::Config, String> 
     Ok(config)
 }
 
+/// Options that mount(8), fstab and systemd hand every helper (mount.fuse3 drops some of them,
+/// mount(8) others, but not always both), which concern them rather than the filesystem: ignored,
+/// as libfuse filesystems do. The atime variants and the like that fuser cannot pass to the kernel
+/// are ignored too: a FUSE filesystem's atimes are the daemon's to report anyway.
+fn passed_along(option: &str) -> bool {
+    const IGNORED: &[&str] = &[
+        "defaults",
+        "auto",
+        "noauto",
+        "user",
+        "nouser",
+        "users",
+        "owner",
+        "group",
+        "nofail",
+        "_netdev",
+        "netdev",
+        "relatime",
+        "norelatime",
+        "strictatime",
+        "nostrictatime",
+        "diratime",
+        "nodiratime",
+        "lazytime",
+        "nolazytime",
+        "iversion",
+        "noiversion",
+        "mand",
+        "nomand",
+        "silent",
+        "loud",
+    ];
+    const IGNORED_PREFIXES: &[&str] = &["x-", "comment=", "user="];
+    IGNORED.contains(&option) || IGNORED_PREFIXES.iter().any(|p| option.starts_with(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +127,19 @@ mod tests {
             ro.mount_options.contains(&fuser::MountOption::RO) && !ro.mount_options.contains(&fuser::MountOption::RW)
         );
         assert_eq!(c.n_threads, Some(2));
+    }
+
+    #[test]
+    fn ignores_what_mount_and_systemd_pass_along() {
+        // What mount(8) and mount.fuse3 3.14 passed to a stand-in helper for an fstab line with
+        // all of these (scripts/mount-helper-test.sh runs the real thing).
+        let passed = ["rw", "noatime", "relatime", "nodiratime", "lazytime", "dev", "suid", "user=alice"];
+        let others = ["defaults", "noauto", "auto", "users", "nofail", "_netdev", "x-systemd.automount", "comment=x"];
+        let all: Vec<&str> = passed.iter().chain(&others).copied().collect();
+        let c = config(&settings(&all)).unwrap();
+        let plain = config(&settings(&["rw", "noatime", "dev", "suid"])).unwrap();
+        assert_eq!(c.mount_options, plain.mount_options);
+        assert_eq!(c.acl, plain.acl);
     }
 
     #[test]
