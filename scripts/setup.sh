@@ -24,6 +24,13 @@ if ! command -v gdal_translate >/dev/null 2>&1; then
     { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null; }
 fi
 
+# zsh and fish, to check the completions `shardfs generate` writes (tests/generate.rs).
+if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then
+  echo "setup: installing zsh and fish with apt-get"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq zsh fish >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq zsh fish >/dev/null; }
+fi
+
 venv=target/venv
 stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5-fsspec2026.9.0"
 if [ ! -f "$stamp" ]; then

@@ -13,6 +13,9 @@ use crate::store::bucket::Caching;
 use crate::store::bucket::s3::S3Options;
 use crate::write::pending::Policy;
 
+pub mod generate;
+pub mod progress;
+
 /// Mount a sharded Zarr v3 store and see the equivalent unsharded store: one file per inner chunk.
 #[derive(Debug, Parser)]
 #[command(name = "shardfs", version, after_help = HELPER_FORM)]
@@ -122,6 +125,9 @@ pub enum Command {
         #[arg(default_value = "shardfs-demo")]
         dir: PathBuf,
     },
+    /// Write the man pages (shardfs.1 and one per command) to DIR/man and shell completions for
+    /// bash, zsh and fish to DIR/completions, as the Debian package installs them.
+    Generate { dir: PathBuf },
 }
 
 /// Where the store is, and how to reach an object store.

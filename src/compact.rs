@@ -2,9 +2,9 @@
 //! leave behind. Each shard is rewritten under its lock and renamed over the old one, so readers
 //! (a running mount included) see the old shard or the new one, never a partial one.
 
-use std::io::{IsTerminal, Write};
-
+use crate::progress::Progress;
 use crate::store::{self, Store};
+use crate::view::array::ShardedArray;
 use crate::view::arrays::find_arrays;
 use crate::view::error::Error as ViewError;
 use crate::view::shards::shards_on_disk;
@@ -36,9 +36,10 @@ pub struct Compacted {
     pub bytes_after: u64,
 }
 
-/// Compacts every shard of the arrays at `only` (store paths; all sharded arrays when empty).
-/// Damaged shards are skipped with a message and make the run fail at the end.
-pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, CompactError> {
+/// Compacts every shard of the arrays at `only` (store paths; all sharded arrays when empty),
+/// telling `progress` about each shard. Damaged shards are skipped with a message and make the run
+/// fail at the end.
+pub fn compact_command(store: &dyn Store, only: &[String], progress: &dyn Progress) -> Result<Compacted, CompactError> {
     store.check_writes()?;
     let found = find_arrays(store)?;
     let trim = |p: &String| p.trim_matches('/').to_string();
@@ -46,17 +47,42 @@ pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, 
     if let Some(missing) = only.iter().find(|p| !found.sharded.iter().any(|a| *a.dir == **p)) {
         return Err(CompactError::NoArray(missing.clone()));
     }
-    let progress = std::io::stdout().is_terminal();
+    let chosen = found.sharded.iter().filter(|a| only.is_empty() || only.iter().any(|p| *a.dir == **p));
+    let (nested, flat): (Vec<_>, Vec<_>) = chosen.partition(|a| a.meta.sharding.levels.len() > 1);
+    // Every array's shards are listed first, so that the progress knows how many there are.
+    let listed = flat
+        .into_iter()
+        .map(|array| Ok((array, shards_on_disk(store, array, &[], &Sources::default())?)))
+        .collect::<Result<Vec<_>, ViewError>>()?;
+    progress.start(listed.iter().map(|(_, shards)| shards.len() as u64).sum());
     let mut totals = Compacted::default();
     let mut failures = Vec::new();
-    for array in found.sharded.iter().filter(|a| only.is_empty() || only.iter().any(|p| *a.dir == **p)) {
-        if array.meta.sharding.levels.len() > 1 {
-            println!("{}: nested sharding, left as is", array.dir);
-            continue;
-        }
+    let run = compact_listed(store, &listed, progress, &mut totals, &mut failures);
+    progress.finish();
+    run?;
+    for array in nested {
+        println!("{}: nested sharding, left as is", array.dir);
+    }
+    println!(
+        "{} shards, {} rewritten, {} bytes freed",
+        totals.shards,
+        totals.rewritten,
+        totals.bytes_before - totals.bytes_after
+    );
+    if failures.is_empty() { Ok(totals) } else { Err(CompactError::Damaged(failures)) }
+}
+
+fn compact_listed(
+    store: &dyn Store,
+    listed: &[(&ShardedArray, Vec<Vec<u64>>)],
+    progress: &dyn Progress,
+    totals: &mut Compacted,
+    failures: &mut Vec<String>,
+) -> Result<(), CompactError> {
+    for (array, shards) in listed {
+        progress.array(&array.dir);
         let spec = array.meta.sharding.levels[0].index;
-        let shards = shards_on_disk(store, array, &[], &Sources::default())?;
-        for (done, coords) in shards.iter().enumerate() {
+        for coords in shards {
             let key = array.shard_key(coords);
             totals.shards += 1;
             match compact(store, &key, &spec) {
@@ -69,20 +95,8 @@ pub fn compact_command(store: &dyn Store, only: &[String]) -> Result<Compacted, 
                 Err(e @ CommitError::Damaged(_)) => failures.push(e.to_string()),
                 Err(e) => return Err(e.into()),
             }
-            if progress {
-                print!("\r{}: {}/{} shards", array.dir, done + 1, shards.len());
-                let _ = std::io::stdout().flush();
-            }
-        }
-        if progress {
-            println!();
+            progress.shard_done();
         }
     }
-    println!(
-        "{} shards, {} rewritten, {} bytes freed",
-        totals.shards,
-        totals.rewritten,
-        totals.bytes_before - totals.bytes_after
-    );
-    if failures.is_empty() { Ok(totals) } else { Err(CompactError::Damaged(failures)) }
+    Ok(())
 }

@@ -12,9 +12,11 @@ use std::ops::Range;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::format::zarr_v2;
+use crate::progress::{Progress, Silent};
 use crate::store::{self, Kind, Object, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::arrays::find_arrays;
+use crate::view::error::Error as ViewError;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
 use crate::write::journal::{journal_dir, list_names};
@@ -57,22 +59,38 @@ impl StoreReport {
 
 /// Scans every array of the store.
 pub fn scan(store: &dyn Store) -> Result<StoreReport, store::Error> {
+    scan_reporting(store, &Silent)
+}
+
+/// [`scan`], telling `progress` about each shard.
+pub fn scan_reporting(store: &dyn Store, progress: &dyn Progress) -> Result<StoreReport, store::Error> {
     let mut report = StoreReport::default();
     let found = find_arrays(store)?;
     report.refused = found.refused;
     report.invalid = found.invalid;
-    for array in &found.sharded {
-        report.arrays.push(scan_array(store, array)?);
-    }
+    // Every array's shards are listed first, so that the progress knows how many there are.
+    let listed: Vec<_> =
+        found.sharded.iter().map(|array| (array, shards_on_disk(store, array, &[], &Sources::default()))).collect();
+    progress.start(listed.iter().map(|(_, shards)| shards.as_ref().map_or(0, |s| s.len() as u64)).sum());
+    let scanned: Result<Vec<ArrayReport>, store::Error> =
+        listed.into_iter().map(|(array, shards)| scan_array(store, array, shards, progress)).collect();
+    progress.finish();
+    report.arrays = scanned?;
     for name in list_names(store, &journal_dir())? {
         report.unfinished.push(store.describe(&join(&journal_dir(), &name)));
     }
     Ok(report)
 }
 
-fn scan_array(store: &dyn Store, array: &ShardedArray) -> Result<ArrayReport, store::Error> {
+fn scan_array(
+    store: &dyn Store,
+    array: &ShardedArray,
+    shards: Result<Vec<Vec<u64>>, ViewError>,
+    progress: &dyn Progress,
+) -> Result<ArrayReport, store::Error> {
     let mut report = ArrayReport { dir: array.dir.to_string(), ..Default::default() };
-    let shards = match shards_on_disk(store, array, &[], &Sources::default()) {
+    progress.array(&array.dir);
+    let shards = match shards {
         Ok(shards) => shards,
         Err(e) => {
             report.problems.push(format!("{}: cannot list its shards: {e}", store.describe(&array.dir)));
@@ -80,28 +98,38 @@ fn scan_array(store: &dyn Store, array: &ShardedArray) -> Result<ArrayReport, st
         }
     };
     for coords in shards {
-        let key = array.shard_key(&coords);
-        let shown = store.describe(&key);
-        report.shards += 1;
-        let file = match store.open(&key) {
-            Ok(file) => file,
-            Err(e) => {
-                report.problems.push(format!("{shown}: cannot open: {e}"));
-                continue;
-            }
-        };
-        if file.attr().kind != Kind::File {
-            report.problems.push(format!("{shown}: not a regular file"));
-            continue;
-        }
-        let len = file.attr().size;
-        let mut audit = Audit { file: &*file, levels: &array.meta.sharding.levels, shown: &shown, report: &mut report };
-        let before = (audit.report.live_bytes, audit.report.index_bytes);
-        audit.blob(0, 0..len)?;
-        let used = (report.live_bytes - before.0) + (report.index_bytes - before.1);
-        report.unused_bytes += len.saturating_sub(used);
+        scan_shard(store, array, &coords, &mut report)?;
+        progress.shard_done();
     }
     Ok(report)
+}
+
+fn scan_shard(
+    store: &dyn Store,
+    array: &ShardedArray,
+    coords: &[u64],
+    report: &mut ArrayReport,
+) -> Result<(), store::Error> {
+    let key = array.shard_key(coords);
+    let shown = store.describe(&key);
+    report.shards += 1;
+    let file = match store.open(&key) {
+        Ok(file) => file,
+        Err(e) => {
+            report.problems.push(format!("{shown}: cannot open: {e}"));
+            return Ok(());
+        }
+    };
+    if file.attr().kind != Kind::File {
+        report.problems.push(format!("{shown}: not a regular file"));
+        return Ok(());
+    }
+    let len = file.attr().size;
+    let before = (report.live_bytes, report.index_bytes);
+    Audit { file: &*file, levels: &array.meta.sharding.levels, shown: &shown, report }.blob(0, 0..len)?;
+    let used = (report.live_bytes - before.0) + (report.index_bytes - before.1);
+    report.unused_bytes += len.saturating_sub(used);
+    Ok(())
 }
 
 /// One shard being verified, level by level.
@@ -164,13 +192,13 @@ impl Audit<'_> {
 
 /// `shardfs check`: prints every problem (and, with `repair`, what recovery did) and says whether
 /// the store is healthy afterwards.
-pub fn check_command(store: &dyn Store, repair: bool) -> Result<bool, store::Error> {
+pub fn check_command(store: &dyn Store, repair: bool, progress: &dyn Progress) -> Result<bool, store::Error> {
     if repair {
         for done in crate::write::journal::recover(store)? {
             println!("repaired: {done:?}");
         }
     }
-    let report = scan(store)?;
+    let report = scan_reporting(store, progress)?;
     for (doc, reason) in &report.invalid {
         println!("INVALID {}: {reason}", store.describe(doc));
     }
@@ -198,8 +226,8 @@ pub fn check_command(store: &dyn Store, repair: bool) -> Result<bool, store::Err
 }
 
 /// `shardfs info`: one line per sharded array with its shard, chunk and byte counts.
-pub fn info_command(store: &dyn Store) -> Result<(), store::Error> {
-    let report = scan(store)?;
+pub fn info_command(store: &dyn Store, progress: &dyn Progress) -> Result<(), store::Error> {
+    let report = scan_reporting(store, progress)?;
     println!(
         "{:<32} {:>8} {:>10} {:>14} {:>14} {:>12}",
         "array", "shards", "chunks", "live bytes", "unused bytes", "index bytes"

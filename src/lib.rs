@@ -5,7 +5,8 @@
 //! [`view`] (view paths <-> arrays, shards and inner chunks) <- [`write`] (commits, journal,
 //! group commit) <- [`fs`] (filesystem operations as plain structs) <- [`fuse`] (the only code
 //! that speaks FUSE) <- the commands: [`inspect`] and [`compact`] (which never use each other),
-//! [`mount`], then [`demo`] and [`cli`]. [`logging`] stands apart.
+//! [`mount`], then [`demo`] and [`cli`]. [`logging`] and [`progress`] (how the commands report
+//! their progress, shown by the command line) stand apart.
 
 pub mod cli;
 pub mod compact;
@@ -16,6 +17,7 @@ pub mod fuse;
 pub mod inspect;
 pub mod logging;
 pub mod mount;
+pub mod progress;
 pub mod store;
 pub mod view;
 pub mod write;

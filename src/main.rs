@@ -1,7 +1,8 @@
 //! The `shardfs` binary: parse the command line, run one command, turn its error into one line
 //! on stderr and a non-zero exit.
 
-use shardfs::cli::{Cli, Command};
+use shardfs::cli::progress::Bar;
+use shardfs::cli::{Cli, Command, generate};
 use shardfs::{compact, demo, inspect, mount};
 
 fn main() {
@@ -19,9 +20,10 @@ fn main() {
         Command::Mount { .. } => mount::run(&cli.command.mount_config(cli.verbose).expect("a mount command")),
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
+        Command::Generate { dir } => generate::write_all(dir),
         Command::Check { store, repair } => {
             let healthy = mount::open_store(store.address())
-                .and_then(|s| inspect::check_command(&*s, *repair).map_err(|e| e.to_string()));
+                .and_then(|s| inspect::check_command(&*s, *repair, &Bar::new("checking")).map_err(|e| e.to_string()));
             match healthy {
                 Ok(true) => Ok(()),
                 Ok(false) => std::process::exit(1),
@@ -31,8 +33,9 @@ fn main() {
                 }
             }
         }
-        Command::Compact { store, arrays } => mount::open_store(store.address())
-            .and_then(|s| compact::compact_command(&*s, arrays).map(drop).map_err(|e| e.to_string())),
+        Command::Compact { store, arrays } => mount::open_store(store.address()).and_then(|s| {
+            compact::compact_command(&*s, arrays, &Bar::new("compacting")).map(drop).map_err(|e| e.to_string())
+        }),
         Command::Refs { store, zarr_format } => {
             // The references are checked against the store once the walk is done: that check
             // must ask the store itself, not an object store's cached metadata.
@@ -42,8 +45,11 @@ fn main() {
                 .and_then(|s| inspect::refs::refs_command(s, *zarr_format, &mut std::io::stdout().lock()))
         }
         Command::Info { store, zarr_format } => mount::open_store(store.address()).and_then(|s| {
-            let info = if *zarr_format == 2 { inspect::info_v2_command } else { inspect::info_command };
-            info(&*s).map_err(|e| e.to_string())
+            let info = match zarr_format {
+                2 => inspect::info_v2_command(&*s),
+                _ => inspect::info_command(&*s, &Bar::new("scanning")),
+            };
+            info.map_err(|e| e.to_string())
         }),
     };
     if let Err(message) = result {

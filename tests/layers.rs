@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules, lowest layer first; modules in one string share a layer.
 const LAYERS: &[&str] =
-    &["format logging", "store", "error view", "write", "fs", "fuse", "inspect compact", "mount", "demo cli"];
+    &["format logging progress", "store", "error view", "write", "fs", "fuse", "inspect compact", "mount", "demo cli"];
 
 fn layer_of(module: &str) -> usize {
     let top = module.split('/').next().unwrap();
