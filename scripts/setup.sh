@@ -24,11 +24,12 @@ if ! command -v gdal_translate >/dev/null 2>&1; then
     { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null; }
 fi
 
-# zsh and fish, to check the completions `shardfs generate` writes (tests/generate.rs).
-if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then
-  echo "setup: installing zsh and fish with apt-get"
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq zsh fish >/dev/null ||
-    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq zsh fish >/dev/null; }
+# zsh, fish and bash-completion, to check the completions `shardfs generate` writes (tests/generate.rs,
+# scripts/package-test.sh).
+if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1 || [ ! -f /usr/share/bash-completion/bash_completion ]; then
+  echo "setup: installing zsh, fish and bash-completion with apt-get"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq zsh fish bash-completion >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq zsh fish bash-completion >/dev/null; }
 fi
 
 venv=target/venv

@@ -44,6 +44,7 @@ if ! (exec 3<>/dev/fuse) 2>/dev/null; then
 fi
 scripts/shell-test.sh target/debug/shardfs
 scripts/mount-helper-test.sh target/debug/shardfs
+scripts/package-test.sh
 target/venv/bin/python scripts/interop.py target/debug/shardfs
 # The same with the newest releases (pinned in setup.sh), so that a release that breaks the view
 # is caught: about 10 s.

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the Debian package with cargo-deb: target/debian/shardfs_VERSION-1_ARCH.deb, holding
+# /usr/bin/shardfs, the man pages and the bash, zsh and fish completions `shardfs generate` writes
+# (into target/generated), and README.md; it depends on fuse3 (mount.fuse3, fusermount3).
+#     scripts/package.sh [--profile PROFILE]    (default release; the tests package the dev build)
+# Prints the path of the .deb on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=release
+if [ "${1:-}" = --profile ]; then profile=${2:?--profile needs a name}; fi
+case $profile in dev) out=debug ;; *) out=$profile ;; esac
+
+# cargo-deb, compiled once into ~/.cargo/bin (about 3 minutes on 2 cores) and reused after that.
+cargo_deb_version=3.8.0
+if [ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $cargo_deb_version" ]; then
+  echo "package: installing cargo-deb $cargo_deb_version" >&2
+  cargo install --locked --quiet cargo-deb --version "$cargo_deb_version"
+fi
+
+cargo build --locked --profile "$profile"
+rm -rf target/generated
+"target/$out/shardfs" generate target/generated
+# Debian installs man pages compressed; -n keeps the archive the same from one build to the next.
+gzip -9n target/generated/man/*.1
+cargo deb --locked --no-build --profile "$profile"
