@@ -210,13 +210,17 @@ pub fn helper_form(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     command.build();
     let Some(first) = first_positional(&args) else { return args };
     let named = args[first].to_str().and_then(|name| command.find_subcommand(name)).map(|c| c.get_name().to_string());
-    match named.as_deref() {
-        Some("mount") => {}
+    // The options before it go after `mount`, so that its `-o` options are read below.
+    let command_at = match named.as_deref() {
+        Some("mount") => first,
         Some(_) => return args,
-        None => args.insert(first, "mount".into()),
-    }
+        None => {
+            args.insert(1, "mount".into());
+            1
+        }
+    };
     let mount = command.find_subcommand("mount").expect("the mount command");
-    let (head, tail) = args.split_at(first + 1);
+    let (head, tail) = args.split_at(command_at + 1);
     let mut out = head.to_vec();
     let mut rest = tail.iter();
     while let Some(arg) = rest.next() {
@@ -257,10 +261,15 @@ pub fn helper_form(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     out
 }
 
-/// The index of the first argument that is not an option: global options take no value.
+/// The index of the first argument that is neither an option nor the value of `-o` (the only
+/// option before the command that takes one: `shardfs -o ro STORE MOUNTPOINT`).
 fn first_positional(args: &[OsString]) -> Option<usize> {
     let is_option = |a: &OsStr| a.to_str().is_some_and(|a| a.starts_with('-') && a != "-");
-    (1..args.len()).find(|&i| !is_option(&args[i]))
+    let mut i = 1;
+    while i < args.len() && is_option(&args[i]) {
+        i += if args[i] == "-o" { 2 } else { 1 };
+    }
+    (i < args.len()).then_some(i)
 }
 
 /// `-o NAME[=VALUE]` as the flag of `shardfs mount` it names (`--NAME[=VALUE]`, with `_` for
@@ -371,7 +380,11 @@ mod tests {
         let config = cli.command.mount_config(0).unwrap();
         assert_eq!(config.zarr_format, 2);
         assert_eq!(config.settings.options, ["fsname=/data/store", "ro", "dev", "suid"]);
-        assert_eq!(helper(&["shardfs", "-v", "s", "m"]), ["shardfs", "-v", "mount", "s", "m"]);
+        assert_eq!(helper(&["shardfs", "-v", "s", "m"]), ["shardfs", "mount", "-v", "s", "m"]);
+        let options_first = helper(&["shardfs", "-o", "ro,threads=2", "s", "m"]);
+        assert_eq!(options_first, ["shardfs", "mount", "--threads=2", "-o", "ro", "s", "m"]);
+        let cli = Cli::try_parse_from(options_first).unwrap();
+        assert_eq!(cli.command.mount_config(0).unwrap().settings.threads, 2);
     }
 
     #[test]
