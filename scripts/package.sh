@@ -22,4 +22,5 @@ rm -rf target/generated
 "target/$out/shardfs" generate target/generated
 # Debian installs man pages compressed; -n keeps the archive the same from one build to the next.
 gzip -9n target/generated/man/*.1
-cargo deb --locked --no-build --profile "$profile"
+# --strip: the release profile keeps line tables (debug = 1) for profiling; users get none.
+cargo deb --locked --no-build --strip --profile "$profile"
