@@ -55,7 +55,8 @@ pub enum Command {
         #[arg(long)]
         read_only: bool,
         /// Mount options as for mount(8), comma-separated or repeated: allow_other, allow_root,
-        /// default_permissions, auto_unmount, ro, nodev, nosuid, noexec, noatime, fsname=NAME, ...
+        /// default_permissions, auto_unmount, ro, nodev, nosuid, noexec, noatime, fsname=NAME
+        /// (default: STORE), ..., and any flag of this command as NAME=VALUE (cache_size=1G).
         #[arg(short = 'o', value_delimiter = ',', value_name = "OPTIONS")]
         options: Vec<String>,
         /// Worker threads serving the kernel's requests.
