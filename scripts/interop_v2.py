@@ -79,9 +79,17 @@ for name, value in (("v2/crc", 7), ("v2/blosc", -5), ("v2/unsharded_crc", 3)):
     a = zarr.open_array(f"{mnt}/{name}", mode="r+")
     a[1:5, 2:7] = value
     save(name, a[...])
+
 # A chunk file deleted: it reads as the fill value.
 a = zarr.open_array(f"{mnt}/v2/bool", mode="r+")
 os.remove(f"{mnt}/v2/bool/0/0")
+# A chunk-key directory made for a new row of chunks outlives the kernel's caches (the stored
+# keys, c/i/j, are not the view's, i/j).
+a.resize(15, 10)
+os.mkdir(f"{mnt}/v2/bool/2")
+open("/proc/sys/vm/drop_caches", "w").write("2")
+result["made dir"] = os.path.isdir(f"{mnt}/v2/bool/2")
+a[14, 0] = True
 save("v2/bool", a[...])
 # Attributes, with xarray's dimension names.
 a = zarr.open_array(f"{mnt}/v2/nan_fill", mode="r+")
@@ -97,6 +105,23 @@ a = zarr.open_array(f"{mnt}/v2/unsharded", mode="r+")
 a.resize(14)
 a[12:] = 99
 save("v2/unsharded", a[...])
+# zarr.consolidate_metadata writes .zmetadata: dropped, the view's own stays current.
+zarr.consolidate_metadata(mnt)
+a = zarr.open_array(f"{mnt}/v2/unsharded", mode="r+")
+a.attrs["after"] = 1
+result["zmetadata current"] = json.load(open(f"{mnt}/.zmetadata"))["metadata"]["v2/unsharded/.zattrs"]
+# Dimension names of the wrong count are refused, not stored.
+try:
+    zarr.open_array(f"{mnt}/v2/crc", mode="r+").attrs["_ARRAY_DIMENSIONS"] = ["x"]
+    result["bad dims"] = "stored"
+except Exception as e:
+    result["bad dims"] = type(e).__name__
+# A zarr.json written into the v2 view is refused: the stored one is hidden, not writable.
+try:
+    open(f"{mnt}/v2/crc/zarr.json", "w").write("{}")
+    result["zarr.json"] = "written"
+except OSError as e:
+    result["zarr.json"] = e.errno
 # What the v2 view does not do: a new array is refused.
 try:
     zarr.open_array(f"{mnt}/v2/new", mode="w", shape=(4,), chunks=(2,), dtype="i4")
@@ -180,6 +205,13 @@ def writes_through_the_view(binary, sharded, mnt, work, log, check):
         check("zarr-python 2.18 writes through the v2 view", run.returncode == 0, run.stderr[-800:])
         check("a new array through the v2 view is refused", result.get("new array", "created") != "created",
               str(result.get("new array")))
+        check("a chunk-key directory made in the v2 view outlives the kernel's caches", result.get("made dir") is True)
+        check(".zmetadata written by zarr.consolidate_metadata is dropped; the view's follows the next write at once",
+              result.get("zmetadata current") == {"after": 1}, str(result.get("zmetadata current")))
+        check("_ARRAY_DIMENSIONS of the wrong length is refused", result.get("bad dims") not in (None, "stored"),
+              str(result.get("bad dims")))
+        check("writing zarr.json into the v2 view is refused (EINVAL)", result.get("zarr.json") == 22,
+              str(result.get("zarr.json")))
     finally:
         subprocess.run([binary, "unmount", mnt], check=False)
     names = ["v2/crc", "v2/blosc", "v2/unsharded_crc", "v2/bool", "v2/nan_fill", "xr/temperature", "v2/unsharded"]
@@ -198,7 +230,10 @@ def writes_through_the_view(binary, sharded, mnt, work, log, check):
     codecs = str(zarr.open_array(os.path.join(sharded, "v2/crc"), mode="r").metadata.codecs)
     check("v2/crc: still sharded with its crc32c after the writes", "ShardingCodec(" in codecs and "GzipCodec(level=1), Crc32cCodec()" in codecs, codecs)
     stray = [os.path.join(d, n) for d, _, names in os.walk(sharded) for n in names
-             if n.endswith(".partial") or n in (".zarray", ".zattrs", ".zgroup")]
+             if n.endswith(".partial") or n in (".zarray", ".zattrs", ".zgroup", ".zmetadata")]
+    crc_doc = json.load(open(os.path.join(sharded, "v2/crc/zarr.json")))
+    check("v2/crc: its stored zarr.json is intact", crc_doc.get("node_type") == "array" and
+          "dimension_names" not in crc_doc, str(crc_doc)[:200])
     check("no v2 file or temporary file left in the store", not stray, str(stray[:5]))
     result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
     check("shardfs check passes after the writes", result.returncode == 0, result.stdout[-500:])

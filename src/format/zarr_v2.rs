@@ -69,14 +69,20 @@ pub fn v2_array(doc: &Value) -> Result<V2Array, Unsupported> {
 /// attributes.
 pub fn with_zattrs(stored: &Value, written: &Value) -> Result<Value, Unsupported> {
     let mut attributes = written.as_object().ok_or(".zattrs is not a JSON object")?.clone();
+    if !stored.is_object() {
+        return Err("the stored document is not a JSON object".into());
+    }
     let mut doc = stored.clone();
     let names = attributes.remove("_ARRAY_DIMENSIONS");
     if stored.get("node_type") == Some(&json!("array")) {
+        let rank = rank(stored.get("shape").ok_or("no shape")?)?;
         match names {
-            Some(Value::Array(names)) if names.iter().all(|n| n.is_string() || n.is_null()) => {
+            Some(Value::Array(names)) if names.len() == rank && names.iter().all(|n| n.is_string() || n.is_null()) => {
                 doc["dimension_names"] = Value::Array(names);
             }
-            Some(other) => return Err(format!("_ARRAY_DIMENSIONS {other} is not a list of names").into()),
+            Some(other) => {
+                return Err(format!("_ARRAY_DIMENSIONS {other} is not a list of {rank} names").into());
+            }
             None => {
                 doc.as_object_mut().expect("an array document is an object").remove("dimension_names");
             }
@@ -93,6 +99,9 @@ pub fn with_zattrs(stored: &Value, written: &Value) -> Result<Value, Unsupported
 /// change; any other change has no faithful v3 form here.
 pub fn with_zarray(stored: &Value, shown: &Value, written: &Value) -> Result<Value, Unsupported> {
     let written = written.as_object().ok_or(".zarray is not a JSON object")?;
+    if !stored.is_object() {
+        return Err("the stored document is not a JSON object".into());
+    }
     let shown = shown.as_object().ok_or("the shown .zarray is not a JSON object")?;
     // zarr-python 2 leaves out a default dimension_separator of "." when it writes, and
     // numcodecs adds the defaults of its compressor's other settings (zstd's checksum: false).
@@ -427,6 +436,9 @@ mod tests {
         let doc = with_zattrs(&doc, &json!({})).unwrap();
         assert!(doc.get("dimension_names").is_none());
         assert!(with_zattrs(&stored, &json!({"_ARRAY_DIMENSIONS": 3})).is_err());
+        assert!(with_zattrs(&stored, &json!({"_ARRAY_DIMENSIONS": ["x"]})).unwrap_err().0.contains("2 names"));
+        assert!(with_zattrs(&json!([1]), &json!({})).is_err());
+        assert!(with_zarray(&json!([1]), &json!({}), &json!({})).is_err());
         let group = json!({"zarr_format": 3, "node_type": "group"});
         assert_eq!(with_zattrs(&group, &json!({"a": 1})).unwrap()["attributes"], json!({"a": 1}));
     }

@@ -40,6 +40,10 @@ enum Target {
     Document(String),
     /// A file or directory of the store shown as it is, at this key.
     Stored(String),
+    /// The consolidated metadata file, computed from the documents: what is written to it is
+    /// dropped (zarr-python 2 and xarray write one after changing metadata; the view's own is
+    /// already up to date).
+    Consolidated(&'static str),
 }
 
 impl ShardFs {
@@ -55,6 +59,15 @@ impl ShardFs {
             Node::Stored(dir) => {
                 if dir.is_empty() && name == PRIVATE_DIR {
                     return Err(Error::Invalid(format!("{PRIVATE_DIR} is reserved for shardfs")));
+                }
+                if let Some(consolidated) = self.ns.consolidated_at(dir).filter(|c| *c == name) {
+                    return Ok(Target::Consolidated(consolidated));
+                }
+                // A stored file the view hides (a Zarr v2 view's zarr.json) is written only
+                // through the view files rendered from it.
+                if self.ns.presentation().hides(name) {
+                    log::warn!("{}: hidden by this view, so not written through it", join(dir, name));
+                    return Err(Error::Invalid(format!("{}: hidden by this view", join(dir, name))));
                 }
                 if self.ns.document_at(&join(dir, name)).is_some() {
                     return Ok(Target::Document(join(dir, name)));
@@ -187,6 +200,7 @@ impl ShardFs {
                 let file = store.open_file(&key, OpenHow { create: Some(mode), truncate: open.truncate })?;
                 (self.store_node(&key), Handle::Stored { file, append: open.append })
             }
+            Target::Consolidated(_) => return Err(Error::ReadOnly),
             Target::Document(path) => {
                 self.creates_documents(&path)?;
                 // The document exists (empty) from now on; its content is stored at close.
@@ -292,6 +306,7 @@ impl ShardFs {
             }
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
+            Target::Consolidated(_) => Err(Error::ReadOnly),
         }
     }
 
@@ -311,7 +326,7 @@ impl ShardFs {
                 self.ns.store().make_dir(&key, mode)?;
                 Node::Stored(key)
             }
-            Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => {
+            Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) | Target::Consolidated(_) => {
                 return Err(Error::Invalid(format!("{name} cannot be a directory")));
             }
         };
@@ -334,7 +349,9 @@ impl ShardFs {
                 Ok(())
             }
             Target::Stored(key) => Ok(self.ns.store().remove_dir(&key)?),
-            Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) => Err(Error::NotADirectory),
+            Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) | Target::Consolidated(_) => {
+                Err(Error::NotADirectory)
+            }
         }
     }
 
@@ -359,7 +376,7 @@ impl ShardFs {
             Target::Stored(key) => store.read(key)?,
             Target::Chunk(array, coords) => self.chunk_bytes(&Node::chunk(array, coords.clone()))?,
             // A document moved elsewhere would lose its translation; a copy keeps it.
-            Target::ChunkDir(..) | Target::Document(_) => return Err(Error::CrossDevice),
+            Target::ChunkDir(..) | Target::Document(_) | Target::Consolidated(_) => return Err(Error::CrossDevice),
             Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),
         };
         match &to {
@@ -368,13 +385,16 @@ impl ShardFs {
             }
             Target::Document(key) => self.store_document(key, &content)?,
             Target::Stored(key) => store.put(key, &[&content], PutMode::Overwrite)?,
+            Target::Consolidated(name) => log::info!("{name}: a consolidated file written through the view is dropped"),
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
             Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),
         }
         match from {
             Target::Chunk(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::Stored(key) => Ok(store.delete(&key)?),
-            Target::ChunkDir(..) | Target::ChunkOutside(..) | Target::Document(_) => unreachable!("refused above"),
+            Target::ChunkDir(..) | Target::ChunkOutside(..) | Target::Document(_) | Target::Consolidated(_) => {
+                unreachable!("refused above")
+            }
         }
     }
 
@@ -389,6 +409,13 @@ impl ShardFs {
             Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
             Handle::Read(_) => Ok(()),
         }
+    }
+
+    /// True when file `ino` is computed from many store files at once (the consolidated
+    /// metadata): the kernel should not keep its pages, which this mount's own writes of a
+    /// document make stale before any watcher pass could say so.
+    pub fn uncached(&self, ino: u64) -> bool {
+        matches!(self.node(ino), Ok(Node::Consolidated(_)))
     }
 
     /// True when closing `fh` has something to do: a written document is stored at close, and a
@@ -521,6 +548,7 @@ impl ShardFs {
                 Node::ChunkDir { array: array.path(), dir: dir.clone(), prefix: prefix.clone() }
             }
             Target::Stored(key) | Target::Document(key) => self.store_node(key),
+            Target::Consolidated(name) => Node::Consolidated(name),
         }
     }
 }

@@ -175,8 +175,9 @@ impl Filesystem for Fuse {
             reply.error(Errno::ENOSYS);
             return;
         }
+        let caching = if self.0.uncached(ino.0) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::FOPEN_KEEP_CACHE };
         match self.0.open(ino.0, mode) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | self.close_flags(fh)),
+            Ok(fh) => reply.opened(FileHandle(fh), caching | self.close_flags(fh)),
             Err(e) => reply.error(fail("open", &e)),
         }
     }

@@ -369,7 +369,7 @@ impl Namespace {
 
     /// The name of the consolidated metadata file in directory `dir`: only at the root, and only
     /// when the root has a document to start from.
-    fn consolidated_at(&self, dir: &str) -> Option<&'static str> {
+    pub fn consolidated_at(&self, dir: &str) -> Option<&'static str> {
         let name = self.presentation().consolidated_name()?;
         let root = self.source().document_key("")?;
         (dir.is_empty() && self.store.attr(&root).is_ok_and(|a| a.kind == Kind::File)).then_some(name)

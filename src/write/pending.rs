@@ -353,7 +353,8 @@ impl Overlay for Pending {
     }
 
     fn dirs(&self, array: &ShardedArray) -> Vec<String> {
-        let enc = &array.meta.key_encoding;
+        // Made directories are named in the view's chunk keys, which may not be the stored ones.
+        let enc = &array.view_keys;
         let inside = |dir: &&String| enc.decode_dir(dir, array.rank()).is_some_and(|prefix| array.in_bounds(&prefix));
         self.dirs.lock().get(&array.dir).map(|d| d.iter().filter(inside).cloned().collect()).unwrap_or_default()
     }
