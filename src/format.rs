@@ -1,5 +1,6 @@
 //! The Zarr formats shardfs reads, as pure functions over bytes and JSON: no I/O, no FUSE.
 //!
+//! - [`blz`]: the BLZ family (Bloscpack files, bcolz directories), headers to Zarr documents.
 //! - [`chunk_key`]: chunk coordinates <-> store keys for every key encoding.
 //! - [`draft`]: the draft sharding storage transformer layout of zarr-python 2.x.
 //! - [`metadata`]: `zarr.json` documents and the unsharded view of a sharded array.
@@ -10,6 +11,7 @@
 //! - [`zarr_v2`]: the Zarr v2 metadata of a v3 array, or why v2 cannot express it.
 //! - [`error`]: why a document cannot be shown or stored.
 
+pub mod blz;
 pub mod chunk_key;
 pub mod draft;
 pub mod error;
