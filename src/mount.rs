@@ -13,6 +13,7 @@ use crate::format::metadata::ZARR_JSON;
 use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
+use crate::store::blz::{self, BlzStore};
 use crate::store::bucket::Caching;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::{LocalStore, Store};
@@ -58,7 +59,8 @@ impl From<&PathBuf> for StoreAddress {
     }
 }
 
-/// Opens the store at `address` after checking that it is a Zarr v3 store.
+/// Opens the store at `address` after checking that it is a Zarr v3 store, or a directory of BLZ
+/// data with no `zarr.json` at its root (shown through [`BlzStore`]).
 pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, String> {
     let address = address.into();
     let shown = address.location.display().to_string();
@@ -75,9 +77,12 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
             Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
         }
     };
-    let doc = store
-        .read(ZARR_JSON)
-        .map_err(|e| format!("{shown}: not a Zarr v3 store: cannot read {ZARR_JSON} at its root: {e}"))?;
+    let doc = match store.read(ZARR_JSON) {
+        Err(crate::store::Error::NotFound(_)) if blz::holds_blz(&*store) => return Ok(Arc::new(BlzStore::new(store))),
+        found => found.map_err(|e| {
+            format!("{shown}: not a Zarr v3 store (nor BLZ data): cannot read {ZARR_JSON} at its root: {e}")
+        })?,
+    };
     let doc: serde_json::Value =
         serde_json::from_slice(&doc).map_err(|e| format!("{}: not a Zarr v3 store: {e}", store.describe(ZARR_JSON)))?;
     if crate::format::recognise(&doc).is_none() {
@@ -133,6 +138,10 @@ pub fn filesystem_showing(
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
     let store = open_store(config.store.clone())?;
+    // A store nothing can be written to (BLZ data) is mounted read-only, as if asked.
+    let settings =
+        MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };
+    let config = &MountConfig { settings, ..config.clone() };
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;
     fuse::check_options(&config.settings)?;

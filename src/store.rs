@@ -3,6 +3,8 @@
 //! backing store only through it.
 //!
 //! - [`local`]: a directory on a local filesystem, confined with `openat2`, locked with OFD locks.
+//! - [`blz`]: a directory of BLZ data (Bloscpack files, bcolz directories) as a read-only store of
+//!   sharded Zarr v3 arrays, with synthesized documents.
 //! - [`bucket`]: a prefix of an object store bucket (S3 and compatibles), with conditional writes
 //!   and no appends.
 //! - [`lock`]: lock slots of shard keys, and the in-process stripes that keep readers off a shard
@@ -16,6 +18,7 @@
 //! that [`Store::can_append`] also opens files for writing in place ([`OpenFile`]), which the
 //! journaled append commit needs.
 
+pub mod blz;
 pub mod bucket;
 pub mod conformance;
 pub mod faulty;
@@ -284,6 +287,12 @@ pub trait Store: Send + Sync + Debug {
     /// temporary files), never what a live process is still writing; returns what it removed.
     fn clean_up(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
+    }
+
+    /// True when nothing can be written (a store synthesized from files of another format): the
+    /// mount is then read-only.
+    fn read_only(&self) -> bool {
+        false
     }
 }
 

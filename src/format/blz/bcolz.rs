@@ -49,7 +49,8 @@ impl Carray {
         let storage = json(STORAGE, storage)?;
         let shape: Option<Vec<u64>> =
             sizes.get("shape").and_then(Value::as_array).and_then(|s| s.iter().map(Value::as_u64).collect());
-        let shape = shape.filter(|s| !s.is_empty()).ok_or_else(|| BlzError::Damaged("meta/sizes has no shape".into()))?;
+        let shape =
+            shape.filter(|s| !s.is_empty()).ok_or_else(|| BlzError::Damaged("meta/sizes has no shape".into()))?;
         let dtype = match storage.get("dtype") {
             Some(Value::String(t)) => Dtype::parse(t)?,
             Some(other) => return refused(format!("dtype {other} is structured or unknown")),
@@ -58,7 +59,8 @@ impl Carray {
         let chunklen = storage.get("chunklen").and_then(Value::as_u64).filter(|l| *l > 0);
         let chunklen = chunklen.ok_or_else(|| BlzError::Damaged("meta/storage has no chunklen".into()))?;
         let dflt = storage.get("dflt").cloned().unwrap_or(Value::from(0));
-        let dflt_bytes = dtype.encode(&dflt).ok_or_else(|| BlzError::Refused(format!("dflt {dflt} does not fit {}", dtype.name)))?;
+        let dflt_bytes =
+            dtype.encode(&dflt).ok_or_else(|| BlzError::Refused(format!("dflt {dflt} does not fit {}", dtype.name)))?;
         let cparams = storage.get("cparams");
         Ok(Carray {
             shape,
@@ -143,7 +145,10 @@ mod tests {
     fn refuses_and_reports_damage() {
         let sizes = br#"{"shape": [10]}"#;
         assert!(matches!(Carray::parse(sizes, br#"{"dtype": "object", "chunklen": 4}"#), Err(BlzError::Refused(_))));
-        assert!(matches!(Carray::parse(sizes, br#"{"dtype": [["a", "<i4"]], "chunklen": 4}"#), Err(BlzError::Refused(_))));
+        assert!(matches!(
+            Carray::parse(sizes, br#"{"dtype": [["a", "<i4"]], "chunklen": 4}"#),
+            Err(BlzError::Refused(_))
+        ));
         assert!(matches!(Carray::parse(sizes, br#"{"dtype": "int32"}"#), Err(BlzError::Damaged(_))));
         assert!(matches!(Carray::parse(b"{", br#"{"dtype": "int32", "chunklen": 4}"#), Err(BlzError::Damaged(_))));
         assert!(check_chunk_header(b"blpk\x01\0\0\0\x01\0\0\0\0\0\0\0").is_ok());

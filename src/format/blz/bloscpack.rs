@@ -132,7 +132,10 @@ impl MetaHeader {
         let json = if self.codec == 1 {
             let mut out = Vec::new();
             let limit = self.meta_size as u64;
-            flate2::read::ZlibDecoder::new(data).take(limit).read_to_end(&mut out).or_else(|e| damaged(format!("metadata does not inflate: {e}")))?;
+            flate2::read::ZlibDecoder::new(data)
+                .take(limit)
+                .read_to_end(&mut out)
+                .or_else(|e| damaged(format!("metadata does not inflate: {e}")))?;
             out
         } else {
             data.to_vec()
@@ -171,9 +174,9 @@ impl Prefix {
         if header.metadata {
             let meta = MetaHeader::parse(&bytes[at.min(bytes.len())..])?;
             at += HEADER_LEN;
-            let body = bytes.get(at..at + meta.body_len() as usize).ok_or_else(|| {
-                super::BlzError::Damaged("file ends inside its metadata".into())
-            })?;
+            let body = bytes
+                .get(at..at + meta.body_len() as usize)
+                .ok_or_else(|| super::BlzError::Damaged("file ends inside its metadata".into()))?;
             metadata = Some(meta.decode(body)?);
             at += body.len();
         }
@@ -204,11 +207,16 @@ impl Prefix {
         let (dtype, shape) = match numpy {
             None => (Dtype::parse("|u1")?, vec![total]),
             Some(meta) => {
-                let dtype = meta.get("dtype").and_then(Value::as_str).ok_or(super::BlzError::Refused("metadata has no dtype string".into()))?;
+                let dtype = meta
+                    .get("dtype")
+                    .and_then(Value::as_str)
+                    .ok_or(super::BlzError::Refused("metadata has no dtype string".into()))?;
                 let dtype = Dtype::parse(dtype)?;
                 let shape: Option<Vec<u64>> =
                     meta.get("shape").and_then(Value::as_array).and_then(|s| s.iter().map(Value::as_u64).collect());
-                let shape = shape.filter(|s| !s.is_empty()).ok_or(super::BlzError::Refused("metadata shape is not a non-empty list of sizes".into()))?;
+                let shape = shape
+                    .filter(|s| !s.is_empty())
+                    .ok_or(super::BlzError::Refused("metadata shape is not a non-empty list of sizes".into()))?;
                 if shape.len() > 1 && meta.get("order").and_then(Value::as_str) != Some("C") {
                     return refused(format!("order {} is not C", meta.get("order").unwrap_or(&Value::Null)));
                 }
@@ -254,7 +262,11 @@ pub struct Chunk {
 /// The chunks of a file of `file_len` bytes, each found or why not, reading each chunk's blosc
 /// header with `read_header(at)` (16 bytes, or fewer at the end of the file). With offsets each
 /// chunk is found on its own; without, a damaged chunk hides the ones after it.
-pub fn chunks(prefix: &Prefix, file_len: u64, mut read_header: impl FnMut(u64) -> Option<Vec<u8>>) -> Vec<Result<Chunk>> {
+pub fn chunks(
+    prefix: &Prefix,
+    file_len: u64,
+    mut read_header: impl FnMut(u64) -> Option<Vec<u8>>,
+) -> Vec<Result<Chunk>> {
     let h = &prefix.header;
     let n = h.nchunks.max(0) as usize;
     let digest = h.checksum.size();
@@ -276,7 +288,9 @@ pub fn chunks(prefix: &Prefix, file_len: u64, mut read_header: impl FnMut(u64) -
         let expected = if i + 1 == n { h.last_chunk } else { h.chunk_size } as u32;
         let chunk = read_header(start)
             .ok_or_else(|| super::BlzError::Damaged(format!("chunk {i}: offset {start} is past the end of the file")))
-            .and_then(|bytes| blosc::Header::parse(&bytes).map_err(|e| super::BlzError::Damaged(format!("chunk {i} at {start}: {e}"))))
+            .and_then(|bytes| {
+                blosc::Header::parse(&bytes).map_err(|e| super::BlzError::Damaged(format!("chunk {i} at {start}: {e}")))
+            })
             .and_then(|blosc| {
                 let end = start + blosc.ctbytes as u64 + digest;
                 if blosc.nbytes != expected {
@@ -339,7 +353,9 @@ mod tests {
 
     fn walk(bytes: &[u8]) -> (Prefix, Vec<Result<Chunk>>) {
         let prefix = Prefix::parse(&bytes[..prefix_len(&bytes[..64.min(bytes.len())]).unwrap() as usize]).unwrap();
-        let chunks = chunks(&prefix, bytes.len() as u64, |at| bytes.get(at as usize..(at as usize + 16).min(bytes.len())).map(<[u8]>::to_vec));
+        let chunks = chunks(&prefix, bytes.len() as u64, |at| {
+            bytes.get(at as usize..(at as usize + 16).min(bytes.len())).map(<[u8]>::to_vec)
+        });
         (prefix, chunks)
     }
 

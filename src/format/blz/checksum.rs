@@ -77,11 +77,7 @@ impl Checksum {
 
     /// Checks `data` against its stored digest.
     pub fn verify(self, data: &[u8], stored: &[u8]) -> Result<()> {
-        if self.digest(data) == stored {
-            Ok(())
-        } else {
-            damaged(format!("{} checksum mismatch", self.name()))
-        }
+        if self.digest(data) == stored { Ok(()) } else { damaged(format!("{} checksum mismatch", self.name())) }
     }
 }
 

@@ -79,7 +79,9 @@ impl Dtype {
                 fits.then(|| bytes[..n as usize].to_vec())?
             }
             ('u', n) => {
-                let v = value.as_u64().or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))?;
+                let v = value
+                    .as_u64()
+                    .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))?;
                 (n == 8 || v < (1u64 << (8 * n))).then(|| v.to_le_bytes()[..n as usize].to_vec())?
             }
             ('f', 4) => (value.as_f64()? as f32).to_le_bytes().to_vec(),
