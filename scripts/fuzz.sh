@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzing with cargo-fuzz (libFuzzer): the metadata parser, the chunk-key decoder, the shard-index
-# decoder and a whole-shard read through the view. Seeds come from the golden stores.
+# decoder, a whole-shard read through the view, and the BLZ parsers (Bloscpack header, metadata,
+# offsets and chunk walk; bcolz metadata, chunk headers and blosc decoding). Seeds come from the
+# golden stores and tests/data/blz.
 #
 #   scripts/fuzz.sh [SECONDS-PER-TARGET] [TARGET...]     (default: 20 s, every target)
 #
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read)
+[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read blz_bloscpack blz_bcolz)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 seed() { # seed TARGET FILES...: copies FILES into the target's corpus, named by content
@@ -25,6 +27,9 @@ mapfile -t shards < <(find tests/data/golden/sharded -path '*/c/*' -type f -size
 seed metadata "${documents[@]}"
 seed shard_index "${shards[@]}"
 seed shard_read "${shards[@]}"
+mapfile -t blps < <(find tests/data/blz -name '*.blp' -size -64k)
+seed blz_bloscpack "${blps[@]}"
+seed blz_bcolz "${blps[@]}" tests/data/blz/store/prices/meta/*
 cargo fuzz build -s none -O 2>&1 | tail -1
 for target in "${targets[@]}"; do
   log=$(mktemp)
