@@ -125,8 +125,8 @@ def small(w):
     w.blp("nested/deeper/small", values(5, "<i8", 5), 4, "lz4", "none", "sha256", True)
     w.raw_blp("nested/raw", bytes(range(256)) * 9 + b"tail", 500)
     # bcolz: a 2-D carray with attributes and a short last chunk; a zipline-like ctable.
-    w.carray("prices", values((1050, 2), "<f8", 6), 100, "lz4", "shuffle", 5, 0.0, {"unit": "USD", "n": 3})
-    w.carray("nested/counts", values(300, "<u4", 7), 100, "zstd", "bitshuffle", 3)
+    w.carray("prices", values((1050, 2), "<f8", 6), 100, "lz4", "shuffle", 5, -1.5, {"unit": "USD", "n": 3})
+    w.carray("nested/counts", values(317, "<u4", 7), 100, "zstd", "bitshuffle", 3, 7)
     n = 777
     bars = {
         "open": values(n, "<u4", 10),
