@@ -87,3 +87,24 @@ if [ ! -f "$stamp_new" ]; then
     'rasterio==1.5.2' 'fsspec==2026.9.0' 'numpy>=2,<3'
   touch "$stamp_new"
 fi
+
+# The BLZ writers, for fixtures: bloscpack 0.16.0 and bcolz-zipline (wheels for Python 3.11 only).
+venv_blz=target/venv-blz
+stamp_blz="$venv_blz/.installed-bloscpack0.16.0-bcolz-zipline1.13.0"
+if [ ! -f "$stamp_blz" ]; then
+  python311=
+  for candidate in python3.11 "$HOME"/.pyenv/versions/3.11*/bin/python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then
+      python311=$candidate
+      break
+    fi
+  done
+  if [ -z "$python311" ]; then
+    echo "setup: bcolz-zipline needs Python 3.11 (python3.11, or under ~/.pyenv/versions) for $venv_blz" >&2
+    exit 1
+  fi
+  echo "setup: creating $venv_blz with $python311: bloscpack 0.16.0 and bcolz-zipline 1.13.0"
+  [ -x "$venv_blz/bin/python" ] || "$python311" -m venv "$venv_blz"
+  "$venv_blz/bin/pip" install -q --disable-pip-version-check 'bloscpack==0.16.0' 'bcolz-zipline==1.13.0' 'numpy<2'
+  touch "$stamp_blz"
+fi

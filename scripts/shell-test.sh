@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shell-level test: mount the golden sharded store with the shardfs binary and use the view with
-# ls, find, stat, cat, md5sum, cp -r and tar, comparing each with the unsharded twin.
+# ls, find, stat, cat, md5sum, cp -r and tar, comparing each with the unsharded twin; and a
+# directory of BLZ data (Bloscpack files, bcolz directories) with ls and cat.
 #     scripts/shell-test.sh [path/to/shardfs]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ work=$(mktemp -d -t shardfs-shell.XXXXXX)
 mnt=$work/mnt
 mkdir "$mnt"
 cleanup() {
-  for m in "$mnt" "$work/full/mnt"; do
+  for m in "$mnt" "$work/full/mnt" "$work/blz"; do
     if mountpoint -q "$m"; then "$bin" unmount "$m" 2>/dev/null || umount -l "$m"; fi
   done
   if mountpoint -q "$work/full"; then umount -l "$work/full"; fi
@@ -91,6 +92,27 @@ if mount -t tmpfs -o size=1m tmpfs "$full" 2>/dev/null; then
 else
   echo "skip full-disk checks: cannot mount a tmpfs (not root?)"
 fi
+
+# BLZ data (tests/data/blz): Bloscpack files and bcolz directories with no zarr.json, mounted
+# read-only whatever is asked; chunk files are the stored blosc buffers.
+blz=tests/data/blz/store
+mkdir -p "$work/blz"
+check "BLZ: mount a directory of Bloscpack files and bcolz directories" "$bin" mount "$blz" "$work/blz"
+check "BLZ: ls shows arrays, groups and zarr.json, no .blp or bcolz internals" same \
+  "ls $work/blz; ls $work/blz/prices; ls $work/blz/bars" \
+  "printf '%s\n' bars bytes16 grid ints ints_short nested prices zarr.json c zarr.json close day high id low open volume zarr.json"
+check "BLZ: ls of a chunk directory" same "ls $work/blz/prices/c | sort -n | tr '\n' ' '" "seq 0 10 | tr '\n' ' '"
+check "BLZ: cat of a carray chunk is data/__i.blp after its header" same \
+  "cat $work/blz/prices/c/3/0 | md5sum" "tail -c +17 $blz/prices/data/__3.blp | md5sum"
+check "BLZ: cat of a Bloscpack chunk is found in the file" python3 -c \
+  "import sys; c=open(sys.argv[1],'rb').read(); sys.exit(c not in open(sys.argv[2],'rb').read())" \
+  "$work/blz/ints/c/4" "$blz/ints.blp"
+check "BLZ: the short last chunk is a memcpyed blosc buffer of a full chunk" same \
+  "head -c 16 $work/blz/prices/c/10/0 | od -An -tx1 | tr -s ' '; stat -c %s $work/blz/prices/c/10/0" \
+  "printf ' 02 01 02 08 40 06 00 00 40 06 00 00 50 06 00 00\n1616\n'"
+check "BLZ: a ctable's attributes in its zarr.json" grep -q calendar_offset "$work/blz/bars/zarr.json"
+check "BLZ: writes are refused (EROFS)" bash -c "! touch $work/blz/new 2>$work/touch.err && grep -q 'Read-only' $work/touch.err"
+check "BLZ: unmount" "$bin" unmount "$work/blz"
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -5,8 +5,8 @@
 # zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto), of the
 # Zarr v2 view against zarr-python 2.18, of reference files (`shardfs refs`, no FUSE needed), of
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
-# target/venv-newest), and of GDAL 3.12 (rasterio's wheels). With
-# SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
+# target/venv-newest), of GDAL 3.12 (rasterio's wheels), and of BLZ data (Bloscpack, bcolz)
+# against zarr-python 3 and 2.18 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
 # tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,5 +54,6 @@ target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
 target/venv-newest/bin/python scripts/interop_gdal.py target/debug/shardfs
+target/venv/bin/python scripts/interop_blz.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

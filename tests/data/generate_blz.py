@@ -27,6 +27,7 @@ collections.MutableMapping = collections.abc.MutableMapping
 import bcolz  # noqa: E402
 import blosc  # noqa: E402
 import bloscpack  # noqa: E402
+import bloscpack.append  # noqa: E402
 import numpy as np  # noqa: E402
 
 SHUFFLES = {"none": blosc.NOSHUFFLE, "shuffle": blosc.SHUFFLE, "bitshuffle": blosc.BITSHUFFLE}
@@ -158,7 +159,31 @@ def everything(w):
     w.carray("carrays/floats2d", values((3_001, 4), "<f8", 23), 256, dflt=-1.5)
     groups["carrays"] = {}
     groups["all"] = {}
+    refused(w)
     return groups
+
+
+def refused(w):
+    """Arrays the view must leave out (listed in expected/refused.json, by view path)."""
+    root = os.path.join(w.store, "refused")
+    os.makedirs(root)
+    # Appended to without updating the numpy metadata: the header and the shape disagree.
+    data = values(1_000, "<i4", 30)
+    args = bloscpack.BloscpackArgs(offsets=True, checksum="adler32", max_app_chunks=8)
+    bloscpack.pack_ndarray_to_file(data, os.path.join(root, "appended.blp"), chunk_size=400, bloscpack_args=args)
+    extra = os.path.join(root, "extra.bin")
+    with open(extra, "wb") as f:
+        f.write(values(300, "<i4", 31).tobytes())
+    bloscpack.append.append(os.path.join(root, "appended.blp"), extra)
+    os.remove(extra)
+    # A structured dtype, and chunks that do not hold whole rows.
+    pairs = np.zeros(50, dtype=[("a", "<i4"), ("b", "<f8")])
+    bloscpack.pack_ndarray_to_file(pairs, os.path.join(root, "structured.blp"), chunk_size=120)
+    bloscpack.pack_ndarray_to_file(values((10, 3), "<i4", 32), os.path.join(root, "rows.blp"), chunk_size=20)
+    # An object carray.
+    bcolz.carray(np.array(["a", 1, None], dtype=object), rootdir=os.path.join(root, "objects"), mode="w").flush()
+    with open(os.path.join(w.expected, "refused.json"), "w") as f:
+        json.dump(["refused/appended", "refused/structured", "refused/rows", "refused/objects"], f)
 
 
 def main():
