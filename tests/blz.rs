@@ -183,7 +183,9 @@ fn refused_arrays_are_not_shown() {
     patch(&at("grid.blp"), 16, &7i64.to_le_bytes());
     // Object and structured dtypes.
     let storage = |dtype: &str| {
-        format!(r#"{{"dtype": {dtype}, "cparams": {{"clevel": 5, "shuffle": 1, "cname": "lz4"}}, "chunklen": 100, "dflt": 0}}"#)
+        format!(
+            r#"{{"dtype": {dtype}, "cparams": {{"clevel": 5, "shuffle": 1, "cname": "lz4"}}, "chunklen": 100, "dflt": 0}}"#
+        )
     };
     std::fs::write(at("prices/meta/storage"), storage("\"object\"")).unwrap();
     std::fs::write(at("nested/counts/meta/storage"), storage(r#"[["a", "<i4"], ["b", "<f8"]]"#)).unwrap();

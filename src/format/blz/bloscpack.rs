@@ -231,7 +231,7 @@ impl Prefix {
                 dtype.name, bytes
             ));
         }
-        if row_bytes == 0 || h.chunk_size as u64 % row_bytes != 0 {
+        if row_bytes == 0 || !(h.chunk_size as u64).is_multiple_of(row_bytes) {
             return refused(format!("chunks of {} bytes do not hold whole rows of {row_bytes} bytes", h.chunk_size));
         }
         Ok(ArrayShape { dtype, shape, chunk_rows: h.chunk_size as u64 / row_bytes, row_bytes })
