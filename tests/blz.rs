@@ -231,6 +231,18 @@ fn mounted_read_only_whatever_is_asked() {
 }
 
 #[test]
+fn a_carray_or_ctable_can_be_the_root() {
+    let fs = fs_of(&blz().join("store/prices"));
+    let (files, _) = walk_view(&fs);
+    assert_eq!(json(&files["zarr.json"])["shape"], serde_json::json!([1050, 2]));
+    assert_eq!(files.keys().filter(|k| k.starts_with("c/")).count(), 11);
+    let fs = fs_of(&blz().join("store/bars"));
+    let (files, _) = walk_view(&fs);
+    assert_eq!(json(&files["zarr.json"])["attributes"]["last_row"], serde_json::json!({"1": 776}));
+    assert_eq!(files.keys().filter(|k| k.ends_with("/zarr.json")).count(), 7);
+}
+
+#[test]
 fn a_directory_without_blz_data_or_zarr_json_is_refused() {
     let dir = TempDir::new("plain");
     std::fs::write(dir.path().join("notes.txt"), b"hello").unwrap();

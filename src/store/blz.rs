@@ -125,16 +125,13 @@ impl BlzStore {
     /// What `key` is.
     fn node(&self, key: &str) -> Result<Node> {
         let missing = || Error::NotFound(self.inner.describe(key));
-        let mut dir = String::new();
-        let mut table = is_ctable(&*self.inner, "");
-        if key.is_empty() {
-            return Ok(Node::Group { dir, table });
-        }
+        let parts: Vec<&str> = if key.is_empty() { Vec::new() } else { key.split('/').collect() };
         if is_carray(&*self.inner, "") {
             let array = self.carray("")?.ok_or_else(missing)?;
-            return self.inside(array, &key.split('/').collect::<Vec<_>>()).ok_or_else(missing);
+            return self.inside(array, &parts).ok_or_else(missing);
         }
-        let parts: Vec<&str> = key.split('/').collect();
+        let mut dir = String::new();
+        let mut table = is_ctable(&*self.inner, "");
         for (at, name) in parts.iter().enumerate() {
             let last = at + 1 == parts.len();
             if *name == ZARR_JSON {
