@@ -12,7 +12,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = prefix.array();
     let file_len = data.len() as u64;
     let read = |at: u64| data.get(at as usize..).map(|rest| rest[..rest.len().min(16)].to_vec());
-    for chunk in chunks(&prefix, file_len, read).into_iter().flatten() {
+    let table = chunks(&prefix, file_len, read);
+    assert!(table.chunks.len() <= prefix.header.nchunks.max(0) as usize);
+    for chunk in table.chunks.into_iter().flatten() {
         let end = chunk.start + chunk.blosc.ctbytes as u64 + prefix.header.checksum.size();
         assert!(chunk.start >= prefix.data_start && end <= file_len, "{chunk:?}");
     }

@@ -259,52 +259,68 @@ pub struct Chunk {
     pub blosc: blosc::Header,
 }
 
-/// The chunks of a file of `file_len` bytes, each found or why not, reading each chunk's blosc
-/// header with `read_header(at)` (16 bytes, or fewer at the end of the file). With offsets each
-/// chunk is found on its own; without, a damaged chunk hides the ones after it.
-pub fn chunks(
-    prefix: &Prefix,
-    file_len: u64,
-    mut read_header: impl FnMut(u64) -> Option<Vec<u8>>,
-) -> Vec<Result<Chunk>> {
+/// The chunks of a file, each found (`Some`) or damaged (`None`), with the first damage found
+/// and how many chunks it cost in all. Kept small: a damaged file costs no memory per message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkTable {
+    pub chunks: Vec<Option<Chunk>>,
+    pub damaged: usize,
+    pub first_damage: Option<String>,
+}
+
+/// The chunks of a file of `file_len` bytes, reading each chunk's blosc header with
+/// `read_header(at)` (16 bytes, or fewer at the end of the file). With offsets each chunk is found
+/// on its own; without, a damaged chunk hides the ones after it (the walk stops there, so a
+/// header claiming millions of chunks in a small file costs nothing).
+pub fn chunks(prefix: &Prefix, file_len: u64, mut read_header: impl FnMut(u64) -> Option<Vec<u8>>) -> ChunkTable {
     let h = &prefix.header;
     let n = h.nchunks.max(0) as usize;
     let digest = h.checksum.size();
-    let mut found = Vec::with_capacity(n);
-    let mut next = Some(prefix.data_start);
+    let mut table = ChunkTable::default();
+    let mut next = prefix.data_start;
     for i in 0..n {
         let start = match prefix.offset(i) {
-            Some(o) if o < prefix.data_start as i64 => {
-                found.push(damaged(format!("chunk {i}: offset {o} points into the header")));
-                continue;
-            }
-            Some(o) => Some(o as u64),
-            None => next,
-        };
-        let Some(start) = start else {
-            found.push(damaged(format!("chunk {i}: follows a damaged chunk")));
-            continue;
+            Some(o) if o < prefix.data_start as i64 => Err(format!("chunk {i}: offset {o} points into the header")),
+            Some(o) => Ok(o as u64),
+            None => Ok(next),
         };
         let expected = if i + 1 == n { h.last_chunk } else { h.chunk_size } as u32;
-        let chunk = read_header(start)
-            .ok_or_else(|| super::BlzError::Damaged(format!("chunk {i}: offset {start} is past the end of the file")))
-            .and_then(|bytes| {
-                blosc::Header::parse(&bytes).map_err(|e| super::BlzError::Damaged(format!("chunk {i} at {start}: {e}")))
-            })
-            .and_then(|blosc| {
-                let end = start + blosc.ctbytes as u64 + digest;
-                if blosc.nbytes != expected {
-                    damaged(format!("chunk {i} holds {} bytes, the header says {expected}", blosc.nbytes))
-                } else if end > file_len {
-                    damaged(format!("chunk {i} ({start}..{end}) runs past the end of the file ({file_len} bytes)"))
-                } else {
-                    Ok(Chunk { start, blosc })
+        let chunk = start.and_then(|start| {
+            let bytes = read_header(start).ok_or(format!("chunk {i}: offset {start} is past the end of the file"))?;
+            let blosc = blosc::Header::parse(&bytes).map_err(|e| format!("chunk {i} at {start}: {e}"))?;
+            let end = start + blosc.ctbytes as u64 + digest;
+            if blosc.nbytes != expected {
+                Err(format!("chunk {i} holds {} bytes, the header says {expected}", blosc.nbytes))
+            } else if end > file_len {
+                Err(format!("chunk {i} ({start}..{end}) runs past the end of the file ({file_len} bytes)"))
+            } else {
+                Ok(Chunk { start, blosc })
+            }
+        });
+        match chunk {
+            Ok(chunk) => {
+                next = chunk.start + chunk.blosc.ctbytes as u64 + digest;
+                table.chunks.push(Some(chunk));
+            }
+            Err(why) => {
+                table.first_damage.get_or_insert(why);
+                if prefix.offsets.is_none() {
+                    table.damaged += n - i;
+                    break;
                 }
-            });
-        next = chunk.as_ref().ok().map(|c| c.start + c.blosc.ctbytes as u64 + digest);
-        found.push(chunk);
+                table.damaged += 1;
+                table.chunks.push(None);
+            }
+        }
     }
-    found
+    table
+}
+
+impl ChunkTable {
+    /// Chunk `i`, if it was found.
+    pub fn get(&self, i: usize) -> Option<&Chunk> {
+        self.chunks.get(i).and_then(Option::as_ref)
+    }
 }
 
 #[cfg(test)]
@@ -351,12 +367,16 @@ mod tests {
         out
     }
 
-    fn walk(bytes: &[u8]) -> (Prefix, Vec<Result<Chunk>>) {
+    fn walk(bytes: &[u8]) -> (Prefix, ChunkTable) {
         let prefix = Prefix::parse(&bytes[..prefix_len(&bytes[..64.min(bytes.len())]).unwrap() as usize]).unwrap();
         let chunks = chunks(&prefix, bytes.len() as u64, |at| {
             bytes.get(at as usize..(at as usize + 16).min(bytes.len())).map(<[u8]>::to_vec)
         });
         (prefix, chunks)
+    }
+
+    fn found(table: &ChunkTable, n: usize) -> Vec<bool> {
+        (0..n).map(|i| table.get(i).is_some()).collect()
     }
 
     #[test]
@@ -368,8 +388,8 @@ mod tests {
             let (prefix, chunks) = walk(&bytes);
             let array = prefix.array().unwrap();
             assert_eq!((array.shape.clone(), array.chunk_rows, array.dtype.name), (vec![10, 3], 2, "int32"));
-            assert_eq!(chunks.len(), 5);
-            let c = chunks[4].as_ref().unwrap();
+            assert_eq!(found(&chunks, 5), [true; 5]);
+            let c = chunks.get(4).unwrap();
             assert_eq!(&bytes[c.start as usize + 16..c.start as usize + 40], &data[96..]);
         }
     }
@@ -380,8 +400,8 @@ mod tests {
         let (prefix, chunks) = walk(&bytes);
         let array = prefix.array().unwrap();
         assert_eq!((array.shape, array.chunk_rows, array.dtype.name), (vec![100], 30, "uint8"));
-        assert_eq!(chunks.iter().filter(|c| c.is_ok()).count(), 4);
-        assert_eq!(chunks[3].as_ref().unwrap().blosc.nbytes, 10);
+        assert_eq!(found(&chunks, 4), [true; 4]);
+        assert_eq!(chunks.get(3).unwrap().blosc.nbytes, 10);
     }
 
     #[test]
@@ -407,11 +427,18 @@ mod tests {
         let table = 32;
         bytes[table + 8..table + 16].copy_from_slice(&10_000i64.to_le_bytes());
         let (_, chunks) = walk(&bytes);
-        assert_eq!(chunks.iter().map(Result::is_ok).collect::<Vec<_>>(), [true, false, true, true]);
+        assert_eq!(found(&chunks, 4), [true, false, true, true]);
+        assert_eq!(chunks.damaged, 1);
         // Truncated, without offsets: the chunks from the cut on.
         let bytes = file(&data, 25, None, false, 6);
         let (_, chunks) = walk(&bytes[..bytes.len() - 80]);
-        assert_eq!(chunks.iter().map(Result::is_ok).collect::<Vec<_>>(), [true, true, false, false]);
+        assert_eq!(found(&chunks, 4), [true, true, false, false]);
+        assert_eq!((chunks.damaged, chunks.chunks.len()), (2, 2));
+        // A header claiming millions of chunks in a small file: the walk stops at the first.
+        let mut huge = file(&data, 25, None, false, 0);
+        huge[16..24].copy_from_slice(&((1i64 << 24) - 2).to_le_bytes());
+        let (_, chunks) = walk(&huge);
+        assert_eq!((chunks.chunks.len(), chunks.damaged), (4, (1 << 24) - 6));
         // A bad magic or a bad metadata digest: nothing.
         let mut bad = file(&data, 25, Some(r#"{"a": 1}"#), false, 0);
         assert!(Prefix::parse(&bad).is_ok());

@@ -35,7 +35,7 @@ pub enum Source {
         file: String,
         file_len: u64,
         checksum: Checksum,
-        chunks: Vec<std::result::Result<bloscpack::Chunk, String>>,
+        chunks: bloscpack::ChunkTable,
         /// The chunks found, as (start, end of the blosc buffer, chunk number), by start.
         by_start: Vec<(u64, u64, usize)>,
     },
@@ -79,7 +79,7 @@ impl Array {
     pub fn heap_bytes(&self) -> usize {
         let doc = self.doc.as_ref().map_or(0, Vec::len);
         let chunks = match &self.source {
-            Source::Blp { chunks, by_start, .. } => chunks.len() * 48 + by_start.len() * 24,
+            Source::Blp { chunks, by_start, .. } => chunks.chunks.len() * 32 + by_start.len() * 24,
             Source::Carray { .. } => 0,
         };
         doc + chunks + 256
@@ -103,10 +103,10 @@ impl Array {
     /// entry, which the view reads as EIO.
     pub fn blp_entry(&self, i: usize) -> (u64, u64) {
         let Source::Blp { chunks, file_len, .. } = &self.source else { return (EMPTY, 0) };
-        match &chunks[i] {
-            Ok(_) if self.is_short(i as u64) => (*file_len, blosc::memcpyed_len(self.chunk_bytes)),
-            Ok(chunk) => (chunk.start, chunk.blosc.ctbytes as u64),
-            Err(_) => (EMPTY, 0),
+        match chunks.get(i) {
+            Some(_) if self.is_short(i as u64) => (*file_len, blosc::memcpyed_len(self.chunk_bytes)),
+            Some(chunk) => (chunk.start, chunk.blosc.ctbytes as u64),
+            None => (EMPTY, 0),
         }
     }
 }
@@ -129,7 +129,7 @@ pub fn read_blp(store: &dyn Store, key: &str) -> Result<Option<Array>> {
                 file: key.into(),
                 file_len: len,
                 checksum: Checksum::None,
-                chunks: Vec::new(),
+                chunks: Default::default(),
                 by_start: Vec::new(),
             },
             stamp: attr.stamp,
@@ -162,18 +162,14 @@ pub fn read_blp(store: &dyn Store, key: &str) -> Result<Option<Array>> {
         }
         Err(BlzError::Damaged(why)) => return Ok(Some(damaged(why))),
     };
-    let chunks: Vec<_> = bloscpack::chunks(&prefix, len, |at| {
+    let chunks = bloscpack::chunks(&prefix, len, |at| {
         (at < len).then(|| file.read_exact_at(at, (len - at).min(blosc::HEADER_LEN as u64)).ok()).flatten()
-    })
-    .into_iter()
-    .map(|c| c.map_err(|e| e.to_string()))
-    .collect();
-    let bad: Vec<&String> = chunks.iter().filter_map(|c| c.as_ref().err()).collect();
-    if let Some(first) = bad.first() {
-        log::warn!("{place}: {} damaged chunks ({first}); those read as EIO", bad.len());
+    });
+    if let Some(first) = &chunks.first_damage {
+        log::warn!("{place}: {} damaged chunks ({first}); those read as EIO", chunks.damaged);
     }
     let header = prefix.header;
-    let blosc_header = chunks.iter().find_map(|c| c.as_ref().ok()).map(|c| c.blosc);
+    let blosc_header = chunks.chunks.iter().flatten().next().map(|c| c.blosc);
     let blosc = Blosc {
         cname: blosc_header.and_then(|h| h.cname().ok()).unwrap_or("blosclz").to_string(),
         clevel: UNKNOWN_CLEVEL,
@@ -200,9 +196,10 @@ pub fn read_blp(store: &dyn Store, key: &str) -> Result<Option<Array>> {
     };
     let short = header.last_chunk < header.chunk_size;
     let mut by_start: Vec<(u64, u64, usize)> = chunks
+        .chunks
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| c.as_ref().ok().map(|c| (c.start, c.start + c.blosc.ctbytes as u64, i)))
+        .filter_map(|(i, c)| c.as_ref().map(|c| (c.start, c.start + c.blosc.ctbytes as u64, i)))
         .collect();
     by_start.sort_unstable();
     Ok(Some(Array {

@@ -169,7 +169,8 @@ impl ShardObject {
             let short = self.array.short_last.as_ref().ok_or("no short chunk")?;
             let compressed = match &self.array.source {
                 Source::Blp { chunks, checksum, .. } => {
-                    let chunk = chunks.last().ok_or("no chunks")?.as_ref().map_err(String::clone)?;
+                    let last = self.array.nchunks.saturating_sub(1) as usize;
+                    let chunk = chunks.get(last).ok_or("the last chunk is damaged")?;
                     let ct = chunk.blosc.ctbytes as u64;
                     let bytes =
                         self.file.read_exact_at(chunk.start, ct + checksum.size()).map_err(|e| e.to_string())?;
@@ -195,7 +196,7 @@ impl ShardObject {
     /// Reads from the source file, through the verified copy of a checksummed chunk.
     fn read_file(&self, out: &mut [u8], at: u64) -> Result<usize> {
         let limit = out.len().min((self.file_len - at) as usize);
-        let Source::Blp { by_start, checksum, chunks, .. } = &self.array.source else {
+        let Source::Blp { by_start, checksum, .. } = &self.array.source else {
             return self.file.read_at(&mut out[..limit], at);
         };
         if checksum.size() == 0 {
@@ -205,7 +206,7 @@ impl ShardObject {
         if next > 0 {
             let (start, end, i) = by_start[next - 1];
             if at < end {
-                let verified = self.cached_chunk(i, start, end, *checksum, chunks.len())?;
+                let verified = self.cached_chunk(i, start, end, *checksum, self.array.nchunks as usize)?;
                 let from = (at - start) as usize;
                 let n = limit.min(verified.len() - from);
                 out[..n].copy_from_slice(&verified[from..from + n]);
