@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(len) = prefix_len(&data[..data.len().min(64)]) else { return };
     let Some(prefix) = data.get(..len.min(data.len() as u64) as usize) else { return };
     let Ok(prefix) = Prefix::parse(prefix) else { return };
-    let _ = prefix.array();
+    let _ = prefix.array(data.len() as u64);
     let file_len = data.len() as u64;
     let read = |at: u64| data.get(at as usize..).map(|rest| rest[..rest.len().min(16)].to_vec());
     let table = chunks(&prefix, file_len, read);

@@ -10,6 +10,9 @@ use serde_json::Value;
 use super::dtype::Dtype;
 use super::{BlzError, Result, damaged, refused};
 
+/// The most chunk files a carray may have (a damaged `meta/sizes` could claim any number).
+pub const MAX_CHUNKS: u64 = 1 << 20;
+
 /// The header of a chunk file.
 pub const CHUNK_HEADER_LEN: u64 = 16;
 
@@ -61,6 +64,15 @@ impl Carray {
         let dflt = storage.get("dflt").cloned().unwrap_or(Value::from(0));
         let dflt_bytes =
             dtype.encode(&dflt).ok_or_else(|| BlzError::Refused(format!("dflt {dflt} does not fit {}", dtype.name)))?;
+        let chunk_bytes = shape[1..].iter().try_fold(chunklen * dtype.size as u64, |n, d| n.checked_mul(*d));
+        if chunk_bytes.is_none_or(|n| n > super::blosc::MAX_CHUNK) {
+            return refused(format!("chunks of {chunklen} rows are larger than {} bytes", super::blosc::MAX_CHUNK));
+        }
+        if shape[0].div_ceil(chunklen) > MAX_CHUNKS {
+            return damaged(format!(
+                "shape {shape:?} in chunks of {chunklen} rows makes more than {MAX_CHUNKS} chunk files"
+            ));
+        }
         let cparams = storage.get("cparams");
         Ok(Carray {
             shape,
@@ -151,6 +163,8 @@ mod tests {
         ));
         assert!(matches!(Carray::parse(sizes, br#"{"dtype": "int32"}"#), Err(BlzError::Damaged(_))));
         assert!(matches!(Carray::parse(b"{", br#"{"dtype": "int32", "chunklen": 4}"#), Err(BlzError::Damaged(_))));
+        let huge = br#"{"shape": [1000000000000]}"#;
+        assert!(matches!(Carray::parse(huge, br#"{"dtype": "int32", "chunklen": 4}"#), Err(BlzError::Damaged(_))));
         assert!(check_chunk_header(b"blpk\x01\0\0\0\x01\0\0\0\0\0\0\0").is_ok());
         assert!(check_chunk_header(b"blpk\x03\0\0\0\x01\0\0\0\0\0\0\0").is_err());
         assert!(check_chunk_header(b"blpk").is_err());

@@ -7,8 +7,8 @@ use super::{Result, damaged};
 /// The size of a blosc 1.x header.
 pub const HEADER_LEN: usize = 16;
 
-/// The largest buffer c-blosc 1.x handles.
-pub const MAX_BUFFER: u64 = i32::MAX as u64 - HEADER_LEN as u64;
+/// The largest chunk shown: a short last chunk is decoded into memory whole.
+pub const MAX_CHUNK: u64 = 256 << 20;
 
 const FLAG_BYTE_SHUFFLE: u8 = 0x01;
 const FLAG_MEMCPYED: u8 = 0x02;

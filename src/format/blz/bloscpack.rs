@@ -190,8 +190,8 @@ impl Prefix {
         Ok(Prefix { header, metadata, offsets, data_start: at as u64 })
     }
 
-    /// The numpy array the file holds: its type, shape and rows per chunk.
-    pub fn array(&self) -> Result<ArrayShape> {
+    /// The numpy array a file of `file_len` bytes holds: its type, shape and rows per chunk.
+    pub fn array(&self, file_len: u64) -> Result<ArrayShape> {
         let h = &self.header;
         if h.chunk_size == -1 || h.nchunks == -1 || h.last_chunk == -1 {
             return refused("chunk size -1: non-uniform chunks");
@@ -203,6 +203,9 @@ impl Prefix {
             return damaged(format!("last chunk of {} bytes is larger than a chunk ({})", h.last_chunk, h.chunk_size));
         }
         let total = (h.nchunks as u64 - 1) * h.chunk_size as u64 + h.last_chunk as u64;
+        if self.data_start + h.nchunks as u64 * (blosc::HEADER_LEN as u64 + h.checksum.size()) > file_len {
+            return damaged(format!("{} chunks cannot fit in a file of {} bytes", h.nchunks, file_len));
+        }
         let numpy = self.metadata.as_ref().filter(|m| m.get("container").and_then(Value::as_str) == Some("numpy"));
         let (dtype, shape) = match numpy {
             None => (Dtype::parse("|u1")?, vec![total]),
@@ -230,6 +233,9 @@ impl Prefix {
                 "metadata shape {shape:?} of {} ({:?} bytes) disagrees with the header's {total} bytes (appended to without updating it?)",
                 dtype.name, bytes
             ));
+        }
+        if h.chunk_size as u64 > blosc::MAX_CHUNK {
+            return refused(format!("chunks of {} bytes are larger than {} bytes", h.chunk_size, blosc::MAX_CHUNK));
         }
         if row_bytes == 0 || !(h.chunk_size as u64).is_multiple_of(row_bytes) {
             return refused(format!("chunks of {} bytes do not hold whole rows of {row_bytes} bytes", h.chunk_size));
@@ -386,7 +392,7 @@ mod tests {
         for offsets in [true, false] {
             let bytes = file(&data, 24, Some(meta), offsets, 6);
             let (prefix, chunks) = walk(&bytes);
-            let array = prefix.array().unwrap();
+            let array = prefix.array(bytes.len() as u64).unwrap();
             assert_eq!((array.shape.clone(), array.chunk_rows, array.dtype.name), (vec![10, 3], 2, "int32"));
             assert_eq!(found(&chunks, 5), [true; 5]);
             let c = chunks.get(4).unwrap();
@@ -398,7 +404,7 @@ mod tests {
     fn without_metadata_a_file_is_bytes() {
         let bytes = file(&[7; 100], 30, None, false, 1);
         let (prefix, chunks) = walk(&bytes);
-        let array = prefix.array().unwrap();
+        let array = prefix.array(bytes.len() as u64).unwrap();
         assert_eq!((array.shape, array.chunk_rows, array.dtype.name), (vec![100], 30, "uint8"));
         assert_eq!(found(&chunks, 4), [true; 4]);
         assert_eq!(chunks.get(3).unwrap().blosc.nbytes, 10);
@@ -407,7 +413,10 @@ mod tests {
     #[test]
     fn refusals() {
         let data = [0u8; 120];
-        let array = |meta: &str, chunk| Prefix::parse(&file(&data, chunk, Some(meta), true, 0)).unwrap().array();
+        let array = |meta: &str, chunk| {
+            let bytes = file(&data, chunk, Some(meta), true, 0);
+            Prefix::parse(&bytes).unwrap().array(bytes.len() as u64)
+        };
         let grown = r#"{"dtype": "'<i4'", "shape": [20, 3], "order": "C", "container": "numpy"}"#;
         assert!(matches!(array(grown, 24), Err(super::super::BlzError::Refused(_))));
         let rows = r#"{"dtype": "'<i4'", "shape": [10, 3], "order": "C", "container": "numpy"}"#;
@@ -416,7 +425,7 @@ mod tests {
         assert!(matches!(array(object, 20), Err(super::super::BlzError::Refused(_))));
         let mut unknown = file(&data, 20, None, true, 0);
         unknown[8..12].copy_from_slice(&(-1i32).to_le_bytes());
-        assert!(matches!(Prefix::parse(&unknown).unwrap().array(), Err(super::super::BlzError::Refused(_))));
+        assert!(matches!(Prefix::parse(&unknown).unwrap().array(1 << 20), Err(super::super::BlzError::Refused(_))));
     }
 
     #[test]
@@ -437,8 +446,9 @@ mod tests {
         // A header claiming millions of chunks in a small file: the walk stops at the first.
         let mut huge = file(&data, 25, None, false, 0);
         huge[16..24].copy_from_slice(&((1i64 << 24) - 2).to_le_bytes());
-        let (_, chunks) = walk(&huge);
+        let (prefix, chunks) = walk(&huge);
         assert_eq!((chunks.chunks.len(), chunks.damaged), (4, (1 << 24) - 6));
+        assert!(matches!(prefix.array(huge.len() as u64), Err(super::super::BlzError::Damaged(_))));
         // A bad magic or a bad metadata digest: nothing.
         let mut bad = file(&data, 25, Some(r#"{"a": 1}"#), false, 0);
         assert!(Prefix::parse(&bad).is_ok());

@@ -154,7 +154,7 @@ pub fn read_blp(store: &dyn Store, key: &str) -> Result<Option<Array>> {
         Ok(n) => Prefix::parse(&file.read_exact_at(0, n)?),
         Err(e) => Err(e),
     };
-    let (prefix, shape) = match prefix.and_then(|p| p.array().map(|a| (p, a))) {
+    let (prefix, shape) = match prefix.and_then(|p| p.array(len).map(|a| (p, a))) {
         Ok(found) => found,
         Err(BlzError::Refused(why)) => {
             log::warn!("{place}: not shown: {why}");
