@@ -65,7 +65,7 @@ pub struct BlzStore {
     chunks: Arc<ChunkCache>,
 }
 
-fn read_only(place: String) -> Error {
+fn erofs(place: String) -> Error {
     Error::Io { place, source: std::io::Error::from_raw_os_error(libc::EROFS) }
 }
 
@@ -363,27 +363,27 @@ impl Store for BlzStore {
     }
 
     fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<()> {
-        Err(read_only(self.inner.describe(key)))
+        Err(erofs(self.inner.describe(key)))
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        Err(read_only(self.inner.describe(key)))
+        Err(erofs(self.inner.describe(key)))
     }
 
     fn rename(&self, from: &str, _to: &str) -> Result<()> {
-        Err(read_only(self.inner.describe(from)))
+        Err(erofs(self.inner.describe(from)))
     }
 
     fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
-        Err(read_only(self.inner.describe(key)))
+        Err(erofs(self.inner.describe(key)))
     }
 
     fn make_dirs(&self, key: &str) -> Result<()> {
-        Err(read_only(self.inner.describe(key)))
+        Err(erofs(self.inner.describe(key)))
     }
 
     fn remove_dir(&self, key: &str) -> Result<()> {
-        Err(read_only(self.inner.describe(key)))
+        Err(erofs(self.inner.describe(key)))
     }
 
     fn can_append(&self) -> bool {
@@ -391,15 +391,15 @@ impl Store for BlzStore {
     }
 
     fn open_file(&self, key: &str, _how: OpenHow) -> Result<Box<dyn OpenFile>> {
-        Err(read_only(self.inner.describe(key)))
+        Err(erofs(self.inner.describe(key)))
     }
 
     fn lock(&self, _slot: u64) -> Result<Box<dyn Lock>> {
-        Err(read_only(self.inner.describe("")))
+        Err(erofs(self.inner.describe("")))
     }
 
     fn check_writes(&self) -> Result<()> {
-        Err(read_only(self.inner.describe("")))
+        Err(erofs(self.inner.describe("")))
     }
 
     fn read_only(&self) -> bool {

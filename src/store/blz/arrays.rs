@@ -111,10 +111,6 @@ impl Array {
     }
 }
 
-fn io(place: String, message: impl Into<String>) -> Error {
-    Error::Io { place, source: std::io::Error::other(message.into()) }
-}
-
 /// Reads the Bloscpack file at `key`. `Ok(None)`: refused (logged).
 pub fn read_blp(store: &dyn Store, key: &str) -> Result<Option<Array>> {
     let file = store.open(key)?;
@@ -332,7 +328,7 @@ pub fn read_carray(store: &dyn Store, dir: &str) -> Result<Option<Array>> {
     }))
 }
 
-/// `message` as a store error naming `place`.
+/// `message` as a store error naming `place` (EIO for the reader).
 pub fn damaged(place: String, message: impl Into<String>) -> Error {
-    io(place, message)
+    Error::Io { place, source: std::io::Error::other(message.into()) }
 }
