@@ -6,8 +6,8 @@
 # Zarr v2 view against zarr-python 2.18, of reference files (`shardfs refs`, no FUSE needed), of
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
 # target/venv-newest), of GDAL 3.12 (rasterio's wheels), and of BLZ data (Bloscpack, bcolz)
-# against zarr-python 3 and 2.18 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
-# tests.
+# against zarr-python 3 and 2.18 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without
+# usable FUSE fails the run instead of skipping the mount tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

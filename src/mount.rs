@@ -138,9 +138,9 @@ pub fn filesystem_showing(
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
     let store = open_store(config.store.clone())?;
-    // A store nothing can be written to (BLZ data) is mounted read-only, as if asked.
+    // A store shardfs makes from files of another format (BLZ data) is mounted read-only.
     let settings =
-        MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };
+        MountSettings { read_only: config.settings.read_only || store.synthesized(), ..config.settings.clone() };
     let config = &MountConfig { settings, ..config.clone() };
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;

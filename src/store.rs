@@ -289,9 +289,10 @@ pub trait Store: Send + Sync + Debug {
         Ok(Vec::new())
     }
 
-    /// True when nothing can be written (a store synthesized from files of another format): the
-    /// mount is then read-only.
-    fn read_only(&self) -> bool {
+    /// True when the store's files are made by shardfs from files of another format (BLZ data):
+    /// nothing can be written (the mount is read-only), and not every byte of them is in a file
+    /// another program could read at its [`Store::url`] (`shardfs refs` refuses the store).
+    fn synthesized(&self) -> bool {
         false
     }
 }

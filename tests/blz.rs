@@ -243,6 +243,14 @@ fn a_carray_or_ctable_can_be_the_root() {
 }
 
 #[test]
+fn reference_files_of_blz_data_are_refused() {
+    let out = Command::new(BIN).arg("refs").arg(blz().join("store")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("BLZ data cannot be referenced") && stderr.lines().count() == 1, "{stderr}");
+}
+
+#[test]
 fn a_directory_without_blz_data_or_zarr_json_is_refused() {
     let dir = TempDir::new("plain");
     std::fs::write(dir.path().join("notes.txt"), b"hello").unwrap();

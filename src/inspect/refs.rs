@@ -36,6 +36,12 @@ pub fn refs_command(store: Arc<dyn Store>, zarr_format: u8, out: &mut dyn Write)
     if let Some(why) = presentation.cannot_show(&*source_of(&*store)) {
         return Err(format!("{}: {why}", store.url("")));
     }
+    if store.synthesized() {
+        return Err(format!(
+            "{}: BLZ data cannot be referenced (short last chunks exist only in the view)",
+            store.url("")
+        ));
+    }
     let ns = Namespace::new(store.clone(), presentation, IndexCache::default(), Arc::new(NoOverlay));
     let mut refs = Refs { ns: &ns, out, first: true, used: HashMap::new(), consolidated: Vec::new() };
     refs.write(b"{\"version\":1,\"refs\":{")?;

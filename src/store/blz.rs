@@ -280,6 +280,15 @@ impl Store for BlzStore {
         }
     }
 
+    /// The source file for a shard (its chunks are at the same offsets there, all but a short last
+    /// chunk, which exists only in the view: see [`Store::synthesized`]).
+    fn url(&self, key: &str) -> String {
+        match self.node(key) {
+            Ok(Node::Shard(array, shard)) => self.inner.url(&array.shard_file(shard)),
+            _ => self.inner.url(key),
+        }
+    }
+
     fn attr(&self, key: &str) -> Result<Attr> {
         match self.node(key)? {
             Node::Group { dir, .. } => self.inner.attr(&dir),
@@ -402,7 +411,7 @@ impl Store for BlzStore {
         Err(erofs(self.inner.describe("")))
     }
 
-    fn read_only(&self) -> bool {
+    fn synthesized(&self) -> bool {
         true
     }
 }
