@@ -134,7 +134,8 @@ pub enum Command {
 /// Where the store is, and how to reach an object store.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
-    /// The sharded Zarr v3 store: a directory, or s3://BUCKET/PREFIX, with zarr.json at its root.
+    /// The sharded Zarr v3 store: a directory, or s3://BUCKET/PREFIX, with zarr.json at its root;
+    /// or a directory of BLZ data (Bloscpack files, bcolz directories), shown read-only.
     pub store: PathBuf,
     /// The S3 endpoint (a local or S3-compatible server: http://127.0.0.1:9000); default: AWS,
     /// or AWS_ENDPOINT_URL.

@@ -93,6 +93,12 @@ pub fn holds_blz(store: &dyn Store) -> bool {
     })
 }
 
+/// True when an array is listed: unless refused. One that cannot be read at all is listed too, so
+/// that looking it up fails (EIO) rather than the whole listing.
+fn shown_array(read: Result<Option<Arc<Array>>>) -> bool {
+    !matches!(read, Ok(None))
+}
+
 impl BlzStore {
     pub fn new(inner: Arc<dyn Store>) -> Self {
         BlzStore { inner, arrays: Cache::new(DESCRIPTIONS_BUDGET), chunks: Arc::new(Cache::new(CHUNKS_BUDGET)) }
@@ -254,12 +260,12 @@ impl BlzStore {
                     let array = name.strip_suffix(BLP).expect("checked");
                     if names.contains(array) {
                         log::warn!("{}: not shown: {array} is taken by another entry", self.inner.describe(&key));
-                    } else if self.blp(&key)?.is_some() {
+                    } else if shown_array(self.blp(&key)) {
                         shown.push((array.to_string(), Kind::Dir));
                     }
                 }
                 Kind::Dir if is_carray(&*self.inner, &key) => {
-                    if self.carray(&key)?.is_some() {
+                    if shown_array(self.carray(&key)) {
                         shown.push((name.clone(), Kind::Dir));
                     }
                 }
