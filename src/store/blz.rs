@@ -205,11 +205,15 @@ impl BlzStore {
         }
         let key = join(dir, bcolz::ATTRS);
         let (bytes, stamp) = match self.inner.open(&key) {
-            Ok(file) => (file.read_exact_at(0, file.attr().size)?, combine(&[dir_attr.stamp, file.attr().stamp])),
-            Err(Error::NotFound(_)) => (Vec::new(), dir_attr.stamp),
+            Ok(file) if file.attr().size > bcolz::MAX_META_FILE => {
+                (None, combine(&[dir_attr.stamp, file.attr().stamp]))
+            }
+            Ok(file) => (Some(file.read_exact_at(0, file.attr().size)?), combine(&[dir_attr.stamp, file.attr().stamp])),
+            Err(Error::NotFound(_)) => (Some(Vec::new()), dir_attr.stamp),
             Err(e) => return Err(e),
         };
-        let attributes = bcolz::attributes(&bytes).unwrap_or_else(|e| {
+        let too_large = || crate::format::blz::BlzError::Damaged(format!("larger than {} bytes", bcolz::MAX_META_FILE));
+        let attributes = bytes.ok_or_else(too_large).and_then(|b| bcolz::attributes(&b)).unwrap_or_else(|e| {
             log::warn!("{}: {e}; the table's attributes are left out", self.inner.describe(&key));
             Default::default()
         });

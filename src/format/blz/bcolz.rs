@@ -27,8 +27,38 @@ pub fn chunk_file(i: u64) -> String {
     format!("data/__{i}.blp")
 }
 
+/// The largest `meta/sizes`, `meta/storage` or `__attrs__` read: bcolz writes a few hundred bytes.
+pub const MAX_META_FILE: u64 = 16 << 20;
+
 fn json(what: &str, bytes: &[u8]) -> Result<Value> {
-    serde_json::from_slice(bytes).map_err(|e| BlzError::Damaged(format!("{what} is not JSON: {e}")))
+    serde_json::from_slice(&quoted_specials(bytes)).map_err(|e| BlzError::Damaged(format!("{what} is not JSON: {e}")))
+}
+
+/// `bytes` with the bare `NaN`, `Infinity` and `-Infinity` that Python's json writes (bcolz's
+/// `dflt` of a float array) quoted, as Zarr v3 spells those fill values; strings are left alone.
+fn quoted_specials(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            (in_string, escaped) = (escaped || b != b'"', !escaped && b == b'\\');
+        } else if b == b'"' {
+            in_string = true;
+        } else if let Some(word) =
+            [&b"-Infinity"[..], b"Infinity", b"NaN"].into_iter().find(|w| bytes[i..].starts_with(w))
+        {
+            out.push(b'"');
+            out.extend_from_slice(word);
+            out.push(b'"');
+            i += word.len();
+            continue;
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
 }
 
 /// What a carray's `meta/sizes` and `meta/storage` say.
@@ -64,7 +94,8 @@ impl Carray {
         let dflt = storage.get("dflt").cloned().unwrap_or(Value::from(0));
         let dflt_bytes =
             dtype.encode(&dflt).ok_or_else(|| BlzError::Refused(format!("dflt {dflt} does not fit {}", dtype.name)))?;
-        let chunk_bytes = shape[1..].iter().try_fold(chunklen * dtype.size as u64, |n, d| n.checked_mul(*d));
+        let chunk_bytes =
+            shape[1..].iter().fold(chunklen.checked_mul(dtype.size as u64), |n, d| n.and_then(|n| n.checked_mul(*d)));
         if chunk_bytes.is_none_or(|n| n > super::blosc::MAX_CHUNK) {
             return refused(format!("chunks of {chunklen} rows are larger than {} bytes", super::blosc::MAX_CHUNK));
         }
@@ -168,5 +199,21 @@ mod tests {
         assert!(check_chunk_header(b"blpk\x01\0\0\0\x01\0\0\0\0\0\0\0").is_ok());
         assert!(check_chunk_header(b"blpk\x03\0\0\0\x01\0\0\0\0\0\0\0").is_err());
         assert!(check_chunk_header(b"blpk").is_err());
+        // An overflowing chunk size is refused, not a panic (nor a wrapped product).
+        let overflow = br#"{"dtype": "int32", "chunklen": 4611686018427387904}"#;
+        assert!(matches!(Carray::parse(sizes, overflow), Err(BlzError::Refused(_))));
+        assert!(matches!(Carray::parse(sizes, br#"{"dtype": "<U2", "chunklen": 4}"#), Err(BlzError::Refused(_))));
+    }
+
+    #[test]
+    fn reads_the_nan_and_infinities_pythons_json_writes() {
+        let sizes = br#"{"shape": [25]}"#;
+        let nan = Carray::parse(sizes, br#"{"dtype": "float64", "chunklen": 8, "dflt": NaN}"#).unwrap();
+        assert_eq!(nan.dflt, json!("NaN"));
+        assert!(f64::from_le_bytes(nan.dflt_bytes.try_into().unwrap()).is_nan());
+        let inf = Carray::parse(sizes, br#"{"dtype": "<f4", "chunklen": 8, "dflt": -Infinity}"#).unwrap();
+        assert_eq!(inf.dflt_bytes, f32::NEG_INFINITY.to_le_bytes());
+        let quoted = br#"{"dtype": "float64", "chunklen": 8, "dflt": 0, "note": "NaN \" Infinity"}"#;
+        assert!(Carray::parse(sizes, quoted).is_ok(), "words inside strings are left alone");
     }
 }

@@ -108,7 +108,10 @@ impl MetaHeader {
         if meta.codec > 1 {
             return damaged(format!("metadata codec {} is unknown", meta.codec));
         }
-        if meta.meta_comp_size > meta.max_meta_size || meta.max_meta_size > MAX_META_SIZE {
+        if meta.meta_comp_size > meta.max_meta_size
+            || meta.max_meta_size > MAX_META_SIZE
+            || meta.meta_size > MAX_META_SIZE
+        {
             return damaged(format!("metadata sizes {} of {} do not fit", meta.meta_comp_size, meta.max_meta_size));
         }
         Ok(meta)
@@ -136,6 +139,9 @@ impl MetaHeader {
                 .take(limit)
                 .read_to_end(&mut out)
                 .or_else(|e| damaged(format!("metadata does not inflate: {e}")))?;
+            if out.len() as u64 != limit {
+                return damaged(format!("metadata inflates to {} bytes, not {limit}", out.len()));
+            }
             out
         } else {
             data.to_vec()
@@ -383,6 +389,16 @@ mod tests {
 
     fn found(table: &ChunkTable, n: usize) -> Vec<bool> {
         (0..n).map(|i| table.get(i).is_some()).collect()
+    }
+
+    #[test]
+    fn metadata_that_claims_to_inflate_past_the_limit_is_damage() {
+        let mut header = b"JSON\0\0\0\0\0\x01\0\0".to_vec();
+        for v in [u32::MAX, 64, 32] {
+            header.extend_from_slice(&v.to_le_bytes());
+        }
+        header.extend_from_slice(&[0; 8]);
+        assert!(matches!(MetaHeader::parse(&header), Err(super::super::BlzError::Damaged(_))));
     }
 
     #[test]

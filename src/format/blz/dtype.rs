@@ -34,6 +34,16 @@ const TYPES: [(&str, char, u8); 13] = [
     ("complex64", 'c', 8),
 ];
 
+/// A float fill value: a number, or Zarr v3's "NaN", "Infinity" and "-Infinity".
+fn float(value: &Value) -> Option<f64> {
+    match value.as_str() {
+        Some("NaN") => Some(f64::NAN),
+        Some("Infinity") => Some(f64::INFINITY),
+        Some("-Infinity") => Some(f64::NEG_INFINITY),
+        _ => value.as_f64(),
+    }
+}
+
 impl Dtype {
     /// Reads a numpy type string or name.
     pub fn parse(text: &str) -> Result<Dtype> {
@@ -57,7 +67,7 @@ impl Dtype {
             _ if by_name.is_some() => by_name.map(|t| (t, false)),
             [order @ (b'<' | b'>' | b'|' | b'='), kind, size @ ..] => {
                 let size: Option<u8> = std::str::from_utf8(size).ok().and_then(|s| s.parse().ok());
-                let kind = (*kind as char).to_ascii_lowercase();
+                let kind = *kind as char;
                 size.and_then(|size| find(kind, size)).map(|t| (t, *order == b'>' && size > Some(1)))
             }
             _ => None,
@@ -84,8 +94,8 @@ impl Dtype {
                     .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))?;
                 (n == 8 || v < (1u64 << (8 * n))).then(|| v.to_le_bytes()[..n as usize].to_vec())?
             }
-            ('f', 4) => (value.as_f64()? as f32).to_le_bytes().to_vec(),
-            ('f', 8) => value.as_f64()?.to_le_bytes().to_vec(),
+            ('f', 4) => (float(value)? as f32).to_le_bytes().to_vec(),
+            ('f', 8) => float(value)?.to_le_bytes().to_vec(),
             // float16 and complex: only zero, whose bytes are all zero.
             (_, n) => (value.as_f64()? == 0.0).then(|| vec![0; n as usize])?,
         };

@@ -234,8 +234,14 @@ pub fn read_carray(store: &dyn Store, dir: &str) -> Result<Option<Array>> {
     let dir_attr = store.attr(dir)?;
     let mut stamps = vec![dir_attr.stamp];
     let mut contents = Vec::new();
+    let mut oversized = None;
     for name in CARRAY_META {
         match store.open(&join(dir, name)) {
+            Ok(file) if file.attr().size > bcolz::MAX_META_FILE => {
+                stamps.push(file.attr().stamp);
+                oversized = Some(format!("{name} is larger than {} bytes", bcolz::MAX_META_FILE));
+                contents.push(Vec::new());
+            }
             Ok(file) => {
                 stamps.push(file.attr().stamp);
                 contents.push(file.read_exact_at(0, file.attr().size)?);
@@ -247,8 +253,11 @@ pub fn read_carray(store: &dyn Store, dir: &str) -> Result<Option<Array>> {
     let stamp = combine(&stamps);
     let place = store.describe(dir);
     let attr = Attr { stamp, ..dir_attr };
-    let parsed =
-        Carray::parse(&contents[0], &contents[1]).and_then(|c| bcolz::attributes(&contents[2]).map(|attrs| (c, attrs)));
+    let parsed = match oversized {
+        Some(why) => Err(BlzError::Damaged(why)),
+        None => Carray::parse(&contents[0], &contents[1])
+            .and_then(|c| bcolz::attributes(&contents[2]).map(|attrs| (c, attrs))),
+    };
     let (carray, attributes) = match parsed {
         Ok(found) => found,
         Err(BlzError::Refused(why)) => {
