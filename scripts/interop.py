@@ -24,6 +24,7 @@ import zarr
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
 import generate  # noqa: E402
+from checks import Checks
 
 warnings.filterwarnings("ignore", message="Consolidated metadata")
 
@@ -164,16 +165,7 @@ def external_rewrite(binary, work, check):
 
 def main():
     binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="shardfs-interop.") as work:
         generate.generate(work)
@@ -231,8 +223,7 @@ def main():
               stored.shards is not None and stored.shape == (20,) and stored.attrs["edited"] == "through the view")
         shard_new_through_view(binary, work, check)
         external_rewrite(binary, work, check)
-    print(f"interop: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop")
 
 
 if __name__ == "__main__":

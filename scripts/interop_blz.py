@@ -25,6 +25,7 @@ import tempfile
 import numpy as np
 import tensorstore as ts
 import zarr
+from checks import Checks
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BLZ_PYTHON = os.path.join(ROOT, "target", "venv-blz", "bin", "python")
@@ -64,16 +65,7 @@ def flip_chunk_byte(path, chunk):
 
 def main():
     binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="shardfs-interop-blz.") as work:
         subprocess.run([BLZ_PYTHON, os.path.join(ROOT, "tests", "data", "generate_blz.py"), work, "--all"], check=True)
@@ -153,8 +145,7 @@ def main():
         finally:
             subprocess.run([binary, "unmount", mnt], check=False)
 
-    print(f"interop-blz: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(check.summary("interop-blz"))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import tensorstore as ts
 import zarr
+from checks import Checks
 
 # The watcher passes once a second; a change underneath must show within this long.
 SETTLE = 3.0
@@ -255,22 +256,12 @@ def main():
         appends = int(args[i + 1])
         del args[i:i + 2]
     binary = os.path.realpath(args[0] if args else "target/debug/shardfs")
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="shardfs-changes.") as work:
         through_the_view(binary, work, check, appends)
         underneath(binary, work, check)
-    print(f"interop-changes: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop-changes")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 import numpy as np
+from checks import Checks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "data"))
@@ -52,12 +53,7 @@ def main():
     os.environ["ZARR_V3_EXPERIMENTAL_API"] = "1"
     import generate_draft
     import zarr
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        passed, failed = (passed + 1, failed) if ok else (passed, failed + 1)
-        print(f"{'ok  ' if ok else 'FAIL'} {name} {'' if ok else detail}")
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="shardfs-draft.") as work:
         subprocess.run([sys.executable, os.path.join(HERE, "..", "tests", "data", "generate_draft.py"), work],
@@ -97,8 +93,7 @@ def main():
               and doc["attributes"]["edited"] == "through the view", json.dumps(doc)[:300])
         result = subprocess.run([binary, "check", sharded], capture_output=True, text=True)
         check("shardfs check passes after the writes", result.returncode == 0, result.stdout[-500:])
-    print(f"interop-draft: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop-draft")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
 import generate  # noqa: E402
+from checks import Checks
 
 warnings.filterwarnings("ignore", category=NotGeoreferencedWarning)
 warnings.filterwarnings("ignore", message="Consolidated metadata")
@@ -37,16 +38,7 @@ def gdal_read(root, path):
 
 def main():
     binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     gdal = f"GDAL {rasterio.__gdal_version__}"
     with tempfile.TemporaryDirectory(prefix="shardfs-interop-gdal.") as work:
@@ -76,8 +68,7 @@ def main():
         finally:
             subprocess.run([binary, "unmount", mnt], check=False)
         check("unmounted", not os.path.ismount(mnt))
-    print(f"interop-gdal: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop-gdal")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import fsspec
 import numpy as np
 import zarr
 from zarr.storage import FsspecStore
+from checks import Checks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "data"))
@@ -99,16 +100,7 @@ def run_reader(python, program, refs, expected, label, arrays, check):
 
 def main():
     binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="shardfs-interop-refs.") as work:
         generate.generate(work)
@@ -192,8 +184,7 @@ def main():
             parses = False
         check("a damaged shard: refused, exit 1, one line naming it, no JSON document",
               run.returncode == 1 and len(lines) == 1 and shard in lines[0] and not parses, run.stderr[-400:])
-    print(f"interop-refs: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop-refs")
 
 
 if __name__ == "__main__":

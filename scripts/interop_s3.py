@@ -50,6 +50,7 @@ from zarr.storage import ObjectStore
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
 import generate  # noqa: E402
 from interop import chunk_files, peers_write_regions  # noqa: E402
+from checks import Checks
 
 warnings.filterwarnings("ignore", message="Consolidated metadata")
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -403,16 +404,7 @@ def main():
             f.write(text)
     os.environ.update(AWS_CONFIG_FILE=os.path.join(aws_files, "config"),
                       AWS_SHARED_CREDENTIALS_FILE=os.path.join(aws_files, "credentials"))
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     server = Server()
     server.start()
@@ -436,8 +428,7 @@ def main():
     finally:
         mounts.close()
         server.stop()
-    print(f"interop-s3: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop-s3")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, Transpos
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
 import generate  # noqa: E402
+from checks import Checks  # noqa: E402
 
 warnings.filterwarnings("ignore", message="Consolidated metadata")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -241,16 +242,7 @@ def writes_through_the_view(binary, sharded, mnt, work, log, check):
 
 def main():
     binary = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/shardfs")
-    passed, failed = 0, 0
-
-    def check(name, ok, detail=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print(f"ok   {name}")
-        else:
-            failed += 1
-            print(f"FAIL {name} {detail}")
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="shardfs-interop-v2.") as work:
         generate.generate(work)
@@ -339,8 +331,7 @@ def main():
         check("the log names each array left out and why",
               "v2/two_compressors" in text and "more than one compressor" in text
               and "crc32c mismatch" in text, text[-600:])
-    print(f"interop-v2: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("interop-v2")
 
 
 if __name__ == "__main__":
