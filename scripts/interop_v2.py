@@ -123,9 +123,17 @@ try:
     result["zarr.json"] = "written"
 except OSError as e:
     result["zarr.json"] = e.errno
-# What the v2 view does not do: a new array is refused.
+# A new group, and a new array in it (stored sharded: the mount has --shard-new).
+zarr.open_group(f"{mnt}/v2/made", mode="w")
+a = zarr.open_array(f"{mnt}/v2/made/new", mode="w", shape=(9, 7), chunks=(2, 3), dtype=">i4",
+                    compressor=zarr.Blosc(cname="zstd", clevel=3, shuffle=2), fill_value=-1)
+a[1:8, 2:6] = np.arange(28, dtype=">i4").reshape(7, 4)
+a.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+save("v2/made/new", zarr.open_array(f"{mnt}/v2/made/new", mode="r")[...])
+# An array v3 cannot hold as written (a filter) is refused.
 try:
-    zarr.open_array(f"{mnt}/v2/new", mode="w", shape=(4,), chunks=(2,), dtype="i4")
+    zarr.open_array(f"{mnt}/v2/made/filtered", mode="w", shape=(4,), chunks=(2,), dtype="<i4",
+                    filters=[zarr.Delta(dtype="<i4")])
     result["new array"] = "created"
 except Exception as e:
     result["new array"] = type(e).__name__ + ": " + str(e)
@@ -199,12 +207,13 @@ def writes_through_the_view(binary, sharded, mnt, work, log, check):
     import tensorstore as ts
     written = os.path.join(work, "written")
     os.mkdir(written)
-    subprocess.run([binary, "mount", "--zarr-format", "2", "--log-file", log, sharded, mnt], check=True)
+    subprocess.run([binary, "mount", "--zarr-format", "2", "--shard-new", "2", "--log-file", log, sharded, mnt],
+                   check=True)
     try:
         run = subprocess.run([V2_PYTHON, "-c", WRITER, mnt, written], capture_output=True, text=True)
         result = json.loads(run.stdout) if run.returncode == 0 else {}
         check("zarr-python 2.18 writes through the v2 view", run.returncode == 0, run.stderr[-800:])
-        check("a new array through the v2 view is refused", result.get("new array", "created") != "created",
+        check("a new array with a filter (no v3 form here) is refused", result.get("new array", "created") != "created",
               str(result.get("new array")))
         check("a chunk-key directory made in the v2 view outlives the kernel's caches", result.get("made dir") is True)
         check(".zmetadata written by zarr.consolidate_metadata is dropped; the view's follows the next write at once",
@@ -215,7 +224,8 @@ def writes_through_the_view(binary, sharded, mnt, work, log, check):
               str(result.get("zarr.json")))
     finally:
         subprocess.run([binary, "unmount", mnt], check=False)
-    names = ["v2/crc", "v2/blosc", "v2/unsharded_crc", "v2/bool", "v2/nan_fill", "xr/temperature", "v2/unsharded"]
+    names = ["v2/crc", "v2/blosc", "v2/unsharded_crc", "v2/bool", "v2/nan_fill", "xr/temperature", "v2/unsharded",
+             "v2/made/new"]
     for name in names:
         want = np.load(os.path.join(written, name.replace("/", "_") + ".npy"))
         got = zarr.open_array(os.path.join(sharded, name), mode="r")[...]
@@ -228,6 +238,12 @@ def writes_through_the_view(binary, sharded, mnt, work, log, check):
     check("v2/nan_fill: .zattrs stored as attributes and dimension names",
           meta.attributes == {"units": "K"} and tuple(meta.dimension_names or ()) == ("y", "x"),
           f"{meta.attributes} {meta.dimension_names}")
+    made = zarr.open_array(os.path.join(sharded, "v2/made/new"), mode="r").metadata
+    check("v2/made/new: made through the v2 view, stored as a sharded v3 array with its dimension names",
+          "ShardingCodec(" in str(made.codecs) and "BloscCodec(" in str(made.codecs)
+          and tuple(made.dimension_names or ()) == ("y", "x"), str(made.codecs)[:300])
+    check("v2/made: a group made through the v2 view is a v3 group",
+          json.load(open(os.path.join(sharded, "v2/made/zarr.json"))).get("node_type") == "group")
     codecs = str(zarr.open_array(os.path.join(sharded, "v2/crc"), mode="r").metadata.codecs)
     check("v2/crc: still sharded with its crc32c after the writes", "ShardingCodec(" in codecs and "GzipCodec(level=1), Crc32cCodec()" in codecs, codecs)
     stray = [os.path.join(d, n) for d, _, names in os.walk(sharded) for n in names

@@ -126,6 +126,115 @@ pub fn with_zarray(stored: &Value, shown: &Value, written: &Value) -> Result<Val
     Ok(doc)
 }
 
+/// The v3 document of an array created through the v2 view with the `.zarray` `zarray`: the
+/// inverse of [`v2_array`] (numpy type string to data type and byte order, order F to a
+/// reversing transpose, the compressor to its v3 codec, `dimension_separator` to the `v2` chunk
+/// key encoding), so that the chunk files written under v2 keys are the chunks of the v3 array.
+pub fn v3_array(zarray: &Value) -> Result<Value, Unsupported> {
+    let field = |name: &str| zarray.get(name).ok_or_else(|| Unsupported(format!(".zarray has no {name}")));
+    if zarray.get("zarr_format") != Some(&json!(2)) {
+        return Err(".zarray is not zarr_format 2".into());
+    }
+    let sizes = |name: &str| -> Result<Vec<u64>, Unsupported> {
+        let list = field(name)?.as_array().ok_or_else(|| Unsupported(format!(".zarray {name} is not a list")))?;
+        list.iter()
+            .map(|v| v.as_u64().ok_or_else(|| Unsupported(format!(".zarray {name} is not a list of sizes"))))
+            .collect()
+    };
+    let (shape, chunks) = (sizes("shape")?, sizes("chunks")?);
+    if chunks.len() != shape.len() || chunks.contains(&0) {
+        return Err(format!("chunks {chunks:?} do not fit shape {shape:?}").into());
+    }
+    let dtype = field("dtype")?.as_str().ok_or("a structured dtype has no v3 form here")?;
+    let (order, code) = dtype.split_at_checked(1).ok_or("the dtype is empty")?;
+    let data_type = match code {
+        "b1" => "bool",
+        "i1" => "int8",
+        "i2" => "int16",
+        "i4" => "int32",
+        "i8" => "int64",
+        "u1" => "uint8",
+        "u2" => "uint16",
+        "u4" => "uint32",
+        "u8" => "uint64",
+        "f2" => "float16",
+        "f4" => "float32",
+        "f8" => "float64",
+        "c8" => "complex64",
+        "c16" => "complex128",
+        _ => return Err(format!("the dtype {dtype} has no v3 form here").into()),
+    };
+    let item_size: u64 = code[1..].parse().expect("a size");
+    let mut codecs = Vec::new();
+    match field("order")?.as_str() {
+        Some("C") => {}
+        Some("F") if shape.len() > 1 => codecs
+            .push(json!({"name": "transpose", "configuration": {"order": (0..shape.len()).rev().collect::<Vec<_>>()}})),
+        Some("F") => {}
+        _ => return Err(".zarray order is neither C nor F".into()),
+    }
+    codecs.push(match (order, item_size) {
+        (_, 1) => json!({"name": "bytes"}),
+        (">", _) => json!({"name": "bytes", "configuration": {"endian": "big"}}),
+        ("<" | "|" | "=", _) => json!({"name": "bytes", "configuration": {"endian": "little"}}),
+        _ => return Err(format!("the byte order of {dtype} is unknown").into()),
+    });
+    if !matches!(zarray.get("filters"), None | Some(Value::Null)) && zarray["filters"] != json!([]) {
+        return Err("filters have no v3 form here".into());
+    }
+    if let Some(compressor) = zarray.get("compressor").filter(|c| !c.is_null()) {
+        codecs.push(codec_of(compressor, item_size)?);
+    }
+    let fill_value = match field("fill_value")? {
+        Value::Null if data_type == "bool" => json!(false),
+        Value::Null => json!(0),
+        other => other.clone(),
+    };
+    let separator = match zarray.get("dimension_separator").and_then(Value::as_str) {
+        None | Some(".") => ".",
+        Some("/") => "/",
+        Some(other) => return Err(format!("dimension_separator {other:?} is neither . nor /").into()),
+    };
+    Ok(json!({
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": data_type,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "v2", "configuration": {"separator": separator}},
+        "fill_value": fill_value,
+        "codecs": codecs,
+        "attributes": {},
+    }))
+}
+
+/// The v3 codec of a numcodecs compressor: the inverse of [`compressor_of`].
+fn codec_of(compressor: &Value, item_size: u64) -> Result<Value, Unsupported> {
+    let get = |key: &str| compressor.get(key).cloned().ok_or_else(|| Unsupported(format!("compressor without {key}")));
+    match compressor.get("id").and_then(Value::as_str) {
+        Some("gzip") => Ok(json!({"name": "gzip", "configuration": {"level": get("level")?}})),
+        Some("zstd") => Ok(
+            json!({"name": "zstd", "configuration": {"level": get("level")?, "checksum": compressor.get("checksum").cloned().unwrap_or(json!(false))}}),
+        ),
+        Some("blosc") => {
+            // numcodecs' AUTOSHUFFLE (-1) is bit shuffle for one-byte items, byte shuffle otherwise.
+            let shuffle = match get("shuffle")?.as_i64() {
+                Some(0) => "noshuffle",
+                Some(1) => "shuffle",
+                Some(2) => "bitshuffle",
+                Some(-1) if item_size == 1 => "bitshuffle",
+                Some(-1) => "shuffle",
+                _ => return Err("blosc with an unknown shuffle".into()),
+            };
+            let blocksize = compressor.get("blocksize").cloned().unwrap_or(json!(0));
+            Ok(
+                json!({"name": "blosc", "configuration": {"cname": get("cname")?, "clevel": get("clevel")?, "shuffle": shuffle, "typesize": item_size, "blocksize": blocksize}}),
+            )
+        }
+        _ => Err(format!("the compressor {compressor} has no v3 form here").into()),
+    }
+}
+
 /// The `.zgroup` and `.zattrs` of the v3 group document `doc`.
 pub fn v2_group(doc: &Value) -> (Value, Value) {
     let attributes = doc.get("attributes").filter(|a| a.is_object()).cloned().unwrap_or_else(|| json!({}));
@@ -455,6 +564,29 @@ mod tests {
         let mut written = shown.clone();
         written["chunks"] = json!([1, 1]);
         assert!(with_zarray(&stored, &shown, &written).unwrap_err().0.contains("chunks"));
+    }
+
+    #[test]
+    fn a_new_zarray_becomes_the_v3_array_whose_v2_form_it_is() {
+        let zarray = json!({"zarr_format": 2, "shape": [10, 6], "chunks": [4, 3], "dtype": ">f8",
+            "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0},
+            "fill_value": "NaN", "order": "F", "filters": null, "dimension_separator": "/"});
+        let v3 = v3_array(&zarray).unwrap();
+        assert_eq!(v3["data_type"], "float64");
+        assert_eq!(v3["chunk_key_encoding"], json!({"name": "v2", "configuration": {"separator": "/"}}));
+        let back = v2_array(&v3).unwrap().zarray;
+        for key in ["shape", "chunks", "dtype", "compressor", "fill_value", "order", "dimension_separator"] {
+            assert_eq!(back[key], zarray[key], "{key}");
+        }
+        let gzip = json!({"zarr_format": 2, "shape": [5], "chunks": [2], "dtype": "|u1",
+            "compressor": {"id": "gzip", "level": 1}, "fill_value": null, "order": "C", "filters": null});
+        assert_eq!(v2_array(&v3_array(&gzip).unwrap()).unwrap().zarray["compressor"], gzip["compressor"]);
+        let mut bad = gzip.clone();
+        bad["filters"] = json!([{"id": "delta", "dtype": "<i4"}]);
+        assert!(v3_array(&bad).unwrap_err().0.contains("filters"));
+        bad = gzip.clone();
+        bad["dtype"] = json!("<U4");
+        assert!(v3_array(&bad).is_err());
     }
 
     #[test]

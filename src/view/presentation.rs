@@ -228,7 +228,8 @@ impl Presentation for ZarrV2 {
     }
 
     /// `.zattrs` sets the attributes (and dimension names), `.zarray` the shape; `.zgroup` says
-    /// nothing a v3 group does not.
+    /// nothing a v3 group does not. Where there is no document yet, `.zarray` makes an array and
+    /// `.zgroup` a group.
     fn store_back(
         &self,
         source: &dyn SourceFormat,
@@ -237,13 +238,23 @@ impl Presentation for ZarrV2 {
         written: &[u8],
         stored: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>, Unsupported> {
-        let stored = stored.ok_or("the Zarr v2 view creates no arrays or groups; create them through the v3 view")?;
         let parse = |bytes: &[u8], what: &str| {
             serde_json::from_slice::<serde_json::Value>(bytes)
                 .map_err(|e| Unsupported(format!("{what} is not JSON: {e}")))
         };
         let name = crate::store::file_name(path);
         let written = parse(written, name)?;
+        let json = |value: &serde_json::Value| serde_json::to_vec_pretty(value).expect("JSON values serialize");
+        // A node made through this view: zarr-python 2 writes its .zarray or .zgroup first.
+        let Some(stored) = stored else {
+            return match name {
+                ".zarray" => Ok(Some(json(&zarr_v2::v3_array(&written)?))),
+                ".zgroup" if written == serde_json::json!({"zarr_format": 2}) => {
+                    Ok(Some(json(&serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": {}}))))
+                }
+                _ => Err(format!("{name}: no array or group here to store it in").into()),
+            };
+        };
         let doc = parse(stored, "the stored document")?;
         let updated = match name {
             ".zattrs" => zarr_v2::with_zattrs(&doc, &written)?,

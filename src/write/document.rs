@@ -36,7 +36,10 @@ pub fn store_document(
             serde_json::from_slice::<serde_json::Value>(s).is_ok_and(|d| d.get("node_type") == Some(&"array".into()))
         });
         Ok(if let Some(translated) = presentation.store_back(source, path, key, written, stored).map_err(refuse)? {
-            translated
+            match shard_new_factors.filter(|_| stored.is_none()) {
+                Some(factors) => shard_new(&translated, factors).map_err(refuse)?.unwrap_or(translated),
+                None => translated,
+            }
         } else if let Some(regrouped) =
             reshard_consolidated(written, &|child| store.read(&join(&join(dir, child), "zarr.json")).ok())
                 .map_err(refuse)?
