@@ -36,15 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0 failed=0
-check() { # check NAME COMMAND...: the command must succeed
-  local name=$1; shift
-  if "$@" >"$work/out" 2>&1; then
-    passed=$((passed + 1)); echo "ok   $name"
-  else
-    failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     /' "$work/out"
-  fi
-}
+source "$(dirname "$0")/checks.sh"
 same() { diff <(eval "$1") <(eval "$2") | head -20; test "${PIPESTATUS[0]}" = 0; }
 chunk_sums() { (cd "$1" && find . -type f ! -name zarr.json -print0 | sort -z | xargs -0 md5sum); }
 # mount.fuse3 runs the daemon as `shardfs STORE MOUNTPOINT -o ...`, and $mnt is this run's own.
@@ -106,5 +98,4 @@ if command -v systemd-analyze >/dev/null; then
   check "and passes systemd-analyze verify" bash -c "cd $work/units && systemd-analyze verify ./mnt-zarr.mount"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+summary mount-helper

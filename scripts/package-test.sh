@@ -28,16 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0 failed=0
-check() { # check NAME COMMAND...: the command must succeed
-  local name=$1; shift
-  if "$@" >"$work/out" 2>&1; then
-    passed=$((passed + 1)); echo "ok   $name"
-  else
-    failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     /' "$work/out"
-    return 1
-  fi
-}
+source "$(dirname "$0")/checks.sh"
 same() { diff <(eval "$1") <(eval "$2"); }
 
 dpkg-deb -c "$deb" | awk '{print $NF}' | grep -v '/$' | sort >"$work/contents"
@@ -82,5 +73,4 @@ check "umount" umount "$mnt"
 check "dpkg -r" dpkg -r shardfs && installed=0
 check "nothing left in /usr/bin" bash -c "! test -e /usr/bin/shardfs && ! test -e /usr/share/man/man1/shardfs.1.gz"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+summary package

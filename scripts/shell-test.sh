@@ -21,15 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0 failed=0
-check() { # check NAME COMMAND...: the command must succeed
-  local name=$1; shift
-  if "$@" >"$work/out" 2>&1; then
-    passed=$((passed + 1)); echo "ok   $name"
-  else
-    failed=$((failed + 1)); echo "FAIL $name"; sed 's/^/     /' "$work/out"
-  fi
-}
+source "$(dirname "$0")/checks.sh"
 same() { diff <(eval "$1") <(eval "$2"); }
 files() { (cd "$1" && find . -type f | sort); }
 chunk_sums() { (cd "$1" && find . -type f ! -name zarr.json -print0 | sort -z | xargs -0 md5sum); }
@@ -114,5 +106,4 @@ check "BLZ: a ctable's attributes in its zarr.json" grep -q calendar_offset "$wo
 check "BLZ: writes are refused (EROFS)" bash -c "! touch $work/blz/new 2>$work/touch.err && grep -q 'Read-only' $work/touch.err"
 check "BLZ: unmount" "$bin" unmount "$work/blz"
 
-echo "shell: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+summary shell
