@@ -75,6 +75,22 @@ pub struct Array {
 }
 
 impl Array {
+    /// An array whose files are damaged as `why` says: listed, with no chunks, its document EIO.
+    fn damaged(source: Source, stamp: Stamp, attr: Attr, why: String) -> Array {
+        Array {
+            source,
+            stamp,
+            attr,
+            doc: Err(why),
+            rank: 1,
+            shards: 0,
+            chunk_bytes: 0,
+            typesize: 1,
+            short_last: None,
+            nchunks: 0,
+        }
+    }
+
     /// Bytes of memory the description holds, for the cache's bound.
     pub fn heap_bytes(&self) -> usize {
         let doc = self.doc.as_ref().map_or(0, Vec::len);
@@ -120,24 +136,18 @@ pub fn read_blp(store: &dyn Store, key: &str) -> Result<Option<Array>> {
     let dir_attr = Attr { kind: Kind::Dir, perm: attr.perm | (attr.perm & 0o444) >> 2, nlink: 2, ..attr };
     let damaged = |why: String| {
         log::warn!("{place}: {why}; its array reads as EIO");
-        Array {
-            source: Source::Blp {
+        Array::damaged(
+            Source::Blp {
                 file: key.into(),
                 file_len: len,
                 checksum: Checksum::None,
                 chunks: Default::default(),
                 by_start: Vec::new(),
             },
-            stamp: attr.stamp,
-            attr: dir_attr,
-            doc: Err(why),
-            rank: 1,
-            shards: 0,
-            chunk_bytes: 0,
-            typesize: 1,
-            short_last: None,
-            nchunks: 0,
-        }
+            attr.stamp,
+            dir_attr,
+            why,
+        )
     };
     let first = file.read_exact_at(0, len.min(64))?;
     let prefix = match bloscpack::prefix_len(&first).and_then(|n| {
@@ -275,18 +285,7 @@ pub fn read_carray(store: &dyn Store, dir: &str) -> Result<Option<Array>> {
                 clevel: None,
                 cname: None,
             };
-            return Ok(Some(Array {
-                source: Source::Carray { dir: dir.into(), carray },
-                stamp,
-                attr,
-                doc: Err(why),
-                rank: 1,
-                shards: 0,
-                chunk_bytes: 0,
-                typesize: 1,
-                short_last: None,
-                nchunks: 0,
-            }));
+            return Ok(Some(Array::damaged(Source::Carray { dir: dir.into(), carray }, stamp, attr, why)));
         }
     };
     // Codec settings from the first chunk's header; cparams when it cannot be read.
