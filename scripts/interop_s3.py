@@ -26,6 +26,7 @@ to a local directory. Then:
 """
 
 import contextlib
+import gzip
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 import warnings
+from unittest import mock
 
 import boto3
 import google_crc32c
@@ -96,6 +98,19 @@ def ts_spec(server, path):
 
 def write_fixtures(server, prefix, twin):
     """Every layout of generate.py: sharded into the bucket, the unsharded twins into `twin`."""
+    # numcodecs' gzip stamps each chunk with the current second; the two copies, written one
+    # after the other, must not differ by a second boundary falling between them.
+    with mock.patch.object(gzip, "time", FixedClock):
+        return write_both(server, prefix, twin)
+
+
+class FixedClock:
+    @staticmethod
+    def time():
+        return 1_700_000_000.0
+
+
+def write_both(server, prefix, twin):
     store = zarr_store(server, prefix)
     zarr.open_group(store, mode="w", attributes={"golden": True})
     zarr.open_group(twin, mode="w", attributes={"golden": True})
