@@ -49,6 +49,8 @@ target/venv/bin/python scripts/interop.py target/debug/shardfs
 # The same with the newest releases (pinned in setup.sh), so that a release that breaks the view
 # is caught: about 10 s.
 target/venv-newest/bin/python scripts/interop.py target/debug/shardfs
+# zarr-python's own store conformance suite in a writable mount, against a plain directory.
+target/venv-newest/bin/python scripts/interop_store_suite.py target/debug/shardfs
 target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 target/venv/bin/python scripts/interop_s3.py target/debug/shardfs

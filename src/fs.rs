@@ -114,7 +114,9 @@ enum Handle {
     Stored { file: Box<dyn OpenFile>, append: bool },
     /// A metadata document of the view (at this view path) opened for writing: stored,
     /// translated, when it is closed or fsync'd.
-    Document { path: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool },
+    /// `placeholder`: created by this handle, so the store holds an empty document until its
+    /// content is stored; a refused content removes it again.
+    Document { path: String, buffer: Mutex<Vec<u8>>, dirty: AtomicBool, append: bool, placeholder: AtomicBool },
 }
 
 /// The filesystem: a [`Namespace`] plus the inode and handle tables the kernel protocol needs,
@@ -282,16 +284,30 @@ impl ShardFs {
     }
 
     /// After a rename, the kernel knows the renamed file by its old inode under the new name: that
-    /// inode must now stand for the file at its new place.
-    /// Its answers are then watched again when the kernel next asks for its attributes.
-    fn rebind(&self, from_path: &str, to: &Node) {
+    /// inode must now stand for the file at its new place. The kernel moves a renamed directory's
+    /// cached names along with it, so every inode below it moves too, or a file the kernel holds
+    /// below would be looked for at its old path. Answers are watched again when the kernel next
+    /// asks for their attributes.
+    fn rebind(&self, from_path: &str, to: &Node, is_dir: bool) {
+        let to_path = to.path();
         let mut inodes = self.inodes.lock();
         if let Some(ino) = find_ino(&inodes, from_path)
             && let Some(inode) = inodes.get_mut(&ino)
         {
             self.freshness.unwatch(ino);
             inode.node = to.clone();
-            inode.path = to.path();
+            inode.path = to_path.clone();
+        }
+        if !is_dir {
+            return;
+        }
+        let below = format!("{from_path}/");
+        for (ino, inode) in inodes.iter_mut() {
+            if let Some(rest) = inode.path.strip_prefix(&below) {
+                self.freshness.unwatch(*ino);
+                inode.path = join(&to_path, rest);
+                inode.node = inode.node.moved(from_path, &to_path);
+            }
         }
     }
 

@@ -258,6 +258,14 @@ pub trait Store: Send + Sync + Debug {
     /// Moves the file at `from` to `to`, replacing a file there, atomically and durably.
     fn rename(&self, from: &str, to: &str) -> Result<()>;
 
+    /// Gives the file at `from` the second name `to`, durably; [`Error::Changed`] when `to` exists.
+    /// zarr-python creates a key exclusively this way (link(2) of a temporary file, then unlink).
+    /// A store without links stores a copy made with one conditional [`Store::put`].
+    fn link(&self, from: &str, to: &str) -> Result<()> {
+        let content = self.read(from)?;
+        self.put(to, &[&content], PutMode::Create)
+    }
+
     /// Makes directory `key` with permission bits `mode`.
     fn make_dir(&self, key: &str, mode: u32) -> Result<()>;
 

@@ -147,6 +147,7 @@ impl ShardFs {
                     buffer: Mutex::new(content),
                     dirty: AtomicBool::new(mode.truncate),
                     append: mode.append,
+                    placeholder: AtomicBool::new(false),
                 }
             }
             Node::Stored(key) => {
@@ -209,8 +210,13 @@ impl ShardFs {
                     Err(e) => return Err(e.into()),
                 }
                 let buffer = Mutex::new(Vec::new());
-                let handle =
-                    Handle::Document { path: path.clone(), buffer, dirty: AtomicBool::new(true), append: open.append };
+                let handle = Handle::Document {
+                    path: path.clone(),
+                    buffer,
+                    dirty: AtomicBool::new(true),
+                    append: open.append,
+                    placeholder: AtomicBool::new(true),
+                };
                 (Node::Document(path), handle)
             }
             Target::ChunkDir(..) => return Err(Error::Invalid(format!("{name} is a chunk-key directory"))),
@@ -361,9 +367,58 @@ impl ShardFs {
         let from = self.target(&self.node(parent)?, name)?;
         let to = self.target(&self.node(new_parent)?, new_name)?;
         let (from_node, to_node) = (self.target_node(&from), self.target_node(&to));
+        let is_dir = matches!(from, Target::Stored(_)) && self.ns.attr(&from_node)?.kind == Kind::Dir;
+        if is_dir {
+            // Pending chunks belong to their array's path: they reach their shards before the
+            // shards move, never a directory that no longer exists.
+            self.commit_all()?;
+        }
         self.move_content(from, to)?;
-        self.rebind(&from_node.path(), &to_node);
+        self.rebind(&from_node.path(), &to_node, is_dir);
         Ok(())
+    }
+
+    /// Gives file `ino` the new name `new_name` in `new_parent` (link(2)), failing with EEXIST when
+    /// the name exists: zarr-python creates keys exclusively by linking a temporary file to them.
+    /// Store files get a real second name where the store has links; anything else (a chunk, or
+    /// a file linked onto a chunk key or a metadata document) gets a copy of its content.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &str) -> Result<(u64, Attr)> {
+        self.pending()?;
+        let node = self.node(ino)?;
+        let parent_node = self.node(new_parent)?;
+        let to = self.target(&parent_node, new_name)?;
+        if self.ns.child(&parent_node, new_name).is_ok() {
+            return Err(Error::Exists);
+        }
+        let exists = |e: store::Error| match e {
+            store::Error::Changed(_) => Error::Exists,
+            e => e.into(),
+        };
+        match (&node, &to) {
+            (Node::Stored(key), _) if self.ns.attr(&node)?.kind == Kind::Dir => {
+                return Err(Error::Invalid(format!("{key}: a directory cannot be linked")));
+            }
+            (Node::Stored(key), Target::Stored(new_key)) => self.ns.store().link(key, new_key).map_err(exists)?,
+            (Node::ChunkDir { .. } | Node::Consolidated(_), _) => {
+                return Err(Error::Invalid(format!("{}: cannot be linked", node.path())));
+            }
+            _ => {
+                let content = self.chunk_bytes(&node)?;
+                match &to {
+                    Target::Chunk(array, coords) => {
+                        self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
+                    }
+                    Target::Document(path) => self.store_document(path, &content)?,
+                    Target::Stored(key) => self.ns.store().put(key, &[&content], PutMode::Create).map_err(exists)?,
+                    Target::Consolidated(_) => return Err(Error::ReadOnly),
+                    Target::ChunkDir(..) => return Err(Error::Exists),
+                    Target::ChunkOutside(array, _) => return Err(outside(array, new_name)),
+                }
+            }
+        }
+        let new_node = self.target_node(&to);
+        let answer = self.ns.answer(&new_node)?;
+        Ok((self.remember_told(new_node, &answer), answer.attr))
     }
 
     fn move_content(&self, from: Target, to: Target) -> Result<()> {
@@ -457,16 +512,38 @@ impl ShardFs {
         {
             file.sync()?;
         }
-        if let Handle::Document { path, buffer, dirty, .. } = handle
+        if let Handle::Document { path, buffer, dirty, placeholder, .. } = handle
             && dirty.swap(false, Ordering::Relaxed)
         {
             let content = buffer.lock().clone();
             if let Err(e) = self.store_document(path, &content) {
                 dirty.store(true, Ordering::Relaxed);
+                if placeholder.swap(false, Ordering::Relaxed) {
+                    self.remove_placeholder(path);
+                }
                 return Err(e);
             }
+            placeholder.store(false, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Removes the empty document a create stored at `path` once its content was refused, so that
+    /// a refused write leaves the store as it was. A document someone filled meanwhile stays.
+    fn remove_placeholder(&self, path: &str) {
+        let Ok(key) = self.document_key(path) else { return };
+        let store = self.ns.store();
+        let removed = match store.attr(&key) {
+            Ok(attr) if attr.size == 0 => match store.delete_version(&key, &attr.stamp) {
+                // A store that cannot remove one version alone: the document is empty, remove it.
+                Ok(false) => store.delete(&key),
+                done => done.map(drop),
+            },
+            _ => Ok(()),
+        };
+        if let Err(e) = removed {
+            log::warn!("{}: the empty document of a refused create stays: {e}", store.describe(&key));
+        }
     }
 
     /// Refuses to create or delete the metadata file at `path` when the view renders several

@@ -294,6 +294,14 @@ impl Filesystem for Fuse {
         }
     }
 
+    fn link(&self, _req: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let result = name(new_name).and_then(|n| self.0.link(ino.0, new_parent.0, n).map_err(|e| fail("link", &e)));
+        match result {
+            Ok((ino, attr)) => reply.entry(&CACHE_TTL, &file_attr(ino, &attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         match self.0.fsync(fh.0) {
             Ok(()) => reply.ok(),

@@ -337,6 +337,15 @@ impl Store for LocalStore {
         Ok(())
     }
 
+    fn link(&self, from: &str, to: &str) -> Result<()> {
+        let target = self.beneath(to).map_err(self.fail(to))?;
+        match self.beneath(from).and_then(|path| std::fs::hard_link(&*path, &*target)) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(Error::Changed(self.describe(to))),
+            Err(e) => Err(self.fail(from)(e)),
+            Ok(()) => self.sync_dir(parent_key(to)).map_err(self.fail(to)),
+        }
+    }
+
     fn make_dir(&self, key: &str, mode: u32) -> Result<()> {
         self.beneath(key)
             .and_then(|path| std::fs::DirBuilder::new().mode(mode & 0o7777).create(&*path))

@@ -107,6 +107,28 @@ impl Node {
         }
     }
 
+    /// The same node after directory `from` (a view path above it) was renamed to `to`.
+    pub fn moved(&self, from: &str, to: &str) -> Node {
+        let re_rooted = |path: &str| match path.strip_prefix(from) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("{to}{rest}"),
+            _ => path.to_string(),
+        };
+        match self {
+            Node::Stored(key) => Node::Stored(re_rooted(key)),
+            Node::Document(path) => Node::Document(re_rooted(path)),
+            Node::Consolidated(name) => Node::Consolidated(name),
+            Node::ChunkDir { array, dir, prefix } => Node::ChunkDir {
+                array: ArrayPath { dir: re_rooted(&array.dir).into(), encoding: array.encoding },
+                dir: dir.clone(),
+                prefix: prefix.clone(),
+            },
+            Node::Chunk { array, coords } => Node::Chunk {
+                array: ArrayPath { dir: re_rooted(&array.dir).into(), encoding: array.encoding },
+                coords: coords.clone(),
+            },
+        }
+    }
+
     /// The node of the chunk at `coords` of `array`.
     pub fn chunk(array: &ShardedArray, coords: Vec<u64>) -> Node {
         Node::Chunk { array: array.path(), coords }
