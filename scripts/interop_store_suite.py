@@ -1,19 +1,25 @@
 """zarr-python's own store conformance suite inside a mount: zarr.testing.store.StoreTests (and
-zarr-python's directory move and exclusive creates, scripts/store_suite/) run twice with the
-newest zarr-python, for a LocalStore rooted in a plain directory (the control, which must pass
-whole) and in a writable shardfs mount of a sharded store (on which only the refusals listed in
-REFUSED may fail). After unmount, the sharded array beside the suite's files reads back exactly.
+zarr-python's directory move, exclusive creates and listings, scripts/store_suite/) run with the
+newest zarr-python for a LocalStore rooted in a plain directory (the control, which must pass
+whole) and in writable shardfs mounts of a sharded store (on which only the refusals listed in
+REFUSED may fail): a local store, the same with --shard-new, and a bucket of a local S3 server
+(moto, from target/venv). After unmount, the sharded array beside the suite's files reads back
+exactly.
 
     target/venv-newest/bin/python scripts/interop_store_suite.py [path/to/shardfs]
 """
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import obstore
 import zarr
 from checks import Checks
 
@@ -37,6 +43,34 @@ REFUSED = {
 }
 
 
+class Moto:
+    """A local S3 server (moto, from target/venv) for the length of a `with` block."""
+
+    def __init__(self, work):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.log = open(os.path.join(work, "moto.log"), "w")
+        moto = os.path.join(HERE, "..", "target", "venv", "bin", "moto_server")
+        self.process = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(self.port)], stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+
+    def __enter__(self):
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return f"http://127.0.0.1:{self.port}"
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("moto did not start")
+
+    def __exit__(self, *_):
+        self.process.terminate()
+        self.process.wait(10)
+        self.log.close()
+
+
 def run_suite(root, report):
     """Runs the suite with its stores below `root`; returns {test id: passed?}."""
     env = dict(os.environ, SHARDFS_SUITE_ROOT=root)
@@ -57,15 +91,17 @@ def run_suite(root, report):
     return results
 
 
-def in_mount(binary, work, flags, label, control, check):
-    """The suite in a writable mount of a sharded store, mounted with `flags`."""
-    store, mnt = os.path.join(work, "store"), os.path.join(work, "mnt")
+def in_mount(binary, work, store, flags, label, control, check):
+    """The suite in a writable mount of `store` (a sharded store: `store` is where zarr-python
+    writes it, a directory or a zarr Store), mounted with `flags`."""
+    source = store if isinstance(store, str) else flags.pop(0)
+    mnt = os.path.join(work, "mnt")
     os.makedirs(mnt)
     zarr.open_group(store, mode="w")
     data = np.arange(64 * 64, dtype="uint16").reshape(64, 64)
-    zarr.create_array(os.path.join(store, "sharded"), data=data, chunks=(8, 8), shards=(32, 32),
+    zarr.create_array(store, name="sharded", data=data, chunks=(8, 8), shards=(32, 32),
                       compressors=zarr.codecs.GzipCodec(level=1))
-    subprocess.run([binary, "mount", store, mnt, *flags, "--log-file", os.path.join(work, "mount.log")],
+    subprocess.run([binary, "mount", source, mnt, *flags, "--log-file", os.path.join(work, "mount.log")],
                    check=True)
     try:
         mounted = run_suite(mnt, os.path.join(work, "mounted.xml"))
@@ -84,8 +120,8 @@ def in_mount(binary, work, flags, label, control, check):
         if os.path.ismount(mnt):
             subprocess.run(["umount", "-l", mnt], check=False)
     check(f"{label}: the sharded array reads exactly from the store after unmount",
-          np.array_equal(zarr.open_array(os.path.join(store, "sharded"), mode="r")[...], data))
-    checked = subprocess.run([binary, "check", store], capture_output=True, text=True)
+          np.array_equal(zarr.open_array(store, path="sharded", mode="r")[...], data))
+    checked = subprocess.run([binary, "check", source, *flags], capture_output=True, text=True)
     check(f"{label}: shardfs check: the store is healthy", checked.returncode == 0, checked.stdout[-500:])
 
 
@@ -101,7 +137,18 @@ def main():
 
         # As written, and with the suite's arrays stored sharded (the view then shows them unsharded).
         for label, flags in (("mount", []), ("mount --shard-new 2", ["--shard-new", "2"])):
-            in_mount(binary, os.path.join(work, label.replace(" ", "_")), flags, label, control, check)
+            sub = os.path.join(work, label.replace(" ", "_"))
+            os.makedirs(sub)
+            in_mount(binary, sub, os.path.join(sub, "store"), flags, label, control, check)
+        # A bucket: directories are renamed by copying (EXDEV), links are copies.
+        sub = os.path.join(work, "s3")
+        os.makedirs(sub)
+        with Moto(sub) as endpoint:
+            os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+            urllib.request.urlopen(urllib.request.Request(f"{endpoint}/suite", method="PUT")).close()
+            bucket = obstore.store.S3Store("suite", prefix="store", endpoint=endpoint, client_options={"allow_http": True})
+            in_mount(binary, sub, zarr.storage.ObjectStore(bucket),
+                     ["s3://suite/store", "--endpoint-url", endpoint], "s3 mount", control, check)
     return check.summary("store suite")
 
 

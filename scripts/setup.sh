@@ -66,7 +66,7 @@ fi
 # breaks the view fails scripts/interop.py, which scripts/test.sh runs in it too. zarr-python 3.2 and later and rasterio 1.5
 # (whose wheels bundle GDAL 3.12) need Python 3.12 or newer.
 venv_new=target/venv-newest
-stamp_new="$venv_new/.installed-zarr3.4.2-ts0.1.86-rasterio1.5.2-fsspec2026.9.0-pytest9.2.0"
+stamp_new="$venv_new/.installed-zarr3.4.2-ts0.1.86-rasterio1.5.2-fsspec2026.9.0-pytest9.2.0-obstore0.12.1"
 if [ ! -f "$stamp_new" ]; then
   python_new=
   for candidate in python3.12 python3.13 "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3; do
@@ -84,7 +84,8 @@ if [ ! -f "$stamp_new" ]; then
   rm -rf "$venv_new"
   [ -x "$venv_new/bin/python" ] || "$python_new" -m venv "$venv_new"
   "$venv_new/bin/pip" install -q --disable-pip-version-check 'zarr==3.4.2' 'tensorstore==0.1.86' \
-    'rasterio==1.5.2' 'fsspec==2026.9.0' 'numpy>=2,<3' 'pytest==9.2.0' 'pytest-asyncio==1.5.0'
+    'rasterio==1.5.2' 'fsspec==2026.9.0' 'numpy>=2,<3' 'pytest==9.2.0' 'pytest-asyncio==1.5.0' \
+    'obstore==0.12.1'
   touch "$stamp_new"
 fi
 

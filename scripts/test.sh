@@ -52,6 +52,8 @@ target/venv-newest/bin/python scripts/interop.py target/debug/shardfs
 # zarr-python's own store conformance suite in a writable mount, against a plain directory.
 target/venv-newest/bin/python scripts/interop_store_suite.py target/debug/shardfs
 target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
+# Shards rewritten underneath mounts while they are read: 100,000 reads, none a mix of versions.
+target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 target/venv/bin/python scripts/interop_v2.py target/debug/shardfs

@@ -4,6 +4,15 @@
 //! Inode numbers come from the view path (`inode_number.rs`). The table of paths the kernel holds
 //! follows its lookup/forget counts, so memory follows the kernel's cache, not the size of the
 //! store.
+//!
+//! An inode of a file stands for one version of its content. The kernel keeps pages and a size
+//! per inode: were one inode to show a new version, the kernel could serve old pages cut to the
+//! new size, a mix of two versions. So a lookup that finds a file at another version than the
+//! inode the kernel holds for its name answers a new inode; the old one keeps its version's
+//! attributes, and opening it fails with ESTALE, upon which the kernel looks the name up again
+//! (the VFS retries a failed open once, revalidating every name). An open pins the version it
+//! found: reads through it come from that version or fail. Files written through this mount are
+//! not bound to a version: the kernel's pages hold what was written.
 
 pub mod error;
 mod freshness;
@@ -80,6 +89,34 @@ struct Inode {
     node: Node,
     path: String,
     lookups: u64,
+    /// The version of the content the kernel may hold pages and a size of; `None` for
+    /// directories and files whose bytes are not a store version (pending, computed).
+    bound: Option<Bound>,
+    /// Written through this mount (opened for writing, created, truncated, renamed or linked
+    /// onto): never bound again, since the kernel's pages hold what was written.
+    written: bool,
+}
+
+/// A store version of a file's content, with the attributes the kernel was told for it.
+#[derive(Debug, Clone)]
+struct Bound {
+    stamp: Stamp,
+    attr: Attr,
+}
+
+impl Inode {
+    /// True when this inode can stand for the content `bound` describes.
+    fn shows(&self, bound: Option<&Bound>) -> bool {
+        match (&self.bound, bound) {
+            (Some(mine), Some(new)) => self.written || mine.stamp == new.stamp,
+            _ => true,
+        }
+    }
+
+    /// The attributes of this inode's own version when `answer` is about another one.
+    fn own_version(&self, answer: &Answer) -> Option<Attr> {
+        self.bound.as_ref().filter(|b| answer.content != Some(b.stamp)).map(|b| b.attr)
+    }
 }
 
 /// An inode whose cached answers in the kernel are out of date.
@@ -187,7 +224,7 @@ impl ShardFs {
     }
 
     fn build(ns: Namespace, pending: Option<Arc<Pending>>) -> Self {
-        let root = Inode { node: ns.root(), path: String::new(), lookups: 1 };
+        let root = Inode { node: ns.root(), path: String::new(), lookups: 1, bound: None, written: false };
         ShardFs {
             ns: Arc::new(ns),
             pending,
@@ -212,11 +249,29 @@ impl ShardFs {
         Ok((self.remember_told(node, &answer), answer.attr))
     }
 
-    /// [`ShardFs::remember`] for a node whose attributes the kernel is about to be told.
+    /// [`ShardFs::remember`] for a node whose attributes the kernel is about to be told: the
+    /// inode is bound to the version of the content the answer describes.
     fn remember_told(&self, node: Node, answer: &Answer) -> u64 {
-        let ino = self.remember(node);
+        let bound = answer.content.map(|stamp| Bound { stamp, attr: answer.attr });
+        let ino = self.remember(node, bound);
         self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
         ino
+    }
+
+    /// [`ShardFs::remember_told`] for a file written through this mount.
+    fn remember_written(&self, node: Node, answer: &Answer) -> u64 {
+        let ino = self.remember(node, None);
+        self.unbind(ino);
+        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
+        ino
+    }
+
+    /// Marks inode `ino` written through this mount: from now on it shows whatever the view holds.
+    fn unbind(&self, ino: u64) {
+        if let Some(inode) = self.inodes.lock().get_mut(&ino) {
+            inode.bound = None;
+            inode.written = true;
+        }
     }
 
     /// True once a document was stored through the view since the last call: a pass of the
@@ -261,23 +316,28 @@ impl ShardFs {
             .collect()
     }
 
-    fn remember(&self, node: Node) -> u64 {
+    /// The inode of `node` at content version `bound`, with one more kernel reference.
+    fn remember(&self, node: Node, bound: Option<Bound>) -> u64 {
         let path = node.path();
         let mut ino = path_ino(&path);
         let mut inodes = self.inodes.lock();
         loop {
             match inodes.entry(ino) {
                 MapEntry::Vacant(v) => {
-                    v.insert(Inode { node, path, lookups: 1 });
+                    v.insert(Inode { node, path, lookups: 1, bound, written: false });
                     return ino;
                 }
-                MapEntry::Occupied(mut o) if o.get().path == path => {
+                MapEntry::Occupied(mut o) if o.get().path == path && o.get().shows(bound.as_ref()) => {
                     let inode = o.get_mut();
                     inode.lookups += 1;
                     inode.node = node;
+                    if !inode.written && bound.is_some() {
+                        inode.bound = bound;
+                    }
                     return ino;
                 }
-                // Two paths with one number: rare; the later one takes another.
+                // Two paths with one number (rare), or another version of this path's content:
+                // the later one takes another number.
                 MapEntry::Occupied(_) => ino = next_probe(ino),
             }
         }
@@ -297,6 +357,10 @@ impl ShardFs {
             self.freshness.unwatch(ino);
             inode.node = to.clone();
             inode.path = to_path.clone();
+            // A rename changes the file's version (its ctime, or its ETag after a copy), never
+            // the bytes the kernel holds of it.
+            inode.bound = None;
+            inode.written = true;
         }
         if !is_dir {
             return;
@@ -331,8 +395,15 @@ impl ShardFs {
         self.inodes.lock().len()
     }
 
+    /// The attributes of `ino`: of its own version, for an inode bound to one that was replaced
+    /// (its name now leads to another inode).
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let answer = self.ns.answer(&self.node(ino)?)?;
+        if let Some(own) = self.inodes.lock().get(&ino).and_then(|inode| inode.own_version(&answer)) {
+            // Nothing the kernel holds of this inode can go out of date any more.
+            self.freshness.unwatch(ino);
+            return Ok(own);
+        }
         self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
         Ok(answer.attr)
     }
@@ -425,7 +496,7 @@ impl ShardFs {
          -> bool {
             let ino = match &answer {
                 Ok(answer) => self.remember_told(node, answer),
-                Err(_) => self.remember(node),
+                Err(_) => self.remember(node, None),
             };
             let full = add(&DirEntry { ino, ..entry.clone() }, answer.as_ref().ok().map(|a| &a.attr), next);
             if full {
@@ -476,12 +547,6 @@ impl ShardFs {
     /// True when the filesystem rejects every write.
     pub fn is_read_only(&self) -> bool {
         self.pending.is_none()
-    }
-
-    /// Reads file `ino` without an open handle: the chunk is located afresh, so the bytes come
-    /// from the index and data of one shard version.
-    pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        Ok(Reading::open(&self.ns, self.node(ino)?)?.read(&self.ns, offset, size)?)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {

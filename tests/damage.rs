@@ -169,8 +169,10 @@ fn a_shard_rewritten_underneath_is_read_anew() {
     std::fs::copy(dir.join("2/0"), dir.join("tmp")).unwrap();
     std::fs::rename(dir.join("tmp"), dir.join("1/0")).unwrap();
     let again = lookup(&fs, "zp/gzip_crc_end/c/2/0").unwrap();
-    assert_eq!(again, first, "same path, same inode");
+    assert_ne!(again, first, "another version of the content: another inode");
     assert_eq!(read_all(&fs, again), twin("zp/gzip_crc_end/c/4/0"));
+    assert!(matches!(fs.open(first, Default::default()), Err(shardfs::fs::Error::Stale(_))));
+    assert_eq!(fs.getattr(first).unwrap().size, twin("zp/gzip_crc_end/c/2/0").len() as u64, "its own size");
 }
 
 #[test]

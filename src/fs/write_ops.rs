@@ -122,9 +122,10 @@ impl ShardFs {
     pub fn open(&self, ino: u64, mode: OpenMode) -> Result<u64> {
         let node = self.node(ino)?;
         if !mode.write {
-            return Ok(self.add_handle(Handle::Read(Reading::open(&self.ns, node)?)));
+            return Ok(self.add_handle(Handle::Read(self.open_reading(ino, node)?)));
         }
         self.pending()?;
+        self.unbind(ino);
         let handle = match &node {
             Node::Chunk { array, coords } => {
                 let array = &self.ns.array_of_chunk(array, coords)?;
@@ -161,6 +162,19 @@ impl ShardFs {
             Node::Consolidated(_) => return Err(Error::ReadOnly),
         };
         Ok(self.add_handle(handle))
+    }
+
+    /// Opens `node` for reading at the version inode `ino` is bound to: ESTALE when that version
+    /// was replaced, so that the kernel looks the name up again and finds the new version's inode.
+    fn open_reading(&self, ino: u64, node: Node) -> Result<Reading> {
+        let bound = self.inodes.lock().get(&ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
+        let reading = Reading::open(&self.ns, node, bound.is_some())?;
+        match bound {
+            Some(stamp) if reading.version() != Some(stamp) => {
+                Err(Error::Stale(format!("{}: replaced since it was looked up", reading.path())))
+            }
+            _ => Ok(reading),
+        }
     }
 
     fn ns_overlay_chunk(&self, array: &ShardedArray, coords: &[u64]) -> Option<PendingChunk> {
@@ -223,7 +237,7 @@ impl ShardFs {
             Target::ChunkOutside(array, _) => return Err(outside(&array, name)),
         };
         let answer = self.ns.answer(&node)?;
-        let ino = self.remember_told(node, &answer);
+        let ino = self.remember_written(node, &answer);
         Ok((ino, answer.attr, self.add_handle(handle)))
     }
 
@@ -254,6 +268,7 @@ impl ShardFs {
     /// Truncates or extends file `ino` (through `fh` when given) to `size` bytes.
     pub fn set_size(&self, ino: u64, fh: Option<u64>, size: u64) -> Result<Attr> {
         self.pending()?;
+        self.unbind(ino);
         let node = self.node(ino)?;
         let handle = fh.map(|fh| self.handle(fh)).transpose()?;
         match (&node, handle.as_deref()) {
@@ -418,7 +433,7 @@ impl ShardFs {
         }
         let new_node = self.target_node(&to);
         let answer = self.ns.answer(&new_node)?;
-        Ok((self.remember_told(new_node, &answer), answer.attr))
+        Ok((self.remember_written(new_node, &answer), answer.attr))
     }
 
     fn move_content(&self, from: Target, to: Target) -> Result<()> {

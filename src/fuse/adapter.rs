@@ -171,10 +171,6 @@ impl Filesystem for Fuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let mode = open_mode(flags.0);
-        if self.0.is_read_only() {
-            reply.error(Errno::ENOSYS);
-            return;
-        }
         let caching = if self.0.uncached(ino.0) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::FOPEN_KEEP_CACHE };
         match self.0.open(ino.0, mode) {
             Ok(fh) => reply.opened(FileHandle(fh), caching | self.close_flags(fh)),
@@ -325,7 +321,7 @@ impl Filesystem for Fuse {
     fn read(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -333,8 +329,7 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let data = if fh.0 == 0 { self.0.read_unopened(ino.0, offset, size) } else { self.0.read(fh.0, offset, size) };
-        match data {
+        match self.0.read(fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail("read", &e)),
         }
@@ -355,10 +350,6 @@ impl Filesystem for Fuse {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        if fh.0 == 0 {
-            reply.error(Errno::ENOSYS);
-            return;
-        }
         match self.0.flush(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("flush", &e)),

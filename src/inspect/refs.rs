@@ -156,10 +156,7 @@ impl Refs<'_> {
         let (bytes, content) = self.read(node, answer.attr.size).map_err(failed)?;
         // The rendering was taken from the version opened; a newer one since the answer is a
         // change under the walk (the final check finds it too).
-        let stamp = match &content {
-            Content::Stored(file) => file.attr().stamp,
-            _ => answer.attr.stamp,
-        };
+        let stamp = content.version().unwrap_or(answer.attr.stamp);
         self.rely_on(&key, stamp)?;
         if bytes.len() as u64 != answer.attr.size {
             return Err(self.changed(&key));

@@ -153,6 +153,10 @@ pub struct ChunkInShard<'a> {
 pub struct Answer {
     pub attr: Attr,
     pub sources: Vec<(String, Option<Stamp>)>,
+    /// The version of the store file a file's bytes are read from (its shard's, for a chunk);
+    /// `None` for bytes this process holds or computes (a pending chunk, the consolidated
+    /// metadata) and for directories.
+    pub content: Option<Stamp>,
     /// For an entry of an array's chunk key space, the array's document and the version its
     /// geometry was taken from: the entry is out of date when the document changes in any way
     /// but growing the array.
@@ -161,12 +165,13 @@ pub struct Answer {
 
 impl Answer {
     fn of_file(key: &str, attr: Attr) -> Self {
-        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))], geometry: None }
+        let content = (attr.kind != Kind::Dir).then_some(attr.stamp);
+        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))], content, geometry: None }
     }
 
     /// An answer about `array`'s chunk key space: its document is a source too.
-    fn in_array(array: &ShardedArray, attr: Attr, first: (String, Option<Stamp>)) -> Self {
-        Answer { attr, sources: vec![first], geometry: array.document.clone() }
+    fn in_array(array: &ShardedArray, attr: Attr, first: (String, Option<Stamp>), content: Option<Stamp>) -> Self {
+        Answer { attr, sources: vec![first], content, geometry: array.document.clone() }
     }
 }
 
@@ -175,15 +180,26 @@ impl Answer {
 pub enum Content {
     /// A store file shown as it is.
     Stored(Box<dyn Object>),
-    /// Bytes computed by the view (a rewritten document).
-    Bytes(Arc<[u8]>),
+    /// Bytes computed by the view (a rewritten document, from this version of its store file) or
+    /// held by it (a pending chunk, the consolidated metadata: no version).
+    Bytes(Arc<[u8]>, Option<Stamp>),
     /// One inner chunk: a byte range of a shard file.
     Chunk(Box<dyn Object>, Range<u64>),
-    /// One inner chunk read whole, its trailing checksum verified and cut off (no copy).
-    Checked(Vec<u8>),
+    /// One inner chunk read whole from this shard version, its trailing checksum verified and
+    /// cut off (no copy).
+    Checked(Vec<u8>, Stamp),
 }
 
 impl Content {
+    /// The version of the store file the bytes come from, as [`Answer::content`] says it.
+    pub fn version(&self) -> Option<Stamp> {
+        match self {
+            Content::Stored(file) | Content::Chunk(file, _) => Some(file.attr().stamp),
+            Content::Bytes(_, stamp) => *stamp,
+            Content::Checked(_, stamp) => Some(*stamp),
+        }
+    }
+
     /// Up to `size` bytes from `offset`; fewer only at the end of the content.
     pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
         let in_memory = |bytes: &[u8]| {
@@ -192,8 +208,8 @@ impl Content {
             bytes[start..end].to_vec()
         };
         let (file, start, end) = match self {
-            Content::Bytes(bytes) => return Ok(in_memory(bytes)),
-            Content::Checked(bytes) => return Ok(in_memory(bytes)),
+            Content::Bytes(bytes, _) => return Ok(in_memory(bytes)),
+            Content::Checked(bytes, _) => return Ok(in_memory(bytes)),
             Content::Stored(file) => (file, offset, offset.saturating_add(size as u64)),
             Content::Chunk(file, range) => {
                 let start = range.start.saturating_add(offset).min(range.end);
@@ -495,7 +511,7 @@ impl Namespace {
                 let attr = self.store.attr(&root)?;
                 let built = self.consolidated.get(&*self.store, &self.documents)?;
                 let attr = Attr { size: built.bytes.len() as u64, ..attr };
-                Ok(Answer { attr, sources: built.sources.clone(), geometry: None })
+                Ok(Answer { attr, sources: built.sources.clone(), content: None, geometry: None })
             }
         }
     }
@@ -522,7 +538,7 @@ impl Namespace {
     fn chunk_dir_answer(&self, array: &ShardedArray) -> Result<Answer> {
         let attr = self.store.attr(&array.dir)?;
         let first = (array.dir.to_string(), Some(attr.stamp));
-        Ok(Answer::in_array(array, Attr { kind: Kind::Dir, nlink: 2, ..attr }, first))
+        Ok(Answer::in_array(array, Attr { kind: Kind::Dir, nlink: 2, ..attr }, first, None))
     }
 
     fn chunk_answer(&self, array: &ShardedArray, coords: &[u64]) -> Result<Answer> {
@@ -536,7 +552,7 @@ impl Namespace {
                 // A pending chunk's attributes are not its shard's: what counts is the shard
                 // version a commit will change.
                 let stamp = self.store.attr(&shard).ok().map(|a| a.stamp);
-                Ok(Answer::in_array(array, attr, (shard, stamp)))
+                Ok(Answer::in_array(array, attr, (shard, stamp), None))
             }
             Some(PendingChunk::Deleted) => Err(Error::NotFound),
             None => {
@@ -545,7 +561,7 @@ impl Namespace {
                     Error::Damaged(format!("{}: chunk {} too short for its crc32c", shard, array.chunk_key(coords)))
                 })?;
                 let attr = Attr { size, nlink: 1, ..found.shard };
-                Ok(Answer::in_array(array, attr, (shard, Some(found.shard.stamp))))
+                Ok(Answer::in_array(array, attr, (shard, Some(found.shard.stamp)), Some(found.shard.stamp)))
             }
         }
     }
@@ -702,7 +718,8 @@ impl Namespace {
                         {
                             let size = shown_size(array, range.end - range.start).unwrap_or_default();
                             let attr = Attr { size, nlink: 1, ..*shard_attr };
-                            Ok(Answer::in_array(array, attr, (array.shard_key(shard), Some(shard_attr.stamp))))
+                            let first = (array.shard_key(shard), Some(shard_attr.stamp));
+                            Ok(Answer::in_array(array, attr, first, Some(shard_attr.stamp)))
                         }
                         _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_key(shard)))),
                     };
@@ -725,18 +742,20 @@ impl Namespace {
                 let file = self.store.open(&key)?;
                 let doc = self.documents.get(&*self.store, &key, file.attr())?;
                 match doc.served(path, &key, self.presentation()).ok_or(Error::NotFound)? {
-                    Some(content) => Ok(Content::Bytes(content)),
+                    Some(content) => Ok(Content::Bytes(content, Some(file.attr().stamp))),
                     None => Ok(Content::Stored(file)),
                 }
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
             Node::Consolidated(_) => {
-                Ok(Content::Bytes(self.consolidated.get(&*self.store, &self.documents)?.bytes.clone()))
+                Ok(Content::Bytes(self.consolidated.get(&*self.store, &self.documents)?.bytes.clone(), None))
             }
             Node::Chunk { array, coords } => {
                 let array = &self.array_of_chunk(array, coords)?;
                 match self.overlay.chunk(array, coords) {
-                    Some(PendingChunk::Written(buffer)) => return Ok(Content::Bytes(buffer.read().as_slice().into())),
+                    Some(PendingChunk::Written(buffer)) => {
+                        return Ok(Content::Bytes(buffer.read().as_slice().into(), None));
+                    }
                     Some(PendingChunk::Deleted) => return Err(Error::NotFound),
                     None => {}
                 }
@@ -750,7 +769,7 @@ impl Namespace {
                 match crc32c_checked(&bytes).map(<[u8]>::len) {
                     Some(len) => {
                         bytes.truncate(len);
-                        Ok(Content::Checked(bytes))
+                        Ok(Content::Checked(bytes, file.attr().stamp))
                     }
                     None => {
                         log::warn!("{}: crc32c mismatch; read as EIO", place());

@@ -1,8 +1,9 @@
 //! A view file opened for reading. On a store whose files cannot be pinned at open (an object
 //! store), the version opened can be replaced before it is read: its reads then fail as
-//! [`store::Error::Changed`]. As long as nothing was served from it, the file is opened afresh
-//! (index and data of the new version) and the read tried again; once bytes were served, the
-//! read fails instead, so one reader never gets bytes of two versions.
+//! [`store::Error::Changed`]. A file opened pinned to its version (the kernel holds pages and a
+//! size of that version) then fails. Otherwise, as long as nothing was served from it, the file
+//! is opened afresh (index and data of the new version) and the read tried again; once bytes
+//! were served, the read fails instead, so one reader never gets bytes of two versions.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -24,12 +25,24 @@ pub struct Reading {
     served: AtomicBool,
     /// Counts reopenings, so that readers who all found the version gone reopen it once.
     generation: AtomicU64,
+    /// Read from the version opened or not at all.
+    pinned: bool,
 }
 
 impl Reading {
-    pub fn open(ns: &Namespace, node: Node) -> Result<Self> {
+    pub fn open(ns: &Namespace, node: Node, pinned: bool) -> Result<Self> {
         let content = RwLock::new(ns.open(&node)?);
-        Ok(Reading { node, content, served: AtomicBool::new(false), generation: AtomicU64::new(0) })
+        Ok(Reading { node, content, served: AtomicBool::new(false), generation: AtomicU64::new(0), pinned })
+    }
+
+    /// The version of the store file read, as [`Content::version`] says.
+    pub fn version(&self) -> Option<store::Stamp> {
+        self.content.read().version()
+    }
+
+    /// The view path of the file.
+    pub fn path(&self) -> String {
+        self.node.path()
     }
 
     /// Up to `size` bytes from `offset`; fewer only at the end of the file.
@@ -46,7 +59,7 @@ impl Reading {
                 Err(changed @ Error::Store(store::Error::Changed(_))) => {
                     drop(content);
                     let mut content = self.content.write();
-                    if attempt == ATTEMPTS || self.served.load(Ordering::SeqCst) {
+                    if attempt == ATTEMPTS || self.pinned || self.served.load(Ordering::SeqCst) {
                         return Err(changed);
                     }
                     if self.generation.load(Ordering::SeqCst) == generation {

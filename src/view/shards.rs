@@ -181,6 +181,13 @@ impl Shards {
         let decoded = match spec.index_range(blob_len) {
             Err(e) => Err(e),
             Ok(range) => {
+                // The blob's range is of the version stat'ed: a newer file found at open is walked
+                // again from the top, never read at the old version's offsets (nor its index
+                // cached under the new version's stamp).
+                shard.file()?;
+                if shard.changed {
+                    return Err(store::Error::Changed(shard.store.describe(&shard.key)).into());
+                }
                 let at = blob.start + range.start;
                 let bytes = match shard.file()?.read_exact_at(at, range.end - range.start) {
                     Ok(bytes) => bytes,
