@@ -38,7 +38,7 @@ import zarr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import Checks  # noqa: E402
-from interop_s3 import BUCKET, CREDENTIALS, Mounts, free_port, zarr_store  # noqa: E402
+from interop_s3 import BUCKET, CREDENTIALS, Mounts, daemon_pid, free_port, zarr_store  # noqa: E402
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -164,13 +164,16 @@ def read_every_chunk(mnt, expected, name, check):
 def write_through(mnt, model, rng, name, check):
     """zarr-python writes a region through the mount, and chunk files are written as zarr-python
     3.4 does (temporary file, rename); then everything is fsync'd. Updates `model` with what the
-    bucket must hold."""
+    bucket must hold; where a write failed, `either` gets what the bucket may hold instead (a
+    failed write may have been applied in part, never as anything but what was written)."""
     errors = []
+    either = model.copy()
     try:
         arr = zarr.open_array(mnt, mode="r+")
         r0 = rng.randrange(0, SHAPE[0] - 20)
         c0 = rng.randrange(0, SHAPE[1] - 40)
         values = np.random.default_rng(rng.randrange(1 << 30)).integers(0, 1000, (20, 40), dtype="uint16")
+        either[r0:r0 + 20, c0:c0 + 40] = values
         arr[r0:r0 + 20, c0:c0 + 40] = values
         model[r0:r0 + 20, c0:c0 + 40] = values
     except Exception as e:  # noqa: BLE001 (any failure of the client is the check's to report)
@@ -185,6 +188,7 @@ def write_through(mnt, model, rng, name, check):
                 f.write(data)
             os.rename(tmp, os.path.join(mnt, chunk_name(ti, tj)))
             block = model[si * CHUNKS[0]:(si + 1) * CHUNKS[0], sj * CHUNKS[1]:(sj + 1) * CHUNKS[1]].copy()
+            either[ti * CHUNKS[0]:(ti + 1) * CHUNKS[0], tj * CHUNKS[1]:(tj + 1) * CHUNKS[1]] = block
             model[ti * CHUNKS[0]:(ti + 1) * CHUNKS[0], tj * CHUNKS[1]:(tj + 1) * CHUNKS[1]] = block
         except OSError as e:
             # Not applied, as far as the writer knows: the model stays, and the check below
@@ -198,8 +202,10 @@ def write_through(mnt, model, rng, name, check):
             os.close(fd)
     except OSError as e:
         errors.append(f"fsync: {e!r}")
-    check(f"{name}: writes through the mount and fsync succeed", not errors, "; ".join(errors[:3]))
-    return not errors
+    # A failed write is allowed (an error, not a wrong byte); most must succeed.
+    check(f"{name}: writes through the mount and fsync ({len(errors)} of 5 failed)", len(errors) <= 1,
+          "; ".join(errors[:3]))
+    return either if errors else None
 
 
 FAULTS = [
@@ -217,6 +223,19 @@ FAULTS = [
 ]
 
 
+def unmount_and_wait(mounts, mnt):
+    """Unmounts, and waits for the daemon to end: a lazy unmount (the mount busy) returns before
+    its last commits, which the next oracle must not miss."""
+    pid = daemon_pid(mnt)
+    mounts.unmount(mnt)
+    for _ in range(600):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
 def each_fault(binary, moto, proxy, s3, work, check):
     rng = random.Random(22)
     model = zarr.open_array(zarr_store(moto, "data"), mode="r")[...]
@@ -232,16 +251,17 @@ def each_fault(binary, moto, proxy, s3, work, check):
                 check(f"{name}: mounts through the proxy", False, str(e))
                 proxy.control([])
                 continue
+            either = None
             try:
                 read_every_chunk(mnt, expected, name, check)
-                write_through(mnt, model, rng, name, check)
+                either = write_through(mnt, model, rng, name, check)
             finally:
                 applied = proxy.control()["applied"]
                 proxy.control([])
-                mounts.unmount(mnt)
+                unmount_and_wait(mounts, mnt)
             check(f"{name}: the proxy injected the fault ({applied})", sum(applied) > 0)
             stored = zarr.open_array(zarr_store(moto, "data"), mode="r")[...]
-            differ = np.argwhere(stored != model)
+            differ = np.argwhere((stored != model) & (True if either is None else stored != either))
             check(f"{name}: the bucket holds exactly what was written and fsync'd", len(differ) == 0,
                   f"{len(differ)} values differ, first at {differ[:3].tolist()}")
             model = stored
@@ -334,7 +354,9 @@ def overwrites_during_reads(binary, moto, s3, work, check, seconds=20):
                 if isinstance(got, int):
                     counts["errors"] += 1
                 elif got not in allowed[chunk]:
-                    wrong.append((chunk, len(got), sorted(len(b) for b in allowed[chunk])))
+                    # Old pages under a new size: the start of another version, as long as one.
+                    prefix = any(b.startswith(got) for b in allowed[chunk])
+                    wrong.append((chunk, len(got), sorted(len(b) for b in allowed[chunk]), prefix))
                 elif got != first[chunk]:
                     counts["newer"] += 1
 
