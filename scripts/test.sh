@@ -2,7 +2,8 @@
 # The test command (README): installs what the tests need, then runs every test: unit and
 # integration tests (cargo test, real mounts included), the shell-level test, and the interop
 # tests against zarr-python 3 and tensorstore (arrays changing while mounted too), against
-# zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto), of the
+# zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto, also behind
+# a fault-injecting proxy), of the
 # Zarr v2 view against zarr-python 2.18, of reference files (`shardfs refs`, no FUSE needed), of
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
 # target/venv-newest), of GDAL 3.12 (rasterio's wheels), and of BLZ data (Bloscpack, bcolz)
@@ -56,6 +57,8 @@ target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs
 target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
+# The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
+target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
 target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
 target/venv-newest/bin/python scripts/interop_gdal.py target/debug/shardfs
 target/venv/bin/python scripts/interop_blz.py target/debug/shardfs

@@ -288,3 +288,124 @@ fn a_server_that_ignores_if_match_never_passes_off_another_versions_bytes() {
     store.put("k", &[b"two"], PutMode::Overwrite).unwrap();
     assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "the reply's ETag gave it away");
 }
+
+/// An object store whose answers are mangled on the way, as a faulty network or proxy does: GETs
+/// of whole objects come back with 64 bytes too many (every one, or every other one), and the
+/// first conditional PUT is applied but its answer lost.
+#[derive(Debug, Default)]
+struct Mangles {
+    inner: InMemory,
+    long_bodies: std::sync::atomic::AtomicU64,
+    every_get_long: bool,
+    lose_next_put: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Display for Mangles {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "Mangles")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for Mangles {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let conditional = !matches!(opts.mode, object_store::PutMode::Overwrite);
+        let put = self.inner.put_opts(location, payload, opts).await?;
+        if conditional && self.lose_next_put.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(object_store::Error::Generic { store: "Mangles", source: "connection reset".into() });
+        }
+        Ok(put)
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        let whole = options.range.is_none() && !options.head;
+        let result = self.inner.get_opts(location, options).await?;
+        let n = self.long_bodies.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if !whole || !(self.every_get_long || n.is_multiple_of(2)) {
+            return Ok(result);
+        }
+        let (meta, attributes) = (result.meta.clone(), result.attributes.clone());
+        let mut bytes = result.bytes().await?.to_vec();
+        bytes.extend_from_slice(&[0xAB; 64]);
+        let len = bytes.len() as u64;
+        let stream = futures_util::stream::once(async move { Ok(bytes::Bytes::from(bytes)) });
+        Ok(object_store::GetResult {
+            payload: object_store::GetResultPayload::Stream(Box::pin(stream)),
+            meta: object_store::ObjectMeta { size: len, ..meta },
+            range: 0..len,
+            attributes,
+            extensions: Default::default(),
+        })
+    }
+    fn delete_stream(
+        &self,
+        locations: futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[test]
+fn a_whole_object_read_with_a_longer_body_is_tried_again_and_never_taken() {
+    let objects = Arc::new(Mangles::default());
+    let store = BucketStore::new(objects.clone(), "", "memory://mangles", Caching::default()).unwrap();
+    store.put("zarr.json", &[b"{\"zarr_format\": 3}"], PutMode::Overwrite).unwrap();
+    for _ in 0..4 {
+        assert_eq!(store.read("zarr.json").unwrap(), b"{\"zarr_format\": 3}", "every other GET is 64 bytes long");
+    }
+    let always = Arc::new(Mangles { every_get_long: true, ..Default::default() });
+    let store = BucketStore::new(always, "", "memory://mangles", Caching::default()).unwrap();
+    store.put("notes.txt", &[b"short"], PutMode::Overwrite).unwrap();
+    assert!(matches!(store.read("notes.txt"), Err(store::Error::Io { .. })), "a body that is always long is an error");
+}
+
+#[test]
+fn a_conditional_put_whose_answer_was_lost_has_succeeded() {
+    let objects = Arc::new(Mangles::default());
+    let store = BucketStore::new(objects.clone(), "", "memory://mangles", Caching::default()).unwrap();
+    objects.lose_next_put.store(true, std::sync::atomic::Ordering::SeqCst);
+    store.put("a", &[b"mine"], PutMode::Create).expect("the retry meets its own object");
+    let stamp = store.attr("a").unwrap().stamp;
+    objects.lose_next_put.store(true, std::sync::atomic::Ordering::SeqCst);
+    store.put("a", &[b"mine, again"], PutMode::Update(stamp)).expect("the retry meets its own update");
+    assert_eq!(store.read("a").unwrap(), b"mine, again");
+    assert!(
+        matches!(store.put("a", &[b"other"], PutMode::Create), Err(store::Error::Changed(_))),
+        "another writer's object is still someone else's"
+    );
+}

@@ -8,8 +8,9 @@
 //!   mountpoint-s3);
 //! - a version ([`Stamp`]) is the object's ETag and size; a directory's is made of its entries'
 //!   names and kinds;
-//! - every read is a range GET carrying If-Match with the ETag of the version opened, so a read
-//!   never mixes two versions: when the object changed it fails with [`Error::Changed`];
+//! - every read is a GET carrying If-Match with the ETag of the version opened, so a read never
+//!   mixes two versions: when the object changed it fails with [`Error::Changed`]; and a reply of
+//!   another version or length is never used ([`requests`]: time limits, tries, checks);
 //! - [`Store::put`] is one PUT, atomic by nature and durable when it returns; `Create` and
 //!   `Update` are If-None-Match: * and If-Match: ETag, so two machines writing one shard never
 //!   overwrite each other's commit;
@@ -24,6 +25,7 @@
 pub mod buffered;
 pub mod metadata;
 pub mod read_ahead;
+mod requests;
 pub mod s3;
 
 use std::io;
@@ -33,7 +35,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion};
+use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion};
 use parking_lot::Mutex;
 
 use self::buffered::BufferedFile;
@@ -73,8 +75,9 @@ struct Shared {
     /// Directories made here that no object is under yet.
     made_dirs: Mutex<std::collections::BTreeSet<String>>,
     /// Plain files open for writing, by key: every handle of one file shares its content, as
-    /// handles of a local file share the file.
-    open_files: Mutex<std::collections::HashMap<String, std::sync::Weak<BufferedFile>>>,
+    /// handles of a local file share the file. Each key has a lock of its own, held while the
+    /// file is loaded, so that a slow load delays only opens of that file.
+    open_files: Mutex<std::collections::HashMap<String, Arc<Mutex<std::sync::Weak<BufferedFile>>>>>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
 }
@@ -109,7 +112,7 @@ impl BucketStore {
     /// Checks that the bucket is there and can be listed, naming the cause when not.
     pub fn check_bucket(&self) -> std::result::Result<(), String> {
         let prefix = (!self.0.prefix.is_empty()).then(|| self.path(""));
-        match self.block_on(self.0.objects.list_with_delimiter(prefix.as_ref())) {
+        match self.probe_list(prefix.as_ref()) {
             Ok(_) => Ok(()),
             Err(object_store::Error::NotFound { .. }) => Err("no such bucket".into()),
             Err(e) if e.to_string().contains("NoSuchBucket") => Err("no such bucket".into()),
@@ -169,11 +172,7 @@ impl BucketStore {
             }
         }
         let epoch = self.0.metadata.epoch();
-        let head = match self.block_on(self.0.objects.head(&self.path(key))) {
-            Ok(meta) => Some(head_of(&meta)),
-            Err(object_store::Error::NotFound { .. }) => None,
-            Err(e) => return Err(self.error(key, e)),
-        };
+        let head = self.head_request(key)?;
         self.0.metadata.remember_head(key, head.clone(), epoch);
         Ok(head)
     }
@@ -186,8 +185,7 @@ impl BucketStore {
         }
         let prefix = (!dir.is_empty() || !self.0.prefix.is_empty()).then(|| self.path(dir));
         let epoch = self.0.metadata.epoch();
-        let found =
-            self.block_on(self.0.objects.list_with_delimiter(prefix.as_ref())).map_err(|e| self.error(dir, e))?;
+        let found = self.list_request(dir, prefix.as_ref())?;
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         let mut modified = SystemTime::UNIX_EPOCH;
@@ -252,33 +250,8 @@ impl BucketStore {
 
     /// A GET of `range` of version `e_tag` of `key`, exactly that long.
     fn get_range(&self, key: &str, e_tag: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
-        let wanted = range.end - range.start;
-        let if_match = Some(e_tag.to_string());
-        let options = GetOptions { if_match, range: Some(GetRange::Bounded(range)), ..Default::default() };
-        let fetched = self.block_on(async {
-            let result = self.0.objects.get_opts(&self.path(key), options).await?;
-            let e_tag = result.meta.e_tag.clone();
-            Ok::<_, object_store::Error>((e_tag, result.bytes().await?))
-        });
-        let (served, bytes) = fetched.map_err(|e| match self.error(key, e) {
-            // The version opened is gone: as much a change as a newer ETag.
-            Error::NotFound(place) => {
-                self.0.metadata.forget(key);
-                Error::Changed(place)
-            }
-            other => other,
-        })?;
-        // A server that ignored If-Match must not pass another version's bytes off as these.
-        if served.as_deref().map(metadata::bare_e_tag) != Some(metadata::bare_e_tag(e_tag)) {
-            self.0.metadata.forget(key);
-            return Err(Error::Changed(self.describe(key)));
-        }
-        if bytes.len() as u64 != wanted {
-            let short = format!("the server sent {} bytes for a range of {wanted}", bytes.len());
-            let source = io::Error::new(io::ErrorKind::UnexpectedEof, short);
-            return Err(Error::Io { place: self.describe(key), source });
-        }
-        Ok(bytes)
+        let len = range.end - range.start;
+        self.get_verified(key, e_tag, Some(range), len)
     }
 
     /// The ETag of `key` at version `stamp`, asking the store when the cache knows another.
@@ -311,6 +284,11 @@ impl BucketStore {
             },
         }
     }
+}
+
+fn no_e_tag(place: &str) -> Error {
+    let why = io::Error::other("the store gives the object no ETag, so its versions cannot be told apart");
+    Error::Io { place: place.to_string(), source: why }
 }
 
 fn head_of(meta: &object_store::ObjectMeta) -> Head {
@@ -390,26 +368,39 @@ impl Store for BucketStore {
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
-        let head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        let mut head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        if head.e_tag.is_none() {
+            // A reply that lost its ETag on the way: ask once more before giving up.
+            self.0.metadata.forget(key);
+            head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        }
         let attr = self.attr_of_file(&head);
         // Without an ETag no read could be tied to the version its index came from.
-        let Some(e_tag) = head.e_tag else {
-            let why = io::Error::other("the store gives the object no ETag, so its versions cannot be told apart");
-            return Err(Error::Io { place: self.describe(key), source: why });
-        };
+        let Some(e_tag) = head.e_tag else { return Err(no_e_tag(&self.describe(key))) };
         Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, e_tag }))
     }
 
     fn read(&self, key: &str) -> Result<Vec<u8>> {
-        let epoch = self.0.metadata.epoch();
-        let fetched = self.block_on(async {
-            let result = self.0.objects.get(&self.path(key)).await?;
-            let meta = result.meta.clone();
-            Ok::<_, object_store::Error>((meta, result.bytes().await?))
-        });
-        let (meta, bytes) = fetched.map_err(|e| self.error(key, e))?;
-        self.0.metadata.remember_head(key, Some(head_of(&meta)), epoch);
-        Ok(bytes.to_vec())
+        // The version and its length come from a HEAD or a listing, and the GET must match both:
+        // a body that is longer, shorter or of another version is never taken for the file.
+        for fresh in [false, true] {
+            if fresh {
+                self.0.metadata.forget(key);
+            }
+            let head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+            let Some(e_tag) = head.e_tag else {
+                if fresh {
+                    return Err(no_e_tag(&self.describe(key)));
+                }
+                continue;
+            };
+            match self.get_verified(key, &e_tag, None, head.size) {
+                Ok(bytes) => return Ok(bytes.to_vec()),
+                Err(Error::Changed(_)) if !fresh => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Changed(self.describe(key)))
     }
 
     fn read_link(&self, key: &str) -> Result<PathBuf> {
@@ -443,12 +434,12 @@ impl Store for BucketStore {
         let payload: PutPayload = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
         let size = payload.content_length() as u64;
         let options = PutOptions { mode, ..Default::default() };
-        let put = self.block_on(self.0.objects.put_opts(&self.path(key), payload, options));
+        let put = self.put_verified(key, payload, options);
         self.0.metadata.forget(key);
-        let put = put.map_err(|e| self.error(key, e))?;
+        let put = put?;
         self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
-        if put.e_tag.is_some() {
-            let head = Head { size, e_tag: put.e_tag, modified: SystemTime::now() };
+        if put.is_some() {
+            let head = Head { size, e_tag: put, modified: SystemTime::now() };
             self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
         }
         Ok(())
@@ -474,9 +465,19 @@ impl Store for BucketStore {
             // `mv` copies a directory file by file after EXDEV.
             return Err(Error::Io { place: self.describe(from), source: io::Error::from_raw_os_error(libc::EXDEV) });
         }
-        let copied = self.block_on(self.0.objects.copy(&self.path(from), &self.path(to)));
+        // A copy is made by the server, of whatever version it holds then: the source must be the
+        // same version before and after it, and the copy as long, or the rename did not move
+        // the file that was meant (the source is then left where it is).
+        self.0.metadata.forget(from);
+        let before = self.head_request(from)?.ok_or_else(|| Error::NotFound(self.describe(from)))?;
+        self.copy_request(from, to)?;
         self.0.metadata.forget(to);
-        copied.map_err(|e| self.error(from, e))?;
+        let after = self.head_request(from)?;
+        let copied = self.head_request(to)?;
+        if after.as_ref().map(Head::stamp) != Some(before.stamp()) || copied.map(|c| c.size) != Some(before.size) {
+            self.0.metadata.forget(from);
+            return Err(Error::Changed(self.describe(from)));
+        }
         self.delete(from)
     }
 
@@ -514,10 +515,14 @@ impl Store for BucketStore {
     }
 
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
+        let slot = {
+            let mut open_files = self.0.open_files.lock();
+            open_files.retain(|_, slot| Arc::strong_count(slot) > 1 || slot.lock().strong_count() > 0);
+            open_files.entry(key.to_string()).or_default().clone()
+        };
         // Held while loading, so that two opens of one file share one content.
-        let mut open_files = self.0.open_files.lock();
-        open_files.retain(|_, file| file.strong_count() > 0);
-        if let Some(file) = open_files.get(key).and_then(std::sync::Weak::upgrade) {
+        let mut slot = slot.lock();
+        if let Some(file) = slot.upgrade() {
             if how.truncate {
                 file.set_len(0)?;
             }
@@ -534,7 +539,7 @@ impl Store for BucketStore {
             None => return Err(Error::NotFound(self.describe(key))),
         };
         let file = Arc::new(BufferedFile::new(self.clone(), key.to_string(), content, truncated));
-        open_files.insert(key.to_string(), Arc::downgrade(&file));
+        *slot = Arc::downgrade(&file);
         Ok(Box::new(file))
     }
 
@@ -543,7 +548,7 @@ impl Store for BucketStore {
         // one shard would overwrite each other unseen.
         let key = format!("{}/probe/{}", super::PRIVATE_DIR, std::process::id());
         let path = self.path(&key);
-        let put = |mode| self.block_on(self.0.objects.put_opts(&path, PutPayload::from_static(b"probe"), mode));
+        let put = |mode| self.probe_put(&path, mode);
         let honoured = put(PutOptions::from(object_store::PutMode::Overwrite)).map_err(|e| {
             let why = format!("cannot write to the bucket ({}); mount it --read-only", one_line(&e));
             Error::Io { place: self.describe(""), source: io::Error::other(why) }
