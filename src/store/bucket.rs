@@ -453,7 +453,17 @@ impl Store for BucketStore {
         }
         let deleted = self.block_on(self.0.objects.delete(&self.path(key)));
         self.0.metadata.forget(key);
-        deleted.map_err(|e| self.error(key, e))
+        deleted.map_err(|e| self.error(key, e))?;
+        // The directory stays, as on a filesystem, though its last object may have gone with the
+        // file (`rm -r` and `shutil.rmtree` remove it next, and would find it gone).
+        let mut dir = super::parent_key(key);
+        while !dir.is_empty() {
+            self.0.made_dirs.lock().insert(dir.to_string());
+            self.0.metadata.forget(dir);
+            self.0.metadata.forget_listing(dir);
+            dir = super::parent_key(dir);
+        }
+        Ok(())
     }
 
     fn delete_version(&self, _key: &str, _stamp: &Stamp) -> Result<bool> {
