@@ -91,17 +91,16 @@ def run_suite(root, report):
     return results
 
 
-def in_mount(binary, work, store, flags, label, control, check):
-    """The suite in a writable mount of `store` (a sharded store: `store` is where zarr-python
-    writes it, a directory or a zarr Store), mounted with `flags`."""
-    source = store if isinstance(store, str) else flags.pop(0)
+def in_mount(binary, work, store, source, store_flags, flags, label, control, check):
+    """The suite in a writable mount of `source` (a sharded store that zarr-python writes to
+    through `store`, a directory or a zarr Store), mounted with `store_flags` and `flags`."""
     mnt = os.path.join(work, "mnt")
     os.makedirs(mnt)
     zarr.open_group(store, mode="w")
     data = np.arange(64 * 64, dtype="uint16").reshape(64, 64)
     zarr.create_array(store, name="sharded", data=data, chunks=(8, 8), shards=(32, 32),
                       compressors=zarr.codecs.GzipCodec(level=1))
-    subprocess.run([binary, "mount", source, mnt, *flags, "--log-file", os.path.join(work, "mount.log")],
+    subprocess.run([binary, "mount", source, mnt, *store_flags, *flags, "--log-file", os.path.join(work, "mount.log")],
                    check=True)
     try:
         mounted = run_suite(mnt, os.path.join(work, "mounted.xml"))
@@ -121,8 +120,9 @@ def in_mount(binary, work, store, flags, label, control, check):
             subprocess.run(["umount", "-l", mnt], check=False)
     check(f"{label}: the sharded array reads exactly from the store after unmount",
           np.array_equal(zarr.open_array(store, path="sharded", mode="r")[...], data))
-    checked = subprocess.run([binary, "check", source, *flags], capture_output=True, text=True)
-    check(f"{label}: shardfs check: the store is healthy", checked.returncode == 0, checked.stdout[-500:])
+    checked = subprocess.run([binary, "check", source, *store_flags], capture_output=True, text=True)
+    check(f"{label}: shardfs check: the store is healthy", checked.returncode == 0,
+          (checked.stdout + checked.stderr)[-800:])
 
 
 def main():
@@ -139,7 +139,8 @@ def main():
         for label, flags in (("mount", []), ("mount --shard-new 2", ["--shard-new", "2"])):
             sub = os.path.join(work, label.replace(" ", "_"))
             os.makedirs(sub)
-            in_mount(binary, sub, os.path.join(sub, "store"), flags, label, control, check)
+            store = os.path.join(sub, "store")
+            in_mount(binary, sub, store, store, [], flags, label, control, check)
         # A bucket: directories are renamed by copying (EXDEV), links are copies.
         sub = os.path.join(work, "s3")
         os.makedirs(sub)
@@ -147,8 +148,8 @@ def main():
             os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
             urllib.request.urlopen(urllib.request.Request(f"{endpoint}/suite", method="PUT")).close()
             bucket = obstore.store.S3Store("suite", prefix="store", endpoint=endpoint, client_options={"allow_http": True})
-            in_mount(binary, sub, zarr.storage.ObjectStore(bucket),
-                     ["s3://suite/store", "--endpoint-url", endpoint], "s3 mount", control, check)
+            in_mount(binary, sub, zarr.storage.ObjectStore(bucket), "s3://suite/store",
+                     ["--endpoint-url", endpoint], [], "s3 mount", control, check)
     return check.summary("store suite")
 
 
