@@ -15,7 +15,9 @@ fi
 exec 9>/tmp/shardfs-package-test.lock
 flock 9
 
-deb=$(scripts/package.sh) || { echo "FAIL scripts/package.sh"; exit 1; }
+built=$(scripts/package.sh) || { echo "FAIL scripts/package.sh"; exit 1; }
+deb=$(tail -n 1 <<<"$built")
+wheel=$(head -n 1 <<<"$built")
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 work=$(mktemp -d -t shardfs-package.XXXXXX)
 mnt=$work/mnt
@@ -72,5 +74,14 @@ check "a chunk read through it equals the twin's" cmp "$mnt/zp/zstd_start/c/1/2/
 check "umount" umount "$mnt"
 check "dpkg -r" dpkg -r shardfs && installed=0
 check "nothing left in /usr/bin" bash -c "! test -e /usr/bin/shardfs && ! test -e /usr/share/man/man1/shardfs.1.gz"
+
+# The wheel, as a Python user meets it: pip install into a fresh venv puts shardfs on its PATH, and
+# the module's tests (tests/python: shardfs.mount, its errors, the pytest fixture) pass there.
+check "the wheel is manylinux-tagged" bash -c "[[ $wheel == *-py3-none-manylinux_*_x86_64.whl ]]"
+python3 -m venv "$work/venv"
+check "pip install of the wheel into a fresh venv" \
+  "$work/venv/bin/pip" install -q --disable-pip-version-check "$wheel" 'pytest==9.2.0'
+check "shardfs on the venv's PATH" same "PATH=$work/venv/bin:/usr/bin:/bin shardfs --version" "echo shardfs $version"
+check "the Python module and its pytest fixture" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
 
 summary package

@@ -13,6 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+# The crate as the Rust package registry would take it (packaged and built, not uploaded).
+cargo publish --dry-run --locked --allow-dirty
 # The checks with the newest peers need Python 3.12 or newer (setup.sh makes target/venv-newest
 # only then); without it they are skipped, loudly, unless SHARDFS_REQUIRE_NEWEST=1 (.ci/run).
 newest() {
