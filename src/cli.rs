@@ -93,6 +93,10 @@ pub enum Command {
         /// Settle unfinished commits from the journal (roll torn appends back) before checking.
         #[arg(long)]
         repair: bool,
+        /// Also read and decode every stored inner chunk with its array's codecs (crc32c
+        /// verified, gzip, zstd and blosc decompressed to the chunk's length).
+        #[arg(long)]
+        data: bool,
     },
     /// Rewrite the shards of STORE (or only of the arrays at the given paths) without unused
     /// space, atomically; safe beside a running mount.

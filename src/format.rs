@@ -1,6 +1,7 @@
 //! The Zarr formats shardfs reads, as pure functions over bytes and JSON: no I/O, no FUSE.
 //!
 //! - [`blz`]: the BLZ family (Bloscpack files, bcolz directories), headers to Zarr documents.
+//! - [`codecs`]: undoing an inner chunk's codecs to tell whether its stored bytes are intact.
 //! - [`chunk_key`]: chunk coordinates <-> store keys for every key encoding.
 //! - [`draft`]: the draft sharding storage transformer layout of zarr-python 2.x.
 //! - [`metadata`]: `zarr.json` documents and the unsharded view of a sharded array.
@@ -13,6 +14,7 @@
 
 pub mod blz;
 pub mod chunk_key;
+pub mod codecs;
 pub mod draft;
 pub mod error;
 pub mod metadata;

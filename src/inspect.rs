@@ -1,14 +1,17 @@
 //! Store-wide scans behind `shardfs check` and `shardfs info`: every sharded array, every shard
 //! on disk, every index level read and verified (checksum, truncation, entries outside the data
 //! area, half-empty sentinels, overlapping entries), and commits the journal says were cut short.
-//! Only indexes are read, never chunk data.
+//! Only indexes are read, unless chunk data is asked for ([`Depth::Data`]).
 //!
+//! - [`data`]: `check --data`, every stored inner chunk decoded with its array's codecs.
 //! - [`refs`]: `shardfs refs`, the view as a kerchunk reference file.
 
+pub mod data;
 pub mod refs;
 
 use std::ops::Range;
 
+use crate::format::codecs::ChunkCodecs;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::format::zarr_v2;
@@ -20,6 +23,8 @@ use crate::view::error::Error as ViewError;
 use crate::view::shards::shards_on_disk;
 use crate::view::sources::Sources;
 use crate::write::journal::{journal_dir, list_names};
+pub use data::Depth;
+use data::{StoredChunk, codecs_of};
 
 /// What one sharded array holds, and what is wrong with it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -36,6 +41,14 @@ pub struct ArrayReport {
     pub unused_bytes: u64,
     /// One line per problem, naming the shard file.
     pub problems: Vec<String>,
+    /// Stored inner chunks decoded ([`Depth::Data`]), whether or not they decoded.
+    pub decoded: u64,
+    /// Why this array's chunks were not decoded, with [`Depth::Data`] (a codec shardfs does not
+    /// decode); chunks whose codecs have no checksum are decoded, but a changed byte may pass.
+    pub not_decoded: Option<String>,
+    /// With [`Depth::Data`]: a changed byte of a stored chunk is always found (a crc32c or gzip
+    /// ends the codecs).
+    pub checksummed: bool,
 }
 
 /// The whole store.
@@ -64,6 +77,11 @@ pub fn scan(store: &dyn Store) -> Result<StoreReport, store::Error> {
 
 /// [`scan`], telling `progress` about each shard.
 pub fn scan_reporting(store: &dyn Store, progress: &dyn Progress) -> Result<StoreReport, store::Error> {
+    scan_with(store, Depth::Indexes, progress)
+}
+
+/// [`scan_reporting`], also decoding every stored inner chunk with [`Depth::Data`].
+pub fn scan_with(store: &dyn Store, depth: Depth, progress: &dyn Progress) -> Result<StoreReport, store::Error> {
     let mut report = StoreReport::default();
     let found = find_arrays(store)?;
     report.refused = found.refused;
@@ -73,7 +91,7 @@ pub fn scan_reporting(store: &dyn Store, progress: &dyn Progress) -> Result<Stor
         found.sharded.iter().map(|array| (array, shards_on_disk(store, array, &[], &Sources::default()))).collect();
     progress.start(listed.iter().map(|(_, shards)| shards.as_ref().map_or(0, |s| s.len() as u64)).sum());
     let scanned: Result<Vec<ArrayReport>, store::Error> =
-        listed.into_iter().map(|(array, shards)| scan_array(store, array, shards, progress)).collect();
+        listed.into_iter().map(|(array, shards)| scan_array(store, array, shards, depth, progress)).collect();
     progress.finish();
     report.arrays = scanned?;
     for name in list_names(store, &journal_dir())? {
@@ -86,10 +104,24 @@ fn scan_array(
     store: &dyn Store,
     array: &ShardedArray,
     shards: Result<Vec<Vec<u64>>, ViewError>,
+    depth: Depth,
     progress: &dyn Progress,
 ) -> Result<ArrayReport, store::Error> {
     let mut report = ArrayReport { dir: array.dir.to_string(), ..Default::default() };
     progress.array(&array.dir);
+    let codecs = match depth {
+        Depth::Indexes => None,
+        Depth::Data => match codecs_of(array) {
+            Ok(codecs) => {
+                report.checksummed = codecs.detects_every_change();
+                Some(codecs)
+            }
+            Err(why) => {
+                report.not_decoded = Some(why);
+                None
+            }
+        },
+    };
     let shards = match shards {
         Ok(shards) => shards,
         Err(e) => {
@@ -98,7 +130,7 @@ fn scan_array(
         }
     };
     for coords in shards {
-        scan_shard(store, array, &coords, &mut report)?;
+        scan_shard(store, array, &coords, codecs.as_ref(), &mut report)?;
         progress.shard_done();
     }
     Ok(report)
@@ -108,6 +140,7 @@ fn scan_shard(
     store: &dyn Store,
     array: &ShardedArray,
     coords: &[u64],
+    codecs: Option<&ChunkCodecs>,
     report: &mut ArrayReport,
 ) -> Result<(), store::Error> {
     let key = array.shard_key(coords);
@@ -126,7 +159,8 @@ fn scan_shard(
     }
     let len = file.attr().size;
     let before = (report.live_bytes, report.index_bytes);
-    Audit { file: &*file, levels: &array.meta.sharding.levels, shown: &shown, report }.blob(0, 0..len)?;
+    let mut audit = Audit { file: &*file, array, shard: coords, codecs, entries: Vec::new(), shown: &shown, report };
+    audit.blob(0, 0..len)?;
     let used = (report.live_bytes - before.0) + (report.index_bytes - before.1);
     report.unused_bytes += len.saturating_sub(used);
     Ok(())
@@ -135,14 +169,20 @@ fn scan_shard(
 /// One shard being verified, level by level.
 struct Audit<'a> {
     file: &'a dyn Object,
-    levels: &'a [Level],
+    array: &'a ShardedArray,
+    shard: &'a [u64],
+    /// Set when stored chunks are decoded too.
+    codecs: Option<&'a ChunkCodecs>,
+    /// The entry at each level above the one being walked.
+    entries: Vec<u64>,
     shown: &'a str,
     report: &'a mut ArrayReport,
 }
 
 impl Audit<'_> {
     fn blob(&mut self, depth: usize, blob: Range<u64>) -> Result<(), store::Error> {
-        let spec = self.levels[depth].index;
+        let levels: &[Level] = &self.array.meta.sharding.levels;
+        let spec = levels[depth].index;
         let blob_len = blob.end - blob.start;
         let where_ = if depth == 0 { String::new() } else { format!(" (nested shard at {})", blob.start) };
         let range = match spec.index_range(blob_len) {
@@ -161,19 +201,22 @@ impl Audit<'_> {
             }
         };
         self.report.index_bytes += spec.encoded_len();
-        let leaf = depth + 1 == self.levels.len();
+        let leaf = depth + 1 == levels.len();
         let mut ranges = Vec::new();
         for entry in 0..index.entries() {
             match index.chunk(entry) {
                 Ok(None) => {}
                 Ok(Some(chunk)) => {
                     ranges.push((chunk.clone(), entry));
+                    self.entries.push(entry);
                     if leaf {
                         self.report.chunks += 1;
                         self.report.live_bytes += chunk.end - chunk.start;
+                        self.decode(chunk);
                     } else {
                         self.blob(depth + 1, chunk)?;
                     }
+                    self.entries.pop();
                 }
                 Err(e) => self.report.problems.push(format!("{}{where_}: {e}", self.shown)),
             }
@@ -188,17 +231,33 @@ impl Audit<'_> {
         }
         Ok(())
     }
+
+    /// Decodes the stored inner chunk at `range` when chunk data is checked.
+    fn decode(&mut self, range: Range<u64>) {
+        let Some(codecs) = self.codecs else { return };
+        self.report.decoded += 1;
+        let chunk =
+            StoredChunk { file: self.file, range, array: self.array, shard: self.shard, entries: &self.entries };
+        if let Some(fault) = chunk.fault(codecs) {
+            self.report.problems.push(format!("{}: {fault}", self.shown));
+        }
+    }
 }
 
 /// `shardfs check`: prints every problem (and, with `repair`, what recovery did) and says whether
-/// the store is healthy afterwards.
-pub fn check_command(store: &dyn Store, repair: bool, progress: &dyn Progress) -> Result<bool, store::Error> {
+/// the store is healthy afterwards; with [`Depth::Data`], every stored inner chunk is decoded too.
+pub fn check_command(
+    store: &dyn Store,
+    repair: bool,
+    depth: Depth,
+    progress: &dyn Progress,
+) -> Result<bool, store::Error> {
     if repair {
         for done in crate::write::journal::recover(store)? {
             println!("repaired: {done:?}");
         }
     }
-    let report = scan_reporting(store, progress)?;
+    let report = scan_with(store, depth, progress)?;
     for (doc, reason) in &report.invalid {
         println!("INVALID {}: {reason}", store.describe(doc));
     }
@@ -210,7 +269,16 @@ pub fn check_command(store: &dyn Store, repair: bool, progress: &dyn Progress) -
     }
     for array in &report.arrays {
         let status = if array.problems.is_empty() { "ok" } else { "DAMAGED" };
-        println!("{status:<7} {}: {} shards, {} chunks", display_dir(&array.dir), array.shards, array.chunks);
+        let decoded = match depth {
+            Depth::Indexes => String::new(),
+            Depth::Data if array.not_decoded.is_some() => ", data not decoded".into(),
+            Depth::Data if array.checksummed => format!(", {} decoded and checksummed", array.decoded),
+            Depth::Data => format!(", {} decoded (no checksum: a changed byte may pass)", array.decoded),
+        };
+        println!("{status:<7} {}: {} shards, {} chunks{decoded}", display_dir(&array.dir), array.shards, array.chunks);
+        if let Some(why) = &array.not_decoded {
+            println!("        note: chunk data not checked: {why}");
+        }
         for problem in &array.problems {
             println!("        {problem}");
         }

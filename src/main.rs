@@ -21,9 +21,11 @@ fn main() {
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
         Command::Generate { dir } => generate::write_all(dir),
-        Command::Check { store, repair } => {
-            let healthy = mount::open_store(store.address())
-                .and_then(|s| inspect::check_command(&*s, *repair, &Bar::new("checking")).map_err(|e| e.to_string()));
+        Command::Check { store, repair, data } => {
+            let depth = if *data { inspect::Depth::Data } else { inspect::Depth::Indexes };
+            let healthy = mount::open_store(store.address()).and_then(|s| {
+                inspect::check_command(&*s, *repair, depth, &Bar::new("checking")).map_err(|e| e.to_string())
+            });
             match healthy {
                 Ok(true) => Ok(()),
                 Ok(false) => std::process::exit(1),

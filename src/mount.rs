@@ -148,14 +148,21 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
     if config.foreground {
         let target = config.log_file.clone().map_or(LogTarget::Stderr, LogTarget::File);
         logging::init(&target, config.verbosity)?;
+        let tidy = tidied_at_unmount(&store, config);
         let mounted = mount_blocking_signals(store, config)?;
         log::info!("{}: serving {}", config.mountpoint.display(), config.store.location.display());
-        return serve(mounted);
+        return serve(mounted, tidy);
     }
     // The daemon opens the store again: a store's threads (an object store client's runtime)
     // do not survive fork.
     drop(store);
     daemonize(config)
+}
+
+/// The store whose `__shardfs/` a clean unmount tidies: a writable mount's. A read-only mount
+/// never creates it, and must not change the store, not even by removing what others left.
+fn tidied_at_unmount(store: &Arc<dyn Store>, config: &MountConfig) -> Option<Arc<dyn Store>> {
+    (!config.settings.is_read_only()).then(|| store.clone())
 }
 
 /// Mounts with termination signals blocked, so that every thread (the session's and the
@@ -190,22 +197,32 @@ fn block_termination_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
-/// Serves until the mount goes away or a termination signal arrives, then unmounts cleanly.
-fn serve(mounted: Mounted) -> Result<(), String> {
+/// Serves until the mount goes away or a termination signal arrives, then unmounts cleanly and,
+/// once the session's last commit is done, tidies `tidy`'s `__shardfs/`.
+fn serve(mounted: Mounted, tidy: Option<Arc<dyn Store>>) -> Result<(), String> {
     let set = termination_signals();
     let tick = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
-    loop {
+    let ended = loop {
         if mounted.finished() {
             log::info!("unmounted");
-            return mounted.join().map_err(|e| format!("session ended with an error: {e}"));
+            break mounted.join().map_err(|e| format!("session ended with an error: {e}"));
         }
         // SAFETY: valid signal set and timeout; no siginfo is requested.
         let signal = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &tick) };
         if signal > 0 {
             log::info!("signal {signal}: unmounting");
-            return mounted.unmount().map_err(|e| format!("unmount failed: {e}"));
+            break mounted.unmount().map_err(|e| format!("unmount failed: {e}"));
         }
+    };
+    ended?;
+    // What is left there is in use (a journal record, another mount's files): tidying removes
+    // only what is empty, so a failure costs nothing but the trace.
+    if let Some(store) = tidy
+        && let Err(e) = store.tidy_private_dir()
+    {
+        log::warn!("{e}");
     }
+    Ok(())
 }
 
 /// Forks a daemon that mounts and serves; the parent waits for its word that the mount is ready
@@ -248,8 +265,12 @@ fn daemon_child(config: &MountConfig, mut parent: std::fs::File) -> i32 {
         let _ = writeln!(parent, "{e}");
         return 1;
     }
-    let mounted = match open_store(config.store.clone()).and_then(|store| mount_blocking_signals(store, config)) {
-        Ok(mounted) => mounted,
+    let opened = open_store(config.store.clone()).and_then(|store| {
+        let tidy = tidied_at_unmount(&store, config);
+        mount_blocking_signals(store, config).map(|mounted| (mounted, tidy))
+    });
+    let (mounted, tidy) = match opened {
+        Ok(opened) => opened,
         Err(e) => {
             let _ = writeln!(parent, "{e}");
             return 1;
@@ -259,7 +280,7 @@ fn daemon_child(config: &MountConfig, mut parent: std::fs::File) -> i32 {
     detach_stdio();
     let _ = parent.write_all(b"ready\n");
     drop(parent);
-    match serve(mounted) {
+    match serve(mounted, tidy) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("{e}");

@@ -297,6 +297,14 @@ pub trait Store: Send + Sync + Debug {
         Ok(Vec::new())
     }
 
+    /// After a clean unmount: removes what of [`PRIVATE_DIR`] holds nothing (empty directories,
+    /// and a lock file no process holds a lock in), so that a store left alone has no trace of
+    /// shardfs. Never a file in use: what another live process (a second mount) keeps there
+    /// stays, and so does the directory holding it. Stores without directories have nothing to do.
+    fn tidy_private_dir(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// True when the store's files are made by shardfs from files of another format (BLZ data):
     /// nothing can be written (the mount is read-only), and not every byte of them is in a file
     /// another program could read at its [`Store::url`] (`shardfs refs` refuses the store).

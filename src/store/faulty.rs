@@ -122,6 +122,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.check_writes()
     }
 
+    fn tidy_private_dir(&self) -> Result<()> {
+        self.inner.tidy_private_dir()
+    }
+
     fn discard(&self, key: &str) -> Result<()> {
         self.budget.step(&self.describe(key))?;
         self.inner.discard(key)

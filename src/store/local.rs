@@ -7,6 +7,14 @@
 //! replacing anything for [`PutMode::Create`]), and the directory is fsync'd. Locks are
 //! open-file-description byte-range locks (`F_OFD_SETLKW`) on the one file `__shardfs/lock`, one
 //! byte per lock slot.
+//!
+//! At a clean unmount [`Store::tidy_private_dir`] removes the empty directories of `__shardfs/`,
+//! the lock file and `__shardfs/` itself. Removing a lock file another process may be about to
+//! lock would let two processes lock different files, so both sides keep a protocol: the remover
+//! unlinks it only while holding a lock on the whole file (which fails at once while anyone holds
+//! a slot), and a locker that got its slot checks that the file it locked is still linked, and
+//! starts again with a new file if not. A file or directory the remover took away between a
+//! writer's creating a directory and using it (ENOENT) makes that writer create it again.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -310,7 +318,17 @@ impl Store for LocalStore {
     }
 
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
-        match self.put_io(key, pieces, mode).map_err(self.fail(key))? {
+        // A directory put_io made can vanish before it is used when another process tidies
+        // `__shardfs/` at its unmount (see the module doc); the next attempt makes it again.
+        let mut attempts = 0;
+        let done = loop {
+            attempts += 1;
+            match self.put_io(key, pieces, mode) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < RECREATE_ATTEMPTS => {}
+                done => break done,
+            }
+        };
+        match done.map_err(self.fail(key))? {
             Ok(()) => Ok(()),
             Err(()) => Err(Error::Changed(self.describe(key))),
         }
@@ -399,12 +417,12 @@ impl Store for LocalStore {
 
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {
         let in_process = lock::writing(slot);
-        let lock_key = join(PRIVATE_DIR, "lock");
+        let lock_key = lock_key();
         let fail = self.fail(&lock_key);
-        self.create_dirs(PRIVATE_DIR).map_err(&fail)?;
-        let file = self
-            .beneath(&lock_key)
-            .and_then(|path| {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let file = self.create_dirs(PRIVATE_DIR).and_then(|()| self.beneath(&lock_key)).and_then(|path| {
                 OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -412,10 +430,84 @@ impl Store for LocalStore {
                     .truncate(false)
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&*path)
-            })
-            .map_err(&fail)?;
-        set_lock(&file, slot, libc::F_WRLCK as i16).map_err(fail)?;
-        Ok(Box::new(LocalLock { file, _in_process: in_process }))
+            });
+            let file = match file {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < RECREATE_ATTEMPTS => continue,
+                file => file.map_err(&fail)?,
+            };
+            set_lock(&file, slot, libc::F_WRLCK as i16).map_err(&fail)?;
+            // Unlinked while this waited (a tidying unmount): the lock file is the linked one.
+            if file.metadata().map_err(&fail)?.nlink() > 0 {
+                return Ok(Box::new(LocalLock { file, _in_process: in_process }));
+            }
+        }
+    }
+
+    fn tidy_private_dir(&self) -> Result<()> {
+        self.remove_empty_dirs(PRIVATE_DIR)?;
+        self.remove_unused_lock_file()?;
+        self.remove_if_empty(PRIVATE_DIR)
+    }
+}
+
+/// How often a write starts again when a directory it made was removed before it was used.
+const RECREATE_ATTEMPTS: u32 = 8;
+
+/// The file whose bytes are the lock slots.
+fn lock_key() -> String {
+    join(PRIVATE_DIR, "lock")
+}
+
+impl LocalStore {
+    /// Removes every empty directory below `dir`, deepest first; files are never touched.
+    fn remove_empty_dirs(&self, dir: &str) -> Result<()> {
+        let entries = match self.list(dir) {
+            Ok((entries, _)) => entries,
+            Err(Error::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for (name, kind) in entries {
+            if kind == Kind::Dir {
+                let key = join(dir, &name);
+                self.remove_empty_dirs(&key)?;
+                self.remove_if_empty(&key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// rmdir, which leaves a directory that is not empty (another process's files) alone.
+    fn remove_if_empty(&self, key: &str) -> Result<()> {
+        match self.beneath(key).and_then(|path| std::fs::remove_dir(&*path)) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST | libc::ENOENT)) => Ok(()),
+            done => done.map_err(self.fail(key)),
+        }
+    }
+
+    /// Unlinks the lock file if no process holds a lock slot in it, under a lock on the whole
+    /// file, which every locker's check of the link count respects (see the module doc).
+    fn remove_unused_lock_file(&self) -> Result<()> {
+        let key = lock_key();
+        let fail = self.fail(&key);
+        let opened = self
+            .beneath(&key)
+            .and_then(|path| OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(&*path));
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(fail(e)),
+        };
+        if !try_lock_whole(&file).map_err(&fail)? {
+            return Ok(());
+        }
+        let ours = file.metadata().map_err(&fail)?;
+        let linked = self.beneath(&key).and_then(|path| std::fs::symlink_metadata(&*path));
+        let same = linked.is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino());
+        if ours.nlink() > 0 && same {
+            self.beneath(&key).and_then(|path| std::fs::remove_file(&*path)).map_err(&fail)?;
+        }
+        // Closing `file` releases the lock: a locker waiting on this inode then finds it unlinked.
+        Ok(())
     }
 }
 
@@ -530,6 +622,27 @@ fn set_lock(file: &File, slot: u64, kind: i16) -> io::Result<()> {
     }
 }
 
+/// Takes a write lock on every byte of `file` without waiting: false when a slot is held.
+fn try_lock_whole(file: &File) -> io::Result<bool> {
+    // SAFETY: flock is plain data; every field the kernel reads is set below.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    // l_start 0 and l_len 0: the whole file, however far it grows.
+    loop {
+        // SAFETY: a valid descriptor and a fully initialised flock.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN | libc::EACCES) => return Ok(false),
+            Some(libc::EINTR) => {}
+            _ => return Err(err),
+        }
+    }
+}
+
 impl Drop for LocalLock {
     fn drop(&mut self) {
         // Closing the descriptor releases the lock as well; unlocking first makes it explicit.
@@ -547,6 +660,60 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = LocalStore::open(&dir).unwrap();
         (dir, store)
+    }
+
+    #[test]
+    fn tidying_removes_only_what_no_process_uses_and_locking_survives_it() {
+        let (dir, store) = temp_store("tidy");
+        let other = LocalStore::open(&dir).unwrap();
+        store.put("a/x", &[b"x"], PutMode::Overwrite).unwrap();
+        store.put(&format!("{PRIVATE_DIR}/journal/1-0"), &[b"record"], PutMode::Create).unwrap();
+        std::fs::create_dir_all(dir.join(PRIVATE_DIR).join("scratch/deeper")).unwrap();
+        let held = store.lock(3).unwrap();
+        other.tidy_private_dir().unwrap();
+        let private = dir.join(PRIVATE_DIR);
+        assert!(private.join("lock").exists(), "a held lock file stays");
+        assert!(private.join("journal/1-0").exists(), "a record is never removed");
+        assert!(!private.join("scratch").exists() && !private.join("tmp").exists(), "empty directories go");
+        drop(held);
+        other.discard(&format!("{PRIVATE_DIR}/journal/1-0")).unwrap();
+        other.tidy_private_dir().unwrap();
+        assert!(!private.exists(), "nothing left in use: no trace");
+        assert_eq!(std::fs::read(dir.join("a/x")).unwrap(), b"x");
+        // Locks work again, on a new file; a lock taken on the old file after it was unlinked
+        // would not keep them apart.
+        let again = store.lock(3).unwrap();
+        let file = File::options().read(true).write(true).open(private.join("lock")).unwrap();
+        assert!(!try_lock_whole(&file).unwrap(), "the slot is held in the file that is linked");
+        drop(again);
+        other.tidy_private_dir().unwrap();
+        assert!(!private.exists());
+    }
+
+    #[test]
+    fn a_locker_waiting_on_a_lock_file_that_is_removed_locks_the_new_one() {
+        let (dir, store) = temp_store("tidy-race");
+        let lock_path = dir.join(PRIVATE_DIR).join("lock");
+        drop(store.lock(0).unwrap());
+        // Hold the whole old file as the remover does, let a locker open it and wait, then unlink.
+        let remover = File::options().read(true).write(true).open(&lock_path).unwrap();
+        assert!(try_lock_whole(&remover).unwrap());
+        let waiting = std::thread::spawn({
+            let (store, lock_path) = (store.clone(), lock_path.clone());
+            move || {
+                let held = store.lock(0).unwrap();
+                let linked = File::options().read(true).write(true).open(&lock_path).unwrap();
+                let free_while_held = try_lock_whole(&linked).unwrap();
+                drop(held);
+                (free_while_held, try_lock_whole(&linked).unwrap())
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::remove_file(&lock_path).unwrap();
+        drop(remover);
+        let (free_while_held, free_after) = waiting.join().unwrap();
+        assert!(!free_while_held, "the waiting locker moved to the linked file");
+        assert!(free_after);
     }
 
     #[test]
