@@ -211,7 +211,9 @@ fn check_axes(axes: &[Value]) -> Result<(), Unsupported> {
     }
     let count = |rank| ranks.iter().filter(|r| **r == rank).count();
     if !ranks.is_sorted() || count(0) > 1 || count(1) > 1 || !(2..=3).contains(&count(2)) {
-        return Err(format!("axes {names:?}: 0.4 wants 2 or 3 space axes, after one time and one other axis at most").into());
+        return Err(
+            format!("axes {names:?}: 0.4 wants 2 or 3 space axes, after one time and one other axis at most").into()
+        );
     }
     Ok(())
 }
@@ -333,7 +335,11 @@ mod tests {
         assert!(refused(short).contains("3 numbers"));
         let mut six = image();
         let axes = six["multiscales"][0]["axes"].as_array_mut().unwrap();
-        axes.extend([json!({"name": "a", "type": "space"}), json!({"name": "b"}), json!({"name": "t", "type": "time"})]);
+        axes.extend([
+            json!({"name": "a", "type": "space"}),
+            json!({"name": "b"}),
+            json!({"name": "t", "type": "time"}),
+        ]);
         assert!(refused(six).contains("6 axes"));
         let mut order = image();
         order["multiscales"][0]["axes"].as_array_mut().unwrap().swap(0, 2);
@@ -369,7 +375,10 @@ mod tests {
         // A new 0.5 plate gets a version; a well does not.
         let plate = json!({"plate": {"wells": [], "version": "0.4"}, "well": {"images": [], "version": "0.4"}});
         let stored = from_v04(&plate, &json!({})).unwrap();
-        assert_eq!(stored["ome"], json!({"version": "0.5", "plate": {"wells": [], "version": "0.5"}, "well": {"images": []}}));
+        assert_eq!(
+            stored["ome"],
+            json!({"version": "0.5", "plate": {"wells": [], "version": "0.5"}, "well": {"images": []}})
+        );
     }
 
     #[test]
@@ -383,7 +392,10 @@ mod tests {
         // `labels` alone is no sign of OME-Zarr, unless the group was OME-Zarr 0.5 already.
         assert_eq!(from_v04(&json!({"labels": ["a"]}), &json!({})), None);
         let was = json!({"ome": {"version": "0.5", "labels": ["a"]}});
-        assert_eq!(from_v04(&json!({"labels": ["a", "b"]}), &was), Some(json!({"ome": {"version": "0.5", "labels": ["a", "b"]}})));
+        assert_eq!(
+            from_v04(&json!({"labels": ["a", "b"]}), &was),
+            Some(json!({"ome": {"version": "0.5", "labels": ["a", "b"]}}))
+        );
         // An image 0.4 cannot express would not be shown as 0.4 again.
         let mut six = to_v04(&json!({"ome": image()})).unwrap().unwrap();
         six["multiscales"][0]["axes"].as_array_mut().unwrap().push(json!({"name": "t", "type": "time"}));
