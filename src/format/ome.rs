@@ -77,11 +77,13 @@ pub fn from_v04(written: &Value, stored: &Value) -> Option<Value> {
         return None;
     }
     let mut ome = Map::new();
-    ome.insert("version".into(), json!(V05));
     for key in written_map.keys().filter(|k| KEYS.contains(&k.as_str())) {
         let before = previous.and_then(|p| p.get(key));
         ome.insert(key.clone(), v05_entry(key, &written_map[key], before)?);
     }
+    // Where the group had it (writers put it first or last), so an unchanged write is the same bytes.
+    let at = previous.and_then(|p| p.keys().position(|k| k == "version")).unwrap_or(0).min(ome.len());
+    ome.shift_insert(at, "version".into(), json!(V05));
     let mut attributes = Map::new();
     for (name, value) in written_map {
         if !KEYS.contains(&name.as_str()) {
@@ -302,7 +304,7 @@ mod tests {
         assert_eq!(shown["plate"]["version"], "0.4");
         let well = json!({"ome": {"version": "0.5", "well": {"images": [{"path": "0"}]}}});
         assert_eq!(round_trip(&well), json!({"well": {"images": [{"path": "0"}], "version": "0.4"}}));
-        let well = json!({"ome": {"version": "0.5", "well": {"images": [{"path": "0"}], "version": "0.5"}}});
+        let well = json!({"ome": {"well": {"images": [{"path": "0"}], "version": "0.5"}, "version": "0.5"}});
         assert_eq!(round_trip(&well), json!({"well": {"images": [{"path": "0"}], "version": "0.4"}}));
         round_trip(&json!({"ome": {"version": "0.5", "bioformats2raw.layout": 3}, "x": null}));
     }
