@@ -287,9 +287,14 @@ impl Presentation for ZarrV2 {
                 };
                 zarr_v2::with_zarray(&doc, &zarr_v2::v2_array(&shown)?.zarray, &written)?
             }
-            ".zgroup" if written == serde_json::json!({"zarr_format": 2}) => doc,
+            ".zgroup" if written == serde_json::json!({"zarr_format": 2}) => doc.clone(),
             _ => return Err(format!("{name}: not a metadata file the Zarr v2 view can store").into()),
         };
+        // Unchanged (a tool writing back what it read): the stored bytes as they are, whatever
+        // their layout (zarr-python indents by 4, serde by 2).
+        if updated == doc {
+            return Ok(Some(stored.to_vec()));
+        }
         let pretty = stored.contains(&b'\n');
         let bytes = if pretty { serde_json::to_vec_pretty(&updated) } else { serde_json::to_vec(&updated) };
         Ok(Some(bytes.expect("JSON values serialize")))
