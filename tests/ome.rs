@@ -111,6 +111,17 @@ fn zattrs_written_through_the_v2_view_are_stored_in_0_5_form() {
     let shown = read_path(&fs, "labels/cells/.zattrs").unwrap();
     overwrite(&fs, "labels/cells/.zattrs", &shown);
     assert_eq!(std::fs::read(store.path().join("labels/cells/zarr.json")).unwrap(), label_before);
+    // Indented by 4, as zarr-python writes it, with the well's version last, as ngff-zarr does.
+    let well = json!({"zarr_format": 3, "node_type": "group",
+        "attributes": {"ome": {"well": {"images": [{"path": "0"}]}, "version": "0.5"}}});
+    let mut four = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    serde::Serialize::serialize(&well, &mut serde_json::Serializer::with_formatter(&mut four, formatter)).unwrap();
+    std::fs::create_dir(store.path().join("well")).unwrap();
+    std::fs::write(store.path().join("well/zarr.json"), &four).unwrap();
+    let shown = read_path(&fs, "well/.zattrs").unwrap();
+    overwrite(&fs, "well/.zattrs", &shown);
+    assert_eq!(std::fs::read(store.path().join("well/zarr.json")).unwrap(), four);
     // Changed: a channel renamed and an attribute added, in 0.4 form.
     let mut changed = json_at(&fs, ".zattrs");
     changed["omero"]["channels"][0]["label"] = json!("Hoechst");
