@@ -6,7 +6,8 @@
 # 2.16.1 (the draft sharding storage transformer) in target/venv2, zarr-python 2.18.7, xarray and fsspec
 # (the Zarr v2 view and v2 references) in target/venv-v2, and the newest releases of the peers
 # (zarr-python, tensorstore, and rasterio with the GDAL its wheels bundle; Python 3.12 or newer)
-# in target/venv-newest.
+# in target/venv-newest, and the OME-Zarr tools (ngff-zarr, ome-zarr-models; ome-zarr 0.9 on
+# zarr-python 2) in target/venv-ome and target/venv-ome04.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,27 @@ if [ ! -f "$stamp_v2" ]; then
   "$venv_v2/bin/pip" install -q --disable-pip-version-check 'zarr==2.18.7' 'numcodecs==0.15.2' \
     'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0'
   touch "$stamp_v2"
+fi
+
+# OME-Zarr (scripts/interop_ome.py): ngff-zarr writes OME-Zarr 0.5 with sharding, ome-zarr-models
+# validates 0.4 and 0.5 (1.7: 1.8 needs Python 3.12); ome-zarr 0.9.0 on zarr-python 2.18.7 is the
+# 0.4 reader, in a venv of its own.
+venv_ome=target/venv-ome
+stamp_ome="$venv_ome/.installed-ngff-zarr0.50.0-ome-zarr-models1.7-zarr3.1.6"
+if [ ! -f "$stamp_ome" ]; then
+  echo "setup: creating $venv_ome with ngff-zarr 0.50.0, ome-zarr-models 1.7 and zarr-python 3.1.6"
+  [ -x "$venv_ome/bin/python" ] || python3 -m venv "$venv_ome"
+  "$venv_ome/bin/pip" install -q --disable-pip-version-check 'ngff-zarr==0.50.0' 'ome-zarr-models==1.7' \
+    'zarr==3.1.6' 'numpy>=2,<3'
+  touch "$stamp_ome"
+fi
+venv_ome04=target/venv-ome04
+stamp_ome04="$venv_ome04/.installed-ome-zarr0.9.0-zarr2.18.7"
+if [ ! -f "$stamp_ome04" ]; then
+  echo "setup: creating $venv_ome04 with ome-zarr 0.9.0 on zarr-python 2.18.7 (an OME-Zarr 0.4 reader)"
+  [ -x "$venv_ome04/bin/python" ] || python3 -m venv "$venv_ome04"
+  "$venv_ome04/bin/pip" install -q --disable-pip-version-check 'ome-zarr==0.9.0' 'zarr==2.18.7' 'numcodecs==0.15.2'
+  touch "$stamp_ome04"
 fi
 
 # The newest releases on PyPI, pinned (bump them here when a new one comes out): a release that

@@ -4,7 +4,8 @@
 # tests against zarr-python 3 and tensorstore (arrays changing while mounted too), against
 # zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto, also behind
 # a fault-injecting proxy), of the
-# Zarr v2 view against zarr-python 2.18, of reference files (`shardfs refs`, no FUSE needed), of
+# Zarr v2 view against zarr-python 2.18, of OME-Zarr 0.5 shown as 0.4 (ngff-zarr, ome-zarr-models,
+# ome-zarr 0.9 on zarr-python 2.18), of reference files (`shardfs refs`, no FUSE needed), of
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
 # target/venv-newest), of GDAL 3.12 (rasterio's wheels), and of BLZ data (Bloscpack, bcolz)
 # against zarr-python 3 and 2.18 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without
@@ -71,6 +72,7 @@ target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
 target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
 target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
+target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 newest scripts/interop_gdal.py target/debug/shardfs
 target/venv/bin/python scripts/interop_blz.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).

@@ -107,11 +107,13 @@ pub enum Command {
         arrays: Vec<String>,
     },
     /// Per sharded array of STORE: shards, chunks, live, unused and index bytes (with
-    /// --zarr-format 2: which arrays a Zarr v2 view can show, and why not the others).
+    /// --zarr-format 2: which arrays a Zarr v2 view can show, and why not the others, and which
+    /// groups' OME-Zarr 0.5 metadata it shows as 0.4).
     Info {
         #[command(flatten)]
         store: StoreArgs,
-        /// With 2: per Zarr v3 array, whether a Zarr v2 view can show it, or why not.
+        /// With 2: per Zarr v3 array, whether a Zarr v2 view can show it, or why not; per group
+        /// with OME-Zarr metadata, whether it is shown as OME-Zarr 0.4, or why not.
         #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
         zarr_format: u8,
     },

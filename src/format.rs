@@ -5,6 +5,7 @@
 //! - [`chunk_key`]: chunk coordinates <-> store keys for every key encoding.
 //! - [`draft`]: the draft sharding storage transformer layout of zarr-python 2.x.
 //! - [`metadata`]: `zarr.json` documents and the unsharded view of a sharded array.
+//! - [`ome`]: OME-Zarr 0.5 group metadata in its 0.4 form (for the Zarr v2 view) and back.
 //! - [`sharding`]: the `sharding_indexed` codec configuration, possibly nested.
 //! - [`shard_index`]: the (offset, nbytes) index at the start or end of a shard.
 //! - [`source`]: the kinds of store shardfs reads (the sharding codec, the draft transformer),
@@ -18,6 +19,7 @@ pub mod codecs;
 pub mod draft;
 pub mod error;
 pub mod metadata;
+pub mod ome;
 pub mod shard_index;
 pub mod sharding;
 pub mod source;

@@ -14,7 +14,7 @@ use std::ops::Range;
 use crate::format::codecs::ChunkCodecs;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
-use crate::format::zarr_v2;
+use crate::format::{ome, zarr_v2};
 use crate::progress::{Progress, Silent};
 use crate::store::{self, Kind, Object, Store, join};
 use crate::view::array::ShardedArray;
@@ -315,7 +315,8 @@ pub fn info_command(store: &dyn Store, progress: &dyn Progress) -> Result<(), st
 }
 
 /// `shardfs info --zarr-format 2`: per Zarr v3 array, whether a Zarr v2 view can show it (its
-/// v2 data type and compressor, and whether chunks carry a crc32c to strip) or why not.
+/// v2 data type and compressor, and whether chunks carry a crc32c to strip) or why not; and per
+/// group with OME-Zarr metadata, whether it is shown in 0.4 form or why it keeps its 0.5 form.
 pub fn info_v2_command(store: &dyn Store) -> Result<(), store::Error> {
     let found = find_arrays(store)?;
     println!("{:<32} in a Zarr v2 view", "array");
@@ -332,6 +333,15 @@ pub fn info_v2_command(store: &dyn Store) -> Result<(), store::Error> {
     }
     for (document, why) in &found.refused {
         println!("{:<32} left out: {why}", display_dir(document));
+    }
+    // As the v2 view renders a group's .zattrs (view::presentation::ZarrV2).
+    for (dir, doc) in &found.groups {
+        let (_, zattrs) = zarr_v2::v2_group(doc);
+        match ome::to_v04(&zattrs) {
+            Ok(None) => {}
+            Ok(Some(_)) => println!("{:<32} group: OME-Zarr 0.5 shown as 0.4", display_dir(dir)),
+            Err(why) => println!("{:<32} group: OME-Zarr metadata kept in 0.5 form: {why}", display_dir(dir)),
+        }
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Every array of a store that the view shows unsharded (and those it refuses), and every Zarr v3
-//! array it shows at all, found by walking the store's metadata documents; for the commands that
+//! array it shows at all (and every group), found by walking the store's metadata documents; for the commands that
 //! go through a whole store.
 
 use crate::format::source::Interpretation;
@@ -19,6 +19,8 @@ pub struct FoundArrays {
     /// Every Zarr v3 array the view shows, sharded or not, as the directory and the document the
     /// v3 view shows for it (a sharded array's as its inner chunks).
     pub shown: Vec<(String, serde_json::Value)>,
+    /// Every Zarr v3 group, as its directory and its document.
+    pub groups: Vec<(String, serde_json::Value)>,
 }
 
 /// Walks the store (not `__shardfs/`) for sharded arrays, in path order.
@@ -50,6 +52,13 @@ fn find_in(
         if !serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object()) {
             found.invalid.push((key, "not a JSON object".into()));
             continue;
+        }
+        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && doc["zarr_format"] == 3
+            && doc["node_type"] == "group"
+            && let Some(group_dir) = source.array_dir(&key)
+        {
+            found.groups.push((group_dir, doc));
         }
         let interpretation = source.interpret(&key, &bytes);
         let shown = match &interpretation {

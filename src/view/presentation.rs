@@ -9,7 +9,9 @@
 //!   `zarr.json` (which is hidden; written `.zattrs` and `.zarray` resizes are stored back into it),
 //!   a consolidated `.zmetadata` at the root, chunk files at v2 keys, a trailing crc32c checked and
 //!   left out; sharded arrays as their inner chunks, unsharded ones as their stored chunk files
-//!   renamed. Arrays v2 cannot express are left out, each with a log line.
+//!   renamed. Arrays v2 cannot express are left out, each with a log line. A group's OME-Zarr
+//!   0.5 metadata is shown in its 0.4 form (`format::ome`), and a `.zattrs` written in 0.4 form
+//!   is stored back in 0.5 form.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use crate::format::Unsupported;
 use crate::format::chunk_key::{ChunkKeyEncoding, KeyStyle};
 use crate::format::metadata::ZARR_JSON;
 use crate::format::source::{Interpretation, SourceFormat};
-use crate::format::zarr_v2;
+use crate::format::{ome, zarr_v2};
 
 /// The view files rendered from one stored document.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -142,6 +144,20 @@ impl Presentation for ZarrV3 {
     }
 }
 
+/// A group's `.zattrs` with its OME-Zarr 0.5 metadata in 0.4 form, since the readers of OME-Zarr
+/// 0.4 are the ones that read only Zarr v2; as stored where 0.4 cannot express it (a 0.4 reader
+/// would misread it), with a log line naming the document.
+fn ome_v04(key: &str, zattrs: serde_json::Value) -> serde_json::Value {
+    match ome::to_v04(&zattrs) {
+        Ok(Some(v04)) => v04,
+        Ok(None) => zattrs,
+        Err(why) => {
+            log::warn!("{key}: OME-Zarr metadata kept in 0.5 form in the Zarr v2 view: {why}");
+            zattrs
+        }
+    }
+}
+
 /// A Zarr v2 store of the same data, for readers that know only v2.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ZarrV2;
@@ -176,6 +192,7 @@ impl Presentation for ZarrV2 {
         let Some(doc) = view.filter(|d| d["zarr_format"] == 3) else { return Rendered::default() };
         if doc["node_type"] == "group" {
             let (zgroup, zattrs) = zarr_v2::v2_group(&doc);
+            let zattrs = ome_v04(key, zattrs);
             return Rendered {
                 files: vec![(".zgroup".into(), json(&zgroup)), (".zattrs".into(), json(&zattrs))],
                 chunks: None,
@@ -257,6 +274,11 @@ impl Presentation for ZarrV2 {
         };
         let doc = parse(stored, "the stored document")?;
         let updated = match name {
+            ".zattrs" if doc["node_type"] == "group" => {
+                let stored_attributes = &doc["attributes"];
+                let attributes = ome::from_v04(&written, stored_attributes).unwrap_or(written);
+                zarr_v2::with_zattrs(&doc, &attributes)?
+            }
             ".zattrs" => zarr_v2::with_zattrs(&doc, &written)?,
             ".zarray" => {
                 let shown = match source.interpret(key, stored) {
@@ -265,9 +287,14 @@ impl Presentation for ZarrV2 {
                 };
                 zarr_v2::with_zarray(&doc, &zarr_v2::v2_array(&shown)?.zarray, &written)?
             }
-            ".zgroup" if written == serde_json::json!({"zarr_format": 2}) => doc,
+            ".zgroup" if written == serde_json::json!({"zarr_format": 2}) => doc.clone(),
             _ => return Err(format!("{name}: not a metadata file the Zarr v2 view can store").into()),
         };
+        // Unchanged (a tool writing back what it read): the stored bytes as they are, whatever
+        // their layout (zarr-python indents by 4, serde by 2).
+        if updated == doc {
+            return Ok(Some(stored.to_vec()));
+        }
         let pretty = stored.contains(&b'\n');
         let bytes = if pretty { serde_json::to_vec_pretty(&updated) } else { serde_json::to_vec(&updated) };
         Ok(Some(bytes.expect("JSON values serialize")))
