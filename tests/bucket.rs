@@ -136,9 +136,10 @@ fn a_real_s3_server_passes_the_store_conformance_checks() {
     let name = format!("conformance-{}", std::process::id());
     make_bucket(&endpoint, &name);
     let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
-    for (prefix, caching) in
-        [("cached", Caching::default()), ("uncached", Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0 })]
-    {
+    for (prefix, caching) in [
+        ("cached", Caching::default()),
+        ("uncached", Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() }),
+    ] {
         let store = s3::open(&format!("s3://{name}/{prefix}"), &options, caching).unwrap();
         conformance::check(&store);
     }
