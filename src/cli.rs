@@ -151,7 +151,8 @@ pub struct StoreArgs {
     /// for again, in milliseconds: changes by others show within this long.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub metadata_ttl: u64,
-    /// Memory for an object store's read-ahead windows, in bytes (K, M, G; 0: no read-ahead).
+    /// Memory for an object store's fetched bytes, ahead of readers and shared between them, in
+    /// bytes (K, M, G; 0: each read fetches just its own bytes, nothing is kept).
     #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
     pub read_ahead_size: usize,
     /// GET requests an object store mount has in flight at most (reads and read-ahead together).
