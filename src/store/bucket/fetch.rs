@@ -9,8 +9,9 @@
 //! - a range is fetched as parts of at most [`PART`] bytes, each its own GET, in parallel (as
 //!   mountpoint-s3's prefetcher does);
 //! - a reader may say which range it will read ([`Fetcher::will_need`], from a chunk's location in
-//!   its shard): that range is fetched in the background at once, so a chunk read in 128 KiB
-//!   pieces costs one GET;
+//!   its shard): its first read in that range fetches all of it (up to a window), so a chunk read
+//!   in 128 KiB pieces costs one GET. Not at the hint itself: a file opened again while the
+//!   kernel still holds its pages is opened but not read, and would cost a GET for nothing;
 //! - a reader going on in order (within [`NEAR`] of where it was) gets a window fetched ahead in
 //!   the background, 1 MiB at first and doubling while it keeps up, up to half the budget; a new
 //!   window is asked for only when less than half of one is left ahead, so GETs stay large;
@@ -97,9 +98,20 @@ struct Stream {
     window: u64,
     /// The range the reader said it will read: nothing beyond it is fetched ahead.
     hinted: Option<Range<u64>>,
+    /// True until the first read after the hint, which fetches the range hinted.
+    hint_pending: bool,
 }
 
 impl Stream {
+    /// When `wanted` is the first read since a hint, and in the range hinted: where the fetch it
+    /// makes may extend to (the end of that range, at most `largest` on).
+    fn take_hint(&mut self, wanted: &Range<u64>, largest: u64) -> Option<u64> {
+        let pending = std::mem::take(&mut self.hint_pending);
+        let hinted = self.hinted.as_ref().filter(|_| pending)?;
+        let inside = hinted.start <= wanted.start && wanted.end <= hinted.end;
+        inside.then(|| hinted.end.min(wanted.start.saturating_add(largest)))
+    }
+
     /// Takes note of a read of `wanted`; the range to have fetched ahead of it, if any, and how
     /// far the reader may read.
     fn plan(&mut self, wanted: &Range<u64>, size: u64, largest: u64) -> Option<(Range<u64>, u64)> {
@@ -394,30 +406,16 @@ impl Fetcher {
         self.inner.state.lock().held
     }
 
-    /// Takes note that `reader` will read `range`, and fetches it in the background (as much of
-    /// it as fits in a window; the rest follows as the reader goes).
+    /// Takes note that `reader` will read `range`: its first read there fetches all of it (as
+    /// much as fits in a window; the rest follows as the reader goes on).
     pub fn will_need(&self, reader: &Reader, range: Range<u64>) {
         let range = range.start..range.end.min(reader.size);
         if self.inner.budget == 0 || range.is_empty() {
             return;
         }
-        let ahead = range.start..range.end.min(range.start.saturating_add(self.inner.largest_window));
-        {
-            let mut stream = reader.stream.lock();
-            *stream = Stream { started: true, next: range.start, window: ahead.end - ahead.start, hinted: Some(range) };
-        }
-        let mut made = Vec::new();
-        {
-            let mut state = self.inner.state.lock();
-            let ahead =
-                if reader.size <= SMALL_OBJECT && state.knows(&reader.version) { 0..reader.size } else { ahead };
-            let want = state.missing(&reader.version, &ahead);
-            let room = state.room(self.inner.budget, want);
-            if room > 0 {
-                state.cover(&reader.version, ahead, room, &mut made);
-            }
-        }
-        self.spawn(reader, made, true);
+        let window = (range.end - range.start).min(self.inner.largest_window);
+        let mut stream = reader.stream.lock();
+        *stream = Stream { started: true, next: range.start, window, hinted: Some(range), hint_pending: true };
     }
 
     /// Reads the bytes `wanted` of `reader`'s version (within its size) into the start of `buf`,
@@ -441,13 +439,23 @@ impl Fetcher {
         }
         let (found, demand, background) = {
             let mut stream = reader.stream.lock();
+            let hint_end = stream.take_hint(&wanted, self.inner.largest_window);
             let ahead = stream.plan(&wanted, reader.size, self.inner.largest_window);
             let window = stream.window;
             drop(stream);
             let mut state = self.inner.state.lock();
             let version = &reader.version;
-            let fetch =
-                if reader.size <= SMALL_OBJECT && state.knows(version) { 0..reader.size } else { wanted.clone() };
+            let fetch = match hint_end {
+                _ if reader.size <= SMALL_OBJECT && state.knows(version) => 0..reader.size,
+                Some(end) => {
+                    // The whole range hinted when it fits in the budget (a read's own bytes
+                    // always go, but the rest is fetched ahead).
+                    let hinted = wanted.start..end.max(wanted.end);
+                    let want = state.missing(version, &hinted);
+                    if state.room(self.inner.budget, want) >= want { hinted } else { wanted.clone() }
+                }
+                None => wanted.clone(),
+            };
             let mut demand = Vec::new();
             let found = state.cover(version, fetch, u64::MAX, &mut demand);
             let mut background = Vec::new();
@@ -656,19 +664,19 @@ mod tests {
     fn a_range_said_to_be_needed_is_one_get_whatever_pieces_are_read() {
         let rt = runtime();
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
-        let fake = Fake::gated();
+        let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 16 << 20);
         let chunk = (1 << 20) + 17..(5 << 20) + 3;
         fetcher.will_need(&reader, chunk.clone());
-        until_asked(&fake, 1);
-        fake.open();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(fake.calls().is_empty(), "nothing is fetched before the first read");
         let mut at = chunk.start;
         while at < chunk.end {
             let end = chunk.end.min(at + (128 << 10));
             read(&fetcher, &reader, 1, at..end).unwrap();
             at = end;
         }
-        assert_eq!(fake.calls(), [chunk], "one GET of the whole chunk, in the background");
+        assert_eq!(fake.calls(), [chunk], "one GET of the whole chunk");
     }
 
     #[test]
@@ -678,9 +686,13 @@ mod tests {
         let fake = Fake::gated();
         let reader = fake.reader(1, 64 << 20);
         fetcher.will_need(&reader, 0..20 << 20);
-        until_asked(&fake, 3);
-        assert_eq!(fake.in_flight.load(Ordering::SeqCst), 3, "all parts in flight at once");
-        fake.open();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| read(&fetcher, &reader, 1, 0..128 << 10));
+            until_asked(&fake, 3);
+            assert_eq!(fake.in_flight.load(Ordering::SeqCst), 3, "all parts in flight at once");
+            fake.open();
+            first.join().unwrap().unwrap();
+        });
         read(&fetcher, &reader, 1, (7 << 20)..(9 << 20)).unwrap();
         let mut calls = fake.calls();
         calls.sort_by_key(|r| r.start);
@@ -714,7 +726,9 @@ mod tests {
         let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
         let fake = Fake::gated();
         let reader = fake.reader(1, 128 << 20);
-        fetcher.will_need(&reader, 0..64 << 20);
+        let mut ahead = Vec::new();
+        fetcher.inner.state.lock().cover(&reader.version, 0..64 << 20, u64::MAX, &mut ahead);
+        fetcher.spawn(&reader, ahead, true);
         until_asked(&fake, 3);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(fake.calls().len(), 3, "background GETs take 3 of the 4 requests");
@@ -775,6 +789,7 @@ mod tests {
         fetcher.will_need(&a, 0..4 << 20);
         std::thread::scope(|s| {
             let first = s.spawn(|| read(&fetcher, &a, 1, 0..1000));
+            until_asked(&fake, 1);
             let second = s.spawn(|| read(&fetcher, &b, 1, 2000..3000));
             std::thread::sleep(Duration::from_millis(50));
             fake.open();
