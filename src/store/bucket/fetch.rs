@@ -15,8 +15,11 @@
 //! - a reader going on in order (within [`NEAR`] of where it was) gets a window fetched ahead in
 //!   the background, 1 MiB at first and doubling while it keeps up, up to half the budget; a new
 //!   window is asked for only when less than half of one is left ahead, so GETs stay large;
-//! - a small object ([`SMALL_OBJECT`]) read a second time is fetched whole (a shard of small
-//!   chunks, read by a Zarr reader's thread pool in no particular order);
+//! - a small object ([`SMALL_OBJECT`], 8 MiB) read a second time is fetched whole (a shard of
+//!   small chunks, read by a Zarr reader's thread pool in no particular order);
+//! - a range hinted right after its neighbour (the next chunk of a shard, read from another
+//!   handle) has the ranges beyond it fetched ahead, twice what was read in order so far, and
+//!   all the rest of an object that fits in a window;
 //! - memory is bounded by the budget (`--read-ahead-size`): fetched parts go least recently used
 //!   first, and parts read to their end before the others; a background fetch is made only within
 //!   the budget, a read's own bytes always;
@@ -47,8 +50,11 @@ pub const PART: u64 = 8 << 20;
 const FIRST_WINDOW: u64 = 1 << 20;
 /// The largest window, whatever the budget.
 const LARGEST_WINDOW: u64 = 256 << 20;
-/// An object at most this large read a second time is fetched whole.
-const SMALL_OBJECT: u64 = 4 << 20;
+/// An object at most this large read a second time is fetched whole: one GET. A shard of small
+/// chunks is read by a Zarr reader's thread pool many chunks at once and in no particular order,
+/// each chunk a GET of its own otherwise; its index was the first read. (A shard of 4 MiB of
+/// data is a little over 4 MiB with its index.)
+const SMALL_OBJECT: u64 = PART;
 /// A read this close to where the last one ended, before or after, continues the stream: readers
 /// with several reads in flight (a thread pool, the kernel's own read-ahead) arrive out of order.
 const NEAR: u64 = 256 << 10;
@@ -103,13 +109,12 @@ struct Stream {
 }
 
 impl Stream {
-    /// When `wanted` is the first read since a hint, and in the range hinted: where the fetch it
-    /// makes may extend to (the end of that range, at most `largest` on).
-    fn take_hint(&mut self, wanted: &Range<u64>, largest: u64) -> Option<u64> {
+    /// The range hinted, when `wanted` is the first read since the hint and inside it.
+    fn take_hint(&mut self, wanted: &Range<u64>) -> Option<Range<u64>> {
         let pending = std::mem::take(&mut self.hint_pending);
         let hinted = self.hinted.as_ref().filter(|_| pending)?;
         let inside = hinted.start <= wanted.start && wanted.end <= hinted.end;
-        inside.then(|| hinted.end.min(wanted.start.saturating_add(largest)))
+        inside.then(|| hinted.clone())
     }
 
     /// Takes note of a read of `wanted`; the range to have fetched ahead of it, if any, and how
@@ -186,6 +191,45 @@ fn copy_of(e: &Error) -> Error {
     }
 }
 
+/// Where the ranges hinted by the readers of one version have got to: Zarr readers read the
+/// chunks of a shard in order, each from a handle of its own (often from a thread pool, a few
+/// at once), and neighbouring chunks read one after the other are fetched ahead together.
+#[derive(Debug)]
+struct Run {
+    /// Where the ranges hinted in order began.
+    start: u64,
+    /// The end of the furthest range hinted.
+    next: u64,
+    /// How far beyond a range hinted to fetch (0: not in order).
+    window: u64,
+}
+
+impl Run {
+    /// A version none of whose ranges was hinted yet.
+    fn new() -> Self {
+        Run { start: u64::MAX, next: u64::MAX, window: 0 }
+    }
+
+    /// Takes note of the first read of `hinted`; how far beyond it to fetch, if anything: twice
+    /// what was read in order so far, so the window grows as the readers keep up.
+    fn advance(&mut self, hinted: &Range<u64>, largest: u64) -> u64 {
+        let slack = self.window.max(NEAR);
+        let in_order =
+            hinted.start.saturating_add(slack) >= self.next && hinted.start <= self.next.saturating_add(slack);
+        if in_order {
+            self.next = self.next.max(hinted.end);
+            let read = self.next.saturating_sub(self.start);
+            self.window = read.saturating_mul(2).clamp(FIRST_WINDOW.min(largest), largest);
+        } else {
+            (self.start, self.next, self.window) = (hinted.start, hinted.end, 0);
+        }
+        self.window
+    }
+}
+
+/// How many versions' runs are remembered.
+const RUNS: usize = 4096;
+
 #[derive(Debug)]
 struct State {
     /// Every part in flight or fetched, by version and first byte; parts of one version never
@@ -195,9 +239,41 @@ struct State {
     fetched: LruCache<(Arc<VersionId>, u64), ()>,
     /// Bytes of the parts in `versions`.
     held: u64,
+    runs: LruCache<Arc<VersionId>, Run>,
 }
 
 impl State {
+    /// Makes background parts for `from..end` of `version` (where a reader of `window` bytes
+    /// ahead may read up to `limit`), when less than half a window is held ahead of `from`.
+    fn ahead(
+        &mut self,
+        version: &Arc<VersionId>,
+        from: u64,
+        end: u64,
+        window: u64,
+        limit: u64,
+        budget: u64,
+    ) -> Vec<Arc<Part>> {
+        let mut made = Vec::new();
+        let covered = self.covered_from(version, from);
+        if covered >= end || covered - from >= window / 2 {
+            return made;
+        }
+        // Whole parts once the window holds some, rather than a small one at the end of each
+        // window as the reader moves on.
+        let mut end = end;
+        if window >= PART {
+            end = covered.saturating_add((end - covered).div_ceil(PART) * PART).min(limit);
+        }
+        let rest = covered..end;
+        let want = self.missing(version, &rest);
+        let room = self.room(budget, want);
+        if room > 0 {
+            self.cover(version, rest, room, &mut made);
+        }
+        made
+    }
+
     /// The parts of `version` holding bytes of `range`, in order, after making parts for the
     /// gaps, up to `allowance` bytes of them; the new parts go to `made`.
     fn cover(
@@ -384,7 +460,8 @@ impl Fetcher {
     /// `max_requests` GETs at once, on `runtime`.
     pub fn new(budget: usize, max_requests: usize, runtime: Handle) -> Self {
         let max_requests = max_requests.max(1);
-        let state = State { versions: HashMap::new(), fetched: LruCache::unbounded(), held: 0 };
+        let runs = LruCache::new(std::num::NonZeroUsize::new(RUNS).expect("non-zero"));
+        let state = State { versions: HashMap::new(), fetched: LruCache::unbounded(), held: 0, runs };
         let budget = budget as u64;
         let inner = Inner {
             state: Mutex::new(state),
@@ -439,20 +516,23 @@ impl Fetcher {
         }
         let (found, demand, background) = {
             let mut stream = reader.stream.lock();
-            let hint_end = stream.take_hint(&wanted, self.inner.largest_window);
-            let ahead = stream.plan(&wanted, reader.size, self.inner.largest_window);
+            let largest = self.inner.largest_window;
+            let budget = self.inner.budget;
+            let hinted = stream.take_hint(&wanted);
+            let ahead = stream.plan(&wanted, reader.size, largest);
             let window = stream.window;
             drop(stream);
             let mut state = self.inner.state.lock();
             let version = &reader.version;
-            let fetch = match hint_end {
+            let fetch = match &hinted {
                 _ if reader.size <= SMALL_OBJECT && state.knows(version) => 0..reader.size,
-                Some(end) => {
-                    // The whole range hinted when it fits in the budget (a read's own bytes
-                    // always go, but the rest is fetched ahead).
-                    let hinted = wanted.start..end.max(wanted.end);
-                    let want = state.missing(version, &hinted);
-                    if state.room(self.inner.budget, want) >= want { hinted } else { wanted.clone() }
+                Some(hinted) => {
+                    // The whole range hinted (up to a window) when it fits in the budget: a
+                    // read's own bytes always go, the rest is fetched ahead.
+                    let end = hinted.end.min(wanted.start.saturating_add(largest)).max(wanted.end);
+                    let whole = wanted.start..end;
+                    let want = state.missing(version, &whole);
+                    if state.room(budget, want) >= want { whole } else { wanted.clone() }
                 }
                 None => wanted.clone(),
             };
@@ -460,20 +540,18 @@ impl Fetcher {
             let found = state.cover(version, fetch, u64::MAX, &mut demand);
             let mut background = Vec::new();
             if let Some((ahead, limit)) = ahead {
-                let covered = state.covered_from(version, wanted.end);
-                if covered < ahead.end && covered - wanted.end < window / 2 {
-                    // Whole parts once the window holds some, rather than a small one at the end
-                    // of each window as the reader moves on.
-                    let mut end = ahead.end;
-                    if window >= PART {
-                        end = covered.saturating_add((end - covered).div_ceil(PART) * PART).min(limit);
-                    }
-                    let rest = covered..end;
-                    let want = state.missing(version, &rest);
-                    let room = state.room(self.inner.budget, want);
-                    if room > 0 {
-                        state.cover(version, rest, room, &mut background);
-                    }
+                background = state.ahead(version, wanted.end, ahead.end, window, limit, budget);
+            }
+            if let Some(hinted) = hinted {
+                // A range hinted right after its neighbour: the chunks beyond it are fetched
+                // ahead, all the rest of an object that fits in a window.
+                let window = state.runs.get_or_insert_mut(version.clone(), Run::new);
+                let window = window.advance(&hinted, largest);
+                if window > 0 {
+                    let end = if reader.size <= largest { reader.size } else { hinted.end.saturating_add(window) };
+                    let end = end.min(reader.size);
+                    let window = window.max(end.saturating_sub(hinted.end));
+                    background.extend(state.ahead(version, hinted.end, end, window, reader.size, budget));
                 }
             }
             state.evict_to(self.inner.budget);
@@ -509,6 +587,8 @@ impl Fetcher {
     /// Fetches `parts` of `reader`'s version on the runtime.
     fn spawn(&self, reader: &Reader, parts: Vec<Arc<Part>>, background: bool) {
         for part in parts {
+            let why = if background { "ahead" } else { "for a read" };
+            log::trace!("fetching bytes {:?} of {} {why}", part.range, reader.version.key);
             let inner = self.inner.clone();
             let version = reader.version.clone();
             let get = reader.get.clone();
@@ -631,14 +711,16 @@ mod tests {
         Ok(())
     }
 
-    /// Waits until `fake` has been asked for `n` GETs.
+    /// Waits until `fake` has been asked for `n` GETs; if it never is, opens its gate (so that
+    /// readers waiting behind it end and the test fails rather than hangs) and fails.
     fn until_asked(fake: &Fake, n: usize) {
-        for _ in 0..500 {
+        for _ in 0..1000 {
             if fake.calls.lock().len() >= n {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(10));
         }
+        fake.open();
         panic!("only {:?} asked for", fake.calls());
     }
 
@@ -679,6 +761,39 @@ mod tests {
         assert_eq!(fake.calls(), [chunk], "one GET of the whole chunk");
     }
 
+    /// Reads chunk `i` (64 KiB) of version `seed` from a handle of its own, as a Zarr reader does.
+    fn read_chunk(fetcher: &Fetcher, fake: &Arc<Fake>, seed: u64, size: u64, i: u64) {
+        let reader = fake.reader(seed, size);
+        let chunk = i * (64 << 10)..(i + 1) * (64 << 10);
+        fetcher.will_need(&reader, chunk.clone());
+        read(fetcher, &reader, seed, chunk).unwrap();
+    }
+
+    #[test]
+    fn neighbouring_chunks_read_in_order_are_fetched_ahead_together() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        for i in 0..256 {
+            read_chunk(&fetcher, &fake, 1, 16 << 20, i);
+        }
+        let calls = fake.calls();
+        assert!(calls.len() <= 4, "the first two chunks, then the rest of the shard: {calls:?}");
+        for i in 0..64 {
+            read_chunk(&fetcher, &fake, 2, 1 << 30, i);
+        }
+        let large: Vec<_> = fake.calls()[calls.len()..].to_vec();
+        assert!(large.len() <= 8, "in windows of a large one: {large:?}");
+        let furthest = large.iter().map(|r| r.end).max().unwrap();
+        assert!(furthest <= 16 << 20, "4 MiB read, not much more fetched ahead: {large:?}");
+        let scattered = Arc::new(Fake::default());
+        for i in [5000, 100, 3700, 9000] {
+            read_chunk(&fetcher, &scattered, 3, 1 << 30, i);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(scattered.calls().len(), 4, "chunks out of order: each its own");
+    }
+
     #[test]
     fn a_large_range_is_fetched_as_parts_in_parallel() {
         let rt = runtime();
@@ -689,8 +804,10 @@ mod tests {
         std::thread::scope(|s| {
             let first = s.spawn(|| read(&fetcher, &reader, 1, 0..128 << 10));
             until_asked(&fake, 3);
-            assert_eq!(fake.in_flight.load(Ordering::SeqCst), 3, "all parts in flight at once");
+            std::thread::sleep(Duration::from_millis(20));
+            let in_flight = fake.in_flight.load(Ordering::SeqCst);
             fake.open();
+            assert_eq!(in_flight, 3, "all parts in flight at once, and nothing more");
             first.join().unwrap().unwrap();
         });
         read(&fetcher, &reader, 1, (7 << 20)..(9 << 20)).unwrap();
