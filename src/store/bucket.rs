@@ -11,6 +11,9 @@
 //! - every read is a GET carrying If-Match with the ETag of the version opened, so a read never
 //!   mixes two versions: when the object changed it fails with [`Error::Changed`]; and a reply of
 //!   another version or length is never used ([`requests`]: time limits, tries, checks);
+//! - reads are served from ranged GETs made on the runtime, shared between readers and kept for
+//!   a while under the object's key and ETag, fetched ahead of readers going in order
+//!   ([`fetch`]);
 //! - [`Store::put`] is one PUT, atomic by nature and durable when it returns; `Create` and
 //!   `Update` are If-None-Match: * and If-Match: ETag, so two machines writing one shard never
 //!   overwrite each other's commit;

@@ -283,6 +283,9 @@ impl State {
         mut allowance: u64,
         made: &mut Vec<Arc<Part>>,
     ) -> Vec<Arc<Part>> {
+        if range.is_empty() {
+            return Vec::new();
+        }
         let parts = self.versions.entry(version.clone()).or_default();
         let first = parts.range(..=range.start).next_back().map(|(_, p)| p).filter(|p| p.range.end > range.start);
         let existing: Vec<Arc<Part>> =
@@ -318,7 +321,9 @@ impl State {
 
     /// How many bytes of `range` of `version` no part holds.
     fn missing(&self, version: &Arc<VersionId>, range: &Range<u64>) -> u64 {
-        let Some(parts) = self.versions.get(version) else { return range.end - range.start };
+        let Some(parts) = self.versions.get(version).filter(|_| !range.is_empty()) else {
+            return range.end.saturating_sub(range.start);
+        };
         let first = parts.range(..=range.start).next_back().map(|(_, p)| p).filter(|p| p.range.end > range.start);
         let held: u64 = first
             .into_iter()
