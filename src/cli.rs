@@ -157,9 +157,13 @@ pub struct StoreArgs {
     /// for again, in milliseconds: changes by others show within this long.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub metadata_ttl: u64,
-    /// Memory for an object store's read-ahead windows, in bytes (K, M, G; 0: no read-ahead).
+    /// Memory for an object store's fetched bytes, ahead of readers and shared between them, in
+    /// bytes (K, M, G; 0: each read fetches just its own bytes, nothing is kept).
     #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
     pub read_ahead_size: usize,
+    /// GET requests an object store mount has in flight at most (reads and read-ahead together).
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_requests: u16,
 }
 
 impl StoreArgs {
@@ -174,6 +178,7 @@ impl StoreArgs {
             caching: Caching {
                 metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
                 read_ahead_bytes: self.read_ahead_size,
+                max_requests: self.max_requests.into(),
             },
         }
     }
@@ -398,7 +403,7 @@ mod tests {
     #[test]
     fn every_mount_flag_has_an_o_spelling() {
         let options = "cache_size=1M,threads=3,zarr_format=2,endpoint_url=http://127.0.0.1:9000,region=eu-west-1,\
-                       no_sign_request,metadata_ttl=5,read_ahead_size=0,commit_bytes=2K,commit_idle_ms=7,\
+                       no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
@@ -411,6 +416,7 @@ mod tests {
         assert!(config.store.s3.no_sign_request);
         assert_eq!(config.store.caching.metadata_ttl, std::time::Duration::from_millis(5));
         assert_eq!(config.store.caching.read_ahead_bytes, 0);
+        assert_eq!(config.store.caching.max_requests, 3);
         assert_eq!(config.writes.policy.shard_bytes, 2048);
         assert_eq!(config.writes.policy.idle, std::time::Duration::from_millis(7));
         assert_eq!(config.writes.shard_new, Some(vec![4, 2]));

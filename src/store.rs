@@ -27,6 +27,7 @@ pub mod lock;
 
 use std::fmt::Debug;
 use std::io;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -168,6 +169,10 @@ pub trait Object: Send + Sync + Debug {
 
     /// How the file is named in messages.
     fn place(&self) -> String;
+
+    /// A hint that `range` will be read soon (as posix_fadvise's WILLNEED): a store whose reads
+    /// cost a round trip starts fetching it. Reads are correct without it.
+    fn will_need(&self, _range: Range<u64>) {}
 }
 
 /// A file opened for writing in place (stores that [`Store::can_append`]).

@@ -116,32 +116,101 @@ fn make_bucket(endpoint: &str, name: &str) {
     assert!(reply.starts_with("HTTP/1.1 200"), "making bucket {name}: {reply}");
 }
 
-#[test]
-fn a_real_s3_server_passes_the_store_conformance_checks() {
+/// The local S3 server's endpoint (SHARDFS_TEST_S3_ENDPOINT), with credentials for it in the
+/// environment; `None` (the test skipped, loudly) when there is none.
+fn s3_endpoint(what: &str) -> Option<String> {
     let Ok(endpoint) = std::env::var("SHARDFS_TEST_S3_ENDPOINT") else {
         assert!(
             std::env::var("SHARDFS_REQUIRE_S3").is_err(),
             "SHARDFS_REQUIRE_S3 is set but SHARDFS_TEST_S3_ENDPOINT is not"
         );
-        eprintln!(
-            "*** SKIPPING the S3 conformance checks: no SHARDFS_TEST_S3_ENDPOINT (scripts/test.sh starts moto) ***"
-        );
-        return;
+        eprintln!("*** SKIPPING {what}: no SHARDFS_TEST_S3_ENDPOINT (scripts/test.sh starts moto) ***");
+        return None;
     };
-    // SAFETY: set before any thread of this test reads the environment.
+    // SAFETY: every test that reads them sets the same values, and object_store reads them while
+    // building a client, after this.
     unsafe {
         std::env::set_var("AWS_ACCESS_KEY_ID", "test");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
     }
+    Some(endpoint)
+}
+
+#[test]
+fn a_real_s3_server_passes_the_store_conformance_checks() {
+    let Some(endpoint) = s3_endpoint("the S3 conformance checks") else { return };
     let name = format!("conformance-{}", std::process::id());
     make_bucket(&endpoint, &name);
     let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
-    for (prefix, caching) in
-        [("cached", Caching::default()), ("uncached", Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0 })]
-    {
+    for (prefix, caching) in [
+        ("cached", Caching::default()),
+        ("uncached", Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() }),
+    ] {
         let store = s3::open(&format!("s3://{name}/{prefix}"), &options, caching).unwrap();
         conformance::check(&store);
     }
+}
+
+/// One inner chunk of the array `a_chunk_file_costs_one_get` reads: 1 MiB, each unlike the others.
+fn mib_chunk(i: u8) -> Vec<u8> {
+    (0..1u32 << 20).map(|j| (j % 253) as u8 ^ i).collect()
+}
+
+#[test]
+fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
+    let Some(endpoint) = s3_endpoint("the GET counts of chunk reads") else { return };
+    let name = format!("fetch-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
+    let store = s3::open(&format!("s3://{name}/ds"), &options, Caching::default()).unwrap();
+    // Twelve chunks of 1 MiB in one shard: more than an object small enough to be fetched whole.
+    let doc = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [12 << 20], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [12 << 20]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]
+    });
+    let chunks: Vec<Vec<u8>> = (0..12).map(mib_chunk).collect();
+    let shard = assemble_shard(&spec(12), &chunks.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+    store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
+    store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
+    store.put("a/c/0", &[&shard], PutMode::Overwrite).unwrap();
+    let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
+    // The shard's index, read once and cached, is not what is counted.
+    assert!(read_path(&fs, "a/c/0").unwrap() == chunks[0]);
+    let read_in_pieces = |fh: u64| {
+        let mut out = Vec::new();
+        loop {
+            let piece = fs.read(fh, out.len() as u64, 128 << 10).unwrap();
+            if piece.is_empty() {
+                return out;
+            }
+            out.extend(piece);
+        }
+    };
+
+    let before = store.gets_sent();
+    // Chunks apart from the one read before: neighbours read in order would be fetched ahead.
+    let fh = fs.open(lookup(&fs, "a/c/3").unwrap(), OpenMode::default()).unwrap();
+    assert!(read_in_pieces(fh) == chunks[3]);
+    fs.release(fh);
+    assert_eq!(store.gets_sent() - before, 1, "1 MiB read in 128 KiB pieces");
+
+    let before = store.gets_sent();
+    let ino = lookup(&fs, "a/c/5").unwrap();
+    let (first, second) = (fs.open(ino, OpenMode::default()).unwrap(), fs.open(ino, OpenMode::default()).unwrap());
+    std::thread::scope(|s| {
+        let readers = [s.spawn(|| read_in_pieces(first)), s.spawn(|| read_in_pieces(second))];
+        for reader in readers {
+            assert!(reader.join().unwrap() == chunks[5]);
+        }
+    });
+    fs.release(first);
+    fs.release(second);
+    assert_eq!(store.gets_sent() - before, 1, "two readers of one chunk at once");
 }
 
 const SHARD: &str = "a/c/0";

@@ -11,6 +11,9 @@
 //! - every read is a GET carrying If-Match with the ETag of the version opened, so a read never
 //!   mixes two versions: when the object changed it fails with [`Error::Changed`]; and a reply of
 //!   another version or length is never used ([`requests`]: time limits, tries, checks);
+//! - reads are served from ranged GETs made on the runtime, shared between readers and kept for
+//!   a while under the object's key and ETag, fetched ahead of readers going in order
+//!   ([`fetch`]);
 //! - [`Store::put`] is one PUT, atomic by nature and durable when it returns; `Create` and
 //!   `Update` are If-None-Match: * and If-Match: ETag, so two machines writing one shard never
 //!   overwrite each other's commit;
@@ -23,14 +26,16 @@
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
 pub mod buffered;
+pub mod fetch;
 pub mod metadata;
-pub mod read_ahead;
 mod requests;
 pub mod s3;
 
 use std::io;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -39,8 +44,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVe
 use parking_lot::Mutex;
 
 use self::buffered::BufferedFile;
+use self::fetch::{Fetcher, Reader, VersionId};
 use self::metadata::{Head, Listing, MetadataCache};
-use self::read_ahead::ReadAhead;
 use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join, lock};
 
 /// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
@@ -52,13 +57,38 @@ const SMALL_DIR: usize = 1000;
 pub struct Caching {
     /// How long a HEAD or a listing is trusted (`--metadata-ttl`).
     pub metadata_ttl: Duration,
-    /// Memory for read-ahead windows, in bytes (0: no read-ahead).
+    /// Memory for bytes fetched and being fetched, in bytes (`--read-ahead-size`; 0: nothing
+    /// fetched beyond what is read, nor kept).
     pub read_ahead_bytes: usize,
+    /// GETs in flight at most (`--max-requests`).
+    pub max_requests: usize,
 }
 
 impl Default for Caching {
     fn default() -> Self {
-        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 64 << 20 }
+        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 64 << 20, max_requests: 16 }
+    }
+}
+
+/// The store's tokio runtime. The last handle on a store can be dropped by one of the store's
+/// own tasks (a background fetch outliving every reader), and a runtime dropped inside itself
+/// panics: this one is shut down without waiting instead.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Runtime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -69,9 +99,10 @@ struct Shared {
     prefix: String,
     /// The root's URL, for messages.
     url: String,
-    runtime: tokio::runtime::Runtime,
     metadata: MetadataCache,
-    read_ahead: ReadAhead,
+    fetcher: Fetcher,
+    /// GET requests sent, every try counted.
+    gets: AtomicU64,
     /// Directories made here that no object is under yet.
     made_dirs: Mutex<std::collections::BTreeSet<String>>,
     /// Plain files open for writing, by key: every handle of one file shares its content, as
@@ -80,6 +111,8 @@ struct Shared {
     open_files: Mutex<std::collections::HashMap<String, Arc<Mutex<std::sync::Weak<BufferedFile>>>>>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
+    /// Last, so that it is dropped after everything that may hold its tasks' handles.
+    runtime: Runtime,
 }
 
 /// The objects below one prefix of a bucket, as a [`Store`].
@@ -96,17 +129,24 @@ impl BucketStore {
             .build()?;
         // SAFETY: getuid and getgid cannot fail.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
+        let fetcher = Fetcher::new(caching.read_ahead_bytes, caching.max_requests, runtime.handle().clone());
         Ok(BucketStore(Arc::new(Shared {
             objects,
             prefix: prefix.trim_matches('/').to_string(),
             url: url.trim_end_matches('/').to_string(),
-            runtime,
             metadata: MetadataCache::new(caching.metadata_ttl),
-            read_ahead: ReadAhead::new(caching.read_ahead_bytes),
+            fetcher,
+            gets: AtomicU64::new(0),
             made_dirs: Mutex::default(),
             open_files: Mutex::default(),
             owner,
+            runtime: Runtime(Some(runtime)),
         })))
+    }
+
+    /// How many GET requests were sent so far, every try counted (for tests and benchmarks).
+    pub fn gets_sent(&self) -> u64 {
+        self.0.gets.load(Ordering::Relaxed)
     }
 
     /// Checks that the bucket is there and can be listed, naming the cause when not.
@@ -248,10 +288,19 @@ impl BucketStore {
         }
     }
 
-    /// A GET of `range` of version `e_tag` of `key`, exactly that long.
-    fn get_range(&self, key: &str, e_tag: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
-        let len = range.end - range.start;
-        self.get_verified(key, e_tag, Some(range), len)
+    /// A reader of version `e_tag` of `key`, `size` bytes long, whose GETs are checked for that
+    /// version and length.
+    fn reader(&self, key: &str, e_tag: &str, size: u64) -> Reader {
+        let store = self.clone();
+        let (owned_key, owned_e_tag) = (key.to_string(), e_tag.to_string());
+        let get: fetch::Get = Arc::new(move |range: Range<u64>| {
+            let (store, key, e_tag) = (store.clone(), owned_key.clone(), owned_e_tag.clone());
+            Box::pin(async move {
+                let len = range.end - range.start;
+                store.get_verified_async(&key, &e_tag, Some(range), len).await
+            })
+        });
+        Reader::new(VersionId { key: key.to_string(), e_tag: e_tag.to_string() }, size, get)
     }
 
     /// The ETag of `key` at version `stamp`, asking the store when the cache knows another.
@@ -306,7 +355,7 @@ struct BucketObject {
     store: BucketStore,
     key: String,
     attr: Attr,
-    e_tag: String,
+    reader: Reader,
 }
 
 impl Object for BucketObject {
@@ -320,12 +369,11 @@ impl Object for BucketObject {
         if offset >= end {
             return Ok(0);
         }
-        let read_ahead = &self.store.0.read_ahead;
-        let bytes = read_ahead.read(&self.key, self.attr.stamp, size, offset..end, |range| {
-            self.store.get_range(&self.key, &self.e_tag, range)
-        })?;
-        buf[..bytes.len()].copy_from_slice(&bytes);
-        Ok(bytes.len())
+        self.store.0.fetcher.read(&self.reader, offset..end, buf)
+    }
+
+    fn will_need(&self, range: Range<u64>) {
+        self.store.0.fetcher.will_need(&self.reader, range);
     }
 
     fn place(&self) -> String {
@@ -377,7 +425,8 @@ impl Store for BucketStore {
         let attr = self.attr_of_file(&head);
         // Without an ETag no read could be tied to the version its index came from.
         let Some(e_tag) = head.e_tag else { return Err(no_e_tag(&self.describe(key))) };
-        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, e_tag }))
+        let reader = self.reader(key, &e_tag, attr.size);
+        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, reader }))
     }
 
     fn read(&self, key: &str) -> Result<Vec<u8>> {
@@ -601,7 +650,11 @@ mod tests {
 
     #[test]
     fn passes_them_without_caches_too() {
-        super::super::conformance::check(&store(Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0 }));
+        super::super::conformance::check(&store(Caching {
+            metadata_ttl: Duration::ZERO,
+            read_ahead_bytes: 0,
+            ..Caching::default()
+        }));
     }
 
     #[test]

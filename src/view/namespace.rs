@@ -762,6 +762,9 @@ impl Namespace {
                 let found = self.shards.locate(&*self.store, array, coords, true)?.ok_or(Error::NotFound)?;
                 let file = found.file.expect("opened on request");
                 if !array.strip_crc32c {
+                    // A chunk file is read whole, as a rule: an object store fetches it in one
+                    // GET now, whatever pieces the reader then asks for.
+                    file.will_need(found.range.clone());
                     return Ok(Content::Chunk(file, found.range));
                 }
                 let mut bytes = file.read_exact_at(found.range.start, found.range.end - found.range.start)?;

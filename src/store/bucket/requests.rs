@@ -93,11 +93,21 @@ impl BucketStore {
         &self,
         key: &str,
         within: Duration,
+        make: impl FnMut() -> F,
+    ) -> Result<T> {
+        self.block_on(self.tried_async(key, within, make))
+    }
+
+    /// [`BucketStore::tried`] on the runtime.
+    async fn tried_async<T, F: Future<Output = std::result::Result<T, Failed>>>(
+        &self,
+        key: &str,
+        within: Duration,
         mut make: impl FnMut() -> F,
     ) -> Result<T> {
         let mut last = None;
         for _ in 0..TRIES {
-            match self.block_on(async { tokio::time::timeout(within, make()).await }) {
+            match tokio::time::timeout(within, make()).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(Failed::Final(e))) => return Err(e),
                 Ok(Err(Failed::Again(e))) => last = Some(e),
@@ -112,13 +122,29 @@ impl BucketStore {
         if is_answer(&e) { Failed::Final(self.error(key, e)) } else { Failed::Again(self.error(key, e)) }
     }
 
+    /// [`BucketStore::get_verified_async`] from a thread outside the runtime, counted among the
+    /// GETs in flight.
+    pub(super) fn get_verified(&self, key: &str, e_tag: &str, range: Option<Range<u64>>, len: u64) -> Result<Bytes> {
+        self.block_on(async {
+            let _permit = self.0.fetcher.permit().await;
+            self.get_verified_async(key, e_tag, range, len).await
+        })
+    }
+
     /// The bytes of version `e_tag` of `key`: `range`, or the whole object when `None`, which
     /// must then be `len` bytes long (as that version's HEAD or listing says).
-    pub(super) fn get_verified(&self, key: &str, e_tag: &str, range: Option<Range<u64>>, len: u64) -> Result<Bytes> {
+    pub(super) async fn get_verified_async(
+        &self,
+        key: &str,
+        e_tag: &str,
+        range: Option<Range<u64>>,
+        len: u64,
+    ) -> Result<Bytes> {
         let path = self.path(key);
         let options =
             GetOptions { if_match: Some(e_tag.to_string()), range: range.map(GetRange::Bounded), ..Default::default() };
-        self.tried(key, limit(len), || async {
+        self.tried_async(key, limit(len), || async {
+            self.0.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let fetched = async {
                 let result = self.0.objects.get_opts(&path, options.clone()).await?;
                 let served = result.meta.e_tag.clone();
@@ -146,6 +172,7 @@ impl BucketStore {
             }
             Ok(bytes)
         })
+        .await
     }
 
     /// The HEAD of `key` from the server (`None`: no such object), within the time limit.
