@@ -13,9 +13,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+# Each step's time goes to stderr, so that a run's cost is read off its log (CI's budget is 40 min).
+timed() {
+  local start=$SECONDS
+  "$@"
+  echo "test.sh: $((SECONDS - start)) s: $*" >&2
+}
+timed scripts/setup.sh
 # The crate as the Rust package registry would take it (packaged and built, not uploaded).
-cargo publish --dry-run --locked --allow-dirty
+timed cargo publish --dry-run --locked --allow-dirty
 # The checks with the newest peers need Python 3.12 or newer (setup.sh makes target/venv-newest
 # only then); without it they are skipped, loudly, unless SHARDFS_REQUIRE_NEWEST=1 (.ci/run).
 newest() {
@@ -40,12 +46,12 @@ for _ in range(200):
     except OSError:
         time.sleep(0.1)
 ' "$s3_port"
-SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 cargo test --locked
+SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 timed cargo test --locked
 kill $s3_pid
 # A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
-scripts/fuzz.sh 20
+timed scripts/fuzz.sh 20
 # Reference files are for machines without FUSE: their interop test needs none.
-target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
 
 if ! (exec 3<>/dev/fuse) 2>/dev/null; then
   if [ "${SHARDFS_REQUIRE_FUSE:-}" = 1 ]; then
@@ -55,25 +61,25 @@ if ! (exec 3<>/dev/fuse) 2>/dev/null; then
   echo "*** SKIPPING the shell and interop tests: /dev/fuse cannot be opened on this machine ***" >&2
   exit 0
 fi
-scripts/shell-test.sh target/debug/shardfs
-scripts/mount-helper-test.sh target/debug/shardfs
-scripts/package-test.sh
-target/venv/bin/python scripts/interop.py target/debug/shardfs
+timed scripts/shell-test.sh target/debug/shardfs
+timed scripts/mount-helper-test.sh target/debug/shardfs
+timed scripts/package-test.sh
+timed target/venv/bin/python scripts/interop.py target/debug/shardfs
 # The same with the newest releases (pinned in setup.sh), so that a release that breaks the view
 # is caught: about 10 s.
-newest scripts/interop.py target/debug/shardfs
+timed newest scripts/interop.py target/debug/shardfs
 # zarr-python's own store conformance suite in a writable mount, against a plain directory.
-newest scripts/interop_store_suite.py target/debug/shardfs
-target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
+timed newest scripts/interop_store_suite.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 # Shards rewritten underneath mounts while they are read: 100,000 reads, none a mix of versions.
-target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs
-target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
-target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs
+timed target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
-target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
-target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
-target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
-newest scripts/interop_gdal.py target/debug/shardfs
-target/venv/bin/python scripts/interop_blz.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
+timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
+timed newest scripts/interop_gdal.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_blz.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
-scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md
+timed scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md
