@@ -24,18 +24,10 @@ import numpy as np
 import tensorstore as ts
 import zarr
 from checks import Checks
+from interop import chunk_files
 
 # The watcher passes once a second; a change underneath must show within this long.
 SETTLE = 3.0
-
-
-def chunk_files(root):
-    found = set()
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            if name != "zarr.json":
-                found.add(os.path.relpath(os.path.join(dirpath, name), root))
-    return found
 
 
 def expected_chunk_files(arr):
