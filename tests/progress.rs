@@ -71,8 +71,14 @@ fn compact_reports_every_shard_it_goes_through() {
 }
 
 /// `shardfs ARGS` on a pseudo-terminal: everything it wrote there, escape sequences included.
+/// TERM names a real terminal: under the caller's TERM=dumb (CI runners, `env -i`) no bar is
+/// drawn, rightly, since a dumb terminal cannot redraw a line.
 fn on_terminal(args: &str) -> String {
-    let out = Command::new("script").args(["-qec", &format!("{BIN} {args}"), "/dev/null"]).output().unwrap();
+    let out = Command::new("script")
+        .args(["-qec", &format!("{BIN} {args}"), "/dev/null"])
+        .env("TERM", "xterm-256color")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
