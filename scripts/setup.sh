@@ -18,6 +18,12 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq fuse3 >/dev/null
 fi
+# Debian splits venv (and the pip it bootstraps) out of python3: a bare Debian 12 lacks it.
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  echo "setup: installing python3-venv with apt-get"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null; }
+fi
 # GDAL from Debian (3.6: Zarr v2 only), a reader of the Zarr v2 view.
 if ! command -v gdal_translate >/dev/null 2>&1; then
   echo "setup: installing gdal-bin with apt-get"
