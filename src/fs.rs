@@ -17,10 +17,10 @@
 pub mod error;
 mod freshness;
 mod inode_number;
+mod inode_table;
 mod write_ops;
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry as MapEntry;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +38,8 @@ use crate::view::reading::Reading;
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
 use freshness::{Change, Freshness};
-use inode_number::{next_probe, path_ino};
+use inode_number::path_ino;
+use inode_table::{Bound, InodeTable};
 
 pub use error::{Error, Result};
 pub use write_ops::OpenMode;
@@ -82,41 +83,6 @@ fn chunk_cursor(offset: u64) -> ChunkCursor {
         return ChunkCursor::default();
     }
     ChunkCursor { shard: ((offset & !CHUNK_OFFSETS) >> 32) as usize, skip: offset & 0xffff_ffff }
-}
-
-#[derive(Debug)]
-struct Inode {
-    node: Node,
-    path: String,
-    lookups: u64,
-    /// The version of the content the kernel may hold pages and a size of; `None` for
-    /// directories and files whose bytes are not a store version (pending, computed).
-    bound: Option<Bound>,
-    /// Written through this mount (opened for writing, created, truncated, renamed or linked
-    /// onto): never bound again, since the kernel's pages hold what was written.
-    written: bool,
-}
-
-/// A store version of a file's content, with the attributes the kernel was told for it.
-#[derive(Debug, Clone)]
-struct Bound {
-    stamp: Stamp,
-    attr: Attr,
-}
-
-impl Inode {
-    /// True when this inode can stand for the content `bound` describes.
-    fn shows(&self, bound: Option<&Bound>) -> bool {
-        match (&self.bound, bound) {
-            (Some(mine), Some(new)) => self.written || mine.stamp == new.stamp,
-            _ => true,
-        }
-    }
-
-    /// The attributes of this inode's own version when `answer` is about another one.
-    fn own_version(&self, answer: &Answer) -> Option<Attr> {
-        self.bound.as_ref().filter(|b| answer.content != Some(b.stamp)).map(|b| b.attr)
-    }
 }
 
 /// An inode whose cached answers in the kernel are out of date.
@@ -167,23 +133,11 @@ pub struct ShardFs {
     stop_committer: Arc<AtomicBool>,
     /// Set when a document was stored through the view, until the watcher's next pass.
     document_stored: AtomicBool,
-    inodes: Mutex<HashMap<u64, Inode>>,
+    inodes: Mutex<InodeTable>,
     freshness: Freshness,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<OpenDir>>>,
     next_handle: AtomicU64,
-}
-
-/// The inode number the table gives `path`, if the kernel holds it.
-fn find_ino(inodes: &HashMap<u64, Inode>, path: &str) -> Option<u64> {
-    let mut ino = path_ino(path);
-    while let Some(inode) = inodes.get(&ino) {
-        if inode.path == path {
-            return Some(ino);
-        }
-        ino = next_probe(ino);
-    }
-    None
 }
 
 impl ShardFs {
@@ -224,14 +178,14 @@ impl ShardFs {
     }
 
     fn build(ns: Namespace, pending: Option<Arc<Pending>>) -> Self {
-        let root = Inode { node: ns.root(), path: String::new(), lookups: 1, bound: None, written: false };
+        let inodes = InodeTable::new(ROOT_INO, ns.root());
         ShardFs {
             ns: Arc::new(ns),
             pending,
             shard_new: None,
             stop_committer: Arc::default(),
             document_stored: AtomicBool::new(false),
-            inodes: Mutex::new(HashMap::from([(ROOT_INO, root)])),
+            inodes: Mutex::new(inodes),
             freshness: Freshness::default(),
             files: Mutex::default(),
             dirs: Mutex::default(),
@@ -240,7 +194,7 @@ impl ShardFs {
     }
 
     fn node(&self, ino: u64) -> Result<Node> {
-        self.inodes.lock().get(&ino).map(|i| i.node.clone()).ok_or(Error::BadHandle)
+        self.inodes.lock().get(ino).map(|i| i.node.clone()).ok_or(Error::BadHandle)
     }
 
     /// Finds `name` in directory `parent`; the kernel now holds one more reference to it.
@@ -268,7 +222,7 @@ impl ShardFs {
 
     /// Marks inode `ino` written through this mount: from now on it shows whatever the view holds.
     fn unbind(&self, ino: u64) {
-        if let Some(inode) = self.inodes.lock().get_mut(&ino) {
+        if let Some(inode) = self.inodes.lock().get_mut(ino) {
             inode.bound = None;
             inode.written = true;
         }
@@ -300,16 +254,17 @@ impl ShardFs {
         changed
             .into_iter()
             .filter_map(|(ino, document_changed)| {
-                let inode = inodes.get(&ino)?;
+                let inode = inodes.get(ino)?;
                 // Files go with their names, which may now stand for nothing or for another file.
                 // So does every entry whose metadata document changed: its path may now be a chunk
                 // of a new array, or a plain file, and the next lookup classifies it afresh. Store
                 // directories otherwise keep their names, so that the kernel does not drop all it
                 // holds below one each time a file is added to it.
-                let goes = document_changed || !matches!(inode.node, Node::Stored(_));
+                // A file bound to a version goes too: its name now leads to the new version's inode.
+                let goes = document_changed || !matches!(inode.node, Node::Stored(_)) || inode.bound.is_some();
                 let entry = goes.then(|| {
                     let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
-                    find_ino(&inodes, parent).map(|p| (p, name.to_string()))
+                    inodes.find(parent).map(|p| (p, name.to_string()))
                 });
                 Some(Stale { ino, entry: entry.flatten() })
             })
@@ -318,75 +273,27 @@ impl ShardFs {
 
     /// The inode of `node` at content version `bound`, with one more kernel reference.
     fn remember(&self, node: Node, bound: Option<Bound>) -> u64 {
-        let path = node.path();
-        let mut ino = path_ino(&path);
-        let mut inodes = self.inodes.lock();
-        loop {
-            match inodes.entry(ino) {
-                MapEntry::Vacant(v) => {
-                    v.insert(Inode { node, path, lookups: 1, bound, written: false });
-                    return ino;
-                }
-                MapEntry::Occupied(mut o) if o.get().path == path && o.get().shows(bound.as_ref()) => {
-                    let inode = o.get_mut();
-                    inode.lookups += 1;
-                    inode.node = node;
-                    if !inode.written && bound.is_some() {
-                        inode.bound = bound;
-                    }
-                    return ino;
-                }
-                // Two paths with one number (rare), or another version of this path's content:
-                // the later one takes another number.
-                MapEntry::Occupied(_) => ino = next_probe(ino),
-            }
+        self.inodes.lock().remember(node, bound)
+    }
+
+    /// After a rename, the kernel knows the renamed file by its old inode under the new name, and
+    /// the names below a renamed directory by their old inodes: they now stand for the files at
+    /// their new places. Answers are watched again when the kernel next asks for attributes.
+    fn rebind(&self, from_path: &str, to: &Node, is_dir: bool) {
+        for ino in self.inodes.lock().rebind(from_path, to, is_dir) {
+            self.freshness.unwatch(ino);
         }
     }
 
-    /// After a rename, the kernel knows the renamed file by its old inode under the new name: that
-    /// inode must now stand for the file at its new place. The kernel moves a renamed directory's
-    /// cached names along with it, so every inode below it moves too, or a file the kernel holds
-    /// below would be looked for at its old path. Answers are watched again when the kernel next
-    /// asks for their attributes.
-    fn rebind(&self, from_path: &str, to: &Node, is_dir: bool) {
-        let to_path = to.path();
-        let mut inodes = self.inodes.lock();
-        if let Some(ino) = find_ino(&inodes, from_path)
-            && let Some(inode) = inodes.get_mut(&ino)
-        {
-            self.freshness.unwatch(ino);
-            inode.node = to.clone();
-            inode.path = to_path.clone();
-            // A rename changes the file's version (its ctime, or its ETag after a copy), never
-            // the bytes the kernel holds of it.
-            inode.bound = None;
-            inode.written = true;
-        }
-        if !is_dir {
-            return;
-        }
-        let below = format!("{from_path}/");
-        for (ino, inode) in inodes.iter_mut() {
-            if let Some(rest) = inode.path.strip_prefix(&below) {
-                self.freshness.unwatch(*ino);
-                inode.path = join(&to_path, rest);
-                inode.node = inode.node.moved(from_path, &to_path);
-            }
-        }
+    /// `path` was unlinked: a file made there later is another inode.
+    fn detach(&self, path: &str) {
+        self.inodes.lock().detach(path);
     }
 
     /// The kernel dropped `n` references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
-        if ino == ROOT_INO {
-            return;
-        }
-        let mut inodes = self.inodes.lock();
-        if let Some(inode) = inodes.get_mut(&ino) {
-            inode.lookups = inode.lookups.saturating_sub(n);
-            if inode.lookups == 0 {
-                self.freshness.unwatch(ino);
-                inodes.remove(&ino);
-            }
+        if ino != ROOT_INO && self.inodes.lock().forget(ino, n) {
+            self.freshness.unwatch(ino);
         }
     }
 
@@ -399,7 +306,7 @@ impl ShardFs {
     /// (its name now leads to another inode).
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let answer = self.ns.answer(&self.node(ino)?)?;
-        if let Some(own) = self.inodes.lock().get(&ino).and_then(|inode| inode.own_version(&answer)) {
+        if let Some(own) = self.inodes.lock().get(ino).and_then(|inode| inode.own_version(&answer)) {
             // Nothing the kernel holds of this inode can go out of date any more.
             self.freshness.unwatch(ino);
             return Ok(own);
@@ -413,7 +320,7 @@ impl ShardFs {
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let (node, path) = {
             let inodes = self.inodes.lock();
-            let inode = inodes.get(&ino).ok_or(Error::BadHandle)?;
+            let inode = inodes.get(ino).ok_or(Error::BadHandle)?;
             (inode.node.clone(), inode.path.clone())
         };
         let sources = Sources::default();

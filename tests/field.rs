@@ -1,7 +1,8 @@
 //! What field clients do through a real writable mount, as zarr-python's LocalStore does it:
-//! a directory renamed after the kernel cached the tree below it (`LocalStore.move`), link(2) for
-//! exclusive creates (`set_if_not_exists`), and a refused document write that must leave the
-//! store exactly as it was.
+//! a directory renamed after the kernel cached the tree below it (`LocalStore.move`), files and
+//! directories renamed again and again, link(2) for exclusive creates (`set_if_not_exists`), a
+//! refused document write that must leave the store exactly as it was, names unlinked and made
+//! again while a reader holds the old file, and writes far past any sane size.
 
 mod common;
 
@@ -125,4 +126,101 @@ fn a_refused_document_write_leaves_the_store_as_it_was() {
     assert_eq!(fs::read(store.path().join("zp/raw_nocrc/zarr.json")).unwrap(), stored);
     let out = check_store(store.path(), &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn files_and_directories_renamed_again_keep_their_content() {
+    let Some(mnt) = mount_point() else { return };
+    let store = sharded_copy();
+    let mounted = fuse::mount(writable_fs(store.path(), policy()), mnt.path(), &writable()).unwrap();
+    let m = mnt.path();
+    fs::write(m.join("tmp1"), b"hello").unwrap();
+    fs::rename(m.join("tmp1"), m.join("f")).unwrap();
+    fs::rename(m.join("f"), m.join("g")).unwrap();
+    fs::rename(m.join("g"), m.join("h")).unwrap();
+    assert_eq!(fs::read(m.join("h")).unwrap(), b"hello");
+    fs::create_dir(m.join("d1")).unwrap();
+    fs::write(m.join("d1/f"), b"below").unwrap();
+    fs::rename(m.join("d1"), m.join("d2")).unwrap();
+    fs::rename(m.join("d2"), m.join("d3")).unwrap();
+    assert_eq!(fs::read(m.join("d3/f")).unwrap(), b"below");
+    // An atomic writer's chunk, moved twice: zarr-python then reads it, never the fill value.
+    let array = m.join("zp/raw_nocrc");
+    fs::write(array.join("c/tmp.partial"), b"chunk").unwrap();
+    fs::rename(array.join("c/tmp.partial"), array.join("c/2")).unwrap();
+    fs::rename(array.join("c/2"), array.join("c/3")).unwrap();
+    assert_eq!(fs::read(array.join("c/3")).unwrap(), b"chunk");
+    mounted.unmount().unwrap();
+    assert_eq!(fs::read(store.path().join("h")).unwrap(), b"hello");
+    assert_eq!(read_path(&fs_of(store.path()), "zp/raw_nocrc/c/3").unwrap(), b"chunk");
+}
+
+#[test]
+fn a_name_made_again_is_another_file_for_a_reader_of_the_old_one() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let Some(mnt) = mount_point() else { return };
+    let store = sharded_copy();
+    let mounted = fuse::mount(writable_fs(store.path(), policy()), mnt.path(), &writable()).unwrap();
+    let chunk = mnt.path().join("zp/raw_nocrc/c/4");
+    let old = fs::read(&chunk).unwrap();
+    assert!(old.len() > 1);
+    let reader = fs::File::open(&chunk).unwrap();
+    fs::remove_file(&chunk).unwrap();
+    fs::write(&chunk, b"x").unwrap();
+    assert_ne!(fs::metadata(&chunk).unwrap().ino(), reader.metadata().unwrap().ino());
+    let mut buf = vec![0; old.len()];
+    reader.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, old, "the reader still reads the file it opened, whole");
+    assert_eq!(fs::read(&chunk).unwrap(), b"x");
+    drop(reader);
+    mounted.unmount().unwrap();
+}
+
+#[test]
+fn a_chunk_written_after_a_reader_looked_it_up_is_read_back() {
+    let Some(mnt) = mount_point() else { return };
+    let store = sharded_copy();
+    let mounted = fuse::mount(writable_fs(store.path(), policy()), mnt.path(), &writable()).unwrap();
+    let array = mnt.path().join("zp/raw_nocrc");
+    let reader = fs::File::open(array.join("c/4")).unwrap();
+    // Another chunk of the shard committed: the shard's version changes under c/4's inode.
+    fs::write(array.join("c/3"), b"first").unwrap();
+    fs::File::open(array.join("c/3")).unwrap().sync_all().unwrap();
+    drop(fs::read(array.join("c/4")).unwrap());
+    fs::write(array.join("c/4"), b"pending").unwrap();
+    drop(fs::read_dir(array.join("c")).unwrap().count());
+    assert_eq!(fs::read(array.join("c/4")).unwrap(), b"pending");
+    drop(reader);
+    mounted.unmount().unwrap();
+}
+
+#[test]
+fn a_write_far_past_any_file_size_is_refused_and_the_mount_serves_on() {
+    use std::os::unix::fs::FileExt;
+    let Some(mnt) = mount_point() else { return };
+    let store = sharded_copy();
+    let mounted = fuse::mount(writable_fs(store.path(), policy()), mnt.path(), &writable()).unwrap();
+    let chunk = mnt.path().join("zp/raw_nocrc/c/4");
+    let before = fs::read(&chunk).unwrap();
+    let file = fs::OpenOptions::new().write(true).open(&chunk).unwrap();
+    let err = file.write_at(b"x", 1 << 40).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EFBIG));
+    let err = file.set_len(1 << 40).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EFBIG));
+    drop(file);
+    assert_eq!(fs::read(&chunk).unwrap(), before);
+    mounted.unmount().unwrap();
+}
+
+#[test]
+fn link_into_a_chunk_directory_makes_what_it_needs_and_names_its_refusals() {
+    let Some(mnt) = mount_point() else { return };
+    let store = sharded_copy();
+    let mounted = fuse::mount(writable_fs(store.path(), policy()), mnt.path(), &writable()).unwrap();
+    let m = mnt.path();
+    fs::write(m.join("plain"), b"plain").unwrap();
+    let array = m.join("zp/raw_nocrc");
+    fs::hard_link(m.join("plain"), array.join("c/foo")).unwrap();
+    assert_eq!(fs::read(array.join("c/foo")).unwrap(), b"plain");
+    mounted.unmount().unwrap();
 }

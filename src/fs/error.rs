@@ -36,6 +36,10 @@ pub enum Error {
     CrossDevice,
     #[error("stale file handle")]
     BadHandle,
+    /// A write or truncate past the largest file held in memory while written (a chunk or a
+    /// metadata document); the message names the file.
+    #[error("{0}")]
+    TooLarge(String),
     /// The file was opened in an array whose document has since changed so that the file no
     /// longer means the same chunk; the message names the array.
     #[error("{0}")]

@@ -167,7 +167,7 @@ impl ShardFs {
     /// Opens `node` for reading at the version inode `ino` is bound to: ESTALE when that version
     /// was replaced, so that the kernel looks the name up again and finds the new version's inode.
     fn open_reading(&self, ino: u64, node: Node) -> Result<Reading> {
-        let bound = self.inodes.lock().get(&ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
+        let bound = self.inodes.lock().get(ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
         let reading = Reading::open(&self.ns, node, bound.is_some())?;
         match bound {
             Some(stamp) if reading.version() != Some(stamp) => {
@@ -209,9 +209,7 @@ impl ShardFs {
             }
             Target::Stored(key) => {
                 let store = self.ns.store();
-                if key.starts_with(PRIVATE_DIR) {
-                    store.make_dirs(parent_key(&key))?;
-                }
+                self.make_scratch_dir(&key)?;
                 let file = store.open_file(&key, OpenHow { create: Some(mode), truncate: open.truncate })?;
                 (self.store_node(&key), Handle::Stored { file, append: open.append })
             }
@@ -246,7 +244,8 @@ impl ShardFs {
         match &*self.handle(fh)? {
             Handle::Chunk { array, coords, buffer, append } => {
                 let current = self.current(array, coords)?;
-                write_into(&mut buffer.write(), *append, offset, data);
+                write_into(&mut buffer.write(), *append, offset, data)
+                    .map_err(|e| e.of(&join(&array.dir, &array.chunk_key(coords))))?;
                 self.publish(&current, coords, PendingChunk::Written(buffer.clone()))?;
             }
             Handle::Stored { file, append } => {
@@ -256,8 +255,8 @@ impl ShardFs {
                     file.write_at(data, offset)?
                 }
             }
-            Handle::Document { buffer, dirty, append, .. } => {
-                write_into(&mut buffer.lock(), *append, offset, data);
+            Handle::Document { path, buffer, dirty, append, .. } => {
+                write_into(&mut buffer.lock(), *append, offset, data).map_err(|e| e.of(path))?;
                 dirty.store(true, Ordering::Relaxed);
             }
             Handle::Read(_) => return Err(Error::BadHandle),
@@ -273,13 +272,13 @@ impl ShardFs {
         let handle = fh.map(|fh| self.handle(fh)).transpose()?;
         match (&node, handle.as_deref()) {
             (_, Some(Handle::Stored { file, .. })) => file.set_len(size)?,
-            (_, Some(Handle::Document { buffer, dirty, .. })) => {
-                buffer.lock().resize(size as usize, 0);
+            (_, Some(Handle::Document { path, buffer, dirty, .. })) => {
+                buffer.lock().resize(held_len(size).map_err(|e| e.of(path))?, 0);
                 dirty.store(true, Ordering::Relaxed);
             }
             (Node::Document(key), _) => {
                 let mut content = self.chunk_bytes(&node)?;
-                content.resize(size as usize, 0);
+                content.resize(held_len(size).map_err(|e| e.of(key))?, 0);
                 self.store_document(key, &content)?;
             }
             (Node::Chunk { array, coords }, handle) => {
@@ -292,7 +291,7 @@ impl ShardFs {
                     (_, Some(PendingChunk::Written(buffer))) => buffer,
                     _ => Arc::new(RwLock::new(self.chunk_bytes(&node)?)),
                 };
-                buffer.write().resize(size as usize, 0);
+                buffer.write().resize(held_len(size).map_err(|e| e.of(&node.path()))?, 0);
                 self.publish(array, coords, PendingChunk::Written(buffer))?;
             }
             (Node::Stored(key), _) => {
@@ -314,7 +313,13 @@ impl ShardFs {
     pub fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         self.pending()?;
         let parent_node = self.node(parent)?;
-        match self.target(&parent_node, name)? {
+        self.unlinked(&parent_node, name)?;
+        self.detach(&join(&parent_node.path(), name));
+        Ok(())
+    }
+
+    fn unlinked(&self, parent_node: &Node, name: &str) -> Result<()> {
+        match self.target(parent_node, name)? {
             Target::Chunk(array, coords) => {
                 self.ns.attr(&Node::chunk(&array, coords.clone()))?;
                 self.publish(&array, &coords, PendingChunk::Deleted)
@@ -357,12 +362,18 @@ impl ShardFs {
 
     /// Removes the empty directory `name` of `parent`.
     pub fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
-        let pending = self.pending()?;
         let parent_node = self.node(parent)?;
-        match self.target(&parent_node, name)? {
+        self.removed_dir(&parent_node, name)?;
+        self.detach(&join(&parent_node.path(), name));
+        Ok(())
+    }
+
+    fn removed_dir(&self, parent_node: &Node, name: &str) -> Result<()> {
+        let pending = self.pending()?;
+        match self.target(parent_node, name)? {
             Target::ChunkDir(array, dir, prefix) => {
                 let node = Node::ChunkDir { array: array.path(), dir: dir.clone(), prefix };
-                self.ns.child(&parent_node, name)?;
+                self.ns.child(parent_node, name)?;
                 if !self.ns.list(&node)?.is_empty() {
                     return Err(Error::NotEmpty);
                 }
@@ -413,7 +424,10 @@ impl ShardFs {
             (Node::Stored(key), _) if self.ns.attr(&node)?.kind == Kind::Dir => {
                 return Err(Error::Invalid(format!("{key}: a directory cannot be linked")));
             }
-            (Node::Stored(key), Target::Stored(new_key)) => self.ns.store().link(key, new_key).map_err(exists)?,
+            (Node::Stored(key), Target::Stored(new_key)) => {
+                self.make_scratch_dir(new_key)?;
+                self.ns.store().link(key, new_key).map_err(exists)?
+            }
             (Node::ChunkDir { .. } | Node::Consolidated(_), _) => {
                 return Err(Error::Invalid(format!("{}: cannot be linked", node.path())));
             }
@@ -424,9 +438,12 @@ impl ShardFs {
                         self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
                     }
                     Target::Document(path) => self.store_document(path, &content)?,
-                    Target::Stored(key) => self.ns.store().put(key, &[&content], PutMode::Create).map_err(exists)?,
+                    Target::Stored(key) => {
+                        self.make_scratch_dir(key)?;
+                        self.ns.store().put(key, &[&content], PutMode::Create).map_err(exists)?
+                    }
                     Target::Consolidated(_) => return Err(Error::ReadOnly),
-                    Target::ChunkDir(..) => return Err(Error::Exists),
+                    Target::ChunkDir(..) => return Err(Error::Invalid(format!("{new_name} is a chunk-key directory"))),
                     Target::ChunkOutside(array, _) => return Err(outside(array, new_name)),
                 }
             }
@@ -434,6 +451,15 @@ impl ShardFs {
         let new_node = self.target_node(&to);
         let answer = self.ns.answer(&new_node)?;
         Ok((self.remember_written(new_node, &answer), answer.attr))
+    }
+
+    /// A file made inside a chunk-key directory lives in the private directory's scratch space,
+    /// whose directories are made as they are needed.
+    fn make_scratch_dir(&self, key: &str) -> Result<()> {
+        if key.starts_with(PRIVATE_DIR) {
+            self.ns.store().make_dirs(parent_key(key))?;
+        }
+        Ok(())
     }
 
     fn move_content(&self, from: Target, to: Target) -> Result<()> {
@@ -670,16 +696,37 @@ fn chunk_target(array: &Arc<ShardedArray>, rel: &str) -> Result<Option<Target>> 
     }
 }
 
+/// The largest file held in memory while it is written (a chunk, a metadata document): a write
+/// or truncate past it fails (EFBIG) instead of taking the daemon's memory with it.
+const LARGEST_HELD: u64 = 1 << 30;
+
+/// A held file's length past [`LARGEST_HELD`], to be named with [`TooLong::of`].
+struct TooLong(u64);
+
+impl TooLong {
+    fn of(&self, path: &str) -> Error {
+        Error::TooLarge(format!("{path}: {} bytes is more than a file written here may hold ({LARGEST_HELD})", self.0))
+    }
+}
+
+/// `len` as a length a held file may have.
+fn held_len(len: u64) -> std::result::Result<usize, TooLong> {
+    if len > LARGEST_HELD { Err(TooLong(len)) } else { Ok(len as usize) }
+}
+
 /// Writes `data` into a file's buffer at `offset` (at its end when appending). Sequential writes,
 /// the common case, extend the buffer without zero-filling it first.
-fn write_into(buffer: &mut Vec<u8>, append: bool, offset: u64, data: &[u8]) {
-    let at = if append { buffer.len() } else { offset as usize };
+fn write_into(buffer: &mut Vec<u8>, append: bool, offset: u64, data: &[u8]) -> std::result::Result<(), TooLong> {
+    let at = if append { buffer.len() as u64 } else { offset };
+    let end = held_len(at.saturating_add(data.len() as u64))?;
+    let at = at as usize;
     if at == buffer.len() {
         buffer.extend_from_slice(data);
-        return;
+        return Ok(());
     }
-    if buffer.len() < at + data.len() {
-        buffer.resize(at + data.len(), 0);
+    if buffer.len() < end {
+        buffer.resize(end, 0);
     }
-    buffer[at..at + data.len()].copy_from_slice(data);
+    buffer[at..end].copy_from_slice(data);
+    Ok(())
 }

@@ -54,6 +54,7 @@ pub fn errno(error: &Error) -> Errno {
         Error::NotEmpty => Errno::ENOTEMPTY,
         Error::CrossDevice => Errno::EXDEV,
         Error::BadHandle => Errno::EBADF,
+        Error::TooLarge(_) => Errno::EFBIG,
         Error::Stale(_) => Errno::ESTALE,
     }
 }
