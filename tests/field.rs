@@ -188,7 +188,7 @@ fn a_chunk_written_after_a_reader_looked_it_up_is_read_back() {
     fs::File::open(array.join("c/3")).unwrap().sync_all().unwrap();
     drop(fs::read(array.join("c/4")).unwrap());
     fs::write(array.join("c/4"), b"pending").unwrap();
-    drop(fs::read_dir(array.join("c")).unwrap().count());
+    assert!(fs::read_dir(array.join("c")).unwrap().count() > 0);
     assert_eq!(fs::read(array.join("c/4")).unwrap(), b"pending");
     drop(reader);
     mounted.unmount().unwrap();
