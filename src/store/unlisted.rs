@@ -384,3 +384,42 @@ impl Store for UnlistedStore {
         self.inner.read_only()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::LocalStore;
+
+    /// Every directory of the golden sharded store, listed by the local store itself and derived
+    /// from its documents: the same files, and every directory (the derived listing may add chunk
+    /// directories of the grid that hold nothing).
+    #[test]
+    fn derived_listings_hold_what_the_directory_holds() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/sharded");
+        let local: Arc<dyn Store> = Arc::new(LocalStore::open(&root).unwrap());
+        let unlisted = UnlistedStore::new(local.clone());
+        let mut dirs = vec![String::new()];
+        let mut checked = 0;
+        while let Some(dir) = dirs.pop() {
+            let (want, _) = local.list(&dir).unwrap();
+            let (got, stamp) = unlisted.list(&dir).unwrap();
+            assert_eq!(unlisted.attr(&dir).unwrap().stamp, stamp, "{dir}");
+            let files = |entries: &[(String, Kind)]| {
+                let mut names: Vec<_> = entries.iter().filter(|e| e.1 == Kind::File).map(|e| e.0.clone()).collect();
+                names.sort();
+                names
+            };
+            assert_eq!(files(&got), files(&want), "files of {dir:?}");
+            for (name, kind) in want.iter().filter(|e| e.1 == Kind::Dir) {
+                assert!(got.contains(&(name.clone(), *kind)), "{dir:?} lacks {name}");
+                dirs.push(join(&dir, name));
+            }
+            checked += 1;
+        }
+        assert!(checked > 30, "{checked} directories");
+        assert_eq!(unlisted.attr("zp/gzip_crc_end/c/1/0").unwrap().kind, Kind::File);
+        assert_eq!(unlisted.attr("zp/gzip_crc_end/c/9").map(|a| a.kind).ok(), None);
+        assert!(matches!(unlisted.list("zp/nothing"), Err(Error::NotFound(_))));
+        assert_eq!(unlisted.list("zp/gzip_crc_end/zarr.json").unwrap_err().raw_os_error(), Some(libc::ENOTDIR));
+    }
+}
