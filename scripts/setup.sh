@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what shardfs's tests need on a fresh Debian machine, and nothing when it is already
-# there: fuse3 (fusermount3, as users have it) and GDAL from apt, the interop peers (zarr-python 3,
+# there: fuse3 (fusermount3, as users have it), GDAL and nginx (with WebDAV listings) from apt, the interop peers (zarr-python 3,
 # tensorstore, numpy; moto, a local S3 server, and obstore, zarr-python's S3 client; fsspec, whose
 # ReferenceFileSystem reads `shardfs refs` output) in a Python venv under target/venv, zarr-python
 # 2.16.1 (the draft sharding storage transformer) in target/venv2, zarr-python 2.18.7, xarray and fsspec
@@ -29,6 +29,14 @@ if ! command -v gdal_translate >/dev/null 2>&1; then
   echo "setup: installing gdal-bin with apt-get"
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null ||
     { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null; }
+fi
+
+# nginx from Debian with its WebDAV PROPFIND module, the web server of scripts/interop_http.py
+# (run there as this user with its own configuration; the package's service is not used).
+if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ]; then
+  echo "setup: installing nginx-light and libnginx-mod-http-dav-ext with apt-get"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nginx-light libnginx-mod-http-dav-ext >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nginx-light libnginx-mod-http-dav-ext >/dev/null; }
 fi
 
 # zsh, fish and bash-completion, to check the completions `shardfs generate` writes (tests/generate.rs,
