@@ -7,7 +7,8 @@ zarr-python 3 and tensorstore write every layout of tests/data/generate.py into 
 (Debian's, installed by scripts/setup.sh; run as this user on loopback with a configuration
 written here, stopped however the test ends) serves that directory twice: with WebDAV listings
 (the dav_ext module's PROPFIND) and without (a plain static server, which answers PROPFIND 405).
-For each server:
+A third server neither lists nor gives ETags: reads are pinned to Last-Modified instead. For
+each server:
 - shardfs mounts http://127.0.0.1:PORT/sharded beside a read-only mount of the same directory as
   a local store; every chunk file of the two views is byte for byte the same, and zarr-python and
   tensorstore read every array of the web mount exactly as of the local one;
@@ -52,10 +53,11 @@ def free_port():
 
 
 class Nginx:
-    """nginx serving `root` on two loopback ports: `dav` lists with PROPFIND, `plain` does not."""
+    """nginx serving `root` on three loopback ports: `dav` lists with PROPFIND, `plain` does not,
+    and `no_etag` neither lists nor gives ETags (only Last-Modified)."""
 
     def __init__(self, root, work):
-        self.dav, self.plain = free_port(), free_port()
+        self.dav, self.plain, self.no_etag = free_port(), free_port(), free_port()
         conf = os.path.join(work, "nginx.conf")
         temp = "\n".join(f"  {kind}_temp_path {work}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         # Workers of a root master would run as nobody, which cannot read the temporary directory.
@@ -72,11 +74,12 @@ http {{
 {temp}
   server {{ listen 127.0.0.1:{self.dav}; root {root}; dav_ext_methods PROPFIND OPTIONS; }}
   server {{ listen 127.0.0.1:{self.plain}; root {root}; }}
+  server {{ listen 127.0.0.1:{self.no_etag}; root {root}; etag off; }}
 }}
 """)
         self.process = subprocess.Popen(["nginx", "-c", conf, "-e", f"{work}/nginx-error.log"])
         deadline = time.monotonic() + 10
-        while not all(self.listening(p) for p in (self.dav, self.plain)):
+        while not all(self.listening(p) for p in (self.dav, self.plain, self.no_etag)):
             if time.monotonic() > deadline or self.process.poll() is not None:
                 self.stop()
                 raise RuntimeError(f"nginx did not start: {open(f'{work}/nginx-error.log').read()}")
@@ -244,7 +247,8 @@ def main():
         nginx = Nginx(data, work)
         errors_before_mounting(binary, nginx, work, check)
         local = mounts.mount(sharded, os.path.join(work, "local"), "--read-only")
-        for server, port, listed in (("WebDAV", nginx.dav, True), ("plain", nginx.plain, False)):
+        servers = (("WebDAV", nginx.dav, True), ("plain", nginx.plain, False), ("no ETag", nginx.no_etag, False))
+        for server, port, listed in servers:
             url = f"http://127.0.0.1:{port}/sharded"
             # Nothing fetched ahead: each read asks the server for its own bytes, so that the read
             # after a replacement meets the new version.

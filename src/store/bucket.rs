@@ -8,8 +8,9 @@
 //!   mountpoint-s3);
 //! - a version ([`Stamp`]) is the object's ETag and size; a directory's is made of its entries'
 //!   names and kinds;
-//! - every read is a GET carrying If-Match with the ETag of the version opened, so a read never
-//!   mixes two versions: when the object changed it fails with [`Error::Changed`]; and a reply of
+//! - every read is a GET carrying If-Match with the ETag of the version opened (or, from a server
+//!   that gives no ETag, If-Unmodified-Since its Last-Modified time), so a read never mixes two
+//!   versions: when the object changed it fails with [`Error::Changed`]; and a reply of
 //!   another version or length is never used ([`requests`]: time limits, tries, checks);
 //! - reads are served from ranged GETs made on the runtime, shared between readers and kept for
 //!   a while under the object's key and ETag, fetched ahead of readers going in order
@@ -385,7 +386,7 @@ fn no_e_tag(place: &str) -> Error {
 }
 
 fn head_of(meta: &object_store::ObjectMeta) -> Head {
-    Head { size: meta.size, e_tag: meta.e_tag.clone(), modified: meta.last_modified.into() }
+    Head { size: meta.size, e_tag: metadata::version_of(meta), modified: meta.last_modified.into() }
 }
 
 /// The first line of an error's message: object_store's messages can run over several.
