@@ -448,12 +448,13 @@ impl Store for BucketStore {
             Ok(None) => {}
             // A web server answers a HEAD of a directory with a redirect to a page it may refuse
             // (403): the listing tells a directory; anything else keeps the HEAD's error.
-            Err(e) => {
+            Err(Error::Io { place, source }) if source.kind() == io::ErrorKind::PermissionDenied => {
                 return match self.listing(key) {
                     Ok(Some(listing)) => Ok(self.attr_of_dir(&listing)),
-                    _ => Err(e),
+                    _ => Err(Error::Io { place, source }),
                 };
             }
+            Err(e) => return Err(e),
         }
         match self.listing(key)? {
             Some(listing) => Ok(self.attr_of_dir(&listing)),
