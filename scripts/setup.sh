@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what shardfs's tests need on a fresh Debian machine, and nothing when it is already
-# there: fuse3 (fusermount3, as users have it), GDAL and nginx (with WebDAV listings) from apt, the interop peers (zarr-python 3,
+# there: fuse3 (fusermount3, as users have it) and GDAL from apt, the interop peers (zarr-python 3,
 # tensorstore, numpy; moto, a local S3 server, and obstore, zarr-python's S3 client; fsspec, whose
 # ReferenceFileSystem reads `shardfs refs` output) in a Python venv under target/venv, zarr-python
 # 2.16.1 (the draft sharding storage transformer) in target/venv2, zarr-python 2.18.7, xarray and fsspec
