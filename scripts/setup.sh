@@ -31,6 +31,14 @@ if ! command -v gdal_translate >/dev/null 2>&1; then
     { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq gdal-bin >/dev/null; }
 fi
 
+# nginx from Debian with its WebDAV PROPFIND module, the web server of scripts/interop_http.py
+# (run there as this user with its own configuration; the package's service is not used).
+if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ]; then
+  echo "setup: installing nginx-light and libnginx-mod-http-dav-ext with apt-get"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nginx-light libnginx-mod-http-dav-ext >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nginx-light libnginx-mod-http-dav-ext >/dev/null; }
+fi
+
 # zsh, fish and bash-completion, to check the completions `shardfs generate` writes (tests/generate.rs,
 # scripts/package-test.sh).
 if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1 || [ ! -f /usr/share/bash-completion/bash_completion ]; then

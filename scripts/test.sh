@@ -75,6 +75,8 @@ timed target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs
 timed target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
+# Web servers: nginx with WebDAV listings and without (about 20 s).
+timed target/venv/bin/python scripts/interop_http.py target/debug/shardfs
 # The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
 timed target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_v2.py target/debug/shardfs

@@ -141,7 +141,8 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
     /// The sharded Zarr v3 store: a directory, or s3://BUCKET/PREFIX, with zarr.json at its root;
-    /// or a directory of BLZ data (Bloscpack files, bcolz directories), shown read-only.
+    /// or https://HOST/PATH (http:// too) on a web server, shown read-only; or a directory of BLZ
+    /// data (Bloscpack files, bcolz directories), shown read-only.
     pub store: PathBuf,
     /// The S3 endpoint (a local or S3-compatible server: http://127.0.0.1:9000); default: AWS,
     /// or AWS_ENDPOINT_URL.

@@ -15,6 +15,7 @@ use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
 use crate::store::blz::{self, BlzStore};
 use crate::store::bucket::Caching;
+use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
@@ -66,8 +67,11 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
     let shown = address.location.display().to_string();
     let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
         Some(("s3", _)) => Arc::new(s3::open(&shown, &address.s3, address.caching)?),
+        Some(("http" | "https", _)) => http::open(&shown, address.caching)?,
         Some((scheme, _)) => {
-            return Err(format!("{shown}: {scheme}:// stores are not supported yet (s3:// and local directories are)"));
+            return Err(format!(
+                "{shown}: {scheme}:// stores are not supported yet (s3://, https://, http:// and local directories are)"
+            ));
         }
         None => {
             let meta = std::fs::metadata(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
@@ -138,9 +142,9 @@ pub fn filesystem_showing(
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
     let store = open_store(config.store.clone())?;
-    // A store shardfs makes from files of another format (BLZ data) is mounted read-only.
+    // A store that cannot be written (BLZ data, a web server) is mounted read-only.
     let settings =
-        MountSettings { read_only: config.settings.read_only || store.synthesized(), ..config.settings.clone() };
+        MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };
     let config = &MountConfig { settings, ..config.clone() };
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;

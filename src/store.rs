@@ -6,9 +6,11 @@
 //! - [`blz`]: a directory of BLZ data (Bloscpack files, bcolz directories) as a read-only store of
 //!   sharded Zarr v3 arrays, with synthesized documents.
 //! - [`bucket`]: a prefix of an object store bucket (S3 and compatibles), with conditional writes
-//!   and no appends.
+//!   and no appends; or a path of a web server (`https://`), read-only.
 //! - [`lock`]: lock slots of shard keys, and the in-process stripes that keep readers off a shard
 //!   this process is appending to.
+//! - [`unlisted`]: a store whose server answers lookups by name but cannot list (a plain web
+//!   server), with directories derived from the Zarr documents it holds.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
 //! - [`conformance`]: the checks every implementation passes.
 //!
@@ -24,6 +26,7 @@ pub mod conformance;
 pub mod faulty;
 pub mod local;
 pub mod lock;
+pub mod unlisted;
 
 use std::fmt::Debug;
 use std::io;
@@ -315,6 +318,12 @@ pub trait Store: Send + Sync + Debug {
     /// another program could read at its [`Store::url`] (`shardfs refs` refuses the store).
     fn synthesized(&self) -> bool {
         false
+    }
+
+    /// True when nothing can be written to the store (its files synthesized, or a server that
+    /// only serves reads): the mount is read-only, and every change fails with EROFS.
+    fn read_only(&self) -> bool {
+        self.synthesized()
     }
 }
 

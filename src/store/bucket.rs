@@ -8,8 +8,9 @@
 //!   mountpoint-s3);
 //! - a version ([`Stamp`]) is the object's ETag and size; a directory's is made of its entries'
 //!   names and kinds;
-//! - every read is a GET carrying If-Match with the ETag of the version opened, so a read never
-//!   mixes two versions: when the object changed it fails with [`Error::Changed`]; and a reply of
+//! - every read is a GET carrying If-Match with the ETag of the version opened (or, from a server
+//!   that gives no ETag, If-Unmodified-Since its Last-Modified time), so a read never mixes two
+//!   versions: when the object changed it fails with [`Error::Changed`]; and a reply of
 //!   another version or length is never used ([`requests`]: time limits, tries, checks);
 //! - reads are served from ranged GETs made on the runtime, shared between readers and kept for
 //!   a while under the object's key and ETag, fetched ahead of readers going in order
@@ -22,11 +23,15 @@
 //!   shards, and plain files opened for writing are held in memory until stored ([`buffered`]);
 //! - locks are this process's only; between machines, conditional PUTs keep writers apart.
 //!
+//! A web server (`https://`, [`http`]) is a bucket store that cannot be written, and may not
+//! list: see [`Abilities`].
+//!
 //! The crate is async: one tokio runtime per store, entered with `block_on` from the calling
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
 pub mod buffered;
 pub mod fetch;
+pub mod http;
 pub mod metadata;
 mod requests;
 pub mod s3;
@@ -70,6 +75,22 @@ impl Default for Caching {
     }
 }
 
+/// What the server lets a bucket store do beyond reading objects by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abilities {
+    /// Objects can be stored, replaced and deleted; without it every change fails with EROFS
+    /// (a web server: a read-only mount, whatever its WebDAV methods would allow).
+    pub write: bool,
+    /// Prefixes can be listed; without it no directory is known here (every key is an object or
+    /// nothing), and listings come from [`crate::store::unlisted`].
+    pub list: bool,
+}
+
+impl Abilities {
+    /// An object store proper (S3): writes and listings.
+    pub const ALL: Abilities = Abilities { write: true, list: true };
+}
+
 /// The store's tokio runtime. The last handle on a store can be dropped by one of the store's
 /// own tasks (a background fetch outliving every reader), and a runtime dropped inside itself
 /// panics: this one is shut down without waiting instead.
@@ -111,6 +132,7 @@ struct Shared {
     open_files: Mutex<std::collections::HashMap<String, Arc<Mutex<std::sync::Weak<BufferedFile>>>>>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
+    abilities: Abilities,
     /// Last, so that it is dropped after everything that may hold its tasks' handles.
     runtime: Runtime,
 }
@@ -122,6 +144,17 @@ pub struct BucketStore(Arc<Shared>);
 impl BucketStore {
     /// A store over `objects` (a client for one bucket) below `prefix`, named `url` in messages.
     pub fn new(objects: Arc<dyn ObjectStore>, prefix: &str, url: &str, caching: Caching) -> io::Result<Self> {
+        Self::with_abilities(objects, prefix, url, caching, Abilities::ALL)
+    }
+
+    /// [`BucketStore::new`] for a server that allows only what `abilities` says.
+    pub fn with_abilities(
+        objects: Arc<dyn ObjectStore>,
+        prefix: &str,
+        url: &str,
+        caching: Caching,
+        abilities: Abilities,
+    ) -> io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("shardfs-io")
@@ -140,6 +173,7 @@ impl BucketStore {
             made_dirs: Mutex::default(),
             open_files: Mutex::default(),
             owner,
+            abilities,
             runtime: Runtime(Some(runtime)),
         })))
     }
@@ -157,6 +191,14 @@ impl BucketStore {
             Err(object_store::Error::NotFound { .. }) => Err("no such bucket".into()),
             Err(e) if e.to_string().contains("NoSuchBucket") => Err("no such bucket".into()),
             Err(e) => Err(one_line(&e)),
+        }
+    }
+
+    /// Refuses a change of `key` when the server takes none.
+    fn writable(&self, key: &str) -> Result<()> {
+        match self.0.abilities.write {
+            true => Ok(()),
+            false => Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::EROFS) }),
         }
     }
 
@@ -220,6 +262,9 @@ impl BucketStore {
     /// The listing of directory `dir`, from the cache while it is trusted; `None`: there is no
     /// such directory (no object below it, and not made here).
     fn listing(&self, dir: &str) -> Result<Option<Arc<Listing>>> {
+        if !self.0.abilities.list {
+            return Ok(None);
+        }
         if let Some(listing) = self.0.metadata.listing(dir) {
             return Ok(Some(listing));
         }
@@ -341,7 +386,7 @@ fn no_e_tag(place: &str) -> Error {
 }
 
 fn head_of(meta: &object_store::ObjectMeta) -> Head {
-    Head { size: meta.size, e_tag: meta.e_tag.clone(), modified: meta.last_modified.into() }
+    Head { size: meta.size, e_tag: metadata::version_of(meta), modified: meta.last_modified.into() }
 }
 
 /// The first line of an error's message: object_store's messages can run over several.
@@ -397,10 +442,19 @@ impl Store for BucketStore {
     }
 
     fn attr(&self, key: &str) -> Result<Attr> {
-        if !key.is_empty()
-            && let Some(head) = self.head(key)?
-        {
-            return Ok(self.attr_of_file(&head));
+        let head = if key.is_empty() { Ok(None) } else { self.head(key) };
+        match head {
+            Ok(Some(head)) => return Ok(self.attr_of_file(&head)),
+            Ok(None) => {}
+            // A web server answers a HEAD of a directory with a redirect to a page it may refuse
+            // (403): the listing tells a directory; anything else keeps the HEAD's error.
+            Err(Error::Io { place, source }) if source.kind() == io::ErrorKind::PermissionDenied => {
+                return match self.listing(key) {
+                    Ok(Some(listing)) => Ok(self.attr_of_dir(&listing)),
+                    _ => Err(Error::Io { place, source }),
+                };
+            }
+            Err(e) => return Err(e),
         }
         match self.listing(key)? {
             Some(listing) => Ok(self.attr_of_dir(&listing)),
@@ -472,6 +526,7 @@ impl Store for BucketStore {
     }
 
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
+        self.writable(key)?;
         let mode = match mode {
             PutMode::Overwrite => object_store::PutMode::Overwrite,
             PutMode::Create => object_store::PutMode::Create,
@@ -495,6 +550,7 @@ impl Store for BucketStore {
     }
 
     fn delete(&self, key: &str) -> Result<()> {
+        self.writable(key)?;
         // S3 deletes a missing key without a word; the contract says NotFound.
         self.0.metadata.forget(key);
         if self.head(key)?.is_none() {
@@ -520,6 +576,7 @@ impl Store for BucketStore {
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.writable(from)?;
         if self.attr(from)?.kind == Kind::Dir {
             // `mv` copies a directory file by file after EXDEV.
             return Err(Error::Io { place: self.describe(from), source: io::Error::from_raw_os_error(libc::EXDEV) });
@@ -541,6 +598,7 @@ impl Store for BucketStore {
     }
 
     fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
+        self.writable(key)?;
         if self.attr(key).is_ok() {
             return Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::EEXIST) });
         }
@@ -548,6 +606,7 @@ impl Store for BucketStore {
     }
 
     fn make_dirs(&self, key: &str) -> Result<()> {
+        self.writable(key)?;
         let mut dir = key;
         while !dir.is_empty() && self.listing(dir)?.is_none() {
             self.0.made_dirs.lock().insert(dir.to_string());
@@ -559,6 +618,7 @@ impl Store for BucketStore {
     }
 
     fn remove_dir(&self, key: &str) -> Result<()> {
+        self.writable(key)?;
         let listing = self.listing(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
         if !listing.entries.is_empty() {
             return Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::ENOTEMPTY) });
@@ -574,6 +634,7 @@ impl Store for BucketStore {
     }
 
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
+        self.writable(key)?;
         let slot = {
             let mut open_files = self.0.open_files.lock();
             open_files.retain(|_, slot| Arc::strong_count(slot) > 1 || slot.lock().strong_count() > 0);
@@ -603,6 +664,7 @@ impl Store for BucketStore {
     }
 
     fn check_writes(&self) -> Result<()> {
+        self.writable("")?;
         // Some S3-compatible servers ignore If-Match and If-None-Match; with them, two commits to
         // one shard would overwrite each other unseen.
         let key = format!("{}/probe/{}", super::PRIVATE_DIR, std::process::id());
@@ -631,6 +693,10 @@ impl Store for BucketStore {
 
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {
         Ok(Box::new(BucketLock(lock::writing(slot))))
+    }
+
+    fn read_only(&self) -> bool {
+        !self.0.abilities.write
     }
 }
 

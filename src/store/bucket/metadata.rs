@@ -37,6 +37,24 @@ impl Head {
     }
 }
 
+/// Marks a version tag made of an object's Last-Modified time, for a server that gives no ETag
+/// (an ETag is a quoted string, never this).
+const MODIFIED: &str = "last-modified:";
+
+/// The version tag of an object: its ETag, or, from a server that gives none, its Last-Modified
+/// time (reads then carry If-Unmodified-Since; a change within the same second goes unseen, as it
+/// does for the server's own caches). `None`: neither, so versions cannot be told apart.
+pub fn version_of(meta: &object_store::ObjectMeta) -> Option<String> {
+    let nanos = meta.last_modified.timestamp_nanos_opt().filter(|n| *n > 0);
+    meta.e_tag.clone().or_else(|| nanos.map(|n| format!("{MODIFIED}{n}")))
+}
+
+/// The time of a version tag made by [`version_of`] from Last-Modified.
+pub fn modified_of(tag: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let nanos = tag.strip_prefix(MODIFIED)?.parse().ok()?;
+    Some(chrono::DateTime::from_timestamp_nanos(nanos))
+}
+
 /// An ETag without the quotes and weak mark that listings, HEADs and PUT replies may spell
 /// differently.
 pub fn bare_e_tag(e_tag: &str) -> &str {
@@ -205,6 +223,23 @@ mod tests {
         cache.forget("k");
         cache.remember_head("k", Some(head("old")), epoch);
         assert_eq!(cache.head("k"), None);
+    }
+
+    #[test]
+    fn without_an_etag_the_version_is_the_modification_time() {
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let meta = |e_tag: Option<&str>, last_modified| object_store::ObjectMeta {
+            location: "k".into(),
+            last_modified,
+            size: 3,
+            e_tag: e_tag.map(str::to_string),
+            version: None,
+        };
+        assert_eq!(version_of(&meta(Some("\"e\""), at)).as_deref(), Some("\"e\""));
+        let tag = version_of(&meta(None, at)).unwrap();
+        assert_eq!(modified_of(&tag), Some(at));
+        assert_eq!(modified_of("\"e\""), None);
+        assert_eq!(version_of(&meta(None, chrono::DateTime::from_timestamp_nanos(0))), None);
     }
 
     #[test]

@@ -24,9 +24,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ListResult, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, PutResult};
+use object_store::{
+    GetOptions, GetRange, ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, PutResult,
+};
 
-use super::metadata::{Head, bare_e_tag};
+use super::metadata::{Head, bare_e_tag, modified_of, version_of};
 use super::{BucketStore, head_of, one_line};
 use crate::store::{Error, Result, Store};
 
@@ -141,13 +143,24 @@ impl BucketStore {
         len: u64,
     ) -> Result<Bytes> {
         let path = self.path(key);
-        let options =
-            GetOptions { if_match: Some(e_tag.to_string()), range: range.map(GetRange::Bounded), ..Default::default() };
+        let range = range.map(GetRange::Bounded);
+        let pinned_by_time = modified_of(e_tag).is_some();
+        let options = match modified_of(e_tag) {
+            Some(time) => GetOptions { if_unmodified_since: Some(time), range, ..Default::default() },
+            None => GetOptions { if_match: Some(e_tag.to_string()), range, ..Default::default() },
+        };
         self.tried_async(key, limit(len), || async {
             self.0.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let fetched = async {
                 let result = self.0.objects.get_opts(&path, options.clone()).await?;
-                let served = result.meta.e_tag.clone();
+                // A version named by its time (a listing that gave no ETag) is compared by time,
+                // whatever the GET's headers add.
+                let meta = &result.meta;
+                let served = if pinned_by_time {
+                    version_of(&ObjectMeta { e_tag: None, ..meta.clone() })
+                } else {
+                    version_of(meta)
+                };
                 Ok::<_, object_store::Error>((served, result.bytes().await?))
             };
             let (served, bytes) = match fetched.await {
