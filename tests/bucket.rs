@@ -5,7 +5,8 @@
 //! rebuilds a nested one, after another machine committed to it keeps that machine's chunks. And
 //! the store conformance checks
 //! against a real local S3 server: moto, which scripts/test.sh starts and names in
-//! SHARDFS_TEST_S3_ENDPOINT.
+//! SHARDFS_TEST_S3_ENDPOINT; there too, the disk cache (`--cache`): a remount sends no GET, and
+//! damaged cache files and replaced objects are never served.
 
 mod common;
 
@@ -575,4 +576,32 @@ fn a_disk_cache_is_refused_for_a_local_store_and_an_unusable_directory_before_an
     let e = check("s3://bucket/prefix", &file);
     assert!(e.contains(&format!("cache directory {}: cannot create it", file.display())), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+}
+
+#[test]
+fn a_real_mount_with_o_cache_fills_the_cache_and_a_remount_over_it_shows_the_same_files() {
+    let Some(endpoint) = s3_endpoint("a mount with a disk cache") else { return };
+    let Some(mnt) = mount_point() else { return };
+    let name = format!("disk-cache-mount-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint.clone()), ..Default::default() };
+    let url = format!("s3://{name}/ds");
+    upload(&s3::open(&url, &options, Caching::default()).unwrap(), &golden().join("sharded"), "");
+    let cache = TempDir::new("mount-cache");
+    let (want_files, want_dirs) = walk_view(&fs_of(&golden().join("sharded")));
+    for round in ["cold", "warm"] {
+        let _guard = UnmountGuard(mnt.path().to_path_buf());
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(["mount", "--read-only", &url])
+            .arg(mnt.path())
+            .args(["--endpoint-url", &endpoint, "-o", &format!("cache={},max_cache_size=64M", cache.path().display())])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{round} mount");
+        let (files, dirs) = walk_dir(mnt.path());
+        shardfs::mount::unmount(mnt.path()).unwrap();
+        assert_eq!(dirs, want_dirs, "{round}");
+        assert!(files == want_files, "{round}: the mount's files differ from the golden view");
+        assert!(!cache_files(cache.path()).is_empty(), "{round}: the cache holds what was read");
+    }
 }

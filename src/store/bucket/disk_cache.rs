@@ -468,6 +468,23 @@ mod tests {
     }
 
     #[test]
+    fn reads_go_on_from_the_network_when_blocks_cannot_be_written() {
+        let rt = runtime();
+        let dir = temp_dir("unwritable");
+        let cache = DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20) }).unwrap();
+        let temps = dir.join(LAYOUT).join("tmp");
+        fs::remove_dir_all(&temps).unwrap();
+        fs::write(&temps, b"not a directory").unwrap();
+        let gets = Mutex::new(Vec::new());
+        let size = 2 * BLOCK;
+        for _ in 0..2 {
+            assert_eq!(read(&rt, &cache, 1, size, 0..size, &gets), object(1, size));
+        }
+        assert_eq!(gets.lock().unwrap().len(), 2, "nothing kept, both fetched");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn an_unusable_directory_is_one_line_naming_it() {
         let file = temp_dir("file");
         fs::write(&file, b"").unwrap();
