@@ -189,10 +189,11 @@ impl StoreArgs {
                 metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
                 read_ahead_bytes: self.read_ahead_size,
                 max_requests: self.max_requests.into(),
-                disk: self
-                    .cache
-                    .as_ref()
-                    .map(|dir| DiskSettings { dir: dir.clone(), max_bytes: self.max_cache_size.map(|n| n as u64) }),
+                disk: self.cache.as_ref().map(|dir| DiskSettings {
+                    dir: dir.clone(),
+                    max_bytes: self.max_cache_size.map(|n| n as u64),
+                    server: String::new(),
+                }),
             },
         }
     }

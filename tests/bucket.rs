@@ -503,7 +503,7 @@ fn a_remount_with_a_disk_cache_sends_no_get_and_never_serves_a_replaced_or_damag
     upload(&plain(), &golden().join("sharded"), "");
     let cache = TempDir::new("disk-cache");
     let dir = cache.path().join("made/if/missing");
-    let disk = Some(DiskSettings { dir: dir.clone(), max_bytes: Some(256 << 20) });
+    let disk = Some(DiskSettings { dir: dir.clone(), max_bytes: Some(256 << 20), server: String::new() });
     // A mount: a store and a filesystem of its own, as a new process would have.
     let mount = || {
         let store = s3::open(&url, &options, Caching { disk: disk.clone(), ..Caching::default() }).unwrap();

@@ -2,7 +2,7 @@
 //! rclone do: a second mount of the same data reads it from disk and asks the server only to
 //! revalidate (the LIST or HEAD that tells each object's current ETag).
 //!
-//! - An object version is named by the store's URL, the key, the (bare) ETag and the size; its
+//! - An object version is named by the server (an S3 endpoint), the store's URL, the key, the (bare) ETag and the size; its
 //!   bytes are kept in blocks of [`BLOCK`] bytes, one file each, at a path hashed from that name
 //!   (SHA-256). A lookup needs the version's current ETag, which only the server tells, so
 //!   another version's bytes are never served: a changed object is a new name, a miss.
@@ -57,6 +57,9 @@ pub struct DiskSettings {
     pub dir: PathBuf,
     /// `None`: a tenth of the free space, at most [`LARGEST_DEFAULT`].
     pub max_bytes: Option<u64>,
+    /// The server, when the store's URL does not name it (an S3 endpoint; set by the store's
+    /// constructor): part of every version's name.
+    pub server: String,
 }
 
 /// The disk cache of one mount: cheap to clone.
@@ -69,6 +72,7 @@ struct Inner {
     root: PathBuf,
     /// DIR as given, for messages.
     shown: String,
+    server: String,
     max_bytes: u64,
     /// Bytes in the cache, as of the last scan plus what this process wrote since.
     used: AtomicU64,
@@ -118,6 +122,7 @@ impl DiskCache {
         let cache = DiskCache(Arc::new(Inner {
             root,
             shown: shown.clone(),
+            server: settings.server.clone(),
             max_bytes,
             used: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -143,7 +148,7 @@ impl DiskCache {
     /// `size` bytes long.
     pub fn version(&self, url: &str, key: &str, e_tag: &str, size: u64) -> Arc<CachedVersion> {
         let mut name = Vec::new();
-        for part in [url, key, e_tag, &size.to_string()] {
+        for part in [&self.0.server, url, key, e_tag, &size.to_string()] {
             name.extend_from_slice(&(part.len() as u64).to_le_bytes());
             name.extend_from_slice(part.as_bytes());
         }
@@ -403,7 +408,7 @@ mod tests {
     fn blocks_fetched_once_are_read_from_disk_by_another_cache_on_the_same_dir() {
         let rt = runtime();
         let dir = temp_dir("reuse");
-        let settings = DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20) };
+        let settings = DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20), server: String::new() };
         let size = 3 * BLOCK + 5;
         let gets = Mutex::new(Vec::new());
         let first = DiskCache::open(&settings).unwrap();
@@ -424,7 +429,9 @@ mod tests {
     fn a_damaged_block_file_is_a_miss_and_is_replaced() {
         let rt = runtime();
         let dir = temp_dir("damaged");
-        let cache = DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20) }).unwrap();
+        let cache =
+            DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20), server: String::new() })
+                .unwrap();
         let size = 2 * BLOCK;
         let gets = Mutex::new(Vec::new());
         read(&rt, &cache, 1, size, 0..size, &gets);
@@ -446,7 +453,12 @@ mod tests {
     fn the_cache_stays_within_its_size_removing_the_least_recently_used() {
         let rt = runtime();
         let dir = temp_dir("bounded");
-        let cache = DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(4 * BLOCK + 4096) }).unwrap();
+        let cache = DiskCache::open(&DiskSettings {
+            dir: dir.clone(),
+            max_bytes: Some(4 * BLOCK + 4096),
+            server: String::new(),
+        })
+        .unwrap();
         let gets = Mutex::new(Vec::new());
         for seed in 0..12u8 {
             read(&rt, &cache, seed, BLOCK, 0..BLOCK, &gets);
@@ -471,7 +483,9 @@ mod tests {
     fn reads_go_on_from_the_network_when_blocks_cannot_be_written() {
         let rt = runtime();
         let dir = temp_dir("unwritable");
-        let cache = DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20) }).unwrap();
+        let cache =
+            DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20), server: String::new() })
+                .unwrap();
         let temps = dir.join(LAYOUT).join("tmp");
         fs::remove_dir_all(&temps).unwrap();
         fs::write(&temps, b"not a directory").unwrap();
@@ -488,7 +502,8 @@ mod tests {
     fn an_unusable_directory_is_one_line_naming_it() {
         let file = temp_dir("file");
         fs::write(&file, b"").unwrap();
-        let e = DiskCache::open(&DiskSettings { dir: file.clone(), max_bytes: None }).unwrap_err();
+        let e =
+            DiskCache::open(&DiskSettings { dir: file.clone(), max_bytes: None, server: String::new() }).unwrap_err();
         assert!(e.starts_with(&format!("cache directory {}: cannot create it", file.display())), "{e}");
         assert!(!e.contains('\n'));
         fs::remove_file(file).unwrap();
