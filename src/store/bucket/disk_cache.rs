@@ -20,7 +20,8 @@
 //! - DIR holds at most `--max-cache-size` bytes: each process adds up what it writes, and past
 //!   the limit (or after writing a tenth of it since) scans DIR and removes the least recently
 //!   used files (by modification time, set again at each hit) down to 90%. Nothing is shared in
-//!   memory between mounts; a file removed by another one meanwhile is simply gone.
+//!   memory between mounts; a file removed by another one meanwhile is simply gone. The first
+//!   scan comes with the first write (what earlier mounts left is added up then).
 //! - The cache is an optimisation: a block that cannot be written (disk full, DIR gone) is
 //!   logged once, and reads go on from the network.
 
@@ -79,6 +80,10 @@ struct Inner {
     /// Bytes written since the last scan.
     written: AtomicU64,
     scanning: AtomicBool,
+    /// False until the first scan, made at the first write: what earlier mounts left is added
+    /// up then (not when opening: `shardfs mount` opens the store before it forks, when no
+    /// other thread may run).
+    scanned: AtomicBool,
     /// True once a failed write was logged.
     warned: AtomicBool,
     temps: AtomicU64,
@@ -126,16 +131,13 @@ impl DiskCache {
             max_bytes,
             used: AtomicU64::new(0),
             written: AtomicU64::new(0),
-            scanning: AtomicBool::new(true),
+            scanning: AtomicBool::new(false),
+            scanned: AtomicBool::new(false),
             warned: AtomicBool::new(false),
             temps: AtomicU64::new(0),
         }));
         let probe = cache.write_temp(b"probe").map_err(|e| fail("cannot write there", e))?;
         let _ = fs::remove_file(probe);
-        // What is there already (left by earlier mounts, or over a smaller limit) is added up,
-        // and trimmed, away from the mount's start.
-        let scanner = cache.clone();
-        std::thread::spawn(move || scanner.scan());
         Ok(cache)
     }
 
@@ -258,7 +260,8 @@ impl DiskCache {
         }
         let used = self.0.used.fetch_add(written, Ordering::Relaxed) + written;
         let since = self.0.written.fetch_add(written, Ordering::Relaxed) + written;
-        if (used > self.0.max_bytes || since > self.0.max_bytes / 10) && !self.0.scanning.swap(true, Ordering::AcqRel) {
+        let due = !self.0.scanned.load(Ordering::Relaxed) || used > self.0.max_bytes || since > self.0.max_bytes / 10;
+        if due && !self.0.scanning.swap(true, Ordering::AcqRel) {
             self.scan();
         }
     }
@@ -333,6 +336,7 @@ impl DiskCache {
         }
         self.0.used.store(total, Ordering::Relaxed);
         self.0.written.store(0, Ordering::Relaxed);
+        self.0.scanned.store(true, Ordering::Relaxed);
         self.0.scanning.store(false, Ordering::Release);
     }
 }
@@ -466,16 +470,34 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             read(&rt, &cache, 0, BLOCK, 0..BLOCK, &gets);
         }
-        let mut total = 0;
-        for sub in fs::read_dir(dir.join(LAYOUT)).unwrap().flatten() {
-            for file in fs::read_dir(sub.path()).unwrap().flatten() {
-                total += file.metadata().unwrap().len();
-            }
-        }
+        let total = bytes_in(&dir);
         assert!(total <= cache.max_bytes(), "{total} bytes kept");
         let before = gets.lock().unwrap().len();
         read(&rt, &cache, 0, BLOCK, 0..BLOCK, &gets);
         assert_eq!(gets.lock().unwrap().len(), before, "the block read all along is still there");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The bytes of every block file in `dir`.
+    fn bytes_in(dir: &Path) -> u64 {
+        let subs = fs::read_dir(dir.join(LAYOUT)).unwrap().flatten().filter(|s| s.file_name() != "tmp");
+        subs.flat_map(|sub| fs::read_dir(sub.path()).unwrap().flatten()).map(|f| f.metadata().unwrap().len()).sum()
+    }
+
+    #[test]
+    fn a_mount_over_a_dir_filled_by_another_trims_it_to_its_own_size() {
+        let rt = runtime();
+        let dir = temp_dir("shared");
+        let settings = |max| DiskSettings { dir: dir.clone(), max_bytes: Some(max), server: String::new() };
+        let (large, small) =
+            (DiskCache::open(&settings(64 << 20)).unwrap(), DiskCache::open(&settings(3 * BLOCK)).unwrap());
+        let gets = Mutex::new(Vec::new());
+        for seed in 0..6 {
+            read(&rt, &large, seed, BLOCK, 0..BLOCK, &gets);
+        }
+        assert!(bytes_in(&dir) > 6 * BLOCK);
+        read(&rt, &small, 9, BLOCK, 0..BLOCK, &gets);
+        assert!(bytes_in(&dir) <= 3 * BLOCK, "{} bytes left", bytes_in(&dir));
         fs::remove_dir_all(dir).unwrap();
     }
 
