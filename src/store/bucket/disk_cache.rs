@@ -502,6 +502,22 @@ mod tests {
     }
 
     #[test]
+    fn temporary_files_left_by_a_dead_process_go_at_the_first_scan() {
+        let rt = runtime();
+        let dir = temp_dir("stale");
+        let cache =
+            DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20), server: String::new() })
+                .unwrap();
+        let (stale, fresh) = (dir.join(LAYOUT).join("tmp/1.0"), dir.join(LAYOUT).join("tmp/2.0"));
+        fs::write(&stale, b"torn").unwrap();
+        fs::write(&fresh, b"being written").unwrap();
+        File::options().write(true).open(&stale).unwrap().set_modified(SystemTime::now() - 2 * STALE_TEMP).unwrap();
+        read(&rt, &cache, 1, BLOCK, 0..10, &Mutex::new(Vec::new()));
+        assert!(!stale.exists() && fresh.exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn reads_go_on_from_the_network_when_blocks_cannot_be_written() {
         let rt = runtime();
         let dir = temp_dir("unwritable");
