@@ -388,7 +388,14 @@ mod tests {
 
     /// Byte `i` of an object of version `seed`.
     fn object(seed: u8, size: u64) -> Bytes {
-        (0..size).map(|i| (i % 251) as u8 ^ seed).collect()
+        // Copied a cycle at a time: debug builds are slow per byte.
+        let cycle: Vec<u8> = (0..251u8).map(|i| i ^ seed).collect();
+        let mut out = Vec::with_capacity(size as usize);
+        while out.len() < out.capacity() {
+            let n = cycle.len().min(out.capacity() - out.len());
+            out.extend_from_slice(&cycle[..n]);
+        }
+        out.into()
     }
 
     /// Reads `range` through `cache`, recording the GETs `fetch` was asked for.
@@ -498,6 +505,31 @@ mod tests {
         assert!(bytes_in(&dir) > 6 * BLOCK);
         read(&rt, &small, 9, BLOCK, 0..BLOCK, &gets);
         assert!(bytes_in(&dir) <= 3 * BLOCK, "{} bytes left", bytes_in(&dir));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn mounts_sharing_a_small_dir_at_once_read_exact_bytes_while_blocks_come_and_go() {
+        let rt = runtime();
+        let dir = temp_dir("concurrent");
+        let settings = DiskSettings { dir: dir.clone(), max_bytes: Some(4 * BLOCK), server: String::new() };
+        let caches = [DiskCache::open(&settings).unwrap(), DiskCache::open(&settings).unwrap()];
+        let size = 8 * BLOCK + 123;
+        let gets = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..6u64 {
+                let (cache, rt, gets) = (&caches[t as usize % 2], &rt, &gets);
+                s.spawn(move || {
+                    for i in 0..40u64 {
+                        let start = (i * 7919 + t * 104_729) * 4099 % size;
+                        let end = (start + (i % 3 + 1) * (BLOCK / 2)).min(size);
+                        let got = read(rt, cache, (i % 2) as u8, size, start..end, gets);
+                        assert!(got == object((i % 2) as u8, size).slice(start as usize..end as usize));
+                    }
+                });
+            }
+        });
+        assert!(bytes_in(&dir) <= 4 * BLOCK + 6 * (2 * BLOCK + 200), "{} bytes", bytes_in(&dir));
         fs::remove_dir_all(dir).unwrap();
     }
 
