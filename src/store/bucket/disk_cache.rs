@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
-use crate::store::Result;
+use crate::store::{Error, Result};
 
 /// The unit of caching: reads are widened to whole blocks (mountpoint-s3 uses 1 MiB too).
 pub const BLOCK: u64 = 1 << 20;
@@ -180,6 +180,10 @@ impl DiskCache {
             let span = version.block_range(blocks.start + first as u64).start
                 ..version.block_range(blocks.start + last as u64).end;
             let fetched = fetch(span.clone()).await?;
+            if fetched.len() as u64 != span.end - span.start {
+                let wrong = format!("{} bytes fetched where {} were due", fetched.len(), span.end - span.start);
+                return Err(Error::Io { place: self.0.shown.clone(), source: io::Error::other(wrong) });
+            }
             for (i, slot) in found.iter_mut().enumerate().take(last + 1).skip(first) {
                 let block = version.block_range(blocks.start + i as u64);
                 *slot = Some(fetched.slice((block.start - span.start) as usize..(block.end - span.start) as usize));
@@ -218,11 +222,12 @@ impl DiskCache {
     fn load(&self, version: &CachedVersion, block: u64) -> Option<Bytes> {
         let path = version.block_path(block);
         let mut file = File::open(&path).ok()?;
+        let range = version.block_range(block);
+        let due = (HEADER + version.name.len()) as u64 + (range.end - range.start);
+        // A file of another length is not read (a foreign file may be large).
         let mut content = Vec::new();
-        if file.read_to_end(&mut content).is_err() {
-            return None;
-        }
-        match verified(&content, version, block) {
+        let whole = file.metadata().is_ok_and(|m| m.len() == due) && file.read_to_end(&mut content).is_ok();
+        match verified(&content, version, block).filter(|_| whole) {
             Some(data) => {
                 // Recently used: the scan removes the oldest first.
                 let _ = file.set_modified(SystemTime::now());
@@ -291,7 +296,9 @@ impl DiskCache {
     /// A new temporary file in DIR holding `content`.
     fn write_temp(&self, content: &[u8]) -> io::Result<PathBuf> {
         let n = self.0.temps.fetch_add(1, Ordering::Relaxed);
-        let temp = self.0.root.join("tmp").join(format!("{}.{n}", std::process::id()));
+        // Processes in other PID namespaces may share DIR: the time tells them apart too.
+        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let temp = self.0.root.join("tmp").join(format!("{}.{n}.{nanos}", std::process::id()));
         let written = File::create(&temp).and_then(|mut file| file.write_all(content));
         if let Err(e) = written {
             let _ = fs::remove_file(&temp);
