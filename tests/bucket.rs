@@ -481,7 +481,7 @@ fn a_conditional_put_whose_answer_was_lost_has_succeeded() {
     );
 }
 
-/// The files of the disk cache in `dir`, with their contents.
+/// The block files of the disk cache in `dir`.
 fn cache_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
     for sub in std::fs::read_dir(dir.join("shardfs-cache-v1")).unwrap().flatten() {
