@@ -3,14 +3,16 @@ binaries side by side (a build before a change and one after), against zarr-pyth
 bucket directly (obstore), on one local moto server.
 
     target/venv/bin/python scripts/bench_fetch.py BINARY [BINARY...] [--runs R] [--scale S]
-                                                  [--workloads big,tiles,cat]
+                                                  [--workloads big,tiles,cat] [--disk-cache]
 
 Arrays (the shapes of issue 23, the first one cut to S x 512 MiB, default S = 0.25):
 - `big`: float32, 4 MiB chunks, 128 MiB shards;
 - `tiles`: 8192x8192 uint8, 256x256 chunks, 2048x2048 shards (64 MiB, 1024 chunks, 16 shards).
 Workloads, each on a fresh mount: zarr-python 3 reads the whole array (`zarr.open_array(...)[...]`,
 checked against the direct read), and `cat` of every chunk file of `big`. Requests are counted
-from moto's request log (GETs apart). Median of R runs. moto is slow and on loopback: times are
+from moto's request log (GETs apart). With --disk-cache, each binary also runs each workload with
+`--cache DIR` (a fresh DIR per run): once on an empty DIR (cold), then on a new mount over the same
+DIR (a warm remount), which should send no GET. Median of R runs. moto is slow and on loopback: times are
 for comparing builds here, not a forecast for a real bucket (see scripts/bench.sh for that).
 Not a test: nothing here asserts a speed.
 """
@@ -97,6 +99,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=0.25)
     parser.add_argument("--workloads", default="big,tiles,cat", help="comma-separated: big, tiles, cat")
+    parser.add_argument("--disk-cache", action="store_true", help="also cold and warm mounts with --cache DIR")
     args = parser.parse_args()
     os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
     work = tempfile.mkdtemp(prefix="shardfs-bench-fetch.")
@@ -122,27 +125,38 @@ def main():
         for name in [w for w in ("big", "tiles") if w in workloads]:
             runs = [measure(lambda: zarr.open_array(store, path=name, mode="r")[...]) for _ in range(args.runs)]
             rows.append((f"zarr-python reads `{name}`", "directly (obstore)", runs))
+        def mounted_run(binary, label, workload, extra):
+            """Mounts with `extra` flags, runs `workload` measured, unmounts."""
+            nonlocal mounted
+            subprocess.run([binary, "mount", "--read-only", f"s3://{BUCKET}/ds", mnt,
+                            "--endpoint-url", server.endpoint, *extra], check=True)
+            mounted = True
+            if workload == "cat":
+                command = f"find {mnt}/big/c -type f -print0 | xargs -0 cat | wc -c"
+                run = measure(lambda: subprocess.run(command, shell=True, check=True, stdout=subprocess.DEVNULL))
+            else:
+                got = []
+                run = measure(lambda: got.append(zarr.open_array(os.path.join(mnt, workload), mode="r")[...]))
+                assert np.array_equal(got[0], want[workload]), f"{label}: {workload} differs"
+            subprocess.run([binary, "unmount", mnt], check=True)
+            mounted = False
+            return run
+
         for binary in args.binaries:
             label = os.path.relpath(os.path.realpath(binary))
             for workload in workloads:
-                runs = []
-                for _ in range(args.runs):
-                    subprocess.run([binary, "mount", "--read-only", f"s3://{BUCKET}/ds", mnt,
-                                    "--endpoint-url", server.endpoint], check=True)
-                    mounted = True
-                    if workload == "cat":
-                        command = f"find {mnt}/big/c -type f -print0 | xargs -0 cat | wc -c"
-                        runs.append(measure(lambda: subprocess.run(command, shell=True, check=True,
-                                                                   stdout=subprocess.DEVNULL)))
-                    else:
-                        got = []
-                        runs.append(measure(lambda: got.append(zarr.open_array(os.path.join(mnt, workload),
-                                                                               mode="r")[...])))
-                        assert np.array_equal(got[0], want[workload]), f"{label}: {workload} differs"
-                    subprocess.run([binary, "unmount", mnt], check=True)
-                    mounted = False
                 what = "cat of every chunk of `big`" if workload == "cat" else f"zarr-python reads `{workload}`"
+                runs = [mounted_run(binary, label, workload, []) for _ in range(args.runs)]
                 rows.append((what, label, runs))
+                if not args.disk_cache:
+                    continue
+                cold, warm = [], []
+                for i in range(args.runs):
+                    cache = ["--cache", os.path.join(work, f"cache-{len(rows)}-{i}")]
+                    cold.append(mounted_run(binary, label, workload, cache))
+                    warm.append(mounted_run(binary, label, workload, cache))
+                rows.append((what, f"{label} --cache, cold", cold))
+                rows.append((what, f"{label} --cache, warm remount", warm))
     finally:
         if mounted:
             subprocess.run(["umount", "-l", mnt], check=False)

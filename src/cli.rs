@@ -10,6 +10,7 @@ use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
 use crate::mount::{MountConfig, StoreAddress};
 use crate::store::bucket::Caching;
+use crate::store::bucket::disk_cache::DiskSettings;
 use crate::store::bucket::s3::S3Options;
 use crate::write::pending::Policy;
 
@@ -165,6 +166,15 @@ pub struct StoreArgs {
     /// GET requests an object store mount has in flight at most (reads and read-ahead together).
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub max_requests: u16,
+    /// Keep an object store's fetched bytes in DIR too (made if missing), found again by later
+    /// mounts, which then ask the server only whether each object changed; DIR may be shared by
+    /// several mounts. Not for local stores.
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// The most bytes --cache DIR holds (K, M, G); default: a tenth of the free space there, at
+    /// most 10G.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]
+    pub max_cache_size: Option<usize>,
 }
 
 impl StoreArgs {
@@ -180,6 +190,11 @@ impl StoreArgs {
                 metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
                 read_ahead_bytes: self.read_ahead_size,
                 max_requests: self.max_requests.into(),
+                disk: self.cache.as_ref().map(|dir| DiskSettings {
+                    dir: dir.clone(),
+                    max_bytes: self.max_cache_size.map(|n| n as u64),
+                    server: String::new(),
+                }),
             },
         }
     }
@@ -405,7 +420,8 @@ mod tests {
     fn every_mount_flag_has_an_o_spelling() {
         let options = "cache_size=1M,threads=3,zarr_format=2,endpoint_url=http://127.0.0.1:9000,region=eu-west-1,\
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
-                       shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other";
+                       shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
+                       cache=/var/cache/shardfs,max_cache_size=2G";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
         let config = cli.command.mount_config(cli.verbose).unwrap();
@@ -418,6 +434,8 @@ mod tests {
         assert_eq!(config.store.caching.metadata_ttl, std::time::Duration::from_millis(5));
         assert_eq!(config.store.caching.read_ahead_bytes, 0);
         assert_eq!(config.store.caching.max_requests, 3);
+        let disk = config.store.caching.disk.as_ref().unwrap();
+        assert_eq!((disk.dir.to_str(), disk.max_bytes), (Some("/var/cache/shardfs"), Some(2 << 30)));
         assert_eq!(config.writes.policy.shard_bytes, 2048);
         assert_eq!(config.writes.policy.idle, std::time::Duration::from_millis(7));
         assert_eq!(config.writes.shard_new, Some(vec![4, 2]));

@@ -73,6 +73,11 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 "{shown}: {scheme}:// stores are not supported yet (s3://, https://, http:// and local directories are)"
             ));
         }
+        None if address.caching.disk.is_some() => {
+            return Err(format!(
+                "{shown}: --cache is for object stores (s3://...); a local store is read from its own disk"
+            ));
+        }
         None => {
             let meta = std::fs::metadata(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
             if !meta.is_dir() {

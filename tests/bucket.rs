@@ -5,7 +5,8 @@
 //! rebuilds a nested one, after another machine committed to it keeps that machine's chunks. And
 //! the store conformance checks
 //! against a real local S3 server: moto, which scripts/test.sh starts and names in
-//! SHARDFS_TEST_S3_ENDPOINT.
+//! SHARDFS_TEST_S3_ENDPOINT; there too, the disk cache (`--cache`): a remount sends no GET, and
+//! damaged cache files and replaced objects are never served.
 
 mod common;
 
@@ -21,6 +22,7 @@ use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex,
 use shardfs::fs::{OpenMode, ROOT_INO, ShardFs, WriteOptions};
 use shardfs::inspect::scan;
 use shardfs::mount::filesystem;
+use shardfs::store::bucket::disk_cache::DiskSettings;
 use shardfs::store::bucket::s3::{self, S3Options};
 use shardfs::store::bucket::{BucketStore, Caching};
 use shardfs::store::{self, OpenHow, PutMode, Store, conformance};
@@ -477,4 +479,129 @@ fn a_conditional_put_whose_answer_was_lost_has_succeeded() {
         matches!(store.put("a", &[b"other"], PutMode::Create), Err(store::Error::Changed(_))),
         "another writer's object is still someone else's"
     );
+}
+
+/// The block files of the disk cache in `dir`.
+fn cache_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for sub in std::fs::read_dir(dir.join("shardfs-cache-v1")).unwrap().flatten() {
+        if sub.file_name() != "tmp" {
+            files.extend(std::fs::read_dir(sub.path()).unwrap().flatten().map(|f| f.path()));
+        }
+    }
+    files
+}
+
+#[test]
+fn a_remount_with_a_disk_cache_sends_no_get_and_never_serves_a_replaced_or_damaged_file() {
+    let Some(endpoint) = s3_endpoint("the disk cache against S3") else { return };
+    let name = format!("disk-cache-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
+    let url = format!("s3://{name}/ds");
+    let plain = || s3::open(&url, &options, Caching { metadata_ttl: Duration::ZERO, ..Caching::default() }).unwrap();
+    upload(&plain(), &golden().join("sharded"), "");
+    let cache = TempDir::new("disk-cache");
+    let dir = cache.path().join("made/if/missing");
+    let disk = Some(DiskSettings { dir: dir.clone(), max_bytes: Some(256 << 20), server: String::new() });
+    // A mount: a store and a filesystem of its own, as a new process would have.
+    let mount = || {
+        let store = s3::open(&url, &options, Caching { disk: disk.clone(), ..Caching::default() }).unwrap();
+        let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
+        (store, fs)
+    };
+    let (want_files, want_dirs) = walk_view(&fs_of(&golden().join("sharded")));
+    let same_as_golden = |fs: &ShardFs| {
+        let (files, dirs) = walk_view(fs);
+        assert_eq!(dirs, want_dirs);
+        assert!(files == want_files, "the view differs from the golden one");
+    };
+
+    let (cold, fs) = mount();
+    same_as_golden(&fs);
+    assert!(cold.gets_sent() > 0);
+    assert!(!cache_files(&dir).is_empty());
+    drop((cold, fs));
+    let (warm, fs) = mount();
+    same_as_golden(&fs);
+    assert_eq!(warm.gets_sent(), 0, "every metadata document, shard index and chunk from disk");
+
+    // Every cache file damaged: each is a miss, removed, fetched again and kept again.
+    for (i, file) in cache_files(&dir).into_iter().enumerate() {
+        let mut bytes = std::fs::read(&file).unwrap();
+        match i % 3 {
+            0 => *bytes.last_mut().unwrap() ^= 0x20,
+            1 => bytes.truncate(bytes.len() - 1),
+            _ => bytes[40] ^= 1,
+        }
+        std::fs::write(&file, bytes).unwrap();
+    }
+    let (damaged, fs) = mount();
+    same_as_golden(&fs);
+    assert!(damaged.gets_sent() > 0, "damaged files are not served");
+    let (again, fs) = mount();
+    same_as_golden(&fs);
+    assert_eq!(again.gets_sent(), 0, "and were replaced");
+
+    // A shard replaced behind the mounts' backs, by one of the same length: the new bytes.
+    let shard = "zp/big_endian_index/c/0/0";
+    let other = plain().read("zp/big_endian_index/c/1/0").unwrap();
+    assert_eq!(other.len(), plain().read(shard).unwrap().len());
+    plain().put(shard, &[&other], PutMode::Overwrite).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let (files, _) = walk_view(&fs);
+    let (truth, _) = walk_view(&filesystem(Arc::new(plain()), IndexCache::new(1 << 20), None).unwrap());
+    assert!(files == truth, "the cached mount shows the shard as the server has it now");
+    assert!(files != want_files, "which differs from what it cached");
+    assert!(again.gets_sent() > 0);
+}
+
+#[test]
+fn a_disk_cache_is_refused_for_a_local_store_and_an_unusable_directory_before_anything() {
+    let check = |store: &str, dir: &Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(["check", store, "--endpoint-url", "http://127.0.0.1:9", "--cache"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let temp = TempDir::new("unusable-cache");
+    let local = golden().join("sharded");
+    let e = check(local.to_str().unwrap(), temp.path());
+    assert!(e.contains("--cache is for object stores") && e.trim().lines().count() == 1, "{e}");
+    let file = temp.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let e = check("s3://bucket/prefix", &file);
+    assert!(e.contains(&format!("cache directory {}: cannot create it", file.display())), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+}
+
+#[test]
+fn a_real_mount_with_o_cache_fills_the_cache_and_a_remount_over_it_shows_the_same_files() {
+    let Some(endpoint) = s3_endpoint("a mount with a disk cache") else { return };
+    let Some(mnt) = mount_point() else { return };
+    let name = format!("disk-cache-mount-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint.clone()), ..Default::default() };
+    let url = format!("s3://{name}/ds");
+    upload(&s3::open(&url, &options, Caching::default()).unwrap(), &golden().join("sharded"), "");
+    let cache = TempDir::new("mount-cache");
+    let (want_files, want_dirs) = walk_view(&fs_of(&golden().join("sharded")));
+    for round in ["cold", "warm"] {
+        let _guard = UnmountGuard(mnt.path().to_path_buf());
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(["mount", "--read-only", &url])
+            .arg(mnt.path())
+            .args(["--endpoint-url", &endpoint, "-o", &format!("cache={},max_cache_size=64M", cache.path().display())])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{round} mount");
+        let (files, dirs) = walk_dir(mnt.path());
+        shardfs::mount::unmount(mnt.path()).unwrap();
+        assert_eq!(dirs, want_dirs, "{round}");
+        assert!(files == want_files, "{round}: the mount's files differ from the golden view");
+        assert!(!cache_files(cache.path()).is_empty(), "{round}: the cache holds what was read");
+    }
 }

@@ -15,6 +15,9 @@
 //! - reads are served from ranged GETs made on the runtime, shared between readers and kept for
 //!   a while under the object's key and ETag, fetched ahead of readers going in order
 //!   ([`fetch`]);
+//! - with `--cache DIR`, fetched bytes are also kept on disk under the object's URL, ETag and
+//!   size, and found there by later mounts, which then ask the server only for the ETag
+//!   ([`disk_cache`]);
 //! - [`Store::put`] is one PUT, atomic by nature and durable when it returns; `Create` and
 //!   `Update` are If-None-Match: * and If-Match: ETag, so two machines writing one shard never
 //!   overwrite each other's commit;
@@ -30,6 +33,7 @@
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
 pub mod buffered;
+pub mod disk_cache;
 pub mod fetch;
 pub mod http;
 pub mod metadata;
@@ -49,8 +53,9 @@ use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVe
 use parking_lot::Mutex;
 
 use self::buffered::BufferedFile;
+use self::disk_cache::{DiskCache, DiskSettings};
 use self::fetch::{Fetcher, Reader, VersionId};
-use self::metadata::{Head, Listing, MetadataCache};
+use self::metadata::{Head, Listing, MetadataCache, bare_e_tag};
 use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join, lock};
 
 /// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
@@ -58,7 +63,7 @@ use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result,
 const SMALL_DIR: usize = 1000;
 
 /// How a bucket store caches, beside the client it talks through.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Caching {
     /// How long a HEAD or a listing is trusted (`--metadata-ttl`).
     pub metadata_ttl: Duration,
@@ -67,11 +72,13 @@ pub struct Caching {
     pub read_ahead_bytes: usize,
     /// GETs in flight at most (`--max-requests`).
     pub max_requests: usize,
+    /// Fetched bytes kept on local disk too (`--cache`, `--max-cache-size`).
+    pub disk: Option<DiskSettings>,
 }
 
 impl Default for Caching {
     fn default() -> Self {
-        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 64 << 20, max_requests: 16 }
+        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 64 << 20, max_requests: 16, disk: None }
     }
 }
 
@@ -122,6 +129,7 @@ struct Shared {
     url: String,
     metadata: MetadataCache,
     fetcher: Fetcher,
+    disk_cache: Option<DiskCache>,
     /// GET requests sent, every try counted.
     gets: AtomicU64,
     /// Directories made here that no object is under yet.
@@ -163,12 +171,14 @@ impl BucketStore {
         // SAFETY: getuid and getgid cannot fail.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
         let fetcher = Fetcher::new(caching.read_ahead_bytes, caching.max_requests, runtime.handle().clone());
+        let disk_cache = caching.disk.as_ref().map(DiskCache::open).transpose().map_err(io::Error::other)?;
         Ok(BucketStore(Arc::new(Shared {
             objects,
             prefix: prefix.trim_matches('/').to_string(),
             url: url.trim_end_matches('/').to_string(),
             metadata: MetadataCache::new(caching.metadata_ttl),
             fetcher,
+            disk_cache,
             gets: AtomicU64::new(0),
             made_dirs: Mutex::default(),
             open_files: Mutex::default(),
@@ -340,12 +350,33 @@ impl BucketStore {
         let (owned_key, owned_e_tag) = (key.to_string(), e_tag.to_string());
         let get: fetch::Get = Arc::new(move |range: Range<u64>| {
             let (store, key, e_tag) = (store.clone(), owned_key.clone(), owned_e_tag.clone());
-            Box::pin(async move {
-                let len = range.end - range.start;
-                store.get_verified_async(&key, &e_tag, Some(range), len).await
-            })
+            Box::pin(async move { store.get_range(&key, &e_tag, size, range).await })
         });
         Reader::new(VersionId { key: key.to_string(), e_tag: e_tag.to_string() }, size, get)
+    }
+
+    /// `range` of version `e_tag` of `key`, `size` bytes long: from the disk cache when it holds
+    /// it, else a GET checked for that version and length.
+    async fn get_range(&self, key: &str, e_tag: &str, size: u64, range: Range<u64>) -> Result<Bytes> {
+        let Some(cache) = &self.0.disk_cache else {
+            let len = range.end - range.start;
+            return self.get_verified_async(key, e_tag, Some(range), len).await;
+        };
+        let version = cache.version(&self.0.url, key, bare_e_tag(e_tag), size);
+        cache
+            .get(version, range, |span| self.get_verified_async(key, e_tag, Some(span.clone()), span.end - span.start))
+            .await
+    }
+
+    /// The whole of version `e_tag` of `key`, `size` bytes long, as [`BucketStore::get_range`].
+    fn get_whole(&self, key: &str, e_tag: &str, size: u64) -> Result<Bytes> {
+        if self.0.disk_cache.is_none() || size == 0 {
+            return self.get_verified(key, e_tag, None, size);
+        }
+        self.block_on(async {
+            let _permit = self.0.fetcher.permit().await;
+            self.get_range(key, e_tag, size, 0..size).await
+        })
     }
 
     /// The ETag of `key` at version `stamp`, asking the store when the cache knows another.
@@ -497,7 +528,7 @@ impl Store for BucketStore {
                 }
                 continue;
             };
-            match self.get_verified(key, &e_tag, None, head.size) {
+            match self.get_whole(key, &e_tag, head.size) {
                 Ok(bytes) => return Ok(bytes.to_vec()),
                 Err(Error::Changed(_)) if !fresh => continue,
                 Err(e) => return Err(e),

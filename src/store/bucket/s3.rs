@@ -50,7 +50,13 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
     builder = builder.with_region(region);
     let endpoint =
         options.endpoint_url.clone().or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"));
-    if let Some(endpoint) = endpoint.or_else(|| profile.get("endpoint_url").cloned()) {
+    let endpoint = endpoint.or_else(|| profile.get("endpoint_url").cloned());
+    // Two servers may hold buckets of one name: the disk cache tells them apart.
+    let mut caching = caching;
+    if let Some(disk) = caching.disk.as_mut() {
+        disk.server = endpoint.clone().unwrap_or_else(|| "aws".into());
+    }
+    if let Some(endpoint) = endpoint {
         // Set both: from_env may have read AWS_ENDPOINT_URL_S3, which would win over the flag.
         builder = builder
             .with_allow_http(endpoint.starts_with("http://"))
