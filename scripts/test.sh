@@ -52,7 +52,7 @@ az_data=$(mktemp -d)
 target/azurite/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$az_port" --location "$az_data" \
   --skipApiVersionCheck --disableTelemetry --silent >target/azurite.log 2>&1 &
 az_pid=$!
-trap 'kill $s3_pid $az_pid 2>/dev/null || true; rm -rf "$az_data"' EXIT
+trap 'kill $s3_pid $az_pid 2>/dev/null || true; wait $az_pid 2>/dev/null || true; rm -rf "$az_data"' EXIT
 az_endpoint="http://127.0.0.1:$az_port/devstoreaccount1"
 target/venv-cloud/bin/python -c '
 import sys, time
