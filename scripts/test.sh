@@ -3,7 +3,7 @@
 # integration tests (cargo test, real mounts included), the shell-level test, and the interop
 # tests against zarr-python 3 and tensorstore (arrays changing while mounted too), against
 # zarr-python 2.16.1 (draft layout), of object stores against a local S3 server (moto, also behind
-# a fault-injecting proxy), of the
+# a fault-injecting proxy), Azurite (Azure Blob Storage) and fake-gcs-server (GCS, read-only), of the
 # Zarr v2 view against zarr-python 2.18, of OME-Zarr 0.5 shown as 0.4 (ngff-zarr, ome-zarr-models,
 # ome-zarr 0.9 on zarr-python 2.18), of reference files (`shardfs refs`, no FUSE needed), of
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
@@ -46,8 +46,32 @@ for _ in range(200):
     except OSError:
         time.sleep(0.1)
 ' "$s3_port"
-SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 timed cargo test --locked
-kill $s3_pid
+# Azurite, for the same checks through az:// (tests/cloud.rs), with a container made for them.
+az_port=$(target/venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+az_data=$(mktemp -d)
+target/azurite/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$az_port" --location "$az_data" \
+  --skipApiVersionCheck --disableTelemetry --silent >target/azurite.log 2>&1 &
+az_pid=$!
+trap 'kill $s3_pid $az_pid 2>/dev/null || true; wait $az_pid 2>/dev/null || true; rm -rf "$az_data"' EXIT
+az_endpoint="http://127.0.0.1:$az_port/devstoreaccount1"
+target/venv-cloud/bin/python -c '
+import sys, time
+from azure.storage.blob import BlobServiceClient
+key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+client = BlobServiceClient(sys.argv[1], credential={"account_name": "devstoreaccount1", "account_key": key})
+for attempt in range(100):
+    try:
+        client.create_container("shardfs-test")
+        break
+    except Exception:
+        if attempt == 99:
+            raise
+        time.sleep(0.1)
+' "$az_endpoint"
+SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 \
+  SHARDFS_TEST_AZURE_ENDPOINT="$az_endpoint" SHARDFS_TEST_AZURE_CONTAINER=shardfs-test SHARDFS_REQUIRE_AZURE=1 \
+  timed cargo test --locked
+kill $s3_pid $az_pid
 # A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
 timed scripts/fuzz.sh 20
 # Reference files are for machines without FUSE: their interop test needs none.
@@ -77,6 +101,10 @@ timed target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # Web servers: nginx with WebDAV listings and without (about 20 s).
 timed target/venv/bin/python scripts/interop_http.py target/debug/shardfs
+# The same on Azure Blob Storage (Azurite) and, read-only, on GCS (fake-gcs-server takes no XML
+# PUT): the script starts and stops each server itself. About 50 s and 15 s.
+timed target/venv-cloud/bin/python scripts/interop_s3.py --service azure target/debug/shardfs
+timed target/venv-cloud/bin/python scripts/interop_s3.py --service gcs target/debug/shardfs
 # The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
 timed target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_v2.py target/debug/shardfs

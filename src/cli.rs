@@ -10,7 +10,9 @@ use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
 use crate::mount::{MountConfig, StoreAddress};
 use crate::store::bucket::Caching;
+use crate::store::bucket::azure::AzureOptions;
 use crate::store::bucket::disk_cache::DiskSettings;
+use crate::store::bucket::gcs::GcsOptions;
 use crate::store::bucket::s3::S3Options;
 use crate::write::pending::Policy;
 
@@ -141,12 +143,14 @@ pub enum Command {
 /// Where the store is, and how to reach an object store.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
-    /// The sharded Zarr v3 store: a directory, or s3://BUCKET/PREFIX, with zarr.json at its root;
-    /// or https://HOST/PATH (http:// too) on a web server, shown read-only; or a directory of BLZ
-    /// data (Bloscpack files, bcolz directories), shown read-only.
+    /// The sharded Zarr v3 store: a directory, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or
+    /// az://CONTAINER/PREFIX, with zarr.json at its root; or https://HOST/PATH (http:// too) on a
+    /// web server, shown read-only; or a directory of BLZ data (Bloscpack files, bcolz
+    /// directories), shown read-only.
     pub store: PathBuf,
-    /// The S3 endpoint (a local or S3-compatible server: http://127.0.0.1:9000); default: AWS,
-    /// or AWS_ENDPOINT_URL.
+    /// The object store's endpoint: S3's (a local or S3-compatible server: http://127.0.0.1:9000;
+    /// default: AWS, or AWS_ENDPOINT_URL), GCS's base URL (an emulator: http://127.0.0.1:4443) or
+    /// the Azure account's blob endpoint (http://127.0.0.1:10000/devstoreaccount1 for Azurite).
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
     /// The S3 region; default: AWS_REGION, AWS_DEFAULT_REGION, the profile's, or us-east-1.
@@ -186,6 +190,8 @@ impl StoreArgs {
                 region: self.region.clone(),
                 no_sign_request: self.no_sign_request,
             },
+            azure: AzureOptions { endpoint_url: self.endpoint_url.clone() },
+            gcs: GcsOptions { endpoint_url: self.endpoint_url.clone() },
             caching: Caching {
                 metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
                 read_ahead_bytes: self.read_ahead_size,

@@ -15,6 +15,8 @@ use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
 use crate::store::blz::{self, BlzStore};
 use crate::store::bucket::Caching;
+use crate::store::bucket::azure::{self, AzureOptions};
+use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::{LocalStore, Store};
@@ -45,6 +47,8 @@ pub struct MountConfig {
 pub struct StoreAddress {
     pub location: PathBuf,
     pub s3: S3Options,
+    pub azure: AzureOptions,
+    pub gcs: GcsOptions,
     pub caching: Caching,
 }
 
@@ -67,10 +71,13 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
     let shown = address.location.display().to_string();
     let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
         Some(("s3", _)) => Arc::new(s3::open(&shown, &address.s3, address.caching)?),
+        Some(("gs", _)) => Arc::new(gcs::open(&shown, &address.gcs, address.caching)?),
+        // Before https: an Azure account's blob endpoint is an https:// URL.
+        Some(_) if azure::is_azure_url(&shown) => Arc::new(azure::open(&shown, &address.azure, address.caching)?),
         Some(("http" | "https", _)) => http::open(&shown, address.caching)?,
         Some((scheme, _)) => {
             return Err(format!(
-                "{shown}: {scheme}:// stores are not supported yet (s3://, https://, http:// and local directories are)"
+                "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http:// and local directories are)"
             ));
         }
         None if address.caching.disk.is_some() => {

@@ -1,6 +1,6 @@
 """Mount a sharded Zarr v3 store from Python: the unsharded view (one file per inner chunk) of a
-local directory or an ``s3://BUCKET/PREFIX``, served by the ``shardfs`` binary installed with this
-package.
+local directory or an object store URL (``s3://``, ``az://`` or ``gs://BUCKET/PREFIX``), served by
+the ``shardfs`` binary installed with this package.
 
     import shardfs
 

@@ -1,12 +1,15 @@
 //! A store in an object store: the objects under one prefix of a bucket, through the
-//! `object_store` crate (S3 and S3-compatible services today; see [`s3`] for how a URL and the
-//! AWS settings become a client).
+//! `object_store` crate, one implementation for every service it speaks: S3 and S3-compatible
+//! services ([`s3`]), Azure Blob Storage ([`azure`]) and Google Cloud Storage ([`gcs`]) each turn a
+//! URL and the service's settings into a client, and name in a [`Service`] the little that
+//! differs between them.
 //!
 //! How a bucket meets the [`Store`] contract:
 //! - keys are object names below the prefix; directories are the prefixes between them, plus
 //!   directories made here and still empty, which live only in this process (as in
 //!   mountpoint-s3);
-//! - a version ([`Stamp`]) is the object's ETag and size; a directory's is made of its entries'
+//! - a version ([`Stamp`]) is the object's ETag and size (the ETag is opaque: S3's and GCS's are
+//!   MD5s for simple objects, Azure's are not); a directory's is made of its entries'
 //!   names and kinds;
 //! - every read is a GET carrying If-Match with the ETag of the version opened (or, from a server
 //!   that gives no ETag, If-Unmodified-Since its Last-Modified time), so a read never mixes two
@@ -19,7 +22,8 @@
 //!   size, and found there by later mounts, which then ask the server only for the ETag
 //!   ([`disk_cache`]);
 //! - [`Store::put`] is one PUT, atomic by nature and durable when it returns; `Create` and
-//!   `Update` are If-None-Match: * and If-Match: ETag, so two machines writing one shard never
+//!   `Update` are If-None-Match: * and If-Match: ETag (on GCS, a generation match on 0 and on the
+//!   generation the ETag was seen with), so two machines writing one shard never
 //!   overwrite each other's commit;
 //! - rename is a server-side copy, then a delete of the source: not atomic, and files only;
 //! - objects cannot be appended to ([`Store::can_append`] is false), so commits rewrite whole
@@ -32,9 +36,11 @@
 //! The crate is async: one tokio runtime per store, entered with `block_on` from the calling
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
+pub mod azure;
 pub mod buffered;
 pub mod disk_cache;
 pub mod fetch;
+pub mod gcs;
 pub mod http;
 pub mod metadata;
 mod requests;
@@ -49,7 +55,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload, UpdateVersion};
+use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, RetryConfig, UpdateVersion};
 use parking_lot::Mutex;
 
 use self::buffered::BufferedFile;
@@ -61,6 +67,40 @@ use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result,
 /// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
 /// again to revalidate an object in it, rather than sent a HEAD for it.
 const SMALL_DIR: usize = 1000;
+
+/// What differs between the services a [`BucketStore`] talks to, as data rather than branches.
+#[derive(Clone, Copy, Debug)]
+pub struct Service {
+    /// The service's name, in messages.
+    pub name: &'static str,
+    /// What the service calls a bucket ("bucket", "container"), in messages.
+    pub bucket: &'static str,
+    /// A conditional update names the object's generation (GCS) rather than its ETag: listings
+    /// do not tell it, so an update asks a HEAD for it.
+    pub updates_name_generation: bool,
+    /// What the service lets the store do beyond reading objects by name.
+    pub abilities: Abilities,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service { name: "S3", bucket: "bucket", updates_name_generation: false, abilities: Abilities::ALL }
+    }
+}
+
+/// How object_store retries for every service: a FUSE request waits on these, so a few quick
+/// retries, then EIO, rather than minutes.
+fn retry() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(15),
+    }
+}
 
 /// How a bucket store caches, beside the client it talks through.
 #[derive(Clone, Debug)]
@@ -123,6 +163,7 @@ impl Drop for Runtime {
 #[derive(Debug)]
 struct Shared {
     objects: Arc<dyn ObjectStore>,
+    service: Service,
     /// The object name prefix of the store's root, without a trailing `/` (`""`: the bucket).
     prefix: String,
     /// The root's URL, for messages.
@@ -140,7 +181,6 @@ struct Shared {
     open_files: Mutex<std::collections::HashMap<String, Arc<Mutex<std::sync::Weak<BufferedFile>>>>>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
-    abilities: Abilities,
     /// Last, so that it is dropped after everything that may hold its tasks' handles.
     runtime: Runtime,
 }
@@ -150,18 +190,19 @@ struct Shared {
 pub struct BucketStore(Arc<Shared>);
 
 impl BucketStore {
-    /// A store over `objects` (a client for one bucket) below `prefix`, named `url` in messages.
+    /// A store over `objects` (a client for one bucket of an S3-like service) below `prefix`,
+    /// named `url` in messages.
     pub fn new(objects: Arc<dyn ObjectStore>, prefix: &str, url: &str, caching: Caching) -> io::Result<Self> {
-        Self::with_abilities(objects, prefix, url, caching, Abilities::ALL)
+        Self::of_service(Service::default(), objects, prefix, url, caching)
     }
 
-    /// [`BucketStore::new`] for a server that allows only what `abilities` says.
-    pub fn with_abilities(
+    /// [`BucketStore::new`] for a client of `service`.
+    pub fn of_service(
+        service: Service,
         objects: Arc<dyn ObjectStore>,
         prefix: &str,
         url: &str,
         caching: Caching,
-        abilities: Abilities,
     ) -> io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -174,6 +215,7 @@ impl BucketStore {
         let disk_cache = caching.disk.as_ref().map(DiskCache::open).transpose().map_err(io::Error::other)?;
         Ok(BucketStore(Arc::new(Shared {
             objects,
+            service,
             prefix: prefix.trim_matches('/').to_string(),
             url: url.trim_end_matches('/').to_string(),
             metadata: MetadataCache::new(caching.metadata_ttl),
@@ -183,7 +225,6 @@ impl BucketStore {
             made_dirs: Mutex::default(),
             open_files: Mutex::default(),
             owner,
-            abilities,
             runtime: Runtime(Some(runtime)),
         })))
     }
@@ -196,17 +237,18 @@ impl BucketStore {
     /// Checks that the bucket is there and can be listed, naming the cause when not.
     pub fn check_bucket(&self) -> std::result::Result<(), String> {
         let prefix = (!self.0.prefix.is_empty()).then(|| self.path(""));
+        let missing = format!("no such {}", self.0.service.bucket);
         match self.probe_list(prefix.as_ref()) {
             Ok(_) => Ok(()),
-            Err(object_store::Error::NotFound { .. }) => Err("no such bucket".into()),
-            Err(e) if e.to_string().contains("NoSuchBucket") => Err("no such bucket".into()),
+            Err(object_store::Error::NotFound { .. }) => Err(missing),
+            Err(e) if ["NoSuchBucket", "ContainerNotFound"].iter().any(|c| e.to_string().contains(c)) => Err(missing),
             Err(e) => Err(one_line(&e)),
         }
     }
 
     /// Refuses a change of `key` when the server takes none.
     fn writable(&self, key: &str) -> Result<()> {
-        match self.0.abilities.write {
+        match self.0.service.abilities.write {
             true => Ok(()),
             false => Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::EROFS) }),
         }
@@ -272,7 +314,7 @@ impl BucketStore {
     /// The listing of directory `dir`, from the cache while it is trusted; `None`: there is no
     /// such directory (no object below it, and not made here).
     fn listing(&self, dir: &str) -> Result<Option<Arc<Listing>>> {
-        if !self.0.abilities.list {
+        if !self.0.service.abilities.list {
             return Ok(None);
         }
         if let Some(listing) = self.0.metadata.listing(dir) {
@@ -379,16 +421,19 @@ impl BucketStore {
         })
     }
 
-    /// The ETag of `key` at version `stamp`, asking the store when the cache knows another.
-    fn e_tag_at(&self, key: &str, stamp: &Stamp) -> Result<Option<String>> {
+    /// What a conditional update of `key` at version `stamp` names (its ETag, and its
+    /// generation where the service needs it), asking the store when the cache knows another.
+    fn version_at(&self, key: &str, stamp: &Stamp) -> Result<UpdateVersion> {
+        let needs_generation = self.0.service.updates_name_generation;
         for fresh in [false, true] {
             if fresh {
                 self.0.metadata.forget(key);
             }
             if let Some(head) = self.head(key)?
                 && head.stamp() == *stamp
+                && (head.version.is_some() || !needs_generation || fresh)
             {
-                return Ok(head.e_tag);
+                return Ok(UpdateVersion { e_tag: head.e_tag, version: head.version });
             }
         }
         Err(Error::Changed(self.describe(key)))
@@ -417,7 +462,12 @@ fn no_e_tag(place: &str) -> Error {
 }
 
 fn head_of(meta: &object_store::ObjectMeta) -> Head {
-    Head { size: meta.size, e_tag: metadata::version_of(meta), modified: meta.last_modified.into() }
+    Head {
+        size: meta.size,
+        e_tag: metadata::version_of(meta),
+        version: meta.version.clone(),
+        modified: meta.last_modified.into(),
+    }
 }
 
 /// The first line of an error's message: object_store's messages can run over several.
@@ -561,10 +611,7 @@ impl Store for BucketStore {
         let mode = match mode {
             PutMode::Overwrite => object_store::PutMode::Overwrite,
             PutMode::Create => object_store::PutMode::Create,
-            PutMode::Update(stamp) => {
-                let e_tag = self.e_tag_at(key, &stamp)?;
-                object_store::PutMode::Update(UpdateVersion { e_tag, version: None })
-            }
+            PutMode::Update(stamp) => object_store::PutMode::Update(self.version_at(key, &stamp)?),
         };
         let payload: PutPayload = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
         let size = payload.content_length() as u64;
@@ -573,8 +620,8 @@ impl Store for BucketStore {
         self.0.metadata.forget(key);
         let put = put?;
         self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
-        if put.is_some() {
-            let head = Head { size, e_tag: put, modified: SystemTime::now() };
+        if put.e_tag.is_some() {
+            let head = Head { size, e_tag: put.e_tag, version: put.version, modified: SystemTime::now() };
             self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
         }
         Ok(())
@@ -702,12 +749,15 @@ impl Store for BucketStore {
         let path = self.path(&key);
         let put = |mode| self.probe_put(&path, mode);
         let honoured = put(PutOptions::from(object_store::PutMode::Overwrite)).map_err(|e| {
-            let why = format!("cannot write to the bucket ({}); mount it --read-only", one_line(&e));
+            let why = format!("cannot write to the {} ({}); mount it --read-only", self.0.service.bucket, one_line(&e));
             Error::Io { place: self.describe(""), source: io::Error::other(why) }
         })?;
         let create = put(PutOptions::from(object_store::PutMode::Create));
-        let bogus =
-            UpdateVersion { e_tag: Some(format!("\"not-{}\"", honoured.e_tag.unwrap_or_default())), version: None };
+        // Another ETag, and another generation (ten times this one) for services that match on it.
+        let bogus = UpdateVersion {
+            e_tag: Some(format!("\"not-{}\"", honoured.e_tag.unwrap_or_default())),
+            version: Some(format!("{}0", honoured.version.unwrap_or_else(|| "1".into()))),
+        };
         let update = put(PutOptions::from(object_store::PutMode::Update(bogus)));
         let _ = self.block_on(self.0.objects.delete(&path));
         self.0.metadata.forget(&key);
@@ -727,7 +777,7 @@ impl Store for BucketStore {
     }
 
     fn read_only(&self) -> bool {
-        !self.0.abilities.write
+        !self.0.service.abilities.write
     }
 }
 

@@ -14,7 +14,11 @@ use object_store::http::HttpBuilder;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
 
-use super::{Abilities, BucketStore, Caching, one_line};
+use super::{Abilities, BucketStore, Caching, Service, one_line};
+
+/// A web server: a "server" in messages, never written to, listing only where it has WebDAV.
+const SERVICE: Service =
+    Service { name: "HTTP", bucket: "server", updates_name_generation: false, abilities: Abilities::ALL };
 use crate::format::metadata::ZARR_JSON;
 use crate::store::unlisted::UnlistedStore;
 use crate::store::{Store, join};
@@ -61,8 +65,8 @@ pub fn open(url: &str, caching: Caching) -> Result<Arc<dyn Store>, String> {
     let objects: Arc<dyn ObjectStore> = Arc::new(objects);
     let store_url = format!("{origin}{}{path}", if path.is_empty() { "" } else { "/" });
     let list = probe(&objects, path, &store_url)?;
-    let abilities = Abilities { write: false, list };
-    let store = BucketStore::with_abilities(objects, path, &store_url, caching, abilities)
+    let service = Service { abilities: Abilities { write: false, list }, ..SERVICE };
+    let store = BucketStore::of_service(service, objects, path, &store_url, caching)
         .map_err(|e| format!("{store_url}: {e}"))?;
     if list {
         Ok(Arc::new(store))

@@ -24,6 +24,9 @@ const LISTINGS: usize = 10_000;
 pub struct Head {
     pub size: u64,
     pub e_tag: Option<String>,
+    /// The service's own version name, where it has one beside the ETag (GCS's generation),
+    /// as a HEAD or a PUT tells it; listings may not.
+    pub version: Option<String>,
     pub modified: SystemTime,
 }
 
@@ -193,7 +196,7 @@ mod tests {
     use super::*;
 
     fn head(tag: &str) -> Head {
-        Head { size: 3, e_tag: Some(tag.into()), modified: SystemTime::UNIX_EPOCH }
+        Head { size: 3, e_tag: Some(tag.into()), version: None, modified: SystemTime::UNIX_EPOCH }
     }
 
     #[test]

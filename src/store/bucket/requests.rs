@@ -10,8 +10,9 @@
 //!   up, instead of holding its FUSE thread for the client's whole timeout;
 //! - a conditional PUT whose answer was lost (its retry then meets the object it wrote itself,
 //!   412) counts as done when the object holds exactly the bytes written: same size and an ETag
-//!   that is their MD5 (S3's ETag of a single-part unencrypted object), or, for small objects,
-//!   the same bytes read back.
+//!   that is their MD5 (S3's and GCS's ETag of a simple object; Azure's ETags never are), or, for
+//!   small objects, the same bytes read back; a larger object whose ETag is no MD5 is not taken
+//!   for the write (the commit then fails as changed, and is retried or reported, never lost).
 //!
 //! object_store retries 5xx and failed connections itself, with backoff; the tries here come on
 //! top, for what it cannot see (a reply of the wrong length or version, a stall).
@@ -222,7 +223,7 @@ impl BucketStore {
                 Ok(done) => return done,
                 Err(_) => {
                     let source = format!("no answer within {} s", LISTING.as_secs()).into();
-                    return Err(object_store::Error::Generic { store: "S3", source });
+                    return Err(object_store::Error::Generic { store: self.0.service.name, source });
                 }
             }
         }
@@ -258,15 +259,15 @@ impl BucketStore {
 
     /// Stores `payload` at `key` with `options`, trying again after faults on the way. A
     /// conditional PUT that meets an object holding exactly `payload` (its own earlier try whose
-    /// answer was lost) has succeeded. The ETag of the version stored, when the server tells it.
-    pub(super) fn put_verified(&self, key: &str, payload: PutPayload, options: PutOptions) -> Result<Option<String>> {
+    /// answer was lost) has succeeded. The ETag and version stored, as far as the server tells.
+    pub(super) fn put_verified(&self, key: &str, payload: PutPayload, options: PutOptions) -> Result<PutResult> {
         let conditional = !matches!(options.mode, object_store::PutMode::Overwrite);
         let path = self.path(key);
         let mut last = None;
         for _ in 0..TRIES {
             let put = self.block_on(self.0.objects.put_opts(&path, payload.clone(), options.clone()));
             let e = match put {
-                Ok(put) => return Ok(put.e_tag),
+                Ok(put) => return Ok(put),
                 Err(e) => e,
             };
             let refused =
@@ -275,7 +276,7 @@ impl BucketStore {
                 && (refused || !is_answer(&e))
                 && let Some(head) = self.holds(key, &payload)?
             {
-                return Ok(head.e_tag);
+                return Ok(PutResult { e_tag: head.e_tag, version: head.version, extensions: Default::default() });
             }
             if is_answer(&e) {
                 return Err(self.error(key, e));

@@ -8,10 +8,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use object_store::ClientConfigKey;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
 
 use super::{BucketStore, Caching};
 
@@ -66,18 +65,8 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
     if options.no_sign_request {
         builder = builder.with_skip_signature(true);
     }
-    // A FUSE request waits on these: a few quick retries, then EIO, rather than minutes.
-    let retry = RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(2),
-            base: 2.0,
-        },
-        max_retries: 3,
-        retry_timeout: Duration::from_secs(15),
-    };
     let objects = builder
-        .with_retry(retry)
+        .with_retry(super::retry())
         .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "30s")
         .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
         .build()
