@@ -177,7 +177,7 @@ impl ObjectStore for Generations {
     }
 }
 
-const GCS_LIKE: Service = Service { name: "GCS", bucket: "bucket", updates_name_generation: true };
+const GCS_LIKE: Service = Service { updates_name_generation: true, ..Service::default() };
 
 fn generations_store(objects: &Arc<Generations>, caching: Caching) -> BucketStore {
     BucketStore::of_service(GCS_LIKE, objects.clone(), "p", "gs://model/p", caching).unwrap()
