@@ -18,7 +18,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, PutMode as Mode, PutOptions, PutPayload, PutResult};
 use parking_lot::Mutex;
 use shardfs::store::bucket::azure::{self, AzureOptions};
-use shardfs::store::bucket::{BucketStore, Caching, Service};
+use shardfs::store::bucket::{Abilities, BucketStore, Caching, Service};
 use shardfs::store::{Error, PutMode, Store, conformance};
 
 /// Azurite's account and its well-known key.
@@ -177,7 +177,8 @@ impl ObjectStore for Generations {
     }
 }
 
-const GCS_LIKE: Service = Service { updates_name_generation: true, ..Service::default() };
+const GCS_LIKE: Service =
+    Service { name: "GCS", bucket: "bucket", updates_name_generation: true, abilities: Abilities::ALL };
 
 fn generations_store(objects: &Arc<Generations>, caching: Caching) -> BucketStore {
     BucketStore::of_service(GCS_LIKE, objects.clone(), "p", "gs://model/p", caching).unwrap()
