@@ -16,6 +16,7 @@ use crate::logging::{self, LogTarget};
 use crate::store::blz::{self, BlzStore};
 use crate::store::bucket::Caching;
 use crate::store::bucket::s3::{self, S3Options};
+use crate::store::zip::{self, ZipStore};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
 use crate::view::presentation::{Presentation, ZarrV2, ZarrV3};
@@ -60,21 +61,37 @@ impl From<&PathBuf> for StoreAddress {
 }
 
 /// Opens the store at `address` after checking that it is a Zarr v3 store, or a directory of BLZ
-/// data with no `zarr.json` at its root (shown through [`BlzStore`]).
+/// data with no `zarr.json` at its root (shown through [`BlzStore`]). A zip file (its name ends
+/// in `.zip` or `.ozx`, or a local file starts as one does) is opened as a [`ZipStore`] over the
+/// store of the directory or prefix holding it.
 pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, String> {
     let address = address.into();
     let shown = address.location.display().to_string();
     let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
-        Some(("s3", _)) => Arc::new(s3::open(&shown, &address.s3, address.caching)?),
+        Some(("s3", _)) => match zip_name(&shown) {
+            Some((prefix, name)) => {
+                let bucket: Arc<dyn Store> = Arc::new(s3::open(prefix, &address.s3, address.caching)?);
+                Arc::new(ZipStore::open(bucket, name)?)
+            }
+            None => Arc::new(s3::open(&shown, &address.s3, address.caching)?),
+        },
         Some((scheme, _)) => {
             return Err(format!("{shown}: {scheme}:// stores are not supported yet (s3:// and local directories are)"));
         }
         None => {
             let meta = std::fs::metadata(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
-            if !meta.is_dir() {
-                return Err(format!("{shown}: not a directory, so not a Zarr v3 store"));
+            if meta.is_file() && (zip_name(&shown).is_some() || starts_as_zip(&address.location)) {
+                let path = address.location.canonicalize().map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+                let (parent, name) = (path.parent().unwrap_or(Path::new("/")), path.file_name().unwrap_or_default());
+                let dir =
+                    LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
+                let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
+                Arc::new(ZipStore::open(Arc::new(dir), name)?)
+            } else if !meta.is_dir() {
+                return Err(format!("{shown}: not a directory nor a zip file, so not a Zarr v3 store"));
+            } else {
+                Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
             }
-            Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
         }
     };
     let doc = match store.read(ZARR_JSON) {
@@ -89,6 +106,20 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
     Ok(store)
+}
+
+/// The location holding a zip file and the zip file's name, when `location`'s last component
+/// ends in a zip suffix (`.zip`, `.ozx`; any case).
+fn zip_name(location: &str) -> Option<(&str, &str)> {
+    let (parent, name) = location.trim_end_matches('/').rsplit_once('/').unwrap_or((".", location));
+    let lower = name.to_ascii_lowercase();
+    zip::SUFFIXES.iter().any(|suffix| lower.len() > suffix.len() && lower.ends_with(suffix)).then_some((parent, name))
+}
+
+/// True when the local file at `path` starts with a zip file's signature.
+fn starts_as_zip(path: &Path) -> bool {
+    let mut start = [0; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut start)).is_ok() && zip::MAGIC.contains(&&start[..])
 }
 
 /// Checks that `path` is an empty directory the mount can cover.
@@ -138,9 +169,9 @@ pub fn filesystem_showing(
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
     let store = open_store(config.store.clone())?;
-    // A store shardfs makes from files of another format (BLZ data) is mounted read-only.
+    // A store that cannot be written (BLZ data, a zip file) is mounted read-only.
     let settings =
-        MountSettings { read_only: config.settings.read_only || store.synthesized(), ..config.settings.clone() };
+        MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };
     let config = &MountConfig { settings, ..config.clone() };
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;
