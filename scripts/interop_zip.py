@@ -14,7 +14,8 @@ the v3 view, zarr-python 2.18 (target/venv-v2) in the v2 view (where the image's
 OME-Zarr 0.4); writes fail with EROFS; `shardfs check` passes each zip, and `shardfs refs`
 names ranges of the zip that zarr-python 3 reads every array from exactly (fsspec's
 ReferenceFileSystem). A zip with a truncated central directory is refused in one line, and a
-shard entry whose range runs past the end reads EIO while the other chunks are served.
+shard entry whose range runs past the end reads EIO while the other chunks are served. Last, the
+group's zip as an object of a local S3 server (moto) mounted by its s3:// URL reads exactly too.
 Every mount is unmounted, whatever fails.
 """
 
@@ -243,6 +244,45 @@ def damaged(binary, zip_path, arrays, work, check):
     check("an entry past the end: a log line names it", len(lines) >= 1, str(lines)[:400])
 
 
+def from_a_bucket(binary, zip_path, arrays, work, check):
+    """The zip as an object of a local S3 server (moto): mounted by its s3:// URL, zarr-python 3
+    reads every array exactly, and refs name ranges of the object."""
+    import logging
+    import socket
+    import boto3
+    from moto.server import ThreadedMotoServer
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    mnt = os.path.join(work, "mnt-s3")
+    os.mkdir(mnt)
+    try:
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="zips")
+        url = "s3://zips/data/" + os.path.basename(zip_path)
+        s3.upload_file(zip_path, "zips", url[len("s3://zips/"):])
+        mount(binary, url, mnt, os.path.join(work, "s3.log"), "--endpoint-url", endpoint)
+        try:
+            for path, want in arrays.items():
+                got = zarr.open_array(os.path.join(mnt, path), mode="r")[...]
+                check(f"{url}/{path}: zarr-python 3 reads it exactly through a mount of the object",
+                      np.array_equal(got, want))
+        finally:
+            unmount(binary, mnt)
+        run = subprocess.run([binary, "refs", "--endpoint-url", endpoint, url], capture_output=True, text=True)
+        refs = json.loads(run.stdout)["refs"] if run.returncode == 0 else {}
+        ranges = [r for r in refs.values() if isinstance(r, list)]
+        check(f"{url}: shardfs refs names ranges of the object", ranges and all(r[0] == url for r in ranges),
+              run.stderr[-400:] + str(ranges[:2]))
+    finally:
+        server.stop()
+
+
 def main():
     binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/debug/shardfs"))
     check = Checks()
@@ -254,6 +294,8 @@ def main():
             read_through_mounts(binary, zip_path, arrays, work, check)
             check_and_refs(binary, zip_path, arrays, check)
         damaged(binary, next(iter(zips)), zips[next(iter(zips))], work, check)
+        group = next(z for z in zips if z.endswith("group.zip"))
+        from_a_bucket(binary, group, zips[group], work, check)
     return check.summary("interop_zip")
 
 
