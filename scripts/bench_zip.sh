@@ -115,7 +115,7 @@ mount_ms=$(((end - start) / 1000000))
 files \`cat\` the $total chunk files; fuse-zip and"
   echo "ratarmount serve the same .ozx and \`cat\` its $shards shard files (the same bytes plus indexes)."
   echo
-  echo "Reproduce: \`scripts/bench.sh --profile zip --runs $runs\`"
+  echo "Reproduce: \`scripts/bench_zip.sh --shards $shards --chunks-per-shard $per --chunk-bytes $bytes --runs $runs\`"
   echo
   echo "| operation | $(printf '%s | ' "${systems[@]}" | sed 's/ | $//') |"
   echo "|---|$(printf -- '---|%.0s' "${systems[@]}")"
