@@ -141,6 +141,7 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
     /// The sharded Zarr v3 store: a directory, or s3://BUCKET/PREFIX, with zarr.json at its root;
+    /// a zip file of one (FILE.zip, FILE.ozx, or s3://BUCKET/PREFIX/FILE.ozx), shown read-only;
     /// or a directory of BLZ data (Bloscpack files, bcolz directories), shown read-only.
     pub store: PathBuf,
     /// The S3 endpoint (a local or S3-compatible server: http://127.0.0.1:9000); default: AWS,
