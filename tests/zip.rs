@@ -238,3 +238,23 @@ fn a_replaced_zip_is_read_again() {
     assert_ne!(before.1, after.1, "the listing's version follows the zip's");
     assert!(matches!(store.attr("zp/raw_nocrc/zarr.json"), Err(shardfs::store::Error::NotFound(_))));
 }
+
+#[test]
+fn the_central_directory_is_read_once_per_version_of_the_zip() {
+    use shardfs::store::{LocalStore, zip::ZipStore};
+    use std::sync::atomic::Ordering;
+    let (dir, zip) = golden_zip("stored", "golden.ozx");
+    let inner = Arc::new(Hooked::new(LocalStore::open(dir.path()).unwrap()));
+    let store = Arc::new(ZipStore::open(inner.clone(), "golden.ozx").unwrap());
+    let fs = shardfs::mount::filesystem(store.clone(), IndexCache::new(1 << 20), None).unwrap();
+    let (expected, _) = walk_view(&fs_of(&golden_sharded()));
+    assert_eq!(walk_view(&fs).0, expected);
+    assert_eq!(walk_view(&fs).0, expected);
+    // Every read of every entry went through the zip file opened once, for its directory.
+    assert_eq!(inner.opens.load(Ordering::Relaxed), 1);
+    zip_dir(&golden_sharded(), &dir.path().join("next.ozx"), "zip64");
+    std::fs::rename(dir.path().join("next.ozx"), &zip).unwrap();
+    let fresh = shardfs::mount::filesystem(store, IndexCache::new(1 << 20), None).unwrap();
+    assert_eq!(walk_view(&fresh).0, expected);
+    assert_eq!(inner.opens.load(Ordering::Relaxed), 2, "a new version is read once more");
+}
