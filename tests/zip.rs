@@ -19,14 +19,14 @@ use shardfs::mount::{filesystem_showing, open_store};
 use shardfs::view::index_cache::IndexCache;
 use shardfs::view::presentation::{Presentation, ZarrV2, ZarrV3};
 
-/// Zips `dir` into `zip` with Python's zipfile: `how` is `stored`, `deflated` or `zip64`
+/// Zips `dir` into `zip` with Python's zipfile: `how` is `stored`, `deflated`, `bzip2` or `zip64`
 /// (stored, every local header with a ZIP64 extra field); `zarr.json` entries first, as RFC-9
 /// asks, explicit directory entries, and a comment.
 fn zip_dir(dir: &Path, zip: &Path, how: &str) {
     let script = r#"
 import os, sys, zipfile
 root, out, how = sys.argv[1:]
-method = zipfile.ZIP_DEFLATED if how == "deflated" else zipfile.ZIP_STORED
+method = {"deflated": zipfile.ZIP_DEFLATED, "bzip2": zipfile.ZIP_BZIP2}.get(how, zipfile.ZIP_STORED)
 files, dirs = [], []
 for d, subdirs, names in os.walk(root):
     dirs += [os.path.relpath(os.path.join(d, s), root) + "/" for s in subdirs]
@@ -257,4 +257,11 @@ fn the_central_directory_is_read_once_per_version_of_the_zip() {
     let fresh = shardfs::mount::filesystem(store, IndexCache::new(1 << 20), None).unwrap();
     assert_eq!(walk_view(&fresh).0, expected);
     assert_eq!(inner.opens.load(Ordering::Relaxed), 2, "a new version is read once more");
+}
+
+#[test]
+fn a_compression_method_other_than_stored_or_deflated_is_an_error_naming_it() {
+    let (_dir, zip) = golden_zip("bzip2", "golden.zip");
+    let error = open_store(&zip).unwrap_err();
+    assert!(error.contains("golden.zip/zarr.json") && error.contains("compression method 12"), "{error}");
 }
