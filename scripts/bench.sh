@@ -4,9 +4,12 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
 #
-#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz] [--runs N] [--out FILE]
+#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip] [--runs N] [--out FILE]
 #
-# Profiles: blz = scripts/bench_blz.sh (a zipline-like bcolz ctable of 10 million rows and a
+# Profiles: zip = scripts/bench_zip.sh (the small profile's store zipped as an .ozx: cat of every
+# chunk through the view against plain files, and fuse-zip and ratarmount reading its shards; its
+# table goes to target/bench-zip.md unless --out names a file); blz = scripts/bench_blz.sh (a
+# zipline-like bcolz ctable of 10 million rows and a
 # Bloscpack file through the view against cat of the source files; its table goes to
 # target/bench-blz.md unless --out names a file); s3 = scripts/bench_s3.py (shardfs over S3 against s3fs-fuse; its table goes to
 # target/bench-s3.md unless --out names a file); azure, gcs = the same script, shardfs alone on Azurite or
@@ -22,9 +25,29 @@ while [ $# -gt 0 ]; do
     --profile) profile=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz] [--runs N] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip] [--runs N] [--out FILE]" >&2; exit 2 ;;
   esac
 done
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# install_peers: hyperfine and the FUSE peers (apt-get), ratarmount in target/venv-bench.
+install_peers() {
+  need=()
+  for tool in hyperfine mksquashfs squashfuse fuse-zip zip; do command -v "$tool" >/dev/null || need+=("$tool"); done
+  if [ ${#need[@]} -gt 0 ]; then
+    pkgs=$(printf '%s\n' "${need[@]}" | sed 's/^mksquashfs$/squashfs-tools/' | sort -u | tr '\n' ' ')
+    echo "bench: installing $pkgs with apt-get"
+    as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq $pkgs >/dev/null
+  fi
+  if [ ! -x "$venv/bin/ratarmount" ]; then
+    echo "bench: installing ratarmount in $venv"
+    python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check ratarmount
+  fi
+}
+venv=target/venv-bench
+if [ "$profile" = zip ]; then
+  install_peers
+  exec scripts/bench_zip.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-zip.md}"
+fi
 if [ "$profile" = blz ]; then
   exec scripts/bench_blz.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-blz.md}"
 fi
@@ -45,20 +68,8 @@ case $profile in
   *) echo "unknown profile $profile" >&2; exit 2 ;;
 esac
 total=$((shards * per))
+install_peers
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-need=()
-for tool in hyperfine mksquashfs squashfuse fuse-zip zip; do command -v "$tool" >/dev/null || need+=("$tool"); done
-if [ ${#need[@]} -gt 0 ]; then
-  pkgs=$(printf '%s\n' "${need[@]}" | sed 's/^mksquashfs$/squashfs-tools/' | sort -u | tr '\n' ' ')
-  echo "bench: installing $pkgs with apt-get"
-  as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq $pkgs >/dev/null
-fi
-venv=target/venv-bench
-if [ ! -x "$venv/bin/ratarmount" ]; then
-  echo "bench: installing ratarmount in $venv"
-  python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check ratarmount
-fi
 cargo build --release --locked -q --bins --examples
 bin=$PWD/target/release/shardfs
 reads=$PWD/target/release/examples/random_reads

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzing with cargo-fuzz (libFuzzer): the metadata parser, the chunk-key decoder, the shard-index
 # decoder, a whole-shard read through the view, and the BLZ parsers (Bloscpack header, metadata,
-# offsets and chunk walk; bcolz metadata, chunk headers and blosc decoding). Seeds come from the
-# golden stores and tests/data/blz.
+# offsets and chunk walk; bcolz metadata, chunk headers and blosc decoding), and a zip file's end
+# records, central directory and local headers. Seeds come from the golden stores (one zipped by
+# Python's zipfile, once stored and once deflated) and tests/data/blz.
 #
 #   scripts/fuzz.sh [SECONDS-PER-TARGET] [TARGET...]     (default: 20 s, every target)
 #
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read blz_bloscpack blz_bcolz)
+[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read blz_bloscpack blz_bcolz zip_directory)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 seed() { # seed TARGET FILES...: copies FILES into the target's corpus, named by content
@@ -30,6 +31,16 @@ seed shard_read "${shards[@]}"
 mapfile -t blps < <(find tests/data/blz -name '*.blp' -size -64k)
 seed blz_bloscpack "${blps[@]}"
 seed blz_bcolz "${blps[@]}" tests/data/blz/store/prices/meta/*
+mkdir -p fuzz/corpus/zip_directory
+python3 - tests/data/golden/sharded/zp/raw_nocrc fuzz/corpus/zip_directory <<'PY'
+import os, sys, zipfile
+root, out = sys.argv[1:]
+for name, method in (("seed-stored", zipfile.ZIP_STORED), ("seed-deflated", zipfile.ZIP_DEFLATED)):
+    with zipfile.ZipFile(os.path.join(out, name), "w", method) as z:
+        for d, _, files in os.walk(root):
+            for f in sorted(files):
+                z.write(os.path.join(d, f), os.path.relpath(os.path.join(d, f), root))
+PY
 cargo fuzz build -s none -O 2>&1 | tail -1
 for target in "${targets[@]}"; do
   log=$(mktemp)

@@ -111,5 +111,6 @@ timed target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
 timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 timed newest scripts/interop_gdal.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_blz.py target/debug/shardfs
+timed target/venv/bin/python scripts/interop_zip.py target/debug/shardfs
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 timed scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md

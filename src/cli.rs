@@ -145,8 +145,9 @@ pub enum Command {
 pub struct StoreArgs {
     /// The sharded Zarr v3 store: a directory, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or
     /// az://CONTAINER/PREFIX, with zarr.json at its root; or https://HOST/PATH (http:// too) on a
-    /// web server, shown read-only; or a directory of BLZ data (Bloscpack files, bcolz
-    /// directories), shown read-only.
+    /// web server, shown read-only; a zip file of one (FILE.zip, FILE.ozx, or
+    /// s3://BUCKET/PREFIX/FILE.ozx), shown read-only; or a directory of BLZ data (Bloscpack files,
+    /// bcolz directories), shown read-only.
     pub store: PathBuf,
     /// The object store's endpoint: S3's (a local or S3-compatible server: http://127.0.0.1:9000;
     /// default: AWS, or AWS_ENDPOINT_URL), GCS's base URL (an emulator: http://127.0.0.1:4443) or

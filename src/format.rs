@@ -11,6 +11,7 @@
 //! - [`source`]: the kinds of store shardfs reads (the sharding codec, the draft transformer),
 //!   one implementation each; [`recognise`] is the one place a store's kind is decided.
 //! - [`zarr_v2`]: the Zarr v2 metadata of a v3 array, or why v2 cannot express it.
+//! - [`zip`]: a zip file's end records, central directory and local headers (zip stores).
 //! - [`error`]: why a document cannot be shown or stored.
 
 pub mod blz;
@@ -24,6 +25,7 @@ pub mod shard_index;
 pub mod sharding;
 pub mod source;
 pub mod zarr_v2;
+pub mod zip;
 
 use std::sync::Arc;
 

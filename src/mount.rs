@@ -19,6 +19,7 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
+use crate::store::zip::{self, ZipStore};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
 use crate::view::presentation::{Presentation, ZarrV2, ZarrV3};
@@ -65,15 +66,21 @@ impl From<&PathBuf> for StoreAddress {
 }
 
 /// Opens the store at `address` after checking that it is a Zarr v3 store, or a directory of BLZ
-/// data with no `zarr.json` at its root (shown through [`BlzStore`]).
+/// data with no `zarr.json` at its root (shown through [`BlzStore`]). A zip file (its name ends
+/// in `.zip` or `.ozx`, or a local file starts as one does) is opened as a [`ZipStore`] over the
+/// store of the directory or prefix holding it.
 pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, String> {
     let address = address.into();
     let shown = address.location.display().to_string();
     let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
-        Some(("s3", _)) => Arc::new(s3::open(&shown, &address.s3, address.caching)?),
-        Some(("gs", _)) => Arc::new(gcs::open(&shown, &address.gcs, address.caching)?),
+        // A zip file in an object store: its entries, over the store of the prefix holding it.
+        Some(_) if zip_name(&shown).is_some() && !shown.starts_with("http") => {
+            let (prefix, name) = zip_name(&shown).expect("just checked");
+            Arc::new(ZipStore::open(open_bucket(prefix, &address)?, name)?)
+        }
+        Some(("s3" | "gs", _)) => open_bucket(&shown, &address)?,
         // Before https: an Azure account's blob endpoint is an https:// URL.
-        Some(_) if azure::is_azure_url(&shown) => Arc::new(azure::open(&shown, &address.azure, address.caching)?),
+        Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, &address)?,
         Some(("http" | "https", _)) => http::open(&shown, address.caching)?,
         Some((scheme, _)) => {
             return Err(format!(
@@ -87,10 +94,18 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         }
         None => {
             let meta = std::fs::metadata(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
-            if !meta.is_dir() {
-                return Err(format!("{shown}: not a directory, so not a Zarr v3 store"));
+            if meta.is_file() && (zip_name(&shown).is_some() || starts_as_zip(&address.location)) {
+                let path = address.location.canonicalize().map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+                let (parent, name) = (path.parent().unwrap_or(Path::new("/")), path.file_name().unwrap_or_default());
+                let dir =
+                    LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
+                let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
+                Arc::new(ZipStore::open(Arc::new(dir), name)?)
+            } else if !meta.is_dir() {
+                return Err(format!("{shown}: not a directory nor a zip file, so not a Zarr v3 store"));
+            } else {
+                Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
             }
-            Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
         }
     };
     let doc = match store.read(ZARR_JSON) {
@@ -105,6 +120,31 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
     Ok(store)
+}
+
+/// The location holding a zip file and the zip file's name, when `location`'s last component
+/// ends in a zip suffix (`.zip`, `.ozx`; any case).
+fn zip_name(location: &str) -> Option<(&str, &str)> {
+    let (parent, name) = location.trim_end_matches('/').rsplit_once('/').unwrap_or((".", location));
+    let lower = name.to_ascii_lowercase();
+    zip::SUFFIXES.iter().any(|suffix| lower.len() > suffix.len() && lower.ends_with(suffix)).then_some((parent, name))
+}
+
+/// The object store (S3, GCS, Azure) at `url`, reached as `address` says.
+fn open_bucket(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let caching = address.caching.clone();
+    Ok(match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("s3") => Arc::new(s3::open(url, &address.s3, caching)?),
+        Some("gs") => Arc::new(gcs::open(url, &address.gcs, caching)?),
+        _ if azure::is_azure_url(url) => Arc::new(azure::open(url, &address.azure, caching)?),
+        _ => return Err(format!("{url}: not an object store URL (s3://, gs://, az://)")),
+    })
+}
+
+/// True when the local file at `path` starts with a zip file's signature.
+fn starts_as_zip(path: &Path) -> bool {
+    let mut start = [0; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut start)).is_ok() && zip::MAGIC.contains(&&start[..])
 }
 
 /// Checks that `path` is an empty directory the mount can cover.
@@ -154,7 +194,7 @@ pub fn filesystem_showing(
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
     let store = open_store(config.store.clone())?;
-    // A store that cannot be written (BLZ data, a web server) is mounted read-only.
+    // A store that cannot be written (BLZ data, a zip file, a web server) is mounted read-only.
     let settings =
         MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };
     let config = &MountConfig { settings, ..config.clone() };

@@ -11,6 +11,9 @@
 //!   this process is appending to.
 //! - [`unlisted`]: a store whose server answers lookups by name but cannot list (a plain web
 //!   server), with directories derived from the Zarr documents it holds.
+//! - [`zip`]: a zip file in another store (an OME-Zarr `.ozx`, zarr-python's `ZipStore`) as a
+//!   read-only store of its entries.
+//! - [`cache`]: a byte-bounded cache of values made from one file version.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
 //! - [`conformance`]: the checks every implementation passes.
 //!
@@ -22,16 +25,19 @@
 
 pub mod blz;
 pub mod bucket;
+pub mod cache;
 pub mod conformance;
 pub mod faulty;
 pub mod local;
 pub mod lock;
 pub mod unlisted;
+pub mod zip;
 
 use std::fmt::Debug;
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use bucket::BucketStore;
@@ -61,6 +67,17 @@ impl Stamp {
     /// A stamp of the store's own making.
     pub fn new(words: [u64; 5]) -> Self {
         Stamp(words)
+    }
+
+    /// The stamp of a part of this version (an entry of a zip file): it changes when this does.
+    pub fn derived(&self, part: impl std::hash::Hash) -> Stamp {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let word = |k: u64| {
+            let mut h = DefaultHasher::new();
+            (k, self.0, &part).hash(&mut h);
+            h.finish()
+        };
+        Stamp([word(0), word(1), word(2), word(3), word(4)])
     }
 }
 
@@ -176,6 +193,31 @@ pub trait Object: Send + Sync + Debug {
     /// A hint that `range` will be read soon (as posix_fadvise's WILLNEED): a store whose reads
     /// cost a round trip starts fetching it. Reads are correct without it.
     fn will_need(&self, _range: Range<u64>) {}
+}
+
+/// Bytes held in memory (a synthesized document, an inflated entry), as an opened file.
+#[derive(Debug)]
+pub struct BytesObject {
+    pub attr: Attr,
+    pub bytes: Arc<[u8]>,
+    pub place: String,
+}
+
+impl Object for BytesObject {
+    fn attr(&self) -> &Attr {
+        &self.attr
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let start = (offset as usize).min(self.bytes.len());
+        let n = buf.len().min(self.bytes.len() - start);
+        buf[..n].copy_from_slice(&self.bytes[start..start + n]);
+        Ok(n)
+    }
+
+    fn place(&self) -> String {
+        self.place.clone()
+    }
 }
 
 /// A file opened for writing in place (stores that [`Store::can_append`]).
@@ -314,17 +356,33 @@ pub trait Store: Send + Sync + Debug {
     }
 
     /// True when the store's files are made by shardfs from files of another format (BLZ data):
-    /// nothing can be written (the mount is read-only), and not every byte of them is in a file
-    /// another program could read at its [`Store::url`] (`shardfs refs` refuses the store).
+    /// not every byte of them is in a file another program could read at its [`Store::url`]
+    /// (`shardfs refs` refuses the store).
     fn synthesized(&self) -> bool {
         false
     }
 
-    /// True when nothing can be written to the store (its files synthesized, or a server that
-    /// only serves reads): the mount is read-only, and every change fails with EROFS.
+    /// True when nothing can be written to the store (BLZ data, a zip file): it is mounted
+    /// read-only, and every change fails with EROFS.
     fn read_only(&self) -> bool {
-        self.synthesized()
+        false
     }
+
+    /// Where a program other than shardfs finds the bytes of the file at `key`: by default the
+    /// whole of its [`Store::url`]; a store whose files are ranges of a bigger file (a zip's
+    /// entries) names that file and where the range starts, or says why no program could read
+    /// them in place (a compressed entry).
+    fn location(&self, key: &str) -> Result<Location> {
+        Ok(Location { url: self.url(key), start: None })
+    }
+}
+
+/// Where the bytes of a store file are for another program (`shardfs refs`): a file at `url`,
+/// the whole of it, or, with `start`, its bytes from there on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub url: String,
+    pub start: Option<u64>,
 }
 
 /// The key of the directory holding `key` (`""`: the root).

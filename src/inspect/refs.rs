@@ -2,7 +2,9 @@
 //! mount it (no FUSE). Every metadata file of the view is inlined as the view serves it, every
 //! inner chunk is a `[shard URL, offset, length]` reference to its bytes inside its shard (less a
 //! trailing crc32c where the presentation strips it), and every other file the view shows as it
-//! is stored is a `[URL]` reference to the whole file.
+//! is stored is a `[URL]` reference to the whole file. Where the store's files are ranges of
+//! bigger files (a zip store's entries, [`Store::location`]), references name the bigger file
+//! and the range there: `[zip URL, offset, length]`.
 //!
 //! A reference file is a snapshot that nothing checks later: a reference to bytes that are not the
 //! chunk would be read as data. So what references cannot say is refused, with one line naming the
@@ -19,7 +21,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 
-use crate::store::{Kind, Stamp, Store, join};
+use crate::store::{Kind, Location, Stamp, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::documents::source_of;
 use crate::view::error::Error as ViewError;
@@ -92,6 +94,11 @@ impl Refs<'_> {
         self.ns.store().url(key)
     }
 
+    /// Where another program finds the bytes of store file `key`.
+    fn location(&self, key: &str) -> Result<Location, String> {
+        self.ns.store().location(key).map_err(|e| format!("{e}, which a reference file cannot express"))
+    }
+
     /// References for everything the view shows in directory `node`, whose view path is `path`.
     fn dir(&mut self, node: &Node, path: &str) -> Result<(), String> {
         let failed = |e: ViewError| format!("{}: {e}", self.describe_path(path));
@@ -111,7 +118,13 @@ impl Refs<'_> {
                     let attr = answer.map_err(|e| format!("{}: {e}", self.url(key)))?.attr;
                     match attr.kind {
                         Kind::Dir => self.dir(&child, &child_path)?,
-                        Kind::File => self.entry(&child_path, serde_json::json!([self.url(key)]))?,
+                        Kind::File => {
+                            let reference = match self.location(key)? {
+                                Location { url, start: None } => serde_json::json!([url]),
+                                Location { url, start: Some(start) } => serde_json::json!([url, start, attr.size]),
+                            };
+                            self.entry(&child_path, reference)?
+                        }
                         Kind::Symlink => {
                             return Err(format!(
                                 "{}: a symbolic link, which a reference file cannot express",
@@ -185,16 +198,23 @@ impl Refs<'_> {
         }
         let ns = self.ns;
         let mut refused = Ok(());
+        // Where the shard at hand is, found once per shard.
+        let mut shard_at: Option<(String, Location)> = None;
         let walked = ns.for_each_chunk_by_shard(array, |chunk: ChunkInShard| {
             let (shard, path) = (chunk.shard, join(&array.dir, &array.chunk_key(chunk.coords)));
             refused = match (chunk.state, chunk.shard_attr) {
                 (ChunkState::Stored(range), Some(attr)) => {
                     let len = range.end - range.start;
-                    match if array.strip_crc32c { len.checked_sub(4) } else { Some(len) } {
-                        Some(len) => self.rely_on(shard, attr.stamp).and_then(|()| {
-                            self.entry(&path, serde_json::json!([ns.store().url(shard), range.start, len]))
+                    let located = match &shard_at {
+                        Some((key, at)) if key == shard => Ok(at.clone()),
+                        _ => self.location(shard).inspect(|at| shard_at = Some((shard.to_string(), at.clone()))),
+                    };
+                    match (if array.strip_crc32c { len.checked_sub(4) } else { Some(len) }, located) {
+                        (_, Err(e)) => Err(e),
+                        (Some(len), Ok(Location { url, start })) => self.rely_on(shard, attr.stamp).and_then(|()| {
+                            self.entry(&path, serde_json::json!([url, start.unwrap_or(0) + range.start, len]))
                         }),
-                        None => Err(format!(
+                        (None, _) => Err(format!(
                             "{}: chunk {path} is {len} bytes, too short for its crc32c",
                             ns.store().url(shard)
                         )),

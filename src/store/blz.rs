@@ -10,20 +10,20 @@
 //!
 //! - [`arrays`]: reading an array's description from its files.
 //! - [`shard`]: a shard file, opened.
-//! - [`cache`]: the byte-bounded cache of descriptions, verified and decoded chunks.
 
 pub mod arrays;
-pub mod cache;
 pub mod shard;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::cache::Cache;
 use arrays::{Array, carray_stamp, combine, read_blp, read_carray};
-use cache::Cache;
-use shard::{BytesObject, ChunkCache, ShardObject};
+use shard::{ChunkCache, ShardObject};
 
-use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join};
+use super::{
+    Attr, BytesObject, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join,
+};
 use crate::format::blz::{bcolz, document};
 use crate::format::metadata::ZARR_JSON;
 
@@ -422,6 +422,10 @@ impl Store for BlzStore {
     }
 
     fn synthesized(&self) -> bool {
+        true
+    }
+
+    fn read_only(&self) -> bool {
         true
     }
 }

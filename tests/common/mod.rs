@@ -348,6 +348,8 @@ pub struct Hooked<S> {
     hook: std::sync::Mutex<Option<Hook>>,
     /// A key, and what runs just after this store first opens it for reading.
     opened: std::sync::Mutex<Option<(String, Hook)>>,
+    /// How many files were opened for reading.
+    pub opens: std::sync::atomic::AtomicUsize,
 }
 
 impl<S: shardfs::store::Store> Hooked<S> {
@@ -358,6 +360,7 @@ impl<S: shardfs::store::Store> Hooked<S> {
             key: String::new(),
             hook: Default::default(),
             opened: Default::default(),
+            opens: Default::default(),
         }
     }
 
@@ -405,6 +408,7 @@ impl<S: shardfs::store::Store> shardfs::store::Store for Hooked<S> {
     }
     fn open(&self, key: &str) -> shardfs::store::Result<Box<dyn shardfs::store::Object>> {
         let opened = self.inner.open(key);
+        self.opens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut hook = self.opened.lock().unwrap();
         if hook.as_ref().is_some_and(|(k, _)| k == key)
             && let Some((_, hook)) = hook.take()

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use super::arrays::{Array, Source, combine, damaged};
-use super::cache::{Cache, Shared};
 use crate::format::blz::{bcolz, blosc};
 use crate::format::shard_index::EMPTY;
+use crate::store::cache::{Cache, Shared};
 use crate::store::{Attr, Error, Kind, Object, Result, Store};
 
 /// What the shared cache remembers of a chunk of a source file version.
@@ -304,31 +304,6 @@ impl Object for ShardObject {
             filled += n;
         }
         Ok(filled)
-    }
-
-    fn place(&self) -> String {
-        self.place.clone()
-    }
-}
-
-/// A synthesized document, as an opened file.
-#[derive(Debug)]
-pub struct BytesObject {
-    pub attr: Attr,
-    pub bytes: Arc<[u8]>,
-    pub place: String,
-}
-
-impl Object for BytesObject {
-    fn attr(&self) -> &Attr {
-        &self.attr
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let start = (offset as usize).min(self.bytes.len());
-        let n = buf.len().min(self.bytes.len() - start);
-        buf[..n].copy_from_slice(&self.bytes[start..start + n]);
-        Ok(n)
     }
 
     fn place(&self) -> String {

@@ -1,6 +1,7 @@
-//! A byte-bounded LRU shared by a BLZ store's readers, keyed by source file version: array
-//! descriptions (a Bloscpack file's header, metadata and chunk table, read once per version),
-//! chunks whose checksum was verified, and decoded last chunks.
+//! A byte-bounded LRU shared by a store's readers, keyed by source file version: a BLZ store's
+//! array descriptions (a Bloscpack file's header, metadata and chunk table, read once per
+//! version), chunks whose checksum was verified and decoded last chunks; a zip store's inflated
+//! entries.
 
 use std::hash::Hash;
 use std::sync::Arc;
