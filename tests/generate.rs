@@ -75,7 +75,7 @@ fn bash_completes_commands_and_flags() {
     for command in COMMANDS {
         assert!(top.lines().any(|l| l == *command), "no {command} in {top}");
     }
-    assert_eq!(complete("shardfs mount --cache"), "--cache-size\n");
+    assert_eq!(complete("shardfs mount --cache"), "--cache\n--cache-size\n");
     assert_eq!(complete("shardfs check --rep"), "--repair\n");
 }
 
