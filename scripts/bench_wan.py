@@ -2,7 +2,7 @@
 shardfs against the other ways to read the same objects, all in one run.
 
     target/venv/bin/python scripts/bench_wan.py [--rtts 0,20,50] [--runs R] [--scale S] [--quick]
-                                                [--readers ...] [--out FILE]
+                                                [--readers ...] [--binary SHARDFS] [--out FILE]
 
 One s3s-fs server (fast, Rust; scripts/s3s_fs.sh builds it) holds the arrays of issue 23, written
 by zarr-python (scripts/bench_fetch.py's `write_arrays`): `big`, S x 512 MiB float32 (4 MiB
@@ -68,7 +68,7 @@ class Proxy:
         self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts/latency_proxy.py"),
                                          "--upstream", f"127.0.0.1:{server_port}", "--rtt-ms", str(rtt)],
                                         stdout=subprocess.PIPE, text=True)
-        _, port, control = self.process.stdout.readline().split()
+        _, _, port, control = self.process.stdout.readline().split()
         self.port, self.control = int(port), int(control)
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
@@ -101,11 +101,14 @@ class Mounts:
             subprocess.run(["s3fs", f"{BUCKET}:/ds", mnt, "-o", f"url={proxy.endpoint}", "-o", "use_path_request_style",
                             "-o", f"passwd_file={self.passwd}", "-o", "ro"], check=True)
         else:
-            env = dict(os.environ, RCLONE_CONFIG_WAN_TYPE="s3", RCLONE_CONFIG_WAN_PROVIDER="Other",
+            # rclone's S3 backend refuses any AWS_CA_BUNDLE (its HTTP transport is its own); plain HTTP here.
+            env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+            env.update(RCLONE_CONFIG_WAN_TYPE="s3", RCLONE_CONFIG_WAN_PROVIDER="Other",
                        RCLONE_CONFIG_WAN_ENDPOINT=proxy.endpoint, RCLONE_CONFIG_WAN_ACCESS_KEY_ID="test",
-                       RCLONE_CONFIG_WAN_SECRET_ACCESS_KEY="test", RCLONE_CONFIG_WAN_FORCE_PATH_STYLE="true")
+                       RCLONE_CONFIG_WAN_SECRET_ACCESS_KEY="test", RCLONE_CONFIG_WAN_FORCE_PATH_STYLE="true",
+                       RCLONE_CONFIG="/dev/null")
             subprocess.run(["rclone", "mount", f"wan:{BUCKET}/ds", mnt, "--daemon", "--read-only",
-                            "--vfs-cache-mode", "off"], check=True, env=env)
+                            "--vfs-cache-mode", "off"], check=True, env=env, stderr=subprocess.DEVNULL)
         self.live.append(mnt)
         for _ in range(200):
             if os.path.ismount(mnt):
@@ -161,6 +164,7 @@ def main():
     parser.add_argument("--scale", type=float, default=1.0, help="`big` is SCALE x 512 MiB")
     parser.add_argument("--quick", action="store_true", help="--scale 0.25 --runs 1 --rtts 0,20 (for iteration)")
     parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,boto3")
+    parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.quick:
@@ -169,8 +173,10 @@ def main():
     readers = args.readers.split(",")
     s3s_fs = subprocess.run([os.path.join(ROOT, "scripts/s3s_fs.sh")], check=True, capture_output=True,
                             text=True).stdout.strip()
-    subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins"], cwd=ROOT, check=True)
-    binary = os.path.join(ROOT, "target/release/shardfs")
+    binary = args.binary
+    if not binary:
+        subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins"], cwd=ROOT, check=True)
+        binary = os.path.join(ROOT, "target/release/shardfs")
     os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
     work = tempfile.mkdtemp(prefix="shardfs-bench-wan.")
     os.makedirs(os.path.join(work, "s3", BUCKET))
@@ -185,10 +191,13 @@ def main():
         start = time.perf_counter()
         store = write_arrays(endpoint, args.scale)
         want = {name: zarr.open_array(store, path=name, mode="r")[...] for name in ("big", "tiles")}
-        shards = sorted(f"ds/big/c/{n}" for n in range(max(1, -(-len(want["big"]) // (32 << 20)))))
+        listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=BUCKET, Prefix="ds/big/c/")
+        shards = sorted(o["Key"] for o in listing["Contents"])
+        shard_bytes = sum(o["Size"] for o in listing["Contents"])  # the chunks and the shards' indexes
         print(f"bench wan: arrays written in {time.perf_counter() - start:.1f} s; shards of big: {len(shards)}",
               flush=True)
-        proxies = {rtt: Proxy(port, rtt) for rtt in rtts}
+        for rtt in rtts:
+            proxies[rtt] = Proxy(port, rtt)
         picks = [(r.randrange(32), r.randrange(32)) for r in [random.Random(42)] for _ in range(256)]
         want_tiles = [want["tiles"][i * 256:(i + 1) * 256, j * 256:(j + 1) * 256] for i, j in picks]
 
@@ -217,7 +226,7 @@ def main():
             def run(proxy, mnt):
                 out = subprocess.run(f"find {mnt}/big/c -type f -print0 | xargs -0 cat | wc -c", shell=True,
                                      check=True, capture_output=True, text=True).stdout
-                return int(out) == want["big"].nbytes
+                return int(out) == (want["big"].nbytes if tool == "shardfs" else shard_bytes)
             return tool, run
 
         def boto3_download(proxy):
@@ -225,7 +234,7 @@ def main():
             sink = Sink()
             for key in shards:
                 s3.download_fileobj(BUCKET, key, sink)
-            return sink.size == want["big"].nbytes
+            return sink.size == shard_bytes
 
         big_mib = args.scale * 512
         workloads = []

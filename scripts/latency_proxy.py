@@ -124,8 +124,8 @@ async def handle(client_reader, client_writer, upstream, rtt, counts):
 
         await asyncio.gather(delay_line(client_reader, server_writer, rtt / 2, up),
                              delay_line(server_reader, client_writer, rtt / 2, down))
-    except (ConnectionError, OSError):
-        pass
+    except (ConnectionError, OSError, asyncio.CancelledError):
+        pass  # a connection that ends, either way, ends its proxying; nothing else to tell
     finally:
         for w in (client_writer, server_writer):
             if w is not None:
