@@ -104,9 +104,15 @@ async def delay_line(reader, writer, one_way, on_data):
         feeder.cancel()
 
 
+# Python 3.11's streams drop their reference to a connection's task once the client has gone,
+# and a pending task without a reference is destroyed mid-await; the proxy keeps its own.
+LIVE = set()
+
+
 async def handle(client_reader, client_writer, upstream, rtt, counts):
     counts.connections += 1
     server_writer = None
+    LIVE.add(asyncio.current_task())
     try:
         await asyncio.sleep(rtt)  # the TCP handshake's round trip
         server_reader, server_writer = await asyncio.open_connection(*upstream)
@@ -127,6 +133,7 @@ async def handle(client_reader, client_writer, upstream, rtt, counts):
     except (ConnectionError, OSError, asyncio.CancelledError):
         pass  # a connection that ends, either way, ends its proxying; nothing else to tell
     finally:
+        LIVE.discard(asyncio.current_task())
         for w in (client_writer, server_writer):
             if w is not None:
                 w.close()
