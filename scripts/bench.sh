@@ -4,9 +4,12 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
 #
-#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip] [--runs N] [--out FILE]
+#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan] [--runs N] [--out FILE] [--quick]
 #
-# Profiles: zip = scripts/bench_zip.sh (the small profile's store zipped as an .ozx: cat of every
+# Profiles: wan = scripts/bench_wan.py (object stores at cloud latency: s3s-fs behind
+# scripts/latency_proxy.py at 0, 20 and 50 ms, shardfs against zarr-python reading the bucket
+# directly, s3fs-fuse, rclone mount and boto3; its table goes to target/bench-wan.md unless --out
+# names a file; --quick: a quarter of the big array, one run, 0 and 20 ms); zip = scripts/bench_zip.sh (the small profile's store zipped as an .ozx: cat of every
 # chunk through the view against plain files, and fuse-zip and ratarmount reading its shards; its
 # table goes to target/bench-zip.md unless --out names a file); blz = scripts/bench_blz.sh (a
 # zipline-like bcolz ctable of 10 million rows and a
@@ -19,13 +22,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-profile=small runs=5 out=BENCHMARKS.md
+profile=small runs=5 out=BENCHMARKS.md quick=()
 while [ $# -gt 0 ]; do
   case $1 in
     --profile) profile=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip] [--runs N] [--out FILE]" >&2; exit 2 ;;
+    --quick) quick=(--quick); shift ;;
+    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
   esac
 done
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -47,6 +51,14 @@ venv=target/venv-bench
 if [ "$profile" = zip ]; then
   install_peers
   exec scripts/bench_zip.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-zip.md}"
+fi
+if [ "$profile" = wan ]; then
+  # The peers are Debian packages, installed here on demand (a benchmark's tools, not the tests').
+  for tool in s3fs rclone; do
+    command -v "$tool" >/dev/null || { as_root apt-get install -y -qq "$tool" >/dev/null || { as_root apt-get update -qq && as_root apt-get install -y -qq "$tool" >/dev/null; }; }
+  done
+  scripts/setup.sh
+  exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out/#BENCHMARKS.md/target/bench-wan.md}"
 fi
 if [ "$profile" = blz ]; then
   exec scripts/bench_blz.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-blz.md}"

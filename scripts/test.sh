@@ -76,6 +76,8 @@ kill $s3_pid $az_pid
 timed scripts/fuzz.sh 20
 # Reference files are for machines without FUSE: their interop test needs none.
 timed target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
+# The wan benchmark's latency proxy: the round trip it adds and the bytes it carries (a few s).
+timed python3 scripts/latency_proxy.py --self-check
 
 if ! (exec 3<>/dev/fuse) 2>/dev/null; then
   if [ "${SHARDFS_REQUIRE_FUSE:-}" = 1 ]; then

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs s3s-fs (a fast S3 server in Rust over a directory; the wan benchmark's server) into
+# target/tools/bin, patched by scripts/s3s-fs.patch so that it answers as S3 does where shardfs
+# depends on it: listings carry each object's ETag, and a key naming a directory is NoSuchKey
+# (404), not a 500. A benchmark tool, not a test dependency: scripts/bench.sh runs this on demand.
+#
+#   scripts/s3s_fs.sh     prints the binary's path; builds it only when missing or the patch changed
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=0.14.1 # the newest that builds with this toolchain (0.17 wants rustc 1.96)
+root=$PWD/target/tools
+bin=$root/bin/s3s-fs
+stamp=$root/s3s-fs.stamp
+want="$version $(sha256sum scripts/s3s-fs.patch | cut -c1-16)"
+if [ -x "$bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then echo "$bin"; exit 0; fi
+echo "s3s_fs: building s3s-fs $version (patched) into $root" >&2
+# Cargo fetches the published crate through its usual registry; a throwaway manifest names it.
+fetch=$root/fetch
+mkdir -p "$fetch/src"
+printf '[package]\nname = "fetch-s3s-fs"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\ns3s-fs = "=%s"\n' \
+  "$version" > "$fetch/Cargo.toml"
+: > "$fetch/src/lib.rs"
+cargo fetch -q --manifest-path "$fetch/Cargo.toml"
+manifest=$(cargo metadata -q --format-version 1 --manifest-path "$fetch/Cargo.toml" |
+  python3 -c 'import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "s3s-fs"))')
+src=$root/s3s-fs-$version
+rm -rf "$src" && cp -r "$(dirname "$manifest")" "$src" && chmod -R u+w "$src"
+patch -s -p1 -d "$src" < scripts/s3s-fs.patch
+CARGO_TARGET_DIR=$root/build cargo install -q --locked --force --features binary --path "$src" --root "$root"
+echo "$want" > "$stamp"
+echo "$bin"
