@@ -144,7 +144,14 @@ def main():
             except Exception as e:  # noqa: BLE001 - the reader's failure is the finding
                 ok, detail = False, repr(e)
             check(f"{path}: zarr-python {zarr.__version__} reads the v3 references exactly", ok, detail)
-        run_reader(NEWEST_PYTHON, V3_READER, refs["3"], expected, "the newest zarr-python", v3_arrays, check)
+        if os.path.exists(NEWEST_PYTHON):
+            run_reader(NEWEST_PYTHON, V3_READER, refs["3"], expected, "the newest zarr-python", v3_arrays, check)
+        elif os.environ.get("SHARDFS_REQUIRE_NEWEST") == "1":
+            check("the newest zarr-python reads the v3 references (SHARDFS_REQUIRE_NEWEST=1)", False,
+                  f"{NEWEST_PYTHON} is missing: no Python 3.12 or newer")
+        else:
+            print(f"*** SKIPPED (no Python 3.12 or newer for {NEWEST_PYTHON}): the newest zarr-python's read "
+                  "of the v3 references ***", file=sys.stderr)
 
         with open(os.path.join(expected, "arrays.json"), "w") as f:
             json.dump(v2_arrays, f)
