@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use object_store::http::HttpBuilder;
 use object_store::path::Path;
-use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt};
 
 use super::{Abilities, BucketStore, Caching, Service, one_line};
 
@@ -42,21 +42,11 @@ pub fn parse_url(url: &str) -> Option<(&str, &str)> {
 pub fn open(url: &str, caching: Caching) -> Result<Arc<dyn Store>, String> {
     let (origin, path) =
         parse_url(url).ok_or_else(|| format!("{url}: not an http(s)://HOST/PATH URL (no query or fragment)"))?;
-    // A FUSE request waits on these: a few quick retries, then EIO, rather than minutes.
-    let retry = RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(2),
-            base: 2.0,
-        },
-        max_retries: 3,
-        retry_timeout: Duration::from_secs(15),
-    };
     // The client's base is the origin, not the store's URL: PROPFIND answers name every entry by
     // its path from the origin, and keys must be read back under the names listings give.
     let objects = HttpBuilder::new()
         .with_url(origin)
-        .with_retry(retry)
+        .with_retry(super::retry())
         .with_config(ClientConfigKey::AllowHttp, "true")
         .with_config(ClientConfigKey::Timeout, "30s")
         .with_config(ClientConfigKey::ConnectTimeout, "5s")
