@@ -172,6 +172,14 @@ impl Filesystem for Fuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let mode = open_mode(flags.0);
+        if self.0.is_read_only() {
+            // No open costs a request on a read-only mount from then on (FUSE no-open, which
+            // keeps the page cache across opens): `cat` of 262,144 cached chunk files cost 4.6x
+            // plain files with an OPEN and a RELEASE each. Reads are pinned by their inode's
+            // version instead of their handle's (ShardFs::read_unopened).
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let caching = if self.0.uncached(ino.0) { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::FOPEN_KEEP_CACHE };
         match self.0.open(ino.0, mode) {
             Ok(fh) => reply.opened(FileHandle(fh), caching | self.close_flags(fh)),
@@ -322,7 +330,7 @@ impl Filesystem for Fuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -330,7 +338,8 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.0.read(fh.0, offset, size) {
+        let data = if fh.0 == 0 { self.0.read_unopened(ino.0, offset, size) } else { self.0.read(fh.0, offset, size) };
+        match data {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail("read", &e)),
         }
@@ -351,6 +360,11 @@ impl Filesystem for Fuse {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        if fh.0 == 0 {
+            // Not opened (no-open): nothing to flush, and ENOSYS stops the kernel asking again.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         match self.0.flush(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("flush", &e)),
