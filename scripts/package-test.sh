@@ -63,7 +63,7 @@ check "shardfs --version from /usr/bin" same "/usr/bin/shardfs --version" "echo 
 check "man finds shardfs(1)" same "man -w shardfs" "echo /usr/share/man/man1/shardfs.1.gz"
 check "man shardfs-mount documents its flags" bash -c "MANWIDTH=200 man shardfs-mount 2>&1 | grep -q -- '--cache-size <BYTES> \[default: 64M\]'"
 check "bash-completion loads the completion" bash -c "source /usr/share/bash-completion/bash_completion && __load_completion shardfs && complete -p shardfs | grep -q _shardfs"
-check "fish finds the completion" same "fish -c \"complete -C 'shardfs mount --cache'\" | cut -f1" "echo --cache-size"
+check "fish finds the completion" same "fish -c \"complete -C 'shardfs mount --max-c'\" | cut -f1" "echo --max-cache-size"
 check "zsh finds the completion on its fpath" \
   zsh -fc 'for d in $fpath; do [[ -f $d/_shardfs ]] && exit 0; done; exit 1'
 # mount(8) runs helpers with /bin/sh's default PATH, where /usr/bin/shardfs now is.
