@@ -68,6 +68,12 @@ pub fn open(url: &str, options: &AzureOptions, caching: Caching) -> Result<Bucke
         }
         builder = builder.with_allow_http(endpoint.starts_with("http://")).with_endpoint(endpoint.clone());
     }
+    // Two accounts may hold containers of one name: the disk cache tells them apart.
+    let mut caching = caching;
+    if let Some(disk) = caching.disk.as_mut() {
+        let account = builder.get_config_value(&AzureConfigKey::AccountName).unwrap_or_default();
+        disk.server = format!("{account}@{}", options.endpoint_url.as_deref().unwrap_or("azure"));
+    }
     let objects = builder
         .with_retry(super::retry())
         .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), "30s")

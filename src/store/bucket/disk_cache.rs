@@ -2,7 +2,7 @@
 //! rclone do: a second mount of the same data reads it from disk and asks the server only to
 //! revalidate (the LIST or HEAD that tells each object's current ETag).
 //!
-//! - An object version is named by the server (an S3 endpoint), the store's URL, the key, the (bare) ETag and the size; its
+//! - An object version is named by the server (an S3 endpoint, an Azure account and endpoint, a GCS endpoint), the store's URL, the key, the (bare) ETag and the size; its
 //!   bytes are kept in blocks of [`BLOCK`] bytes, one file each, at a path hashed from that name
 //!   (SHA-256). A lookup needs the version's current ETag, which only the server tells, so
 //!   another version's bytes are never served: a changed object is a new name, a miss.
@@ -58,7 +58,7 @@ pub struct DiskSettings {
     pub dir: PathBuf,
     /// `None`: a tenth of the free space, at most [`LARGEST_DEFAULT`].
     pub max_bytes: Option<u64>,
-    /// The server, when the store's URL does not name it (an S3 endpoint; set by the store's
+    /// The server, when the store's URL does not name it (an S3 endpoint, an Azure account; set by the store's
     /// constructor): part of every version's name.
     pub server: String,
 }

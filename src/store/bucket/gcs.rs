@@ -53,6 +53,11 @@ pub fn open(url: &str, options: &GcsOptions, caching: Caching) -> Result<BucketS
         // each PUT with it. A token nobody checks goes with every request instead.
         builder = builder.with_bearer_token("emulator");
     }
+    // An emulator's buckets are not Google's: the disk cache tells them apart.
+    let mut caching = caching;
+    if let Some(disk) = caching.disk.as_mut() {
+        disk.server = options.endpoint_url.clone().unwrap_or_else(|| "gcs".into());
+    }
     let objects = builder
         .with_retry(super::retry())
         .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), "30s")
