@@ -274,17 +274,19 @@ def stalled_request(binary, proxy, s3, work, check):
     mounts = Mounts(binary, proxy)
     mnt = mounts.mount(f"s3://{BUCKET}/data", os.path.join(work, "mnt-stall"), "--read-only")
     try:
-        # The view finds a chunk directory by the indexes of its shards (the kernel looks each
+        # The view finds a chunk directory by the index of its first shard (the kernel looks each
         # directory up once, and a second lookup of it waits for the first): known beforehand,
-        # so that what is stalled is one chunk's GET.
+        # so that what is stalled is a chunk's first GET, of a shard the lookups did not read
+        # (a shard this small is fetched whole at its first read).
         for d in range(GRID[0]):
             os.stat(os.path.join(mnt, "c", str(d)))
-        proxy.control([{"method": "GET", "key": "/data/c/0/0$", "fault": "stall", "seconds": 30, "times": 1}])
+        stalled_chunk = (0, 2 * PER_SHARD[1])
+        proxy.control([{"method": "GET", "key": "/data/c/0/2$", "fault": "stall", "seconds": 30, "times": 1}])
         stalled = {}
 
         def read_stalled():
             start = time.monotonic()
-            stalled["got"] = read_chunk(mnt, 0, 0)
+            stalled["got"] = read_chunk(mnt, *stalled_chunk)
             stalled["took"] = time.monotonic() - start
 
         thread = threading.Thread(target=read_stalled)
@@ -300,7 +302,8 @@ def stalled_request(binary, proxy, s3, work, check):
         thread.join(40)
         applied = proxy.control()["applied"]
         check(f"the stalled read is tried again and served exactly within 10 s ({stalled.get('took', 0):.1f} s, "
-              f"stalls {applied})", stalled.get("got") == expected[(0, 0)] and stalled["took"] < 10 and applied == [1])
+              f"stalls {applied})", stalled.get("got") == expected[stalled_chunk] and stalled["took"] < 10
+              and applied == [1])
     finally:
         proxy.control([])
         mounts.close()

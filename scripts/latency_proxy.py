@@ -2,6 +2,7 @@
 benchmarks of object stores at cloud latency (the kernels here have no `tc netem`).
 
     python scripts/latency_proxy.py --upstream HOST:PORT --rtt-ms 20 [--port 0] [--max-seconds 7200]
+                                    [--log FILE]
     python scripts/latency_proxy.py --self-check
 
 prints `listening on PORT CONTROL_PORT` once ready. Each direction of each connection is a delay
@@ -15,6 +16,8 @@ from the client that follows the server's answer (or opens the connection) is on
 first line's method and target tell GETs, HEADs and listings (`list-type=`) apart. That is exact
 for HTTP/1.1 without pipelining (what S3 clients send); an `Expect: 100-continue` upload would
 count twice. Connecting to CONTROL_PORT returns the counts so far as one JSON line and closes.
+`--log FILE` writes a line per request: seconds since the start, the connection's number, the
+request line and its Range header, to tell what a reader asked for and when.
 
 The proxy listens on 127.0.0.1 only, stops on SIGINT/SIGTERM or after --max-seconds, whichever
 comes first. `--self-check` measures what it adds (the ping-pong time of one small request at
@@ -35,16 +38,23 @@ LINE_BYTES = 8 << 20
 
 
 class Counts:
-    def __init__(self):
+    def __init__(self, log=None):
+        self.log = log
+        self.start = time.monotonic()
         self.connections = 0
         self.requests = 0
         self.by_kind = {}
         self.bytes_up = 0
         self.bytes_down = 0
 
-    def request(self, first):
+    def request(self, first, connection):
         self.requests += 1
-        line = first.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+        head = first.split(b"\r\n\r\n", 1)[0].decode("latin-1", "replace").split("\r\n")
+        line = head[0]
+        if self.log:
+            ranges = [h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("range:")]
+            self.log.write(f"{time.monotonic() - self.start:.3f} {connection} {line} {' '.join(ranges)}\n")
+            self.log.flush()
         parts = line.split(" ")
         method = parts[0] if parts and parts[0].isalpha() else "?"
         kind = "LIST" if method == "GET" and len(parts) > 1 and "list-type=" in parts[1] else method
@@ -111,6 +121,7 @@ LIVE = set()
 
 async def handle(client_reader, client_writer, upstream, rtt, counts):
     counts.connections += 1
+    connection = counts.connections
     server_writer = None
     LIVE.add(asyncio.current_task())
     try:
@@ -122,7 +133,7 @@ async def handle(client_reader, client_writer, upstream, rtt, counts):
             counts.bytes_up += len(data)
             if turns.server_spoke:
                 turns.server_spoke = False
-                counts.request(data)
+                counts.request(data, connection)
 
         def down(data):
             counts.bytes_down += len(data)
@@ -145,8 +156,8 @@ async def control(reader, writer, counts):
     writer.close()
 
 
-async def serve(upstream, rtt, port, max_seconds, ready):
-    counts = Counts()
+async def serve(upstream, rtt, port, max_seconds, ready, log=None):
+    counts = Counts(log)
     proxy = await asyncio.start_server(lambda r, w: handle(r, w, upstream, rtt, counts), "127.0.0.1", port)
     ctl = await asyncio.start_server(lambda r, w: control(r, w, counts), "127.0.0.1", 0)
     stop = asyncio.Event()
@@ -248,6 +259,7 @@ def main():
     parser.add_argument("--port", type=int, default=0, help="where to listen on 127.0.0.1 (0: a free port)")
     parser.add_argument("--max-seconds", type=float, default=7200, help="stop by itself after this long")
     parser.add_argument("--self-check", action="store_true", help="measure the proxy itself and exit")
+    parser.add_argument("--log", type=argparse.FileType("w"), help="write a line per request here")
     args = parser.parse_args()
     if args.self_check:
         return asyncio.run(self_check())
@@ -258,7 +270,8 @@ def main():
     def ready(port, control_port, _stop, _counts):
         print(f"listening on {port} {control_port}", flush=True)
 
-    asyncio.run(serve((host or "127.0.0.1", int(port)), args.rtt_ms / 1000, args.port, args.max_seconds, ready))
+    asyncio.run(serve((host or "127.0.0.1", int(port)), args.rtt_ms / 1000, args.port, args.max_seconds, ready,
+                      args.log))
     return 0
 
 

@@ -166,7 +166,7 @@ pub struct StoreArgs {
     pub metadata_ttl: u64,
     /// Memory for an object store's fetched bytes, ahead of readers and shared between them, in
     /// bytes (K, M, G; 0: each read fetches just its own bytes, nothing is kept).
-    #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
+    #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
     pub read_ahead_size: usize,
     /// GET requests an object store mount has in flight at most (reads and read-ahead together).
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]

@@ -243,6 +243,8 @@ impl ShardFs {
         for key in self.pending.as_ref().map(|p| p.take_committed()).unwrap_or_default() {
             self.freshness.rebase(&key, stamp_of(&key));
         }
+        let keys = self.freshness.keys();
+        self.ns.store().refresh(&keys.iter().map(|k| &**k).collect::<Vec<_>>());
         let source = self.ns.source();
         let classify = |key: &str, before: Option<Stamp>| match before {
             _ if !source.is_document(key) => Change::Content,

@@ -139,6 +139,22 @@ impl Error {
             Error::Changed(_) | Error::Crashed(_) => None,
         }
     }
+
+    /// The same error again, for each caller who waited on one request.
+    pub fn duplicate(&self) -> Error {
+        match self {
+            Error::NotFound(place) => Error::NotFound(place.clone()),
+            Error::Changed(place) => Error::Changed(place.clone()),
+            Error::Crashed(place) => Error::Crashed(place.clone()),
+            Error::Io { place, source } => {
+                let source = match source.raw_os_error() {
+                    Some(code) => io::Error::from_raw_os_error(code),
+                    None => io::Error::new(source.kind(), source.to_string()),
+                };
+                Error::Io { place: place.clone(), source }
+            }
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -162,6 +178,9 @@ pub struct OpenHow {
     /// Cut the file to nothing first.
     pub truncate: bool,
 }
+
+/// What to do with a file opened in the background ([`Store::prefetch`]).
+pub type Then = Box<dyn FnOnce(&dyn Object) + Send>;
 
 /// One version of a file, opened for reading: every read comes from that version.
 pub trait Object: Send + Sync + Debug {
@@ -191,8 +210,12 @@ pub trait Object: Send + Sync + Debug {
     fn place(&self) -> String;
 
     /// A hint that `range` will be read soon (as posix_fadvise's WILLNEED): a store whose reads
-    /// cost a round trip starts fetching it. Reads are correct without it.
+    /// cost a round trip fetches all of it at the first read there. Reads are correct without it.
     fn will_need(&self, _range: Range<u64>) {}
+
+    /// A hint that `range`, and likely what follows it, will be read soon by someone else: a store
+    /// whose reads cost a round trip starts fetching it now, in the background.
+    fn prefetch(&self, _range: Range<u64>) {}
 }
 
 /// Bytes held in memory (a synthesized document, an inflated entry), as an opened file.
@@ -267,6 +290,16 @@ pub trait Store: Send + Sync + Debug {
 
     /// Opens the current version of the file at `key` for reading.
     fn open(&self, key: &str) -> Result<Box<dyn Object>>;
+
+    /// About to ask for the attributes of every one of `keys`: a store whose every question
+    /// costs a round trip and that can answer many at once (an object store listing below them)
+    /// does so now, and [`Store::attr`] answers from that. A hint.
+    fn refresh(&self, _keys: &[&str]) {}
+
+    /// Opens `key` in the background where opening and reading cost round trips, and hands the
+    /// file to `then`, to say what of it will be read ([`Object::prefetch`]); where reads are local,
+    /// nothing. A hint: a missing file or a failure is no one's concern.
+    fn prefetch(&self, _key: &str, _then: Then) {}
 
     /// The whole content of the file at `key`.
     fn read(&self, key: &str) -> Result<Vec<u8>> {

@@ -158,6 +158,11 @@ impl Freshness {
         }
     }
 
+    /// The keys of every watched file and directory.
+    pub fn keys(&self) -> Vec<Arc<str>> {
+        self.inner.lock().watched.keys().cloned().collect()
+    }
+
     /// Stats every watched file with `stamp_of` and returns the inodes answered from a version
     /// that is no longer there, each with whether one of the changed files `defines_paths` (a
     /// metadata document: what the names below it are may have changed); the files' current

@@ -44,6 +44,7 @@ pub mod gcs;
 pub mod http;
 pub mod metadata;
 mod requests;
+mod revalidate;
 pub mod s3;
 
 use std::io;
@@ -54,6 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, RetryConfig, UpdateVersion};
 use parking_lot::Mutex;
@@ -61,8 +63,10 @@ use parking_lot::Mutex;
 use self::buffered::BufferedFile;
 use self::disk_cache::{DiskCache, DiskSettings};
 use self::fetch::{Fetcher, Reader, VersionId};
-use self::metadata::{Head, Listing, MetadataCache, bare_e_tag};
-use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join, lock};
+use self::metadata::{Flights, Head, Listing, MetadataCache, bare_e_tag};
+use super::{
+    Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, join, lock,
+};
 
 /// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
 /// again to revalidate an object in it, rather than sent a HEAD for it.
@@ -118,7 +122,7 @@ pub struct Caching {
 
 impl Default for Caching {
     fn default() -> Self {
-        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 64 << 20, max_requests: 16, disk: None }
+        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 256 << 20, max_requests: 16, disk: None }
     }
 }
 
@@ -169,12 +173,19 @@ struct Shared {
     /// The root's URL, for messages.
     url: String,
     metadata: MetadataCache,
+    /// HEADs and listings in flight, shared by everyone who asks for them meanwhile.
+    heads_asked: Flights<Option<Head>>,
+    listings_asked: Flights<Option<Arc<Listing>>>,
+    /// Whole-object reads in flight, by key and version.
+    reads_asked: Flights<Bytes>,
     fetcher: Fetcher,
     disk_cache: Option<DiskCache>,
     /// GET requests sent, every try counted.
     gets: AtomicU64,
     /// Directories made here that no object is under yet.
     made_dirs: Mutex<std::collections::BTreeSet<String>>,
+    /// Directories found too large to revalidate with one listing, and since when.
+    too_large: Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Plain files open for writing, by key: every handle of one file shares its content, as
     /// handles of a local file share the file. Each key has a lock of its own, held while the
     /// file is loaded, so that a slow load delays only opens of that file.
@@ -219,10 +230,14 @@ impl BucketStore {
             prefix: prefix.trim_matches('/').to_string(),
             url: url.trim_end_matches('/').to_string(),
             metadata: MetadataCache::new(caching.metadata_ttl),
+            heads_asked: Flights::default(),
+            listings_asked: Flights::default(),
+            reads_asked: Flights::default(),
             fetcher,
             disk_cache,
             gets: AtomicU64::new(0),
             made_dirs: Mutex::default(),
+            too_large: Mutex::default(),
             open_files: Mutex::default(),
             owner,
             runtime: Runtime(Some(runtime)),
@@ -306,9 +321,11 @@ impl BucketStore {
             }
         }
         let epoch = self.0.metadata.epoch();
-        let head = self.head_request(key)?;
-        self.0.metadata.remember_head(key, head.clone(), epoch);
-        Ok(head)
+        self.0.heads_asked.share(key, epoch, || {
+            let head = self.head_request(key)?;
+            self.0.metadata.remember_head(key, head.clone(), epoch);
+            Ok(head)
+        })
     }
 
     /// The listing of directory `dir`, from the cache while it is trusted; `None`: there is no
@@ -320,8 +337,16 @@ impl BucketStore {
         if let Some(listing) = self.0.metadata.listing(dir) {
             return Ok(Some(listing));
         }
-        let prefix = (!dir.is_empty() || !self.0.prefix.is_empty()).then(|| self.path(dir));
         let epoch = self.0.metadata.epoch();
+        self.0.listings_asked.share(dir, epoch, || match self.0.metadata.listing(dir) {
+            Some(landed) => Ok(Some(landed)),
+            None => self.list_now(dir, epoch),
+        })
+    }
+
+    /// The listing of `dir` from the server, remembered as asked for in `epoch`.
+    fn list_now(&self, dir: &str, epoch: u64) -> Result<Option<Arc<Listing>>> {
+        let prefix = (!dir.is_empty() || !self.0.prefix.is_empty()).then(|| self.path(dir));
         let found = self.list_request(dir, prefix.as_ref())?;
         let mut entries = Vec::new();
         let mut objects = Vec::new();
@@ -386,38 +411,45 @@ impl BucketStore {
     }
 
     /// A reader of version `e_tag` of `key`, `size` bytes long, whose GETs are checked for that
-    /// version and length.
+    /// version and range.
     fn reader(&self, key: &str, e_tag: &str, size: u64) -> Reader {
+        Reader::new(VersionId { key: key.to_string(), e_tag: e_tag.to_string() }, size, self.getter(key, e_tag, size))
+    }
+
+    /// How to get ranges of version `e_tag` of `key`, `size` bytes long: from the disk cache when
+    /// it holds them, else a GET checked for that version and range.
+    fn getter(&self, key: &str, e_tag: &str, size: u64) -> fetch::Get {
         let store = self.clone();
         let (owned_key, owned_e_tag) = (key.to_string(), e_tag.to_string());
-        let get: fetch::Get = Arc::new(move |range: Range<u64>| {
+        let network: fetch::Get = Arc::new(move |range: Range<u64>| {
             let (store, key, e_tag) = (store.clone(), owned_key.clone(), owned_e_tag.clone());
-            Box::pin(async move { store.get_range(&key, &e_tag, size, range).await })
+            Box::pin(async move { store.stream_verified_async(&key, &e_tag, range).await })
         });
-        Reader::new(VersionId { key: key.to_string(), e_tag: e_tag.to_string() }, size, get)
-    }
-
-    /// `range` of version `e_tag` of `key`, `size` bytes long: from the disk cache when it holds
-    /// it, else a GET checked for that version and length.
-    async fn get_range(&self, key: &str, e_tag: &str, size: u64, range: Range<u64>) -> Result<Bytes> {
-        let Some(cache) = &self.0.disk_cache else {
-            let len = range.end - range.start;
-            return self.get_verified_async(key, e_tag, Some(range), len).await;
-        };
+        let Some(cache) = self.0.disk_cache.clone() else { return network };
         let version = cache.version(&self.0.url, key, bare_e_tag(e_tag), size);
-        cache
-            .get(version, range, |span| self.get_verified_async(key, e_tag, Some(span.clone()), span.end - span.start))
-            .await
+        Arc::new(move |range: Range<u64>| {
+            let stream = cache.stream(version.clone(), range, network.clone());
+            Box::pin(async move { Ok(stream) })
+        })
     }
 
-    /// The whole of version `e_tag` of `key`, `size` bytes long, as [`BucketStore::get_range`].
+    /// The whole of version `e_tag` of `key`, `size` bytes long, as [`BucketStore::getter`] gets it.
     fn get_whole(&self, key: &str, e_tag: &str, size: u64) -> Result<Bytes> {
         if self.0.disk_cache.is_none() || size == 0 {
             return self.get_verified(key, e_tag, None, size);
         }
         self.block_on(async {
             let _permit = self.0.fetcher.permit().await;
-            self.get_range(key, e_tag, size, 0..size).await
+            let mut stream = self.getter(key, e_tag, size)(0..size).await?;
+            let mut whole = Vec::with_capacity(size as usize);
+            while let Some(piece) = stream.next().await {
+                whole.extend_from_slice(&piece?);
+            }
+            if whole.len() as u64 != size {
+                let wrong = io::Error::new(io::ErrorKind::InvalidData, "the cache and server gave the wrong length");
+                return Err(Error::Io { place: self.describe(key), source: wrong });
+            }
+            Ok(Bytes::from(whole))
         })
     }
 
@@ -502,6 +534,10 @@ impl Object for BucketObject {
         self.store.0.fetcher.will_need(&self.reader, range);
     }
 
+    fn prefetch(&self, range: Range<u64>) {
+        self.store.0.fetcher.prefetch(&self.reader, range);
+    }
+
     fn place(&self) -> String {
         self.store.describe(&self.key)
     }
@@ -537,6 +573,11 @@ impl Store for BucketStore {
             }
             Err(e) => return Err(e),
         }
+        // A name its directory's listing does not show is no directory either: not listed again.
+        let parent = self.0.metadata.listing(super::parent_key(key)).filter(|_| !key.is_empty());
+        if parent.is_some_and(|parent| parent.kind_of(super::file_name(key)).is_none()) {
+            return Err(Error::NotFound(self.describe(key)));
+        }
         match self.listing(key)? {
             Some(listing) => Ok(self.attr_of_dir(&listing)),
             None => Err(Error::NotFound(self.describe(key))),
@@ -564,6 +605,27 @@ impl Store for BucketStore {
         Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, reader }))
     }
 
+    fn refresh(&self, keys: &[&str]) {
+        self.revalidate(keys);
+    }
+
+    fn prefetch(&self, key: &str, then: Then) {
+        let (store, key) = (self.clone(), key.to_string());
+        // Round trips, made on the runtime's blocking threads rather than the caller's.
+        self.0.runtime.spawn_blocking(move || {
+            // A directory never listed is listed rather than sent a HEAD for one object: the
+            // next ones asked for are its neighbours, and the view lists shard directories anyway.
+            let parent = super::parent_key(&key);
+            if store.0.metadata.listed_len(parent).is_none() {
+                let _ = store.listing(parent);
+            }
+            match store.open(&key) {
+                Ok(file) => then(&*file),
+                Err(e) => log::debug!("prefetching {}: {e}", store.describe(&key)),
+            }
+        });
+    }
+
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         // The version and its length come from a HEAD or a listing, and the GET must match both:
         // a body that is longer, shorter or of another version is never taken for the file.
@@ -578,7 +640,9 @@ impl Store for BucketStore {
                 }
                 continue;
             };
-            match self.get_whole(key, &e_tag, head.size) {
+            let version = format!("{key}\0{e_tag}");
+            let epoch = self.0.metadata.epoch();
+            match self.0.reads_asked.share(&version, epoch, || self.get_whole(key, &e_tag, head.size)) {
                 Ok(bytes) => return Ok(bytes.to_vec()),
                 Err(Error::Changed(_)) if !fresh => continue,
                 Err(e) => return Err(e),

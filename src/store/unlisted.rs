@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::{
-    Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, file_name, join,
+    Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, file_name, join,
     parent_key,
 };
 use crate::format::chunk_key::{ChunkKeyEncoding, KeyStyle};
@@ -318,6 +318,10 @@ impl Store for UnlistedStore {
 
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
         self.inner.open(key)
+    }
+
+    fn prefetch(&self, key: &str, then: Then) {
+        self.inner.prefetch(key, then)
     }
 
     fn read(&self, key: &str) -> Result<Vec<u8>> {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::array::ShardedArray;
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
+use super::read_ahead::ReadAhead;
 use super::sources::Sources;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
@@ -119,11 +120,12 @@ const ATTEMPTS: usize = 3;
 #[derive(Debug)]
 pub struct Shards {
     cache: IndexCache,
+    read_ahead: ReadAhead,
 }
 
 impl Shards {
     pub fn new(cache: IndexCache) -> Self {
-        Shards { cache }
+        Shards { cache, read_ahead: ReadAhead::default() }
     }
 
     /// Finds the inner chunk at grid coordinates `coords`: `Ok(None)` when it is not stored.
@@ -135,6 +137,7 @@ impl Shards {
         coords: &[u64],
         open: bool,
     ) -> Result<Option<Located>> {
+        self.read_ahead.reached(store, array, coords);
         let location = array.meta.sharding.locate(coords);
         let key = array.shard_key(&location.shard);
         let shard = if open { OpenShard::open(store, key)? } else { OpenShard::stat(store, key)? };
@@ -225,11 +228,11 @@ impl Shards {
         sources: &Sources,
         visit: &mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
     ) -> Result<()> {
-        for shard in shards_on_disk(store, array, &shard_prefix(array, prefix), sources)? {
-            if self.for_each_chunk_of(store, array, &shard, prefix, sources, |c, s, _| visit(c, s)).is_break() {
-                break;
-            }
-        }
+        // Shard by shard as the directories are listed: a walk that stops at the first chunk (is
+        // there any?) lists no more than it needs.
+        walk_shards_on_disk(store, array, &shard_prefix(array, prefix), sources, &mut |shard| {
+            self.for_each_chunk_of(store, array, shard, prefix, sources, |c, s, _| visit(c, s))
+        })?;
         Ok(())
     }
 
@@ -290,52 +293,75 @@ pub fn shards_on_disk(
     shard_prefix: &[u64],
     sources: &Sources,
 ) -> Result<Vec<Vec<u64>>> {
-    let enc = &array.meta.key_encoding;
-    let rank = array.rank();
     let mut found = Vec::new();
-    if enc.separator == '/' && rank > 0 {
-        if shard_prefix.len() == rank {
-            found.push(shard_prefix.to_vec());
-        } else {
-            let dir = join(&array.dir, &enc.dir_key(shard_prefix));
-            collect_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), &mut found, sources)?;
-        }
-    } else {
-        for (name, _) in list_or_empty(store, &array.dir, sources)? {
-            if let Some(coords) = enc.decode(&name, rank)
-                && coords.starts_with(shard_prefix)
-                && coords.iter().zip(&array.shard_grid).all(|(c, g)| c < g)
-            {
-                found.push(coords);
-            }
-        }
-    }
+    walk_shards_on_disk(store, array, shard_prefix, sources, &mut |shard| {
+        found.push(shard.to_vec());
+        ControlFlow::Continue(())
+    })?;
     Ok(found)
 }
 
+/// Calls `visit` for the shard coordinates of every shard on disk whose leading coordinates are
+/// `shard_prefix`, listing directories only as far as the walk goes (`visit` may stop it); the
+/// directories listed are recorded in `sources`.
+fn walk_shards_on_disk(
+    store: &dyn Store,
+    array: &ShardedArray,
+    shard_prefix: &[u64],
+    sources: &Sources,
+    visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
+) -> Result<()> {
+    let enc = &array.meta.key_encoding;
+    let rank = array.rank();
+    if enc.separator == '/' && rank > 0 {
+        if shard_prefix.len() == rank {
+            let _ = visit(shard_prefix);
+        } else {
+            let dir = join(&array.dir, &enc.dir_key(shard_prefix));
+            let _stopped = walk_shard_tree(store, array, &dir, &mut shard_prefix.to_vec(), sources, visit)?;
+        }
+        return Ok(());
+    }
+    for (name, _) in list_or_empty(store, &array.dir, sources)? {
+        if let Some(coords) = enc.decode(&name, rank)
+            && coords.starts_with(shard_prefix)
+            && coords.iter().zip(&array.shard_grid).all(|(c, g)| c < g)
+            && visit(&coords).is_break()
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Walks the shard directory tree of a `/`-separated key encoding below `dir`.
-fn collect_shard_tree(
+fn walk_shard_tree(
     store: &dyn Store,
     array: &ShardedArray,
     dir: &str,
     coords: &mut Vec<u64>,
-    found: &mut Vec<Vec<u64>>,
     sources: &Sources,
-) -> Result<()> {
+    visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
+) -> Result<ControlFlow<()>> {
     let depth = coords.len();
     for (name, kind) in list_or_empty(store, dir, sources)? {
         let Some(c) = array.meta.key_encoding.component(depth, &name).filter(|c| *c < array.shard_grid[depth]) else {
             continue;
         };
         coords.push(c);
-        if depth + 1 == array.rank() {
-            found.push(coords.clone());
+        let walked = if depth + 1 == array.rank() {
+            visit(coords)
         } else if kind == Kind::Dir {
-            collect_shard_tree(store, array, &join(dir, &name), coords, found, sources)?;
-        }
+            walk_shard_tree(store, array, &join(dir, &name), coords, sources, visit)?
+        } else {
+            ControlFlow::Continue(())
+        };
         coords.pop();
+        if walked.is_break() {
+            return Ok(ControlFlow::Break(()));
+        }
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 fn list_or_empty(store: &dyn Store, dir: &str, sources: &Sources) -> Result<Vec<(String, Kind)>> {

@@ -26,7 +26,6 @@
 //!   logged once, and reads go on from the network.
 
 use std::fs::{self, File};
-use std::future::Future;
 use std::io::{self, Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -35,8 +34,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
+use super::fetch::{ByteStream, Get};
 use crate::store::{Error, Result};
 
 /// The unit of caching: reads are widened to whole blocks (mountpoint-s3 uses 1 MiB too).
@@ -112,6 +113,113 @@ impl CachedVersion {
     }
 }
 
+/// Where a [`DiskCache::stream`] has got to.
+struct Walk {
+    cache: DiskCache,
+    version: Arc<CachedVersion>,
+    /// The next byte to serve, and the end of the range.
+    at: u64,
+    end: u64,
+    fetch: Get,
+    /// A block found on disk after a run of missing ones, to serve once the run is fetched.
+    found: Option<(u64, Bytes)>,
+    /// The GET of a run of missing blocks, while it lasts.
+    net: Option<Fetching>,
+}
+
+/// The GET of a run of missing blocks.
+struct Fetching {
+    bytes: ByteStream,
+    /// Where its next byte goes, and where its bytes end.
+    at: u64,
+    end: u64,
+    /// The block being put together to be kept, and where it starts.
+    block: BytesMut,
+    block_start: u64,
+}
+
+impl Walk {
+    /// The next bytes of the range; `None` at its end.
+    async fn next(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            if let Some(net) = &mut self.net {
+                let Some(piece) = net.bytes.next().await else {
+                    if net.at < net.end {
+                        let short = format!("the server sent {} bytes too few", net.end - net.at);
+                        return Err(Error::Io { place: self.cache.0.shown.clone(), source: io::Error::other(short) });
+                    }
+                    self.net = None;
+                    continue;
+                };
+                let piece = piece?;
+                let piece_start = net.at;
+                net.at += piece.len() as u64;
+                if net.at > net.end {
+                    let long = io::Error::other("the server sent more bytes than were due");
+                    return Err(Error::Io { place: self.cache.0.shown.clone(), source: long });
+                }
+                self.keep_blocks_of(&piece).await;
+                let (from, to) = (self.at.max(piece_start), self.end.min(piece_start + piece.len() as u64));
+                if from < to {
+                    self.at = to;
+                    return Ok(Some(piece.slice((from - piece_start) as usize..(to - piece_start) as usize)));
+                }
+                continue;
+            }
+            if self.at >= self.end {
+                return Ok(None);
+            }
+            let block = self.at / BLOCK;
+            let on_disk = match self.found.take() {
+                Some((found, bytes)) if found == block => Some(bytes),
+                _ => self.cache.load_async(&self.version, block).await,
+            };
+            if let Some(bytes) = on_disk {
+                let range = self.version.block_range(block);
+                let to = self.end.min(range.end);
+                let piece = bytes.slice((self.at - range.start) as usize..(to - range.start) as usize);
+                self.at = to;
+                return Ok(Some(piece));
+            }
+            // The run of missing blocks from here: up to the next one on disk, or the range's end.
+            let last = (self.end - 1) / BLOCK;
+            let mut after = block + 1;
+            while after <= last {
+                if let Some(bytes) = self.cache.load_async(&self.version, after).await {
+                    self.found = Some((after, bytes));
+                    break;
+                }
+                after += 1;
+            }
+            let span = self.version.block_range(block).start..self.version.block_range(after - 1).end;
+            let bytes = (self.fetch)(span.clone()).await?;
+            let block_start = span.start;
+            self.net = Some(Fetching { bytes, at: span.start, end: span.end, block: BytesMut::new(), block_start });
+        }
+    }
+
+    /// Adds `piece` (the GET's next bytes) to the block being put together, keeping each block
+    /// once whole.
+    async fn keep_blocks_of(&mut self, mut piece: &[u8]) {
+        let Some(net) = &mut self.net else { return };
+        while !piece.is_empty() {
+            let block = net.block_start / BLOCK;
+            let len = self.version.block_range(block).end - net.block_start;
+            let n = piece.len().min((len - net.block.len() as u64) as usize);
+            net.block.extend_from_slice(&piece[..n]);
+            piece = &piece[n..];
+            if net.block.len() as u64 == len {
+                let whole = std::mem::take(&mut net.block).freeze();
+                let (cache, version, offset) = (self.cache.clone(), self.version.clone(), net.block_start);
+                net.block_start += len;
+                // Awaited, so that what a mount read is on disk when it unmounts: a write to the
+                // page cache is short beside the GET it comes from.
+                let _ = tokio::task::spawn_blocking(move || cache.keep(&version, block, &whole, offset)).await;
+            }
+        }
+    }
+}
+
 impl DiskCache {
     /// Opens (making it if needed) the cache in `settings.dir`, after checking that files can be
     /// written there; the error is one line naming the directory.
@@ -159,62 +267,28 @@ impl DiskCache {
         Arc::new(CachedVersion { name, stem, size })
     }
 
-    /// `range` of `version`: from disk when every block holding it is there, else from
-    /// `fetch`, asked for the span of the blocks missing, whose blocks are then kept.
-    pub async fn get<F, Fut>(&self, version: Arc<CachedVersion>, range: Range<u64>, fetch: F) -> Result<Bytes>
-    where
-        F: FnOnce(Range<u64>) -> Fut,
-        Fut: Future<Output = Result<Bytes>>,
-    {
-        if range.is_empty() {
-            return Ok(Bytes::new());
-        }
-        let blocks = range.start / BLOCK..(range.end - 1) / BLOCK + 1;
-        let (cache, wanted, looked_up) = (self.clone(), blocks.clone(), version.clone());
-        let mut found = tokio::task::spawn_blocking(move || wanted.map(|b| cache.load(&looked_up, b)).collect())
-            .await
-            .unwrap_or_else(|_| vec![None; (blocks.end - blocks.start) as usize]);
-        let first_missing = found.iter().position(Option::is_none);
-        if let Some(first) = first_missing {
-            let last = found.iter().rposition(Option::is_none).expect("one is missing");
-            let span = version.block_range(blocks.start + first as u64).start
-                ..version.block_range(blocks.start + last as u64).end;
-            let fetched = fetch(span.clone()).await?;
-            if fetched.len() as u64 != span.end - span.start {
-                let wrong = format!("{} bytes fetched where {} were due", fetched.len(), span.end - span.start);
-                return Err(Error::Io { place: self.0.shown.clone(), source: io::Error::other(wrong) });
+    /// `range` of `version` as it is read: the blocks found on disk from there, each run of
+    /// missing blocks with one GET through `fetch` (widened to whole blocks), whose blocks are
+    /// kept as they pass.
+    pub fn stream(&self, version: Arc<CachedVersion>, range: Range<u64>, fetch: Get) -> ByteStream {
+        let walk =
+            Walk { cache: self.clone(), version, at: range.start, end: range.end, fetch, found: None, net: None };
+        futures_util::stream::unfold(Some(walk), |walk| async move {
+            let mut walk = walk?;
+            match walk.next().await {
+                Ok(Some(piece)) => Some((Ok(piece), Some(walk))),
+                Ok(None) => None,
+                // Nothing after an error.
+                Err(e) => Some((Err(e), None)),
             }
-            for (i, slot) in found.iter_mut().enumerate().take(last + 1).skip(first) {
-                let block = version.block_range(blocks.start + i as u64);
-                *slot = Some(fetched.slice((block.start - span.start) as usize..(block.end - span.start) as usize));
-            }
-            let (cache, kept) = (self.clone(), version.clone());
-            let first_block = blocks.start + first as u64;
-            // Awaited, so that what a mount read is on disk when it unmounts: a write to the page
-            // cache is short beside the GET before it.
-            let _ = tokio::task::spawn_blocking(move || cache.keep(&kept, first_block, &fetched, span.start)).await;
-        }
-        let start = version.block_range(blocks.start).start;
-        let bytes = match found.len() {
-            1 => found.pop().flatten().expect("every block found or fetched"),
-            _ => {
-                let mut joined = BytesMut::new();
-                for block in found {
-                    joined.extend_from_slice(&block.expect("every block found or fetched"));
-                }
-                joined.freeze()
-            }
-        };
-        let wanted = (range.start - start) as usize..(range.end - start) as usize;
-        // A copy when the blocks are much larger than the range, so that the reader's memory
-        // budget counts what is held.
-        if wanted.len() == bytes.len() {
-            Ok(bytes)
-        } else if wanted.len() >= bytes.len() / 2 {
-            Ok(bytes.slice(wanted))
-        } else {
-            Ok(Bytes::copy_from_slice(&bytes[wanted]))
-        }
+        })
+        .boxed()
+    }
+
+    /// Block `block` of `version` from disk, off the runtime's threads.
+    async fn load_async(&self, version: &Arc<CachedVersion>, block: u64) -> Option<Bytes> {
+        let (cache, version) = (self.clone(), version.clone());
+        tokio::task::spawn_blocking(move || cache.load(&version, block)).await.ok().flatten()
     }
 
     /// Block `block` of `version` from disk, when a whole and matching copy is there; one that
@@ -412,14 +486,26 @@ mod tests {
         seed: u8,
         size: u64,
         range: Range<u64>,
-        gets: &Mutex<Vec<Range<u64>>>,
+        gets: &Arc<Mutex<Vec<Range<u64>>>>,
     ) -> Bytes {
         let version = cache.version("s3://b/p", "k", &format!("e{seed}"), size);
-        rt.block_on(cache.get(version, range, |span| {
+        let gets = gets.clone();
+        let fetch: Get = Arc::new(move |span: Range<u64>| {
             gets.lock().unwrap().push(span.clone());
-            async move { Ok(object(seed, size).slice(span.start as usize..span.end as usize)) }
-        }))
-        .unwrap()
+            // Replies come in pieces, as from a server.
+            let pieces: Vec<Result<Bytes>> = object(seed, size)
+                .slice(span.start as usize..span.end as usize)
+                .chunks(100_000)
+                .map(|piece| Ok(Bytes::copy_from_slice(piece)))
+                .collect();
+            Box::pin(async move { Ok(futures_util::stream::iter(pieces).boxed()) })
+        });
+        let mut stream = cache.stream(version, range, fetch);
+        let mut all = Vec::new();
+        while let Some(piece) = rt.block_on(stream.next()) {
+            all.extend_from_slice(&piece.unwrap());
+        }
+        all.into()
     }
 
     #[test]
@@ -428,7 +514,7 @@ mod tests {
         let dir = temp_dir("reuse");
         let settings = DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20), server: String::new() };
         let size = 3 * BLOCK + 5;
-        let gets = Mutex::new(Vec::new());
+        let gets = Arc::new(Mutex::new(Vec::new()));
         let first = DiskCache::open(&settings).unwrap();
         assert_eq!(read(&rt, &first, 1, size, 10..20, &gets), object(1, size).slice(10..20));
         assert_eq!(gets.lock().unwrap()[0], 0..BLOCK, "widened to its block");
@@ -451,7 +537,7 @@ mod tests {
             DiskCache::open(&DiskSettings { dir: dir.clone(), max_bytes: Some(64 << 20), server: String::new() })
                 .unwrap();
         let size = 2 * BLOCK;
-        let gets = Mutex::new(Vec::new());
+        let gets = Arc::new(Mutex::new(Vec::new()));
         read(&rt, &cache, 1, size, 0..size, &gets);
         let version = cache.version("s3://b/p", "k", "e1", size);
         let path = version.block_path(1);
@@ -477,7 +563,7 @@ mod tests {
             server: String::new(),
         })
         .unwrap();
-        let gets = Mutex::new(Vec::new());
+        let gets = Arc::new(Mutex::new(Vec::new()));
         for seed in 0..12u8 {
             read(&rt, &cache, seed, BLOCK, 0..BLOCK, &gets);
             // The oldest file is the least recently used: modification times must differ.
@@ -505,7 +591,7 @@ mod tests {
         let settings = |max| DiskSettings { dir: dir.clone(), max_bytes: Some(max), server: String::new() };
         let (large, small) =
             (DiskCache::open(&settings(64 << 20)).unwrap(), DiskCache::open(&settings(3 * BLOCK)).unwrap());
-        let gets = Mutex::new(Vec::new());
+        let gets = Arc::new(Mutex::new(Vec::new()));
         for seed in 0..6 {
             read(&rt, &large, seed, BLOCK, 0..BLOCK, &gets);
         }
@@ -522,7 +608,7 @@ mod tests {
         let settings = DiskSettings { dir: dir.clone(), max_bytes: Some(4 * BLOCK), server: String::new() };
         let caches = [DiskCache::open(&settings).unwrap(), DiskCache::open(&settings).unwrap()];
         let size = 8 * BLOCK + 123;
-        let gets = Mutex::new(Vec::new());
+        let gets = Arc::new(Mutex::new(Vec::new()));
         std::thread::scope(|s| {
             for t in 0..6u64 {
                 let (cache, rt, gets) = (&caches[t as usize % 2], &rt, &gets);
@@ -551,7 +637,7 @@ mod tests {
         fs::write(&stale, b"torn").unwrap();
         fs::write(&fresh, b"being written").unwrap();
         File::options().write(true).open(&stale).unwrap().set_modified(SystemTime::now() - 2 * STALE_TEMP).unwrap();
-        read(&rt, &cache, 1, BLOCK, 0..10, &Mutex::new(Vec::new()));
+        read(&rt, &cache, 1, BLOCK, 0..10, &Arc::default());
         assert!(!stale.exists() && fresh.exists());
         fs::remove_dir_all(dir).unwrap();
     }
@@ -566,7 +652,7 @@ mod tests {
         let temps = dir.join(LAYOUT).join("tmp");
         fs::remove_dir_all(&temps).unwrap();
         fs::write(&temps, b"not a directory").unwrap();
-        let gets = Mutex::new(Vec::new());
+        let gets = Arc::new(Mutex::new(Vec::new()));
         let size = 2 * BLOCK;
         for _ in 0..2 {
             assert_eq!(read(&rt, &cache, 1, size, 0..size, &gets), object(1, size));

@@ -4,16 +4,22 @@
 //! `ls -l` of a directory costs one LIST, not a HEAD per file. A change made through this store
 //! forgets what it makes stale at once; changes by others are seen within the TTL, and a stale
 //! answer is never turned into wrong bytes (reads carry If-Match, writes are conditional).
+//!
+//! Requests for metadata are shared while in flight ([`Flights`]): the FUSE threads that find one
+//! listing expired at once send one LIST between them. A read of an object that succeeds with
+//! If-Match tells as much as a HEAD would, that this version is current, and renews its trust
+//! ([`MetadataCache::confirm`]): an object being read is not asked about again.
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use lru::LruCache;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
-use crate::store::{Kind, Stamp, parent_key};
+use crate::store::{Error, Kind, Result, Stamp, parent_key};
 
 /// At most this many HEADs and this many listings are remembered.
 const HEADS: usize = 100_000;
@@ -184,10 +190,103 @@ impl MetadataCache {
         }
     }
 
+    /// Renews the trust in the HEAD of `key` when it names version `e_tag`: a read carrying
+    /// If-Match for it, sent in `epoch`, just succeeded.
+    pub fn confirm(&self, key: &str, e_tag: &str, epoch: u64) {
+        if !self.trusts(epoch) {
+            return;
+        }
+        let mut heads = self.heads.lock();
+        if let Some(fresh) = heads.peek_mut(key)
+            && fresh.value.as_ref().and_then(|h| h.e_tag.as_deref()).is_some_and(|t| bare_e_tag(t) == bare_e_tag(e_tag))
+        {
+            fresh.until = Instant::now() + self.ttl;
+        }
+    }
+
     /// Forgets the listing of `dir` itself.
     pub fn forget_listing(&self, dir: &str) {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.listings.lock().pop(dir);
+    }
+}
+
+/// Requests in flight, by key: a caller who finds one asked in the same epoch (no change made
+/// here since) waits for its answer instead of sending its own.
+#[derive(Debug)]
+pub struct Flights<V> {
+    flights: Mutex<HashMap<String, Arc<Flight<V>>>>,
+}
+
+impl<V> Default for Flights<V> {
+    fn default() -> Self {
+        Flights { flights: Mutex::default() }
+    }
+}
+
+#[derive(Debug)]
+struct Flight<V> {
+    epoch: u64,
+    outcome: Mutex<Option<std::result::Result<V, Error>>>,
+    landed: Condvar,
+}
+
+impl<V: Clone> Flight<V> {
+    fn wait(&self) -> Result<V> {
+        let mut outcome = self.outcome.lock();
+        loop {
+            match &*outcome {
+                Some(Ok(value)) => return Ok(value.clone()),
+                Some(Err(e)) => return Err(e.duplicate()),
+                None => self.landed.wait(&mut outcome),
+            }
+        }
+    }
+}
+
+impl<V: Clone> Flights<V> {
+    /// The answer of the request for `key` in flight since `epoch`, or of `ask`, sent now and
+    /// shared with whoever asks for `key` until it lands.
+    pub fn share(&self, key: &str, epoch: u64, ask: impl FnOnce() -> Result<V>) -> Result<V> {
+        let flight = {
+            let mut flights = self.flights.lock();
+            if let Some(flight) = flights.get(key).filter(|f| f.epoch == epoch) {
+                let flight = flight.clone();
+                drop(flights);
+                return flight.wait();
+            }
+            let flight = Arc::new(Flight { epoch, outcome: Mutex::new(None), landed: Condvar::new() });
+            flights.insert(key.to_string(), flight.clone());
+            flight
+        };
+        // Lands the flight however `ask` ends, a panic included, so nobody waits forever.
+        struct Landing<'a, V> {
+            flights: &'a Flights<V>,
+            key: &'a str,
+            flight: Arc<Flight<V>>,
+        }
+        impl<V> Drop for Landing<'_, V> {
+            fn drop(&mut self) {
+                let mut flights = self.flights.flights.lock();
+                if flights.get(self.key).is_some_and(|f| Arc::ptr_eq(f, &self.flight)) {
+                    flights.remove(self.key);
+                }
+                drop(flights);
+                let mut outcome = self.flight.outcome.lock();
+                if outcome.is_none() {
+                    let gone = std::io::Error::other("the request was abandoned");
+                    *outcome = Some(Err(Error::Io { place: self.key.to_string(), source: gone }));
+                }
+                self.flight.landed.notify_all();
+            }
+        }
+        let landing = Landing { flights: self, key, flight };
+        let answer = ask();
+        *landing.flight.outcome.lock() = Some(match &answer {
+            Ok(value) => Ok(value.clone()),
+            Err(e) => Err(e.duplicate()),
+        });
+        answer
     }
 }
 
@@ -210,6 +309,68 @@ mod tests {
         cache.forget("a/b/x");
         assert_eq!(cache.head("a/b/x"), None);
         assert!(cache.listing("a/b").is_none() && cache.listing("a").is_none());
+    }
+
+    #[test]
+    fn a_successful_read_renews_the_trust_in_its_version_only() {
+        let cache = MetadataCache::new(Duration::from_millis(50));
+        cache.remember_head("k", Some(head("e1")), cache.epoch());
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(cache.head("k"), None, "expired");
+        cache.confirm("k", "\"e2\"", cache.epoch());
+        assert_eq!(cache.head("k"), None, "another version confirms nothing");
+        cache.confirm("k", "\"e1\"", cache.epoch());
+        assert_eq!(cache.head("k"), Some(Some(head("e1"))));
+        let epoch = cache.epoch();
+        cache.forget("k");
+        cache.remember_head("k", Some(head("e1")), cache.epoch());
+        std::thread::sleep(Duration::from_millis(60));
+        cache.confirm("k", "e1", epoch);
+        assert_eq!(cache.head("k"), None, "a read sent before a change made here confirms nothing");
+    }
+
+    #[test]
+    fn callers_of_one_key_share_one_request_of_their_epoch() {
+        let flights = Flights::<u32>::default();
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let gate = std::sync::Barrier::new(5);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    gate.wait();
+                    let answer = flights.share("k", 7, || {
+                        asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(100));
+                        Ok(1)
+                    });
+                    assert_eq!(answer.unwrap(), 1);
+                });
+            }
+            gate.wait();
+        });
+        assert_eq!(asked.into_inner(), 1, "one request for four callers");
+        let failed = flights.share("k", 7, || Err(Error::NotFound("k".into())));
+        assert!(matches!(failed, Err(Error::NotFound(_))));
+        assert_eq!(flights.share("k", 8, || Ok(2)).unwrap(), 2, "nothing stays in flight once landed");
+    }
+
+    #[test]
+    fn a_request_of_an_older_epoch_is_not_joined() {
+        let flights = Flights::<u32>::default();
+        let (started, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            let old = s.spawn(|| {
+                flights.share("k", 1, || {
+                    started.wait();
+                    release.wait();
+                    Ok(1)
+                })
+            });
+            started.wait();
+            assert_eq!(flights.share("k", 2, || Ok(2)).unwrap(), 2, "asked again after a change");
+            release.wait();
+            assert_eq!(old.join().unwrap().unwrap(), 1);
+        });
     }
 
     #[test]

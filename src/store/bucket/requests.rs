@@ -23,12 +23,15 @@ use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use md5::{Digest, Md5};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetRange, ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, PutResult,
+    GetOptions, GetRange, GetResult, ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
+    PutResult,
 };
 
+use super::fetch::ByteStream;
 use super::metadata::{Head, bare_e_tag, modified_of, version_of};
 use super::{BucketStore, head_of, one_line};
 use crate::store::{Error, Result, Store};
@@ -143,42 +146,9 @@ impl BucketStore {
         range: Option<Range<u64>>,
         len: u64,
     ) -> Result<Bytes> {
-        let path = self.path(key);
-        let range = range.map(GetRange::Bounded);
-        let pinned_by_time = modified_of(e_tag).is_some();
-        let options = match modified_of(e_tag) {
-            Some(time) => GetOptions { if_unmodified_since: Some(time), range, ..Default::default() },
-            None => GetOptions { if_match: Some(e_tag.to_string()), range, ..Default::default() },
-        };
         self.tried_async(key, limit(len), || async {
-            self.0.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let fetched = async {
-                let result = self.0.objects.get_opts(&path, options.clone()).await?;
-                // A version named by its time (a listing that gave no ETag) is compared by time,
-                // whatever the GET's headers add.
-                let meta = &result.meta;
-                let served = if pinned_by_time {
-                    version_of(&ObjectMeta { e_tag: None, ..meta.clone() })
-                } else {
-                    version_of(meta)
-                };
-                Ok::<_, object_store::Error>((served, result.bytes().await?))
-            };
-            let (served, bytes) = match fetched.await {
-                Ok(fetched) => fetched,
-                // The version opened is gone: as much a change as a newer ETag.
-                Err(object_store::Error::NotFound { .. }) => {
-                    self.0.metadata.forget(key);
-                    return Err(Failed::Final(Error::Changed(self.describe(key))));
-                }
-                Err(e) => return Err(self.failed(key, e)),
-            };
-            // A server that ignored If-Match, or a reply mangled on the way, must not pass
-            // another version's bytes off as these.
-            if served.as_deref().map(bare_e_tag) != Some(bare_e_tag(e_tag)) {
-                self.0.metadata.forget(key);
-                return Err(Failed::Again(Error::Changed(self.describe(key))));
-            }
+            let bytes = self.get_of_version(key, e_tag, range.clone()).await?.bytes().await;
+            let bytes = bytes.map_err(|e| self.failed(key, e))?;
             if bytes.len() as u64 != len {
                 let wrong = format!("the server sent {} bytes where {len} were due", bytes.len());
                 let source = io::Error::new(io::ErrorKind::InvalidData, wrong);
@@ -187,6 +157,55 @@ impl BucketStore {
             Ok(bytes)
         })
         .await
+    }
+
+    /// The bytes `range` of version `e_tag` of `key` as they arrive, once the reply's headers
+    /// named that version and range: the reader counts them (a reply cut short or running long
+    /// is its to tell) and times the gaps between them.
+    pub(super) async fn stream_verified_async(&self, key: &str, e_tag: &str, range: Range<u64>) -> Result<ByteStream> {
+        let reply = self.tried_async(key, FIRST_BYTE, || self.get_of_version(key, e_tag, Some(range.clone()))).await?;
+        let (store, key) = (self.clone(), key.to_string());
+        Ok(reply.into_stream().map(move |piece| piece.map_err(|e| store.error(&key, e))).boxed())
+    }
+
+    /// One GET of `range` (the whole object when `None`) of version `e_tag` of `key`, its reply's
+    /// headers checked: that version, or the version's absence or replacement as a final answer.
+    async fn get_of_version(
+        &self,
+        key: &str,
+        e_tag: &str,
+        range: Option<Range<u64>>,
+    ) -> std::result::Result<GetResult, Failed> {
+        let pinned_by_time = modified_of(e_tag).is_some();
+        let range = range.map(GetRange::Bounded);
+        let options = match modified_of(e_tag) {
+            Some(time) => GetOptions { if_unmodified_since: Some(time), range, ..Default::default() },
+            None => GetOptions { if_match: Some(e_tag.to_string()), range, ..Default::default() },
+        };
+        let epoch = self.0.metadata.epoch();
+        self.0.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let reply = match self.0.objects.get_opts(&self.path(key), options).await {
+            Ok(reply) => reply,
+            // The version opened is gone: as much a change as a newer ETag.
+            Err(object_store::Error::NotFound { .. }) => {
+                self.0.metadata.forget(key);
+                return Err(Failed::Final(Error::Changed(self.describe(key))));
+            }
+            Err(e) => return Err(self.failed(key, e)),
+        };
+        // A version named by its time (a listing that gave no ETag) is compared by time, whatever
+        // the GET's headers add.
+        let meta = &reply.meta;
+        let served =
+            if pinned_by_time { version_of(&ObjectMeta { e_tag: None, ..meta.clone() }) } else { version_of(meta) };
+        // A server that ignored If-Match, or a reply mangled on the way, must not pass another
+        // version's bytes off as these.
+        if served.as_deref().map(bare_e_tag) != Some(bare_e_tag(e_tag)) {
+            self.0.metadata.forget(key);
+            return Err(Failed::Again(Error::Changed(self.describe(key))));
+        }
+        self.0.metadata.confirm(key, e_tag, epoch);
+        Ok(reply)
     }
 
     /// The HEAD of `key` from the server (`None`: no such object), within the time limit.
