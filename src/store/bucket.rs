@@ -338,9 +338,15 @@ impl BucketStore {
             return Ok(Some(listing));
         }
         let epoch = self.0.metadata.epoch();
-        self.0.listings_asked.share(dir, epoch, || match self.0.metadata.listing(dir) {
-            Some(landed) => Ok(Some(landed)),
-            None => self.list_now(dir, epoch),
+        self.0.listings_asked.share(dir, epoch, || {
+            if self.0.metadata.listed_len(dir).is_none() {
+                // Never listed: the directories below are likely looked up next.
+                self.list_below(dir.to_string());
+            }
+            match self.0.metadata.listing(dir) {
+                Some(landed) => Ok(Some(landed)),
+                None => self.list_now(dir, epoch),
+            }
         })
     }
 

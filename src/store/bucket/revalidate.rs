@@ -5,7 +5,8 @@
 //! share returns every object there, from which the HEAD of every file and the listing of every
 //! directory below follow, exactly as a LIST of each would give them. Past one page of objects
 //! ([`LARGEST`]) the keys are asked for one by one as before, and that directory is not listed
-//! whole again for a while.
+//! whole again for a while. The first listing of a directory is made the same way: the lookups
+//! that follow, of the directories below, are then answered without a round trip each.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -27,13 +28,22 @@ impl BucketStore {
     /// Makes the HEADs and listings of `keys` current with one listing below the directory they
     /// share, when that is small enough; else leaves them to be asked for one by one.
     pub(super) fn revalidate(&self, keys: &[&str]) {
+        let metadata = &self.0.metadata;
+        let stale: Vec<&str> =
+            keys.iter().copied().filter(|k| metadata.head(k).is_none() && metadata.listing(k).is_none()).collect();
+        if let Some(dir) = shared_dir(&stale) {
+            self.list_below(dir);
+        }
+    }
+
+    /// Remembers the listing of `dir` and of every directory below it, and the HEAD of every
+    /// object there, from one listing without a delimiter, when it holds at most [`LARGEST`]
+    /// objects; else nothing.
+    pub(super) fn list_below(&self, dir: String) {
         if !self.0.service.abilities.list {
             return;
         }
         let metadata = &self.0.metadata;
-        let stale: Vec<&str> =
-            keys.iter().copied().filter(|k| metadata.head(k).is_none() && metadata.listing(k).is_none()).collect();
-        let Some(dir) = shared_dir(&stale) else { return };
         let mut too_large = self.0.too_large.lock();
         too_large.retain(|_, since: &mut Instant| since.elapsed() < TOO_LARGE_FOR);
         if too_large.contains_key(&dir) {
