@@ -2,28 +2,31 @@
 //! readers that wait for them, shared by every reader that wants them, and kept in memory for a
 //! while.
 //!
-//! On an object store each request costs a round trip (10-50 ms) and is billed, so a reader should
-//! cost as few requests as reading the objects directly would, without waiting for more bytes
-//! than it asked for:
+//! On an object store each request costs a round trip (10-50 ms) and a connection carries about
+//! 90 MB/s, so a reader should cost few requests, have several in flight when it reads much, and
+//! never wait for more bytes than it asked for:
 //! - a [`segment`] is one GET of a byte range of one version (object and ETag), streamed: its bytes
 //!   arrive in order and a reader waits only for those it wants, so a GET can run long without
 //!   making anybody wait for its end; bytes are kept by version, so another version's bytes are
 //!   never served, and two readers of one range cost one GET;
 //! - what a read fetches: an object of at most [`SMALL_OBJECT`] whole at its first read (a shard of
 //!   small chunks: index and chunks in one GET); the whole chunk of a chunk file, whose range the
-//!   view tells ([`Fetcher::will_need`]); and once readers go on in order (a handle reading on, or
-//!   the next chunk of a shard after its neighbours) the rest of the object, in one GET;
-//! - a segment fetches ahead of what its readers have read by as much again as they have read from
-//!   it (at least 1 MiB, at most half the budget), then waits for them: the connection stays open
-//!   and TCP holds the rest back, so a reader going on costs no new request, and one that stops
-//!   costs at most a window of bytes; a segment nobody read from for [`Timing::idle`] is cut there;
-//! - [`Fetcher::prefetch`] starts a segment nobody waits on yet (the next shard of an array read in
-//!   order, as the view sees it);
-//! - memory: the bytes held are kept within the budget (`--read-ahead-size`) by dropping bytes the
-//!   readers have passed, then whole segments least recently read; a segment a reader waits on
-//!   always gets its bytes, others wait for room;
-//! - GETs in flight are bounded (`--max-requests`); segments nobody waited on when they started
-//!   take at most three quarters of them, so a read of something else always gets through;
+//!   view tells ([`Fetcher::will_need`]); once readers go on in order (reads following each
+//!   other, or the next chunks of a shard, a thread pool's few at once in any order) the rest of
+//!   the object as [`LANES`] GETs at once;
+//! - a segment fetches ahead of its readers (of the run, for a lane nobody reads from yet) by as
+//!   much again as they have read (at least 1 MiB, at most half the budget), then waits for
+//!   them: the connection stays open and TCP holds the rest back, so a reader going on costs no
+//!   new request, and one that stops costs at most a window of bytes; a segment nobody read from
+//!   for [`Timing::idle`] is cut there;
+//! - [`Fetcher::prefetch`] starts a segment nobody waits on yet (the index and first bytes of the
+//!   next shards of an array read in order, as the view sees it);
+//! - memory: the bytes held are kept within the budget (`--read-ahead-size`; half of it for bytes
+//!   nobody asked for yet) by dropping bytes readers have passed, then segments ended and read
+//!   from, least recently read first; bytes fetched ahead and not read yet stay; a segment a
+//!   reader waits on always gets its bytes, others wait for room;
+//! - GETs in flight are bounded (`--max-requests`); prefetches take at most three quarters of
+//!   them, so a read of something else always gets through;
 //! - a GET that stalls for [`Timing::stall`] or ends early leaves the bytes it brought (the right
 //!   bytes of the right version) and fails; a reader of the bytes beyond asks again, a few times.
 //!
@@ -58,7 +61,7 @@ const FIRST_WINDOW: u64 = 1 << 20;
 /// A reader going on in order gets the rest of the object as this many GETs at once (a
 /// connection carries about 90 MB/s on S3: throughput comes from several at once), each of at
 /// least [`LANE`] bytes; a prefetch gets the first lane.
-const LANES: u64 = 3;
+const LANES: u64 = 4;
 const LANE: u64 = 32 << 20;
 /// The largest window, whatever the budget.
 const LARGEST_WINDOW: u64 = 256 << 20;
@@ -382,9 +385,9 @@ impl Fetcher {
     }
 
     /// Starts fetching `range` of `reader`'s version now, in the background, from its first byte
-    /// not fetched or being fetched yet, a lane of it at most (the index and first bytes of a shard
-    /// about to be read: the rest comes as its readers go on). Its bytes are fetched as there is
-    /// room for them.
+    /// not fetched or being fetched yet, a lane of it at most (the index, or the first bytes of a
+    /// shard about to be read: the rest comes in lanes as its readers go on). Its bytes are
+    /// fetched as there is room for them, within half the budget.
     pub fn prefetch(&self, reader: &Reader, range: Range<u64>) {
         let range = range.start..range.end.min(reader.size);
         if self.inner.budget == 0 || range.is_empty() {
@@ -394,14 +397,14 @@ impl Fetcher {
         let (version, gone) = remembered(&mut versions, &reader.version);
         let from = not_fetched_from(version, range.start);
         if from < range.end {
-            let plan = match reader.size <= SMALL_OBJECT && version.segments.is_empty() {
-                true => planned(version, reader.size, 0, reader.size, reader.size),
-                false => {
-                    let end = range.end.min(from + LANE);
-                    planned(version, reader.size, from, end, end)
-                }
-            };
-            self.start(version, reader, plan, Kind::Background);
+            if reader.size <= SMALL_OBJECT && version.segments.is_empty() {
+                let plan = planned(version, reader.size, 0, reader.size, reader.size);
+                self.start(version, reader, plan, Kind::Background);
+            } else {
+                let end = range.end.min(from + LANE);
+                let plan = planned(version, reader.size, from, end, end);
+                self.start(version, reader, plan, Kind::Background);
+            }
         }
         drop(versions);
         if let Some(gone) = gone {
@@ -498,15 +501,9 @@ impl Fetcher {
         let before = version.segments.range(..=at).next_back().map_or(0, |(_, s)| s.end().min(at));
         let from = before.max(version.run.span.start).min(at);
         let rest = planned(version, size, from, size, size).range;
-        let lane = LANE.max((rest.end - rest.start).div_ceil(LANES)).max(hinted_end - from);
-        let follows = Some(version.run.follow.clone());
-        let first = Plan { range: from..rest.end.min(from + lane), wanted_end: hinted_end, follows: follows.clone() };
-        let mut plans = vec![first];
-        while plans.len() < LANES as usize && plans.last().expect("one").range.end < rest.end {
-            let start = plans.last().expect("one").range.end;
-            let end = rest.end.min(start + lane);
-            plans.push(Plan { range: start..end, wanted_end: start, follows: follows.clone() });
-        }
+        let mut plans = lanes(rest, version.run.follow.clone());
+        // The first lane is the read's own: what it waits for comes without waiting for room.
+        plans[0].wanted_end = hinted_end.min(plans[0].range.end);
         plans
     }
 
@@ -569,6 +566,18 @@ fn remembered<'a>(
         gone = versions.push(id.clone(), Version { segments: BTreeMap::new(), run }).map(|(_, v)| v);
     }
     (versions.get_mut(id).expect("just made"), gone)
+}
+
+/// `range` as [`LANES`] GETs at once of [`LANE`] bytes at least, each fetched a window ahead of
+/// the readers of the run they follow.
+fn lanes(range: Range<u64>, follows: Arc<Follow>) -> Vec<Plan> {
+    let lane = LANE.max((range.end - range.start).div_ceil(LANES));
+    let starts = (range.start..range.end).step_by(lane as usize);
+    let plans = starts.map(|start| {
+        let end = range.end.min(start + lane);
+        Plan { range: start..end, wanted_end: start, follows: Some(follows.clone()) }
+    });
+    plans.collect()
 }
 
 /// The first byte from `at` on that no segment of `version` holds or brings.
