@@ -213,10 +213,12 @@ impl Inner {
     fn make_room(&self, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
         // Bytes nobody reads yet take half the budget at most: the other half is the readers'.
         let budget = if kind == Kind::Background { self.budget / 2 } else { self.budget };
-        let fits = || self.held.load(Ordering::SeqCst) + wanted <= budget;
-        if fits() {
+        if self.held.load(Ordering::SeqCst) + wanted <= budget {
             return true;
         }
+        // A sixteenth more than needed goes, so that the pieces that follow fit without a look
+        // through every segment each.
+        let fits = || self.held.load(Ordering::SeqCst) + wanted + budget / 16 <= budget;
         let mut versions = self.versions.lock();
         let mut all: Vec<(Arc<VersionId>, Arc<Segment>)> = versions
             .iter()
@@ -236,7 +238,7 @@ impl Inner {
                 segment.drop_read(BEHIND.min(self.budget / 8), &self.held);
             }
         }
-        fits()
+        self.held.load(Ordering::SeqCst) + wanted <= budget
     }
 
     /// Stops counting the bytes of a version no longer remembered.
@@ -248,7 +250,7 @@ impl Inner {
 
     /// Runs the GET of `segment` of `version` to its end, or until nobody wants more of it.
     async fn run(self: Arc<Self>, version: Arc<VersionId>, segment: Arc<Segment>, get: Get, kind: Kind) {
-        let outcome = self.stream(&segment, get, kind).await;
+        let outcome = self.stream(&version.key, &segment, get, kind).await;
         // A version replaced on the server fails this and every later GET of it; the bytes of it
         // fetched before stay right for readers of that version, until they are evicted.
         if let Err(e) = &outcome {
@@ -257,8 +259,9 @@ impl Inner {
         segment.finish(outcome);
     }
 
-    async fn stream(&self, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
-        let place = || segment.start.to_string();
+    /// The GET of `segment` of the object at `key`, run until it ends or nobody wants more.
+    async fn stream(&self, key: &str, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
+        let place = || key.to_string();
         let Some(_permits) = self.permits(kind == Kind::Background).await else {
             return Err(Error::Io { place: place(), source: io::Error::other("no requests allowed") });
         };
@@ -520,14 +523,14 @@ impl Fetcher {
         self.runtime.spawn(async move {
             // Ends the segment however the task ends, so that nobody waits for it forever (a
             // runtime shutting down drops its tasks).
-            struct Ended(Arc<Segment>);
+            struct Ended(Arc<Segment>, String);
             impl Drop for Ended {
                 fn drop(&mut self) {
                     let gone = io::Error::new(io::ErrorKind::Interrupted, "the fetch was dropped");
-                    self.0.finish(Err(Error::Io { place: self.0.start.to_string(), source: gone }));
+                    self.0.finish(Err(Error::Io { place: self.1.clone(), source: gone }));
                 }
             }
-            let _ended = Ended(running.clone());
+            let _ended = Ended(running.clone(), id.key.clone());
             inner.run(id, running, get, kind).await;
         });
         segment
