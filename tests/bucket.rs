@@ -215,6 +215,53 @@ fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
     assert_eq!(store.gets_sent() - before, 1, "two readers of one chunk at once");
 }
 
+#[test]
+fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
+    let Some(endpoint) = s3_endpoint("the GET counts of an array read in order") else { return };
+    let name = format!("in-order-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
+    let store = s3::open(&format!("s3://{name}/ds"), &options, Caching::default()).unwrap();
+    // Four shards of twelve chunks of 1 MiB: larger than an object fetched whole at its first read.
+    let doc = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [48 << 20], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [12 << 20]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]
+    });
+    let chunks: Vec<Vec<u8>> = (0..48).map(mib_chunk).collect();
+    store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
+    store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
+    for (shard, of) in chunks.chunks(12).enumerate() {
+        let bytes = assemble_shard(&spec(12), &of.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+        store.put(&format!("a/c/{shard}"), &[&bytes], PutMode::Overwrite).unwrap();
+    }
+    let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
+    lookup(&fs, "a/zarr.json").unwrap();
+    let before = store.gets_sent();
+    // As cat of every chunk file does: each looked up and read in 128 KiB pieces, in order.
+    for (i, chunk) in chunks.iter().enumerate() {
+        let fh = fs.open(lookup(&fs, &format!("a/c/{i}")).unwrap(), OpenMode::default()).unwrap();
+        let mut read = Vec::new();
+        loop {
+            let piece = fs.read(fh, read.len() as u64, 128 << 10).unwrap();
+            if piece.is_empty() {
+                break;
+            }
+            read.extend(piece);
+        }
+        fs.release(fh);
+        assert!(read == *chunk, "chunk {i}");
+    }
+    // The first shard: its index, its first chunk, the rest; every later one asked for ahead:
+    // its index and its bytes. Not one GET per chunk, nor per 8 MiB.
+    let gets = store.gets_sent() - before;
+    assert!((8..=12).contains(&gets), "{gets} GETs for 48 chunks in 4 shards");
+}
+
 const SHARD: &str = "a/c/0";
 
 fn spec(entries: u64) -> IndexSpec {

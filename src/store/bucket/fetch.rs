@@ -288,9 +288,10 @@ impl Inner {
                 }
             };
             self.make_room(segment, piece.len() as u64, kind);
-            let added = segment.append(&piece, &self.held);
+            let len = piece.len() as u64;
+            let added = segment.append(piece, &self.held);
             at += added;
-            if added < piece.len() as u64 {
+            if added < len {
                 let long = io::Error::new(io::ErrorKind::InvalidData, "the server sent more bytes than were due");
                 return Err(Error::Io { place: place(), source: long });
             }

@@ -3,9 +3,9 @@
 //! readers have read before it waits for them (the server's connection stays open meanwhile, and
 //! TCP holds the rest back).
 //!
-//! A segment's bytes are held in blocks of [`BLOCK`] bytes; blocks its readers have passed can be
-//! dropped to make room ([`Segment::drop_read`]), and a reader of a dropped byte is told so, to
-//! fetch it again. A GET that ends early (a stall, a reset, a short body, or cut for lack of
+//! A segment holds the pieces of the reply as they came (no copy); pieces its readers have passed
+//! can be dropped to make room ([`Segment::drop_read`]), and a reader of a dropped byte is told
+//! so, to fetch it again. A GET that ends early (a stall, a reset, a short body, or cut for lack of
 //! readers) leaves the bytes it brought: they are the right bytes of the right version, and a
 //! reader of bytes beyond them asks again.
 
@@ -13,13 +13,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use crate::store::Error;
-
-/// The unit in which bytes are held and dropped.
-pub const BLOCK: usize = 1 << 20;
 
 /// What a read of a segment got.
 #[derive(Debug)]
@@ -38,12 +35,10 @@ pub enum Got {
 struct Data {
     /// Where the bytes end: the end asked for, or where the GET ended early.
     end: u64,
-    /// The first byte held: blocks before it were dropped.
+    /// The first byte held: pieces before it were dropped.
     base: u64,
-    /// Full blocks from `base` on.
-    blocks: VecDeque<Bytes>,
-    /// The bytes after the full blocks.
-    tail: BytesMut,
+    /// The pieces of the reply from `base` on, in order, each with its first byte's offset.
+    pieces: VecDeque<(u64, Bytes)>,
     /// The GET brings the bytes up to here without waiting for readers: what its maker wants.
     wanted_end: u64,
     /// The end of the furthest read so far: the GET fetches ahead of it, and bytes before it
@@ -63,24 +58,22 @@ struct Data {
 
 impl Data {
     fn filled(&self) -> u64 {
-        self.base + (self.blocks.len() * BLOCK + self.tail.len()) as u64
+        self.pieces.back().map_or(self.base, |(at, piece)| at + piece.len() as u64)
     }
 
     /// Copies `[at, to)` (all arrived and held) into `buf`.
     fn copy(&self, at: u64, to: u64, buf: &mut [u8]) {
+        let mut i = self.pieces.partition_point(|(start, piece)| start + piece.len() as u64 <= at);
         let mut at = at;
         let mut out = 0;
         while at < to {
-            let offset = (at - self.base) as usize;
-            let (block, within) = (offset / BLOCK, offset % BLOCK);
-            let source: &[u8] = match self.blocks.get(block) {
-                Some(bytes) => bytes,
-                None => &self.tail,
-            };
-            let n = ((to - at) as usize).min(source.len() - within);
-            buf[out..out + n].copy_from_slice(&source[within..within + n]);
+            let (start, piece) = &self.pieces[i];
+            let within = (at - start) as usize;
+            let n = ((to - at) as usize).min(piece.len() - within);
+            buf[out..out + n].copy_from_slice(&piece[within..within + n]);
             out += n;
             at += n as u64;
+            i += 1;
         }
     }
 }
@@ -129,8 +122,7 @@ impl Segment {
         let data = Data {
             end,
             base: start,
-            blocks: VecDeque::new(),
-            tail: BytesMut::new(),
+            pieces: VecDeque::new(),
             wanted_end,
             frontier: start,
             outcome: None,
@@ -230,23 +222,14 @@ impl Segment {
         self.follows.as_ref().map_or(own, |run| own.max(*run.last_read.lock()))
     }
 
-    /// Takes `bytes`, the next ones the GET brought, up to the end asked for, counting them in
+    /// Takes `piece`, the next bytes the GET brought, up to the end asked for, counting them in
     /// `held` unless let go: how many it took (fewer only from a faulty reply, which ran long).
-    pub fn append(&self, bytes: &[u8], held: &AtomicU64) -> u64 {
+    pub fn append(&self, piece: Bytes, held: &AtomicU64) -> u64 {
         let mut data = self.data.lock();
-        let room = (data.end - data.filled()).min(bytes.len() as u64);
-        let mut rest = &bytes[..room as usize];
-        while !rest.is_empty() {
-            if data.tail.capacity() == 0 {
-                data.tail.reserve(BLOCK);
-            }
-            let n = rest.len().min(BLOCK - data.tail.len());
-            data.tail.extend_from_slice(&rest[..n]);
-            rest = &rest[n..];
-            if data.tail.len() == BLOCK {
-                let full = std::mem::take(&mut data.tail).freeze();
-                data.blocks.push_back(full);
-            }
+        let at = data.filled();
+        let room = (data.end - at).min(piece.len() as u64);
+        if room > 0 {
+            data.pieces.push_back((at, piece.slice(..room as usize)));
         }
         if data.counted {
             held.fetch_add(room, Ordering::SeqCst);
@@ -286,15 +269,18 @@ impl Segment {
         self.data.lock().base
     }
 
-    /// Drops the whole blocks the readers have read past by more than `margin` (the slower
-    /// threads of a pool read a little behind the others), and stops counting them in `held`.
+    /// Drops the pieces the readers have read past by more than `margin` (the slower threads of
+    /// a pool read a little behind the others), and stops counting them in `held`.
     pub fn drop_read(&self, margin: u64, held: &AtomicU64) {
         let mut data = self.data.lock();
         let mut freed = 0;
-        while data.base + BLOCK as u64 + margin <= data.frontier && !data.blocks.is_empty() {
-            data.blocks.pop_front();
-            data.base += BLOCK as u64;
-            freed += BLOCK as u64;
+        while let Some(end) = data.pieces.front().map(|(start, piece)| start + piece.len() as u64) {
+            if end + margin > data.frontier {
+                break;
+            }
+            freed += end - data.base;
+            data.pieces.pop_front();
+            data.base = end;
         }
         if data.counted {
             held.fetch_sub(freed, Ordering::SeqCst);
@@ -306,43 +292,40 @@ impl Segment {
 mod tests {
     use super::*;
 
-    fn pattern(range: std::ops::Range<u64>) -> Vec<u8> {
-        range.map(|i| (i % 251) as u8).collect()
+    fn pattern(range: std::ops::Range<u64>) -> Bytes {
+        range.map(|i| (i % 251) as u8).collect::<Vec<u8>>().into()
     }
 
     #[test]
     fn bytes_are_read_as_they_arrive_and_dropped_once_read_past() {
         let held = AtomicU64::new(0);
-        let segment = Segment::new(1000, 1000 + 3 * BLOCK as u64, 1000, None);
-        let all = pattern(1000..1000 + 3 * BLOCK as u64);
-        assert_eq!(segment.append(&all[..BLOCK + 70], &held), BLOCK as u64 + 70);
+        let segment = Segment::new(1000, 4000, 1000, None);
+        assert_eq!(segment.append(pattern(1000..2000), &held), 1000);
+        assert_eq!(segment.append(pattern(2000..2070), &held), 70);
         let mut buf = vec![0; 100];
-        assert!(matches!(segment.read(1000 + BLOCK as u64 - 50, &mut buf), Got::Copied(100)));
-        assert_eq!(buf, pattern(1000 + BLOCK as u64 - 50..1000 + BLOCK as u64 + 50).as_slice()[..100]);
-        segment.drop_read(BLOCK as u64, &held);
-        assert_eq!(held.load(Ordering::SeqCst), BLOCK as u64 + 70, "read past, but within the margin");
+        assert!(matches!(segment.read(1950, &mut buf), Got::Copied(100)));
+        assert_eq!(buf, pattern(1950..2050), "across two pieces");
+        segment.drop_read(1000, &held);
+        assert_eq!(held.load(Ordering::SeqCst), 1070, "read past, but within the margin");
         segment.drop_read(0, &held);
-        assert_eq!(held.load(Ordering::SeqCst), 70, "the first block was read past");
+        assert_eq!(held.load(Ordering::SeqCst), 70, "the first piece was read past");
         assert!(matches!(segment.read(1000, &mut buf), Got::Gone));
-        assert_eq!(segment.append(&all[BLOCK + 70..], &held), (2 * BLOCK - 70) as u64);
-        assert_eq!(segment.append(b"x", &held), 0, "nothing past the end");
+        assert_eq!(segment.append(pattern(2070..4000), &held), 1930);
+        assert_eq!(segment.append(pattern(4000..4001), &held), 0, "nothing past the end");
         segment.finish(Ok(()));
-        let mut rest = vec![0; 2 * BLOCK];
-        let at = 1000 + BLOCK as u64;
-        assert!(matches!(segment.read(at, &mut rest), Got::Copied(n) if n == 2 * BLOCK));
-        assert!(rest == all[BLOCK..]);
-        assert_eq!(held.load(Ordering::SeqCst), 2 * BLOCK as u64);
+        let mut rest = vec![0; 2000];
+        assert!(matches!(segment.read(2000, &mut rest), Got::Copied(2000)));
+        assert_eq!(rest, pattern(2000..4000));
+        assert_eq!(held.load(Ordering::SeqCst), 2000);
         segment.let_go(&held);
         segment.let_go(&held);
         assert_eq!(held.load(Ordering::SeqCst), 0, "let go once");
-        segment.append(b"x", &held);
-        assert_eq!(held.load(Ordering::SeqCst), 0);
     }
 
     #[test]
     fn a_get_that_ended_early_serves_what_it_brought_then_fails() {
         let segment = Segment::new(0, 100, 100, None);
-        segment.append(&pattern(0..40), &AtomicU64::new(0));
+        segment.append(pattern(0..40), &AtomicU64::new(0));
         segment.finish(Err(Error::NotFound("k".into())));
         let mut buf = vec![0; 60];
         assert!(matches!(segment.read(20, &mut buf), Got::Copied(20)));
@@ -361,7 +344,7 @@ mod tests {
             while !segment.awaited() {
                 std::thread::yield_now();
             }
-            segment.append(&pattern(0..15), &AtomicU64::new(0));
+            segment.append(pattern(0..15), &AtomicU64::new(0));
             assert!(reader.join().unwrap());
         });
         assert!(!segment.finished());
@@ -372,12 +355,12 @@ mod tests {
         let segment = Segment::new(0, 1 << 20, 100, None);
         let window = |read: u64| read.max(50);
         assert!(segment.demanded(), "its maker wants 100");
-        segment.append(&pattern(0..100), &AtomicU64::new(0));
+        segment.append(pattern(0..100), &AtomicU64::new(0));
         assert!(!segment.demanded() && !segment.wanted(window), "a window of 50 past the start is held");
         let mut buf = vec![0; 50];
         segment.read(50, &mut buf);
         assert!(segment.wanted(window), "100 read: as much again wanted");
-        segment.append(&pattern(100..200), &AtomicU64::new(0));
+        segment.append(pattern(100..200), &AtomicU64::new(0));
         assert!(!segment.wanted(window));
     }
 
@@ -389,7 +372,7 @@ mod tests {
         assert!(!lane.wanted(window), "the run's readers are 1000 before it");
         run.read_to(600);
         assert!(lane.wanted(window), "600 read: as much again ahead reaches it");
-        lane.append(&pattern(1000..1200), &AtomicU64::new(0));
+        lane.append(pattern(1000..1200), &AtomicU64::new(0));
         assert!(!lane.wanted(window));
     }
 }
