@@ -153,21 +153,21 @@ fn a_real_s3_server_passes_the_store_conformance_checks() {
     }
 }
 
-/// One inner chunk of the array `a_chunk_file_costs_one_get` reads: 1 MiB, each unlike the others.
+/// One inner chunk of the arrays of `mib_array`: 1 MiB, each unlike the others.
 fn mib_chunk(i: u8) -> Vec<u8> {
     (0..1u32 << 20).map(|j| (j % 253) as u8 ^ i).collect()
 }
 
-#[test]
-fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
-    let Some(endpoint) = s3_endpoint("the GET counts of chunk reads") else { return };
-    let name = format!("fetch-{}", std::process::id());
-    make_bucket(&endpoint, &name);
-    let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
+/// A new bucket named after `name` on the S3 server at `endpoint`, holding at `a` a 1-D array of
+/// `shards` shards of twelve chunks of 1 MiB (more than an object small enough to be fetched
+/// whole at its first read); its store and chunks.
+fn mib_array(endpoint: &str, name: &str, shards: usize) -> (BucketStore, Vec<Vec<u8>>) {
+    let name = format!("{name}-{}", std::process::id());
+    make_bucket(endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint.to_string()), ..Default::default() };
     let store = s3::open(&format!("s3://{name}/ds"), &options, Caching::default()).unwrap();
-    // Twelve chunks of 1 MiB in one shard: more than an object small enough to be fetched whole.
     let doc = serde_json::json!({
-        "zarr_format": 3, "node_type": "array", "shape": [12 << 20], "data_type": "uint8",
+        "zarr_format": 3, "node_type": "array", "shape": [shards * (12 << 20)], "data_type": "uint8",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [12 << 20]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
         "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
@@ -175,11 +175,21 @@ fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
             "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
             "index_location": "end"}}]
     });
-    let chunks: Vec<Vec<u8>> = (0..12).map(mib_chunk).collect();
-    let shard = assemble_shard(&spec(12), &chunks.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+    let chunks: Vec<Vec<u8>> = (0..shards * 12).map(|i| mib_chunk(i as u8)).collect();
     store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
     store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
-    store.put("a/c/0", &[&shard], PutMode::Overwrite).unwrap();
+    for (shard, of) in chunks.chunks(12).enumerate() {
+        let bytes = assemble_shard(&spec(12), &of.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+        store.put(&format!("a/c/{shard}"), &[&bytes], PutMode::Overwrite).unwrap();
+    }
+    (store, chunks)
+}
+
+#[test]
+fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
+    let Some(endpoint) = s3_endpoint("the GET counts of chunk reads") else { return };
+    // Twelve chunks of 1 MiB in one shard: more than an object small enough to be fetched whole.
+    let (store, chunks) = mib_array(&endpoint, "fetch", 1);
     let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
     // The shard's index, read once and cached, is not what is counted.
     assert!(read_path(&fs, "a/c/0").unwrap() == chunks[0]);
@@ -218,27 +228,7 @@ fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
 #[test]
 fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
     let Some(endpoint) = s3_endpoint("the GET counts of an array read in order") else { return };
-    let name = format!("in-order-{}", std::process::id());
-    make_bucket(&endpoint, &name);
-    let options = S3Options { endpoint_url: Some(endpoint), ..Default::default() };
-    let store = s3::open(&format!("s3://{name}/ds"), &options, Caching::default()).unwrap();
-    // Four shards of twelve chunks of 1 MiB: larger than an object fetched whole at its first read.
-    let doc = serde_json::json!({
-        "zarr_format": 3, "node_type": "array", "shape": [48 << 20], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [12 << 20]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
-        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
-            "codecs": [{"name": "bytes"}],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
-            "index_location": "end"}}]
-    });
-    let chunks: Vec<Vec<u8>> = (0..48).map(mib_chunk).collect();
-    store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
-    store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
-    for (shard, of) in chunks.chunks(12).enumerate() {
-        let bytes = assemble_shard(&spec(12), &of.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
-        store.put(&format!("a/c/{shard}"), &[&bytes], PutMode::Overwrite).unwrap();
-    }
+    let (store, chunks) = mib_array(&endpoint, "in-order", 4);
     let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
     lookup(&fs, "a/zarr.json").unwrap();
     let before = store.gets_sent();
