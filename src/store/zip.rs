@@ -345,8 +345,4 @@ impl Object for EntryObject {
     fn will_need(&self, range: Range<u64>) {
         self.directory.file.will_need(self.in_zip(range.start, range.end.saturating_sub(range.start)));
     }
-
-    fn prefetch(&self, range: Range<u64>) {
-        self.directory.file.prefetch(self.in_zip(range.start, range.end.saturating_sub(range.start)));
-    }
 }

@@ -83,8 +83,12 @@ impl ReadAhead {
     /// shards to ask for now (each once while the reader goes on in order).
     fn shards_ahead(&self, array: &ShardedArray, chunk: &[u64]) -> Vec<Vec<u64>> {
         let Some(place) = c_order(chunk, &array.grid) else { return Vec::new() };
-        let chunks: u64 = array.grid.iter().product();
-        let per_shard: u64 = array.meta.sharding.chunks_per_shard().iter().product();
+        // Grids come from documents on disk: too many chunks to count are no order to follow.
+        let count = |shape: &[u64]| shape.iter().try_fold(1u64, |n, s| n.checked_mul(*s));
+        let (Some(chunks), Some(per_shard)) = (count(&array.grid), count(&array.meta.sharding.chunks_per_shard()))
+        else {
+            return Vec::new();
+        };
         let mut arrays = self.arrays.lock();
         let fresh = || Progress { last: place, in_order: 1, asked_until: place, asked: HashSet::new() };
         let progress = arrays.get_or_insert_mut(array.dir.clone(), fresh);
@@ -110,7 +114,7 @@ impl ReadAhead {
         // at least [`SHARDS_AHEAD`], at most [`MOST_AHEAD`].
         let shards_per_row = array.shard_grid.last().copied().unwrap_or(1);
         let ahead = shards_per_row.clamp(SHARDS_AHEAD, MOST_AHEAD).saturating_mul(per_shard);
-        let until = place.saturating_add(ahead).min(chunks - 1);
+        let until = place.saturating_add(ahead).min(chunks.saturating_sub(1));
         let per_shard_along_last = array.meta.sharding.chunks_per_shard().last().copied().unwrap_or(1).max(1);
         let row = array.grid.last().copied().unwrap_or(1).max(1);
         let mut shards = Vec::new();
@@ -210,6 +214,15 @@ mod tests {
         }
         asked.sort();
         assert_eq!(asked, [[0, 0], [0, 1], [1, 0], [1, 1]]);
+    }
+
+    #[test]
+    fn a_grid_of_more_chunks_than_can_be_counted_is_followed_by_no_one() {
+        let a = array(&[1 << 40, 1 << 40], &[1, 1], &[1, 2]);
+        let ahead = ReadAhead::default();
+        for j in 0..4 {
+            assert!(ahead.shards_ahead(&a, &[0, j]).is_empty());
+        }
     }
 
     #[test]

@@ -23,8 +23,9 @@
 //!   next shards of an array read in order, as the view sees it);
 //! - memory: the bytes held are kept within the budget (`--read-ahead-size`; half of it for bytes
 //!   nobody asked for yet) by dropping bytes readers have passed, then segments ended and read
-//!   from, least recently read first; bytes fetched ahead and not read yet stay; a segment a
-//!   reader waits on always gets its bytes, others wait for room;
+//!   from, least recently read first; bytes fetched ahead and not read yet stay, until nobody
+//!   came for them for [`Timing::idle`] (a reader who went elsewhere); a segment a reader waits
+//!   on always gets its bytes, others wait for room;
 //! - GETs in flight are bounded (`--max-requests`); prefetches take at most three quarters of
 //!   them, so a read of something else always gets through;
 //! - a GET that stalls for [`Timing::stall`] or ends early leaves the bytes it brought (the right
@@ -206,10 +207,11 @@ impl Inner {
     }
 
     /// Makes room for `wanted` more bytes within the budget (half of it for a background fetch),
-    /// going through the segments least recently read first: an ended one read from goes whole
-    /// unless a reader waits on it, of others (`keep` too) the blocks their readers have passed
-    /// by more than [`BEHIND`]. Bytes fetched ahead and not read yet stay: they are what readers
-    /// come to next. True when there is room.
+    /// going through the segments least recently read first: an ended one that nobody waits on
+    /// goes whole once read from, or once nobody came for it for [`Timing::idle`]; of others
+    /// (`keep` too) the pieces their readers have passed by more than [`BEHIND`]. Bytes fetched
+    /// ahead and not read yet stay while readers may come: they are what readers read next.
+    /// True when there is room.
     fn make_room(&self, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
         // Bytes nobody reads yet take half the budget at most: the other half is the readers'.
         let budget = if kind == Kind::Background { self.budget / 2 } else { self.budget };
@@ -229,9 +231,15 @@ impl Inner {
             if fits() {
                 break;
             }
-            if !Arc::ptr_eq(&segment, keep) && segment.finished() && !segment.awaited() && !segment.unread() {
+            if !Arc::ptr_eq(&segment, keep)
+                && segment.finished()
+                && !segment.awaited()
+                && segment.spent(self.timing.idle)
+            {
                 if let Some(known) = versions.peek_mut(&version) {
-                    known.segments.remove(&segment.start);
+                    // Its key is where it began, or where it held bytes from when a segment
+                    // took its place (see `start`).
+                    known.segments.retain(|_, s| !Arc::ptr_eq(s, &segment));
                     segment.let_go(&self.held);
                 }
             } else {
@@ -502,11 +510,17 @@ impl Fetcher {
         }
         // Back to the start of the run, over bytes nobody fetches yet (a neighbour's chunk that
         // a slower thread of the pool reads next).
+        // Not further back than such a pool reads, though: bytes before that were read already
+        // (and dropped to make room).
         let before = version.segments.range(..=at).next_back().map_or(0, |(_, s)| s.end().min(at));
-        let from = before.max(version.run.span.start).min(at);
+        let pool = POOL.saturating_mul(hinted_end - at).saturating_add(NEAR);
+        let from = before.max(version.run.span.start).max(at.saturating_sub(pool)).min(at);
         let rest = planned(version, size, from, size, size).range;
         let mut plans = lanes(rest, version.run.follow.clone());
-        // The first lane is the read's own: what it waits for comes without waiting for room.
+        // The lane holding the read's first byte comes first, the read's own: what it waits for
+        // comes without waiting for room.
+        let own = plans.iter().position(|lane| lane.range.contains(&at)).unwrap_or(0);
+        plans.swap(0, own);
         plans[0].wanted_end = hinted_end.min(plans[0].range.end);
         plans
     }
@@ -515,8 +529,15 @@ impl Fetcher {
     fn start(&self, version: &mut Version, reader: &Reader, plan: Plan, kind: Kind) -> Arc<Segment> {
         let segment = Arc::new(Segment::new(plan.range.start, plan.range.end, plan.wanted_end, plan.follows));
         if let Some(replaced) = version.segments.insert(plan.range.start, segment.clone()) {
-            // Only one that ended without a byte at its start can be.
-            replaced.let_go(&self.inner.held);
+            // One whose first bytes were dropped (the new one ends where its bytes begin again),
+            // or one that ended without a byte at its start: what it still holds or brings stays,
+            // under its first byte held.
+            let from = replaced.held_from();
+            if from < replaced.end() && plan.range.end <= from {
+                version.segments.insert(from, replaced);
+            } else {
+                replaced.let_go(&self.inner.held);
+            }
         }
         log::trace!("fetching bytes {:?} of {} (wanted to {})", plan.range, reader.version.key, plan.wanted_end);
         let inner = self.inner.clone();
@@ -923,6 +944,52 @@ mod tests {
         }
         let calls = fake.calls();
         assert!(calls.len() <= 8, "one GET per prefetched shard, a few for the first: {calls:?}");
+    }
+
+    #[test]
+    fn bytes_fetched_ahead_that_nobody_came_for_make_room_once_idle() {
+        let rt = runtime();
+        let budget = 4 << 20;
+        let fetcher = Fetcher::with_timing(budget, 16, rt.handle().clone(), quick());
+        let fake = Arc::new(Fake::default());
+        // Two shards asked for ahead fill the half of the budget prefetches may take; their
+        // reader went elsewhere.
+        for seed in 1..=2 {
+            fetcher.prefetch(&fake.reader(seed, 1 << 20), 0..1 << 20);
+        }
+        until_asked(&fake, 2);
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(fetcher.held(), 2 << 20);
+        let third = fake.reader(3, 1 << 20);
+        fetcher.prefetch(&third, 0..1 << 20);
+        read(&fetcher, &third, 3, 0..1 << 20).unwrap();
+        assert!(fetcher.held() <= budget as u64 / 2, "{} held: the idle ones went", fetcher.held());
+        assert_eq!(fake.calls().len(), 3);
+    }
+
+    #[test]
+    fn a_read_of_bytes_dropped_from_a_running_get_leaves_that_get_to_its_readers() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(8 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let size = 100 << 20;
+        let reader = fake.reader(1, size);
+        let read_on = |from: u64, to: u64| {
+            let mut at = from;
+            while at < to {
+                read(&fetcher, &reader, 1, at..at + (128 << 10)).unwrap();
+                at += 128 << 10;
+            }
+        };
+        read_on(0, 20 << 20);
+        assert_eq!(fake.calls().len() as u64, 1 + LANES, "the first read, then lanes");
+        // The kernel reads an early page again: its bytes were dropped to make room.
+        read(&fetcher, &reader, 1, 128 << 10..256 << 10).unwrap();
+        read_on(20 << 20, 40 << 20);
+        let calls = fake.calls();
+        assert_eq!(calls.len() as u64, 2 + LANES, "the page again, and the lanes go on: {calls:?}");
+        // The page's own GET fetches a first window ahead of its reader too.
+        assert!(fetcher.held() <= (8 << 20) + FIRST_WINDOW + LANES * PIECE, "{} held", fetcher.held());
     }
 
     #[test]

@@ -164,13 +164,7 @@ impl Segment {
                 return Got::Copied((to - at) as usize);
             }
             if let Some(outcome) = &data.outcome {
-                // Ended before `to`: what it brought from `at` on, else why not.
-                if at < filled {
-                    data.copy(at, filled, buf);
-                    data.last_read = Instant::now();
-                    data.unread = false;
-                    return Got::Copied((filled - at) as usize);
-                }
+                // Ended before `to` (its end is where it got to): why.
                 return match outcome {
                     Err(e) => Got::Failed(e.duplicate()),
                     Ok(()) => Got::Gone,
@@ -211,9 +205,10 @@ impl Segment {
         self.data.lock().waiting > 0
     }
 
-    /// True until a reader read from it.
-    pub fn unread(&self) -> bool {
-        self.data.lock().unread
+    /// True once a reader read from it, or when nobody read from it (or from the run it follows)
+    /// for `idle`: fetched ahead for a reader who went elsewhere.
+    pub fn spent(&self, idle: std::time::Duration) -> bool {
+        !self.data.lock().unread || self.last_read().elapsed() >= idle
     }
 
     /// When a reader last read from it, or from the run it follows.
