@@ -26,8 +26,9 @@
 //!   from, least recently read first; bytes fetched ahead and not read yet stay, until nobody
 //!   came for them for [`Timing::idle`] (a reader who went elsewhere); a segment a reader waits
 //!   on always gets its bytes, others wait for room;
-//! - GETs in flight are bounded (`--max-requests`); prefetches take at most three quarters of
-//!   them, so a read of something else always gets through;
+//! - GETs in flight are bounded (`--max-requests`); GETs nobody waits on yet (lanes ahead,
+//!   prefetches) take at most three quarters of them, so that a read of something else gets
+//!   through while readers going on in order hold their lanes open;
 //! - a GET that stalls for [`Timing::stall`] or ends early leaves the bytes it brought (the right
 //!   bytes of the right version) and fails; a reader of the bytes beyond asks again, a few times.
 //!
@@ -178,7 +179,8 @@ impl Default for Timing {
 enum Kind {
     /// A reader waits for its first bytes: the bytes its maker wants come, room or not.
     Demand,
-    /// Ahead of a reader going on in order: as there is room in the budget.
+    /// Ahead of a reader going on in order: as there is room in the budget, with at most three
+    /// quarters of the requests.
     Ahead,
     /// Asked for before any reader came (the view's next shards): within half the budget, and
     /// with at most three quarters of the requests.
@@ -195,7 +197,7 @@ struct Inner {
     largest_window: u64,
     /// Every GET holds one of these while it runs.
     requests: Arc<Semaphore>,
-    /// GETs nobody waited on when they started hold one of these too.
+    /// GETs nobody waited on when they were made (lanes ahead, prefetches) hold one of these too.
     background: Arc<Semaphore>,
     timing: Timing,
 }
@@ -270,15 +272,22 @@ impl Inner {
     /// The GET of `segment` of the object at `key`, run until it ends or nobody wants more.
     async fn stream(&self, key: &str, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
         let place = || key.to_string();
-        let Some(_permits) = self.permits(kind == Kind::Background).await else {
-            return Err(Error::Io { place: place(), source: io::Error::other("no requests allowed") });
-        };
+        let no_permits = || Error::Io { place: place(), source: io::Error::other("no requests allowed") };
+        let mut permits = Some(self.permits(kind != Kind::Demand).await.ok_or_else(no_permits)?);
         let end = segment.end();
         let mut bytes = get(segment.start..end).await?;
         let mut at = segment.start;
         while at < end {
-            if !self.wait_for_readers(segment, kind).await {
-                return Ok(());
+            if !self.ready(segment, kind) {
+                // A GET waiting for its readers brings nothing meanwhile: its request is another's
+                // until they come (its connection stays open).
+                permits = None;
+                if !self.wait_for_readers(segment, kind).await {
+                    return Ok(());
+                }
+            }
+            if permits.is_none() {
+                permits = Some(self.permits(kind != Kind::Demand).await.ok_or_else(no_permits)?);
             }
             let piece = match tokio::time::timeout(self.timing.stall, bytes.next()).await {
                 Ok(Some(piece)) => piece?,
@@ -307,16 +316,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits while nobody wants more of the segment yet (or wants bytes ahead of the readers, and
-    /// there is no room for them); false when nobody read from it for [`Timing::idle`]: it is to
-    /// be cut.
+    /// True when the segment's GET is to go on now: a reader waits for its bytes, its maker
+    /// wants more, or its readers want more ahead and there is room for it.
+    fn ready(&self, segment: &Arc<Segment>, kind: Kind) -> bool {
+        segment.awaited()
+            || (segment.demanded() && kind == Kind::Demand)
+            || ((segment.demanded() || segment.wanted(|read| self.window(read))) && self.make_room(segment, 0, kind))
+    }
+
+    /// Waits until the segment's GET is to go on ([`Inner::ready`]); false when nobody read from
+    /// it for [`Timing::idle`]: it is to be cut.
     async fn wait_for_readers(&self, segment: &Arc<Segment>, kind: Kind) -> bool {
-        let window = |read| self.window(read);
         loop {
-            if segment.awaited() || (segment.demanded() && kind == Kind::Demand) {
-                return true;
-            }
-            if (segment.demanded() || segment.wanted(window)) && self.make_room(segment, 0, kind) {
+            if self.ready(segment, kind) {
                 return true;
             }
             if segment.last_read().elapsed() >= self.timing.idle {
@@ -370,7 +382,7 @@ impl Fetcher {
             budget,
             largest_window: (budget / 2).min(LARGEST_WINDOW),
             requests: Arc::new(Semaphore::new(max_requests)),
-            background: Arc::new(Semaphore::new((max_requests - max_requests / 4).max(1))),
+            background: Arc::new(Semaphore::new((max_requests - max_requests.div_ceil(4)).max(1))),
             timing,
         };
         Fetcher { inner: Arc::new(inner), runtime }
@@ -1028,6 +1040,26 @@ mod tests {
         }
         assert!(fake.most_in_flight.load(Ordering::SeqCst) <= 4);
         assert_eq!(fake.calls().len(), 5, "4 prefetches and the other read");
+    }
+
+    #[test]
+    fn gets_waiting_for_their_readers_leave_their_requests_to_other_reads() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        // A reader going on in order, who then stops (a `cp` to a slow disk): its lanes, four,
+        // wait for it with their connections open.
+        let slow = fake.reader(1, 1 << 30);
+        for i in 0..4u64 {
+            read(&fetcher, &slow, 1, i << 17..(i + 1) << 17).unwrap();
+        }
+        until_asked(&fake, 1 + LANES as usize);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(fake.in_flight.load(Ordering::SeqCst), LANES as usize, "{:?}", fake.calls());
+        let start = std::time::Instant::now();
+        read(&fetcher, &fake.reader(2, 1 << 30), 2, 500 << 20..(500 << 20) + 10).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(2), "waited {:?} for a request", start.elapsed());
+        read(&fetcher, &slow, 1, 4 << 17..8 << 17).unwrap();
     }
 
     #[test]
