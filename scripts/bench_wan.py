@@ -17,7 +17,10 @@ request/response turn and each new connection, and counts the requests. Readers:
 - `cat` of every chunk file of `big` through shardfs, against `cat` of its shard objects through
   s3fs-fuse and rclone mount, and boto3 downloading those shard objects (its parallel ranged GETs);
 - random reads: 256 tiles of `tiles` picked at random (the same for every reader), read by 8
-  threads, one zarr-python selection each (one inner chunk).
+  threads, one zarr-python selection each (one inner chunk);
+- zarr-python reading the same arrays unsharded, as plain chunk files on the local disk (no
+  network, warm): what reading per-chunk files costs zarr-python itself, the floor of any view
+  that shows them (the RTT does not apply to it; it is measured at each, like the others).
 
 Each measurement is on a fresh mount (or a fresh client), and runs are interleaved: run 1 of every
 reader at every RTT, then run 2. The table gives medians of R runs and the requests of the median
@@ -163,7 +166,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="`big` is SCALE x 512 MiB")
     parser.add_argument("--quick", action="store_true", help="--scale 0.25 --runs 1 --rtts 0,20 (for iteration)")
-    parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,boto3")
+    parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,boto3,plain")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -191,6 +194,11 @@ def main():
         start = time.perf_counter()
         store = write_arrays(endpoint, args.scale)
         want = {name: zarr.open_array(store, path=name, mode="r")[...] for name in ("big", "tiles")}
+        plain = os.path.join(work, "plain")
+        for name, source in want.items():
+            chunks = zarr.open_array(store, path=name, mode="r").chunks
+            zarr.create_array(os.path.join(plain, name), shape=source.shape, chunks=chunks, dtype=source.dtype,
+                              compressors=None)[...] = source
         listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=BUCKET, Prefix="ds/big/c/")
         shards = sorted(o["Key"] for o in listing["Contents"])
         shard_bytes = sum(o["Size"] for o in listing["Contents"])  # the chunks and the shards' indexes
@@ -205,6 +213,11 @@ def main():
         def zarr_direct(name):
             def run(proxy):
                 return np.array_equal(zarr.open_array(direct_store(proxy), path=name, mode="r")[...], want[name])
+            return run
+
+        def zarr_plain(name):
+            def run(proxy):
+                return np.array_equal(zarr.open_array(os.path.join(plain, name), mode="r")[...], want[name])
             return run
 
         def zarr_mounted(tool, name):
@@ -243,6 +256,7 @@ def main():
             workloads.append((what, "direct", zarr_direct(name)))
             for tool in ("shardfs", "s3fs", "rclone"):
                 workloads.append((what, tool, zarr_mounted(tool, name)))
+            workloads.append((what, "plain", zarr_plain(name)))
         what = f"cat of every chunk of `big` ({big_mib:.0f} MiB)"
         workloads.append((what, "shardfs", cat("shardfs")))
         workloads.append((what, "s3fs", cat("s3fs")))
@@ -287,7 +301,8 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
     names = {"direct": "zarr-python direct (obstore)", "shardfs": "shardfs mount", "s3fs": "s3fs-fuse",
-             "rclone": "rclone mount", "boto3": "boto3 download_fileobj of the shards"}
+             "rclone": "rclone mount", "boto3": "boto3 download_fileobj of the shards",
+             "plain": "plain chunk files, local disk (unsharded)"}
     median = {}
     for key, runs in results.items():
         t = statistics.median(r[0] for r in runs)
@@ -311,6 +326,8 @@ def main():
                 d, s = median[(what, "direct", rtt)], median[(what, "shardfs", rtt)]
                 lines.append(f"- RTT {rtt:g} ms, {what}: shardfs / direct = {s[0] / d[0]:.2f}x the time, "
                              f"{s[1] / max(d[1], 1):.2f}x the requests (targets: 1.3x, 2x)")
+                if (what, "plain", rtt) in median:
+                    lines.append(f"  (plain local chunk files / direct = {median[(what, 'plain', rtt)][0] / d[0]:.2f}x)")
         cat_what = f"cat of every chunk of `big` ({args.scale * 512:.0f} MiB)"
         if (cat_what, "shardfs", rtt) in median and (cat_what, "boto3", rtt) in median:
             s, b = median[(cat_what, "shardfs", rtt)], median[(cat_what, "boto3", rtt)]

@@ -23,8 +23,9 @@ use crate::store::Store;
 const SLACK: u64 = 8;
 /// Chunks looked up in order before the shards ahead are asked for: two could be a coincidence.
 const IN_ORDER: u32 = 3;
-/// The shards holding the next this many shards' worth of chunks are asked for, or a row of
-/// shards' worth (a 2-D array read row by row), up to [`MOST_AHEAD`].
+/// The shards holding the next this many shards' worth of chunks are asked for, or two rows of
+/// shards' worth (a 2-D array read row by row: the next row is under way before the reader
+/// enters it), up to [`MOST_AHEAD`].
 const SHARDS_AHEAD: u64 = 3;
 const MOST_AHEAD: u64 = 8;
 /// How many arrays' readers are followed.
@@ -110,10 +111,10 @@ impl ReadAhead {
         if progress.in_order < IN_ORDER {
             return Vec::new();
         }
-        // A row of shards ahead (a 2-D reader gets the next row of shards when it enters one),
-        // at least [`SHARDS_AHEAD`], at most [`MOST_AHEAD`].
+        // Two rows of shards ahead (a 2-D reader entering a row of shards has the next one under
+        // way), at least [`SHARDS_AHEAD`], at most [`MOST_AHEAD`].
         let shards_per_row = array.shard_grid.last().copied().unwrap_or(1);
-        let ahead = shards_per_row.clamp(SHARDS_AHEAD, MOST_AHEAD).saturating_mul(per_shard);
+        let ahead = shards_per_row.saturating_mul(2).clamp(SHARDS_AHEAD, MOST_AHEAD).saturating_mul(per_shard);
         let until = place.saturating_add(ahead).min(chunks.saturating_sub(1));
         let per_shard_along_last = array.meta.sharding.chunks_per_shard().last().copied().unwrap_or(1).max(1);
         let row = array.grid.last().copied().unwrap_or(1).max(1);

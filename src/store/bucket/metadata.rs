@@ -96,6 +96,10 @@ impl Listing {
     }
 }
 
+/// The most ahead of its end that an answer is renewed by a periodic revalidation (a pass of
+/// the watcher comes each second).
+const DUE_AHEAD: Duration = Duration::from_secs(2);
+
 #[derive(Debug)]
 struct Fresh<T> {
     until: Instant,
@@ -155,6 +159,16 @@ impl MetadataCache {
             Some(fresh) if fresh.until > Instant::now() => Some(fresh.value.clone()),
             _ => None,
         }
+    }
+
+    /// True unless the HEAD or the listing of `key` is trusted for a while yet (half the TTL, at
+    /// most [`DUE_AHEAD`]): a periodic revalidation renews them before they run out, so that
+    /// lookups between two passes never find them expired and wait for a round trip.
+    pub fn due(&self, key: &str) -> bool {
+        let ahead = Instant::now() + (self.ttl / 2).min(DUE_AHEAD);
+        let trusted = |until: Instant| until > ahead;
+        !(self.heads.lock().peek(key).is_some_and(|fresh| trusted(fresh.until))
+            || self.listings.lock().peek(key).is_some_and(|fresh| trusted(fresh.until)))
     }
 
     /// How many entries `dir` had when last listed, trusted or not.
@@ -378,6 +392,23 @@ mod tests {
         let cache = MetadataCache::new(Duration::ZERO);
         cache.remember_head("k", Some(head("e")), cache.epoch());
         assert_eq!(cache.head("k"), None);
+    }
+
+    #[test]
+    fn an_answer_is_due_for_renewal_once_half_its_ttl_has_passed() {
+        let cache = MetadataCache::new(Duration::from_secs(1));
+        assert!(cache.due("k") && cache.due("d"), "never asked");
+        cache.remember_head("k", Some(head("e")), cache.epoch());
+        cache.remember_listing(
+            "d",
+            Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH)),
+            Vec::new(),
+            cache.epoch(),
+        );
+        assert!(!cache.due("k") && !cache.due("d"));
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(cache.head("k").is_some(), "still trusted");
+        assert!(cache.due("k") && cache.due("d"), "but to be renewed before it runs out");
     }
 
     #[test]

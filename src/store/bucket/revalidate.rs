@@ -1,6 +1,7 @@
 //! Revalidating many keys with one request. The watcher asks every pass (each second) for the
 //! current version of every file and directory the kernel holds answers from: a zarr.json, the
-//! shards behind chunk files, the directories above them. Asked one by one, that is a LIST per
+//! shards behind chunk files, the directories above them. Answers about to run out are renewed
+//! too (`MetadataCache::due`), so that a reader's lookups between passes find them trusted. Asked one by one, that is a LIST per
 //! directory each pass. Instead, one LIST without a delimiter below the directory all of them
 //! share returns every object there, from which the HEAD of every file and the listing of every
 //! directory below follow, exactly as a LIST of each would give them. Past one page of objects
@@ -29,8 +30,7 @@ impl BucketStore {
     /// share, when that is small enough; else leaves them to be asked for one by one.
     pub(super) fn revalidate(&self, keys: &[&str]) {
         let metadata = &self.0.metadata;
-        let stale: Vec<&str> =
-            keys.iter().copied().filter(|k| metadata.head(k).is_none() && metadata.listing(k).is_none()).collect();
+        let stale: Vec<&str> = keys.iter().copied().filter(|k| metadata.due(k)).collect();
         if let Some(dir) = shared_dir(&stale) {
             self.list_below(dir);
         }
