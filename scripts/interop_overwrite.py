@@ -157,11 +157,14 @@ def main():
             check(f"{label}: not one read is a mix of versions", counts["mixed"] == 0,
                   f"{counts['mixed']} mixed, e.g. (path, got, A, B): {mixed_examples}")
             # ESTALE is the one error expected: a version replaced again between the lookup the
-            # kernel retried the open with and the open itself.
+            # kernel retried the open with and the open itself. A read-only mount opens the file
+            # at its lookup (its reads come with no open, which the kernel cannot retry): there it
+            # is one read in a hundred at most (a few in 50,000 here; 4-5% before).
             if set(errnos) - {errno.ESTALE}:
                 with open(os.path.join(work, "log"), errors="replace") as f:
                     print("".join([line for line in f if "read" in line or "open" in line][-10:]))
-            check(f"{label}: errors are rare and only ESTALE", counts["errors"] <= counts["reads"] // 20
+            rare = counts["reads"] // (100 if "--read-only" in flags else 20)
+            check(f"{label}: errors are rare and only ESTALE", counts["errors"] <= rare
                   and set(errnos) <= {errno.ESTALE}, errnos)
     return check.summary("overwrite")
 

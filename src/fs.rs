@@ -18,6 +18,7 @@ pub mod error;
 mod freshness;
 mod inode_number;
 mod inode_table;
+mod unopened;
 mod write_ops;
 
 use std::collections::HashMap;
@@ -40,12 +41,17 @@ use crate::write::pending::{Pending, Policy};
 use freshness::{Change, Freshness};
 use inode_number::path_ino;
 use inode_table::{Bound, InodeTable};
+use unopened::Unopened;
 
 pub use error::{Error, Result};
 pub use write_ops::OpenMode;
 
 /// The root directory's inode number, fixed by FUSE.
 pub const ROOT_INO: u64 = 1;
+
+/// Looking up a file of a read-only mount whose version is replaced between the answer and the
+/// open is tried this many times.
+const LOOKUP_ATTEMPTS: u32 = 3;
 
 /// One directory entry of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +143,8 @@ pub struct ShardFs {
     freshness: Freshness,
     files: Mutex<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<OpenDir>>>,
+    /// Read-only mounts: files opened at their lookup, for reads that come with no handle.
+    unopened: Unopened,
     next_handle: AtomicU64,
 }
 
@@ -189,6 +197,7 @@ impl ShardFs {
             freshness: Freshness::default(),
             files: Mutex::default(),
             dirs: Mutex::default(),
+            unopened: Unopened::default(),
             next_handle: AtomicU64::new(1),
         }
     }
@@ -199,8 +208,30 @@ impl ShardFs {
 
     /// Finds `name` in directory `parent`; the kernel now holds one more reference to it.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<(u64, Attr)> {
-        let (node, answer) = self.ns.child(&self.node(parent)?, name)?;
-        Ok((self.remember_told(node, &answer), answer.attr))
+        let parent = self.node(parent)?;
+        let mut attempt = 1;
+        loop {
+            let (node, answer) = self.ns.child(&parent, name)?;
+            // The reads of a read-only mount come with no open: the version looked up is opened
+            // now, so that it can still be read if it is replaced before they come. One replaced
+            // between the answer and the open is looked up again.
+            let held = match (self.is_read_only(), answer.attr.kind, answer.content) {
+                (true, Kind::File, Some(stamp)) => match Reading::open(&self.ns, node.clone(), true) {
+                    Ok(reading) if reading.version() == Some(stamp) => Some(reading),
+                    Ok(_) if attempt < LOOKUP_ATTEMPTS => {
+                        attempt += 1;
+                        continue;
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            let ino = self.remember_told(node, &answer);
+            if let Some(reading) = held {
+                self.unopened.hold(ino, Arc::new(reading));
+            }
+            return Ok((ino, answer.attr));
+        }
     }
 
     /// [`ShardFs::remember`] for a node whose attributes the kernel is about to be told: the
@@ -296,6 +327,7 @@ impl ShardFs {
     pub fn forget(&self, ino: u64, n: u64) {
         if ino != ROOT_INO && self.inodes.lock().forget(ino, n) {
             self.freshness.unwatch(ino);
+            self.unopened.forget(ino);
         }
     }
 
@@ -460,9 +492,20 @@ impl ShardFs {
 
     /// Reads file `ino` with no open handle (a read-only mount answers no open): from the
     /// version its inode is bound to, as an open of it would, so the bytes agree with the size and
-    /// pages the kernel holds for that inode; ESTALE once that version was replaced.
+    /// pages the kernel holds for that inode: through the file opened at its lookup while that is
+    /// held, else opened now (ESTALE once that version was replaced).
     pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        Ok(self.open_reading(ino, self.node(ino)?)?.read(&self.ns, offset, size)?)
+        let bound = self.inodes.lock().get(ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
+        let held = bound.and_then(|stamp| self.unopened.get(ino, stamp));
+        let reading = match held {
+            Some(reading) => reading,
+            None => {
+                let reading = Arc::new(self.open_reading(ino, self.node(ino)?)?);
+                self.unopened.hold(ino, reading.clone());
+                reading
+            }
+        };
+        Ok(reading.read(&self.ns, offset, size)?)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {

@@ -109,6 +109,18 @@ fn entries_held_across_a_new_array_read_the_new_array() {
 }
 
 #[test]
+fn a_read_with_no_open_gets_the_version_looked_up_after_it_was_replaced() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
+    recreate_as(store.path(), ARRAY, "ts/zstd_crc");
+    // A read-only mount's reads come with no open (FUSE no-open), which the kernel does not retry
+    // on ESTALE: the lookup opened the version, whose bytes the inode's reads still get, whole.
+    assert_eq!(fs.read_unopened(chunk, 0, 1 << 20).unwrap(), twin(&format!("{ARRAY}/c/1/0")));
+    assert!(matches!(read_chunk(&fs, chunk), Err(Error::Stale(_))), "an open still finds it replaced");
+}
+
+#[test]
 fn writes_pending_when_their_array_is_made_anew_are_refused_and_never_committed() {
     let store = sharded_copy();
     let fs = writable_fs(store.path(), manual());
