@@ -168,7 +168,8 @@ pub struct StoreArgs {
     /// bytes (K, M, G; 0: each read fetches just its own bytes, nothing is kept).
     #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
     pub read_ahead_size: usize,
-    /// GET requests an object store mount has in flight at most (reads and read-ahead together).
+    /// GETs an object store mount has bringing bytes at once (reads and read-ahead together; a
+    /// GET fetched ahead that waits for its reader keeps its connection but not its request).
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub max_requests: u16,
     /// Keep an object store's fetched bytes in DIR too (made if missing), found again by later

@@ -160,25 +160,34 @@ fn mib_chunk(i: u8) -> Vec<u8> {
 
 /// A new bucket named after `name` on the S3 server at `endpoint`, holding at `a` a 1-D array of
 /// `shards` shards of twelve chunks of 1 MiB (more than an object small enough to be fetched
-/// whole at its first read); its store and chunks.
-fn mib_array(endpoint: &str, name: &str, shards: usize) -> (BucketStore, Vec<Vec<u8>>) {
+/// whole at its first read), each chunk ending in its crc32c when `checksummed`; its store and
+/// chunks (without checksums).
+fn mib_array(endpoint: &str, name: &str, shards: usize, checksummed: bool) -> (BucketStore, Vec<Vec<u8>>) {
     let name = format!("{name}-{}", std::process::id());
     make_bucket(endpoint, &name);
     let options = S3Options { endpoint_url: Some(endpoint.to_string()), ..Default::default() };
     let store = s3::open(&format!("s3://{name}/ds"), &options, Caching::default()).unwrap();
+    let codecs = match checksummed {
+        true => serde_json::json!([{"name": "bytes"}, {"name": "crc32c"}]),
+        false => serde_json::json!([{"name": "bytes"}]),
+    };
     let doc = serde_json::json!({
         "zarr_format": 3, "node_type": "array", "shape": [shards * (12 << 20)], "data_type": "uint8",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [12 << 20]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
         "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
-            "codecs": [{"name": "bytes"}],
+            "codecs": codecs,
             "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
             "index_location": "end"}}]
     });
     let chunks: Vec<Vec<u8>> = (0..shards * 12).map(|i| mib_chunk(i as u8)).collect();
     store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
     store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
-    for (shard, of) in chunks.chunks(12).enumerate() {
+    let stored: Vec<Vec<u8>> = match checksummed {
+        true => chunks.iter().map(|c| [c.as_slice(), &crc32c::crc32c(c).to_le_bytes()].concat()).collect(),
+        false => chunks.clone(),
+    };
+    for (shard, of) in stored.chunks(12).enumerate() {
         let bytes = assemble_shard(&spec(12), &of.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
         store.put(&format!("a/c/{shard}"), &[&bytes], PutMode::Overwrite).unwrap();
     }
@@ -189,7 +198,7 @@ fn mib_array(endpoint: &str, name: &str, shards: usize) -> (BucketStore, Vec<Vec
 fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
     let Some(endpoint) = s3_endpoint("the GET counts of chunk reads") else { return };
     // Twelve chunks of 1 MiB in one shard: more than an object small enough to be fetched whole.
-    let (store, chunks) = mib_array(&endpoint, "fetch", 1);
+    let (store, chunks) = mib_array(&endpoint, "fetch", 1, false);
     let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
     // The shard's index, read once and cached, is not what is counted.
     assert!(read_path(&fs, "a/c/0").unwrap() == chunks[0]);
@@ -228,7 +237,7 @@ fn a_chunk_file_costs_one_get_read_in_pieces_or_by_two_readers_at_once() {
 #[test]
 fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
     let Some(endpoint) = s3_endpoint("the GET counts of an array read in order") else { return };
-    let (store, chunks) = mib_array(&endpoint, "in-order", 4);
+    let (store, chunks) = mib_array(&endpoint, "in-order", 4, false);
     let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
     lookup(&fs, "a/zarr.json").unwrap();
     let before = store.gets_sent();
@@ -250,6 +259,27 @@ fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
     // its index and its bytes. Not one GET per chunk, nor per 8 MiB.
     let gets = store.gets_sent() - before;
     assert!((8..=12).contains(&gets), "{gets} GETs for 48 chunks in 4 shards");
+}
+
+#[test]
+fn a_zarr_v2_view_of_checksummed_chunks_fetches_no_chunk_to_look_one_up() {
+    let Some(endpoint) = s3_endpoint("the GET counts of lookups in a v2 view") else { return };
+    let (store, chunks) = mib_array(&endpoint, "v2-lookup", 1, true);
+    let v2 = Arc::new(shardfs::view::presentation::ZarrV2);
+    let fs = shardfs::mount::filesystem_showing(Arc::new(store.clone()), v2, IndexCache::new(1 << 20), None).unwrap();
+    assert!(read_path(&fs, "a/0").unwrap() == chunks[0], "the first chunk, and the shard's index");
+    let before = store.gets_sent();
+    // Out of order, so that no shard is asked for ahead: what `stat`, `ls -l FILE` or a Zarr
+    // reader's `exists` do. A read-only mount holds each file looked up open; it reads and checks
+    // a chunk's bytes at the first read, not at the open.
+    for i in [11, 2, 7, 4, 9] {
+        let ino = lookup(&fs, &format!("a/{i}")).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().size, 1 << 20, "chunk {i} without its crc32c");
+    }
+    assert_eq!(store.gets_sent() - before, 0, "GETs for five lookups");
+    for i in [11, 2] {
+        assert!(read_path(&fs, &format!("a/{i}")).unwrap() == chunks[i], "chunk {i}");
+    }
 }
 
 const SHARD: &str = "a/c/0";

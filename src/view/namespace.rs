@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::ops::{ControlFlow, Range};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::array::{ArrayPath, ShardedArray};
 use super::consolidated::Consolidated;
@@ -61,6 +61,23 @@ pub struct ChunkCursor {
 /// when the presentation strips it (`None` when it is too short to have one).
 fn shown_size(array: &ShardedArray, nbytes: u64) -> Option<u64> {
     if array.strip_crc32c { nbytes.checked_sub(4) } else { Some(nbytes) }
+}
+
+/// The bytes `range` of `file`, inner chunk `chunk` of it, without their trailing crc32c, once
+/// that matches the rest.
+fn checked_chunk(file: &dyn Object, range: &Range<u64>, chunk: &str) -> Result<Vec<u8>> {
+    let mut bytes = file.read_exact_at(range.start, range.end - range.start)?;
+    match crc32c_checked(&bytes).map(<[u8]>::len) {
+        Some(len) => {
+            bytes.truncate(len);
+            Ok(bytes)
+        }
+        None => {
+            let place = format!("{}: chunk {chunk}", file.place());
+            log::warn!("{place}: crc32c mismatch; read as EIO");
+            Err(Error::Damaged(format!("{place}: crc32c mismatch")))
+        }
+    }
 }
 
 /// `chunk` without its trailing crc32c, if that matches the rest.
@@ -185,18 +202,18 @@ pub enum Content {
     Bytes(Arc<[u8]>, Option<Stamp>),
     /// One inner chunk: a byte range of a shard file.
     Chunk(Box<dyn Object>, Range<u64>),
-    /// One inner chunk read whole from this shard version, its trailing checksum verified and
-    /// cut off (no copy).
-    Checked(Vec<u8>, Stamp),
+    /// One inner chunk that ends in a crc32c: a byte range of a shard file, read whole and checked
+    /// at its first read, then served without its checksum. Not at the open: a read-only mount
+    /// opens what it looks up, and a walk that only stats files must not fetch their bytes.
+    Checked { file: Box<dyn Object>, range: Range<u64>, chunk: String, bytes: OnceLock<Vec<u8>> },
 }
 
 impl Content {
     /// The version of the store file the bytes come from, as [`Answer::content`] says it.
     pub fn version(&self) -> Option<Stamp> {
         match self {
-            Content::Stored(file) | Content::Chunk(file, _) => Some(file.attr().stamp),
+            Content::Stored(file) | Content::Chunk(file, _) | Content::Checked { file, .. } => Some(file.attr().stamp),
             Content::Bytes(_, stamp) => *stamp,
-            Content::Checked(_, stamp) => Some(*stamp),
         }
     }
 
@@ -209,7 +226,14 @@ impl Content {
         };
         let (file, start, end) = match self {
             Content::Bytes(bytes, _) => return Ok(in_memory(bytes)),
-            Content::Checked(bytes, _) => return Ok(in_memory(bytes)),
+            Content::Checked { file, range, chunk, bytes } => {
+                if bytes.get().is_none() {
+                    // A failure is not kept: a later read tries again (a version replaced
+                    // meanwhile is the caller's to handle, as for any read).
+                    let _ = bytes.set(checked_chunk(&**file, range, chunk)?);
+                }
+                return Ok(in_memory(bytes.get().expect("set above")));
+            }
             Content::Stored(file) => (file, offset, offset.saturating_add(size as u64)),
             Content::Chunk(file, range) => {
                 let start = range.start.saturating_add(offset).min(range.end);
@@ -767,18 +791,12 @@ impl Namespace {
                     file.will_need(found.range.clone());
                     return Ok(Content::Chunk(file, found.range));
                 }
-                let mut bytes = file.read_exact_at(found.range.start, found.range.end - found.range.start)?;
-                let place = || format!("{}: chunk {}", file.place(), array.chunk_key(coords));
-                match crc32c_checked(&bytes).map(<[u8]>::len) {
-                    Some(len) => {
-                        bytes.truncate(len);
-                        Ok(Content::Checked(bytes, file.attr().stamp))
-                    }
-                    None => {
-                        log::warn!("{}: crc32c mismatch; read as EIO", place());
-                        Err(Error::Damaged(format!("{}: crc32c mismatch", place())))
-                    }
-                }
+                Ok(Content::Checked {
+                    file,
+                    range: found.range,
+                    chunk: array.chunk_key(coords),
+                    bytes: OnceLock::new(),
+                })
             }
         }
     }

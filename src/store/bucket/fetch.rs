@@ -516,7 +516,10 @@ impl Fetcher {
         if size <= SMALL_OBJECT && version.segments.is_empty() {
             return vec![planned(version, size, 0, size, size)];
         }
-        let hinted_end = hint.map_or(wanted.end, |h| h.end.max(wanted.end));
+        // A chunk larger than a window comes a window at a time: a read's own bytes come room or
+        // not, and a chunk of gigabytes would take them all.
+        let hinted_end =
+            hint.map_or(wanted.end, |h| h.end.min(at.saturating_add(self.inner.largest_window)).max(wanted.end));
         if !in_order {
             return vec![planned(version, size, at, hinted_end, hinted_end)];
         }
@@ -1014,6 +1017,18 @@ mod tests {
         read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
         read(&fetcher, &reader, 1, (7 << 20)..(9 << 20)).unwrap();
         assert_eq!(fake.calls(), [0..20 << 20]);
+    }
+
+    #[test]
+    fn a_chunk_larger_than_the_budget_is_fetched_a_window_at_a_time() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(1, 1 << 30);
+        fetcher.will_need(&reader, 0..1 << 30);
+        read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
+        assert_eq!(fake.calls(), [0..32 << 20], "half the budget, not the whole chunk");
+        assert!(fetcher.held() <= 64 << 20);
     }
 
     #[test]
