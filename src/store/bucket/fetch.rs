@@ -611,7 +611,10 @@ fn remembered<'a>(
 /// `range` as [`LANES`] GETs at once of [`LANE`] bytes at least, each fetched a window ahead of
 /// the readers of the run they follow.
 fn lanes(range: Range<u64>, follows: Arc<Follow>) -> Vec<Plan> {
-    let lane = LANE.max((range.end - range.start).div_ceil(LANES));
+    // As many lanes of [`LANE`] as fit, [`LANES`] at most, the bytes left over shared among them:
+    // a lane of the few bytes past the last (a shard's index) would be a GET for nothing.
+    let len = range.end - range.start;
+    let lane = len.div_ceil((len / LANE).clamp(1, LANES));
     let starts = (range.start..range.end).step_by(lane as usize);
     let plans = starts.map(|start| {
         let end = range.end.min(start + lane);
@@ -885,7 +888,8 @@ mod tests {
         let budget = 8 << 20;
         let fetcher = Fetcher::new(budget, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
-        let size = 100 << 20;
+        // Past its first read, as many bytes as the lanes of [`LANE`] take.
+        let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(3, size);
         let mut at = 0;
         while at < size {
@@ -987,7 +991,7 @@ mod tests {
         let rt = runtime();
         let fetcher = Fetcher::new(8 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
-        let size = 100 << 20;
+        let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(1, size);
         let read_on = |from: u64, to: u64| {
             let mut at = from;
@@ -1017,6 +1021,22 @@ mod tests {
         read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
         read(&fetcher, &reader, 1, (7 << 20)..(9 << 20)).unwrap();
         assert_eq!(fake.calls(), [0..20 << 20]);
+    }
+
+    #[test]
+    fn the_rest_of_an_object_is_cut_in_lanes_with_no_bytes_left_over() {
+        const M: u64 = 1 << 20;
+        let follow = Arc::new(Follow::new(0));
+        let cut = |range: Range<u64>| lanes(range, follow.clone()).into_iter().map(|p| p.range).collect::<Vec<_>>();
+        // A 128 MiB shard read from its second lane on, its index of 516 bytes at the end.
+        assert_eq!(
+            cut(32 * M..128 * M + 516),
+            [32 * M..64 * M + 172, 64 * M + 172..96 * M + 344, 96 * M + 344..128 * M + 516]
+        );
+        assert_eq!(cut(0..128 * M), [0..32 * M, 32 * M..64 * M, 64 * M..96 * M, 96 * M..128 * M]);
+        assert_eq!(cut(0..40 * M), [0..40 * M]);
+        assert_eq!(cut(0..5), [0..5]);
+        assert_eq!(cut(0..1024 * M), [0..256 * M, 256 * M..512 * M, 512 * M..768 * M, 768 * M..1024 * M]);
     }
 
     #[test]
