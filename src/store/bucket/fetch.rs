@@ -76,6 +76,8 @@ const POOL: u64 = 8;
 /// Bytes read past are kept this long behind the furthest read of a segment (an eighth of the
 /// budget at most), for the slower threads of a pool reading chunks a few at once.
 const BEHIND: u64 = 32 << 20;
+/// Readers going on in order in one object, far apart, followed at once.
+const RUNS: usize = 4;
 /// Tries of a read whose bytes a GET failed to bring, or lost before it could copy them.
 const TRIES: usize = 3;
 /// How many versions' runs and segments are remembered.
@@ -122,41 +124,53 @@ impl fmt::Debug for Reader {
     }
 }
 
-/// Where the readers of one version have got to, reading in order: Zarr readers read the chunks
+/// Where some readers of one version have got to, reading in order: Zarr readers read the chunks
 /// of a shard in order, each from a handle of its own (a read-only mount opens no handle at all),
 /// a few at once from a thread pool.
 #[derive(Debug)]
 struct Run {
-    /// Where the ranges read in order begin and end (empty: none yet).
+    /// Where the ranges read in order begin and end.
     span: Range<u64>,
     /// How far its readers have got, for the lanes fetched ahead of them.
     follow: Arc<Follow>,
 }
 
 impl Run {
-    /// Takes note of the first read of `hinted` (a chunk's range, or a read's own): true when it
-    /// goes on from the ranges before.
-    fn advance(&mut self, hinted: &Range<u64>) -> bool {
+    /// True when a first read of `hinted` (a chunk's range, or a read's own) goes on from the
+    /// ranges of this run.
+    fn goes_on(&self, hinted: &Range<u64>) -> bool {
         let slack = POOL * (hinted.end - hinted.start) + NEAR;
-        let on = !self.span.is_empty()
-            && hinted.start.saturating_add(slack) >= self.span.start
-            && hinted.start <= self.span.end.saturating_add(slack);
-        self.span = match on {
-            true => self.span.start.min(hinted.start)..self.span.end.max(hinted.end),
-            false => hinted.clone(),
-        };
-        if !on {
-            self.follow = Arc::new(Follow::new(hinted.start));
-        }
-        on
+        hinted.start.saturating_add(slack) >= self.span.start && hinted.start <= self.span.end.saturating_add(slack)
     }
 }
 
-/// What is known of one version: its segments, by first byte, and its readers' run.
+/// What is known of one version: its segments, by first byte, and its readers' runs, the one
+/// that went on last at the end: [`RUNS`] at most, so that readers far apart in one object (two
+/// `cp`s of it, a pool's workers each given a part) each go on in order.
 #[derive(Debug)]
 struct Version {
     segments: BTreeMap<u64, Arc<Segment>>,
-    run: Run,
+    runs: Vec<Run>,
+}
+
+impl Version {
+    /// Takes note of the first read of `hinted`: the run it goes on (its span the start of the
+    /// ranges read, and where its readers are), when it goes on from one; else a new run starts
+    /// there, in the place of the one that went on longest ago when there are [`RUNS`].
+    fn advance(&mut self, hinted: &Range<u64>) -> Option<(u64, Arc<Follow>)> {
+        let Some(on) = self.runs.iter().position(|run| run.goes_on(hinted)) else {
+            if self.runs.len() >= RUNS {
+                self.runs.remove(0);
+            }
+            self.runs.push(Run { span: hinted.clone(), follow: Arc::new(Follow::new(hinted.start)) });
+            return None;
+        };
+        let mut run = self.runs.remove(on);
+        run.span = run.span.start.min(hinted.start)..run.span.end.max(hinted.end);
+        let went_on = (run.span.start, run.follow.clone());
+        self.runs.push(run);
+        Some(went_on)
+    }
 }
 
 /// How long GETs may wait, settable for tests.
@@ -447,23 +461,20 @@ impl Fetcher {
             return self.read_directly(reader, wanted, buf);
         }
         let hint = reader.take_hint(&wanted);
+        // The run the read goes on, once known: where it began, and where its readers are.
         let mut in_order = None;
-        let mut follow = None;
         let mut at = wanted.start;
         let mut misses = 0;
         while at < wanted.end {
             let segment = {
                 let mut versions = self.inner.versions.lock();
                 let (version, gone) = remembered(&mut versions, &reader.version);
-                let on = *in_order.get_or_insert_with(|| version.run.advance(hint.as_ref().unwrap_or(&wanted)));
-                if on && follow.is_none() {
-                    follow = Some(version.run.follow.clone());
-                }
+                let run = in_order.get_or_insert_with(|| version.advance(hint.as_ref().unwrap_or(&wanted))).clone();
                 let found = version.segments.range(..=at).next_back().map(|(_, s)| s).filter(|s| s.covers(at)).cloned();
                 let segment = match found {
                     Some(segment) => segment,
                     None => {
-                        let mut plans = self.plan(version, reader, at, &wanted, hint.as_ref(), on).into_iter();
+                        let mut plans = self.plan(version, reader, at, &wanted, hint.as_ref(), run).into_iter();
                         let first = plans.next().expect("a plan for the read's own bytes");
                         let segment = self.start(version, reader, first, Kind::Demand);
                         for lane in plans {
@@ -483,8 +494,8 @@ impl Fetcher {
                 Got::Copied(n) => {
                     at += n as u64;
                     misses = 0;
-                    if let Some(run) = &follow {
-                        run.read_to(at);
+                    if let Some(Some((_, follow))) = &in_order {
+                        follow.read_to(at);
                     }
                 }
                 Got::Failed(changed @ Error::Changed(_)) => return Err(changed),
@@ -510,7 +521,7 @@ impl Fetcher {
         at: u64,
         wanted: &Range<u64>,
         hint: Option<&Range<u64>>,
-        in_order: bool,
+        run: Option<(u64, Arc<Follow>)>,
     ) -> Vec<Plan> {
         let size = reader.size;
         if size <= SMALL_OBJECT && version.segments.is_empty() {
@@ -520,18 +531,18 @@ impl Fetcher {
         // not, and a chunk of gigabytes would take them all.
         let hinted_end =
             hint.map_or(wanted.end, |h| h.end.min(at.saturating_add(self.inner.largest_window)).max(wanted.end));
-        if !in_order {
+        let Some((run_start, follow)) = run else {
             return vec![planned(version, size, at, hinted_end, hinted_end)];
-        }
+        };
         // Back to the start of the run, over bytes nobody fetches yet (a neighbour's chunk that
         // a slower thread of the pool reads next).
         // Not further back than such a pool reads, though: bytes before that were read already
         // (and dropped to make room).
         let before = version.segments.range(..=at).next_back().map_or(0, |(_, s)| s.end().min(at));
         let pool = POOL.saturating_mul(hinted_end - at).saturating_add(NEAR);
-        let from = before.max(version.run.span.start).max(at.saturating_sub(pool)).min(at);
+        let from = before.max(run_start).max(at.saturating_sub(pool)).min(at);
         let rest = planned(version, size, from, size, size).range;
-        let mut plans = lanes(rest, version.run.follow.clone());
+        let mut plans = lanes(rest, follow);
         // The lane holding the read's first byte comes first, the read's own: what it waits for
         // comes without waiting for room.
         let own = plans.iter().position(|lane| lane.range.contains(&at)).unwrap_or(0);
@@ -602,8 +613,7 @@ fn remembered<'a>(
 ) -> (&'a mut Version, Option<Version>) {
     let mut gone = None;
     if !versions.contains(id) {
-        let run = Run { span: 0..0, follow: Arc::new(Follow::new(0)) };
-        gone = versions.push(id.clone(), Version { segments: BTreeMap::new(), run }).map(|(_, v)| v);
+        gone = versions.push(id.clone(), Version { segments: BTreeMap::new(), runs: Vec::new() }).map(|(_, v)| v);
     }
     (versions.get_mut(id).expect("just made"), gone)
 }
@@ -1037,6 +1047,22 @@ mod tests {
         assert_eq!(cut(0..40 * M), [0..40 * M]);
         assert_eq!(cut(0..5), [0..5]);
         assert_eq!(cut(0..1024 * M), [0..256 * M, 256 * M..512 * M, 512 * M..768 * M, 768 * M..1024 * M]);
+    }
+
+    #[test]
+    fn two_readers_going_on_in_order_far_apart_in_one_object_each_get_lanes() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(256 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let size = 1 << 30;
+        // Two `cp`s of one object, or two readers of its two halves, taking turns.
+        let (first, second) = (fake.reader(1, size), fake.reader(1, size));
+        for i in 0..64u64 {
+            read(&fetcher, &first, 1, i << 17..(i + 1) << 17).unwrap();
+            read(&fetcher, &second, 1, (512 << 20) + (i << 17)..(512 << 20) + ((i + 1) << 17)).unwrap();
+        }
+        let calls = fake.calls();
+        assert!(calls.len() <= 2 * (1 + LANES as usize), "each its first read, then lanes: {calls:?}");
     }
 
     #[test]
