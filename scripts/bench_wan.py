@@ -16,6 +16,8 @@ request/response turn and each new connection, and counts the requests. Readers:
   are, so zarr-python reads shard indexes and chunk ranges through them);
 - `cat` of every chunk file of `big` through shardfs, against `cat` of its shard objects through
   s3fs-fuse and rclone mount, and boto3 downloading those shard objects (its parallel ranged GETs);
+- `ls -lR` of the chunk directories of both arrays through shardfs (each shard's index read), and
+  of the same chunk files on the local disk;
 - random reads: 256 tiles of `tiles` picked at random (the same for every reader), read by 8
   threads, one zarr-python selection each (one inner chunk);
 - zarr-python reading the same arrays unsharded, as plain chunk files on the local disk (no
@@ -242,6 +244,14 @@ def main():
                 return int(out) == (want["big"].nbytes if tool == "shardfs" else shard_bytes)
             return tool, run
 
+        chunk_files = sum(int(np.prod(a.cdata_shape)) for a in (zarr.open_array(os.path.join(plain, n), mode="r")
+                                                                 for n in ("big", "tiles")))
+
+        def listing(root):
+            out = subprocess.run(f"ls -lR {root}/big/c {root}/tiles/c", shell=True, check=True,
+                                 capture_output=True, text=True).stdout
+            return sum(line.startswith("-") for line in out.splitlines()) == chunk_files
+
         def boto3_download(proxy):
             s3 = boto3.client("s3", endpoint_url=proxy.endpoint)
             sink = Sink()
@@ -262,6 +272,9 @@ def main():
         workloads.append((what, "s3fs", cat("s3fs")))
         workloads.append((what, "rclone", cat("rclone")))
         workloads.append((what, "boto3", boto3_download))
+        what = f"ls -lR of the chunk files of both ({chunk_files})"
+        workloads.append((what, "shardfs", ("shardfs", lambda proxy, mnt: listing(mnt))))
+        workloads.append((what, "plain", lambda proxy: listing(plain)))
         what = "256 random tiles of `tiles`, 8 threads"
         workloads.append((what, "direct", random_direct))
         for tool in ("shardfs", "s3fs", "rclone"):

@@ -262,6 +262,45 @@ fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
 }
 
 #[test]
+fn a_listing_asks_for_the_indexes_of_the_shards_ahead_of_the_one_it_reads() {
+    let Some(endpoint) = s3_endpoint("the GETs of a listing") else { return };
+    let (store, _) = mib_array(&endpoint, "listing", 4, false);
+    let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
+    // The lookup of the directory reads the first shard's index (is there a chunk?).
+    let fh = fs.opendir(lookup(&fs, "a/c").unwrap()).unwrap();
+    let before = store.gets_sent();
+    // `ls` reading its first entries: the chunks of the first shard.
+    let (mut names, mut offset) = (Vec::new(), 0);
+    fs.readdir(fh, 2, |entry, next| {
+        if !names.is_empty() {
+            return true;
+        }
+        names.push(entry.name.clone());
+        offset = next;
+        false
+    })
+    .unwrap();
+    assert_eq!(names, ["0"]);
+    // The other three shards' indexes come in the background, each in a GET of its own, while
+    // the listing is still at the first: on a real network they arrive together, not one round
+    // trip after another as the listing reaches each.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while store.gets_sent() - before < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(store.gets_sent() - before, 3, "the next three shards' indexes");
+    let mut rest = 0;
+    fs.readdir(fh, offset, |_, _| {
+        rest += 1;
+        false
+    })
+    .unwrap();
+    assert_eq!(rest, 47, "the other chunk files");
+    assert_eq!(store.gets_sent() - before, 3, "the indexes fetched ahead are the ones the listing reads");
+    fs.releasedir(fh);
+}
+
+#[test]
 fn a_zarr_v2_view_of_checksummed_chunks_fetches_no_chunk_to_look_one_up() {
     let Some(endpoint) = s3_endpoint("the GET counts of lookups in a v2 view") else { return };
     let (store, chunks) = mib_array(&endpoint, "v2-lookup", 1, true);

@@ -21,7 +21,7 @@ use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::presentation::Presentation;
-use super::shards::{ChunkState, Shards, shard_prefix, shards_on_disk};
+use super::shards::{ChunkState, Shards, Walk, shard_prefix, shards_on_disk};
 use super::sources::Sources;
 use crate::format::chunk_key::KeyStyle;
 use crate::format::source::SourceFormat;
@@ -348,7 +348,8 @@ impl Namespace {
         array: &ShardedArray,
         visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
     ) -> Result<()> {
-        self.shards.for_each_chunk(&*self.store, array, &[], &Sources::default(), &mut |coords, _| visit(coords))
+        self.shards
+            .for_each_chunk(&*self.store, array, &[], &Sources::default(), Walk::Every, &mut |coords, _| visit(coords))
     }
 
     /// Calls `visit` with every stored or damaged inner chunk of `array` inside its bounds, shard
@@ -479,7 +480,7 @@ impl Namespace {
 
     fn any_chunk(&self, array: &ShardedArray, prefix: &[u64], sources: &Sources) -> Result<bool> {
         let mut found = false;
-        self.for_each_visible_chunk(array, prefix, sources, &mut |_| {
+        self.for_each_visible_chunk(array, prefix, sources, Walk::First, &mut |_| {
             found = true;
             ControlFlow::Break(())
         })?;
@@ -493,6 +494,7 @@ impl Namespace {
         array: &ShardedArray,
         prefix: &[u64],
         sources: &Sources,
+        walk: Walk,
         visit: &mut dyn FnMut(&[u64]) -> ControlFlow<()>,
     ) -> Result<()> {
         let pending = self.overlay.chunks_under(array, prefix);
@@ -501,7 +503,7 @@ impl Namespace {
                 return Ok(());
             }
         }
-        self.shards.for_each_chunk(&*self.store, array, prefix, sources, &mut |coords, _| {
+        self.shards.for_each_chunk(&*self.store, array, prefix, sources, walk, &mut |coords, _| {
             if pending.iter().any(|(c, _)| c == coords) { ControlFlow::Continue(()) } else { visit(coords) }
         })
     }
@@ -698,7 +700,7 @@ impl Namespace {
                 pending: pending.into_iter().map(|(coords, _)| coords).collect(),
             });
         } else {
-            self.for_each_visible_chunk(array, prefix, sources, &mut |coords| {
+            self.for_each_visible_chunk(array, prefix, sources, Walk::Every, &mut |coords| {
                 if let Some((name, deeper)) = entry_towards(dir, &array.chunk_key(coords)) {
                     names.insert(name, if deeper { Kind::Dir } else { Kind::File });
                 }
@@ -720,6 +722,7 @@ impl Namespace {
     ) {
         let array = &files.array;
         for (position, shard) in files.shards.iter().enumerate().skip(from.shard) {
+            self.shards.walk_at(&*self.store, array, &files.shards, position, position == from.shard);
             let skip = if position == from.shard { from.skip } else { 0 };
             let mut passed = 0;
             let walked = self.shards.for_each_chunk_of(

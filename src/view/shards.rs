@@ -119,13 +119,63 @@ const ATTEMPTS: usize = 3;
 /// Shard access for every array of one store, sharing one index cache.
 #[derive(Debug)]
 pub struct Shards {
-    cache: IndexCache,
+    cache: Arc<IndexCache>,
     read_ahead: ReadAhead,
+}
+
+/// Shards whose indexes a listing asks for ahead of the one it reads.
+const INDEXES_AHEAD: usize = 16;
+
+/// How far a walk through an array's chunks ([`Shards::for_each_chunk`]) is to go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// Likely no further than its first chunks (is there any?): shards are listed and read one
+    /// at a time.
+    First,
+    /// Through every chunk (a listing): the shards are listed first, and the indexes of the next
+    /// ones asked for ahead of the one read.
+    Every,
 }
 
 impl Shards {
     pub fn new(cache: IndexCache) -> Self {
-        Shards { cache, read_ahead: ReadAhead::default() }
+        Shards { cache: Arc::new(cache), read_ahead: ReadAhead::default() }
+    }
+
+    /// Takes note that a walk through the chunks of `shards` of `array` (a listing), shard by
+    /// shard in this order, is about to read the index of the one at `position` (`starting`
+    /// there: the first of a batch of entries). The outer indexes of the next [`INDEXES_AHEAD`]
+    /// are asked for in the background, those not in the cache: on an object store each costs a
+    /// round trip, and `ls` of a directory of 100 shards would otherwise wait for 100 of them one
+    /// after another.
+    pub fn walk_at(
+        &self,
+        store: &dyn Store,
+        array: &ShardedArray,
+        shards: &[Vec<u64>],
+        position: usize,
+        starting: bool,
+    ) {
+        let Some(outer) = array.meta.sharding.levels.first().map(|level| level.index) else { return };
+        let ahead = match starting {
+            true => position..position.saturating_add(INDEXES_AHEAD),
+            false => position.saturating_add(INDEXES_AHEAD)..position.saturating_add(INDEXES_AHEAD + 1),
+        };
+        for shard in shards.get(ahead.start.min(shards.len())..ahead.end.min(shards.len())).unwrap_or_default() {
+            let key = array.shard_key(shard);
+            let cache = self.cache.clone();
+            store.prefetch(
+                &key.clone(),
+                Box::new(move |file| {
+                    let size = file.attr().size;
+                    if cache.get(&(key, 0, size), &file.attr().stamp).is_none()
+                        && let Ok(index) = outer.index_range(size)
+                    {
+                        file.prefetch(index);
+                    }
+                }),
+            );
+        }
     }
 
     /// Finds the inner chunk at grid coordinates `coords`: `Ok(None)` when it is not stored.
@@ -226,13 +276,28 @@ impl Shards {
         array: &ShardedArray,
         prefix: &[u64],
         sources: &Sources,
+        walk: Walk,
         visit: &mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
     ) -> Result<()> {
-        // Shard by shard as the directories are listed: a walk that stops at the first chunk (is
-        // there any?) lists no more than it needs.
-        walk_shards_on_disk(store, array, &shard_prefix(array, prefix), sources, &mut |shard| {
-            self.for_each_chunk_of(store, array, shard, prefix, sources, |c, s, _| visit(c, s))
-        })?;
+        let shard_prefix = shard_prefix(array, prefix);
+        match walk {
+            // Shard by shard as the directories are listed: a walk that stops at the first chunk
+            // (is there any?) lists no more than it needs.
+            Walk::First => {
+                walk_shards_on_disk(store, array, &shard_prefix, sources, &mut |shard| {
+                    self.for_each_chunk_of(store, array, shard, prefix, sources, |c, s, _| visit(c, s))
+                })?;
+            }
+            Walk::Every => {
+                let shards = shards_on_disk(store, array, &shard_prefix, sources)?;
+                for (position, shard) in shards.iter().enumerate() {
+                    self.walk_at(store, array, &shards, position, position == 0);
+                    if self.for_each_chunk_of(store, array, shard, prefix, sources, |c, s, _| visit(c, s)).is_break() {
+                        break;
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
