@@ -321,6 +321,32 @@ fn a_zarr_v2_view_of_checksummed_chunks_fetches_no_chunk_to_look_one_up() {
     }
 }
 
+#[test]
+fn a_chunk_whose_crc32c_does_not_match_is_fetched_once_per_open_however_often_read() {
+    let Some(endpoint) = s3_endpoint("the GETs of a damaged chunk") else { return };
+    let (store, chunks) = mib_array(&endpoint, "v2-damaged", 1, true);
+    let mut stored: Vec<Vec<u8>> =
+        chunks.iter().map(|c| [c.as_slice(), &crc32c::crc32c(c).to_le_bytes()].concat()).collect();
+    *stored[3].last_mut().unwrap() ^= 1;
+    let shard = assemble_shard(&spec(12), &stored.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+    store.put("a/c/0", &[&shard], PutMode::Overwrite).unwrap();
+    // Keeping no bytes fetched, so that each check of the chunk would be a GET of its own.
+    let options = S3Options { endpoint_url: Some(endpoint.clone()), ..Default::default() };
+    let uncached = Caching { read_ahead_bytes: 0, ..Caching::default() };
+    let store = s3::open(&format!("s3://v2-damaged-{}/ds", std::process::id()), &options, uncached).unwrap();
+    let v2 = Arc::new(shardfs::view::presentation::ZarrV2);
+    let fs = shardfs::mount::filesystem_showing(Arc::new(store.clone()), v2, IndexCache::new(1 << 20), None).unwrap();
+    assert!(read_path(&fs, "a/2").unwrap() == chunks[2], "its neighbours are served");
+    let fh = fs.open(lookup(&fs, "a/3").unwrap(), OpenMode::default()).unwrap();
+    let before = store.gets_sent();
+    for _ in 0..3 {
+        let e = fs.read(fh, 0, 128 << 10).unwrap_err();
+        assert!(matches!(e, shardfs::fs::Error::Damaged(_)), "{e:?}");
+    }
+    fs.release(fh);
+    assert_eq!(store.gets_sent() - before, 1, "the chunk fetched and found damaged once");
+}
+
 const SHARD: &str = "a/c/0";
 
 fn spec(entries: u64) -> IndexSpec {

@@ -205,7 +205,13 @@ pub enum Content {
     /// One inner chunk that ends in a crc32c: a byte range of a shard file, read whole and checked
     /// at its first read, then served without its checksum. Not at the open: a read-only mount
     /// opens what it looks up, and a walk that only stats files must not fetch their bytes.
-    Checked { file: Box<dyn Object>, range: Range<u64>, chunk: String, bytes: OnceLock<Vec<u8>> },
+    /// A mismatch is kept too (its message), so that it costs one read and one log line.
+    Checked {
+        file: Box<dyn Object>,
+        range: Range<u64>,
+        chunk: String,
+        bytes: OnceLock<std::result::Result<Vec<u8>, String>>,
+    },
 }
 
 impl Content {
@@ -228,11 +234,18 @@ impl Content {
             Content::Bytes(bytes, _) => return Ok(in_memory(bytes)),
             Content::Checked { file, range, chunk, bytes } => {
                 if bytes.get().is_none() {
-                    // A failure is not kept: a later read tries again (a version replaced
+                    // Other failures are not kept: a later read tries again (a version replaced
                     // meanwhile is the caller's to handle, as for any read).
-                    let _ = bytes.set(checked_chunk(&**file, range, chunk)?);
+                    let _ = bytes.set(match checked_chunk(&**file, range, chunk) {
+                        Ok(checked) => Ok(checked),
+                        Err(Error::Damaged(why)) => Err(why),
+                        Err(e) => return Err(e),
+                    });
                 }
-                return Ok(in_memory(bytes.get().expect("set above")));
+                return match bytes.get().expect("set above") {
+                    Ok(checked) => Ok(in_memory(checked)),
+                    Err(why) => Err(Error::Damaged(why.clone())),
+                };
             }
             Content::Stored(file) => (file, offset, offset.saturating_add(size as u64)),
             Content::Chunk(file, range) => {

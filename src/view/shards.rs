@@ -157,11 +157,7 @@ impl Shards {
         starting: bool,
     ) {
         let Some(outer) = array.meta.sharding.levels.first().map(|level| level.index) else { return };
-        let ahead = match starting {
-            true => position..position.saturating_add(INDEXES_AHEAD),
-            false => position.saturating_add(INDEXES_AHEAD)..position.saturating_add(INDEXES_AHEAD + 1),
-        };
-        for shard in shards.get(ahead.start.min(shards.len())..ahead.end.min(shards.len())).unwrap_or_default() {
+        for shard in &shards[indexes_ahead(position, starting, shards.len())] {
             let key = array.shard_key(shard);
             let cache = self.cache.clone();
             store.prefetch(
@@ -345,6 +341,14 @@ impl Shards {
     }
 }
 
+/// The places among `len` shards whose indexes a walk at `position` asks for: the next
+/// [`INDEXES_AHEAD`] from there when it starts there, else the last of those one step on.
+fn indexes_ahead(position: usize, starting: bool, len: usize) -> Range<usize> {
+    let end = position.saturating_add(INDEXES_AHEAD);
+    let start = if starting { position } else { end - 1 };
+    start.min(len)..end.min(len)
+}
+
 /// The shard coordinates fixed by chunk-grid leading coordinates `prefix`.
 pub fn shard_prefix(array: &ShardedArray, prefix: &[u64]) -> Vec<u64> {
     prefix.iter().zip(array.meta.sharding.chunks_per_shard()).map(|(c, r)| c / r).collect()
@@ -518,5 +522,21 @@ fn log_damaged_entries(shard: &OpenShard, index: &ShardIndex) {
             shard.store.describe(&shard.key),
             1 + damaged.count()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_asks_for_every_index_once_ahead_of_it() {
+        let asked: Vec<usize> = (0..40).flat_map(|at| indexes_ahead(at, at == 0, 40)).collect();
+        assert_eq!(asked, (0..40).collect::<Vec<_>>());
+        let asked: Vec<usize> = (0..5).flat_map(|at| indexes_ahead(at, at == 0, 5)).collect();
+        assert_eq!(asked, (0..5).collect::<Vec<_>>());
+        // A batch of entries starting again where the last one stopped asks again (the store
+        // fetches what it does not hold yet).
+        assert_eq!(indexes_ahead(20, true, 40), 20..36);
     }
 }

@@ -133,6 +133,8 @@ struct Run {
     span: Range<u64>,
     /// How far its readers have got, for the lanes fetched ahead of them.
     follow: Arc<Follow>,
+    /// Whether a read went on from its first: until then it is one read, perhaps at random.
+    went_on: bool,
 }
 
 impl Run {
@@ -155,18 +157,37 @@ struct Version {
 
 impl Version {
     /// Takes note of the first read of `hinted`: the run it goes on (its span the start of the
-    /// ranges read, and where its readers are), when it goes on from one; else a new run starts
-    /// there, in the place of the one that went on longest ago when there are [`RUNS`].
+    /// ranges read, and where its readers are), the one it is nearest the end of when several;
+    /// else a new run starts there. Of the runs no read went on from yet, only the last one
+    /// made stays beside it (a second reader's first read comes before the first reader's
+    /// second; reads here and there are not taken for readers going on in order, as the more
+    /// such runs were kept, the likelier); the one that went on longest ago goes when there
+    /// are [`RUNS`].
     fn advance(&mut self, hinted: &Range<u64>) -> Option<(u64, Arc<Follow>)> {
-        let Some(on) = self.runs.iter().position(|run| run.goes_on(hinted)) else {
+        let nearest = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, run)| run.goes_on(hinted))
+            .min_by_key(|(_, run)| run.span.end.abs_diff(hinted.start))
+            .map(|(at, _)| at);
+        let Some(on) = nearest else {
+            let last_unsure = self.runs.iter().rposition(|run| !run.went_on);
+            let mut at = 0;
+            self.runs.retain(|run| {
+                at += 1;
+                run.went_on || Some(at - 1) == last_unsure
+            });
             if self.runs.len() >= RUNS {
                 self.runs.remove(0);
             }
-            self.runs.push(Run { span: hinted.clone(), follow: Arc::new(Follow::new(hinted.start)) });
+            let follow = Arc::new(Follow::new(hinted.start));
+            self.runs.push(Run { span: hinted.clone(), follow, went_on: false });
             return None;
         };
         let mut run = self.runs.remove(on);
         run.span = run.span.start.min(hinted.start)..run.span.end.max(hinted.end);
+        run.went_on = true;
         let went_on = (run.span.start, run.follow.clone());
         self.runs.push(run);
         Some(went_on)
@@ -1063,6 +1084,22 @@ mod tests {
         }
         let calls = fake.calls();
         assert!(calls.len() <= 2 * (1 + LANES as usize), "each its first read, then lanes: {calls:?}");
+    }
+
+    #[test]
+    fn a_reader_of_chunks_here_and_there_is_not_taken_for_one_going_on_in_order() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(256 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(1, 1 << 30);
+        // Chunks of 1 MiB picked at random: the last is near the first, but three reads went
+        // elsewhere since, none of them going on from another.
+        for at in [0u64, 512, 256, 2] {
+            let chunk = (at << 20)..((at + 1) << 20);
+            fetcher.will_need(&reader, chunk.clone());
+            read(&fetcher, &reader, 1, chunk.start..chunk.start + (128 << 10)).unwrap();
+        }
+        assert_eq!(fake.calls().len(), 4, "a GET of each chunk, no lanes: {:?}", fake.calls());
     }
 
     #[test]
