@@ -40,7 +40,7 @@ use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
 use freshness::{Change, Freshness};
 use inode_number::path_ino;
-use inode_table::{Bound, InodeTable};
+use inode_table::{Bound, Inode, InodeTable};
 use unopened::Unopened;
 
 pub use error::{Error, Result};
@@ -99,6 +99,9 @@ pub struct Stale {
     /// chunk or a document): the kernel forgets the name too. Directories keep their names, so
     /// that the kernel does not drop everything cached below them.
     pub entry: Option<(u64, String)>,
+    /// Its attributes and pages are out of date too; false when only its name is (it leads to a
+    /// version replaced since).
+    pub content: bool,
 }
 
 /// How a writable filesystem stores writes.
@@ -283,25 +286,28 @@ impl ShardFs {
             _ => Change::Document,
         };
         let changed = self.freshness.changed(stamp_of, classify);
+        let replaced = self.freshness.take_replaced();
         let inodes = self.inodes.lock();
-        changed
-            .into_iter()
-            .filter_map(|(ino, document_changed)| {
-                let inode = inodes.get(ino)?;
-                // Files go with their names, which may now stand for nothing or for another file.
-                // So does every entry whose metadata document changed: its path may now be a chunk
-                // of a new array, or a plain file, and the next lookup classifies it afresh. Store
-                // directories otherwise keep their names, so that the kernel does not drop all it
-                // holds below one each time a file is added to it.
-                // A file bound to a version goes too: its name now leads to the new version's inode.
-                let goes = document_changed || !matches!(inode.node, Node::Stored(_)) || inode.bound.is_some();
-                let entry = goes.then(|| {
-                    let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
-                    inodes.find(parent).map(|p| (p, name.to_string()))
-                });
-                Some(Stale { ino, entry: entry.flatten() })
-            })
-            .collect()
+        let entry_of = |inode: &Inode| {
+            let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
+            inodes.find(parent).map(|p| (p, name.to_string()))
+        };
+        let changed = changed.into_iter().filter_map(|(ino, document_changed)| {
+            let inode = inodes.get(ino)?;
+            // Files go with their names, which may now stand for nothing or for another file.
+            // So does every entry whose metadata document changed: its path may now be a chunk
+            // of a new array, or a plain file, and the next lookup classifies it afresh. Store
+            // directories otherwise keep their names, so that the kernel does not drop all it
+            // holds below one each time a file is added to it.
+            // A file bound to a version goes too: its name now leads to the new version's inode.
+            let goes = document_changed || !matches!(inode.node, Node::Stored(_)) || inode.bound.is_some();
+            Some(Stale { ino, entry: goes.then(|| entry_of(inode)).flatten(), content: true })
+        });
+        let replaced = replaced.into_iter().filter_map(|ino| {
+            let entry = entry_of(inodes.get(ino)?)?;
+            Some(Stale { ino, entry: Some(entry), content: false })
+        });
+        changed.chain(replaced).collect()
     }
 
     /// The inode of `node` at content version `bound`, with one more kernel reference.
@@ -341,8 +347,7 @@ impl ShardFs {
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let answer = self.ns.answer(&self.node(ino)?)?;
         if let Some(own) = self.inodes.lock().get(ino).and_then(|inode| inode.own_version(&answer)) {
-            // Nothing the kernel holds of this inode can go out of date any more.
-            self.freshness.unwatch(ino);
+            self.freshness.replaced(ino);
             return Ok(own);
         }
         self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());

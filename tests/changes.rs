@@ -263,3 +263,27 @@ fn a_grow_keeps_what_the_kernel_holds_of_the_chunks_and_any_other_change_drops_i
     let dropped = stale.iter().find(|s| s.ino == chunk).expect("a shrink drops the chunk");
     assert!(dropped.entry.is_some(), "with its name");
 }
+
+/// Replaces the file at `path` by a copy of itself, as a program writing it atomically would: the
+/// same bytes, another version.
+fn replace_stored(path: &Path) {
+    let tmp = path.with_extension("tmp");
+    std::fs::copy(path, &tmp).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+#[test]
+fn a_chunk_found_replaced_when_asked_for_its_attributes_still_has_its_name_dropped() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
+    assert!(fs.stale().is_empty());
+    replace_stored(&store.path().join(ARRAY).join("c/0/0"));
+    // The kernel asks before the watcher's next pass: so it does when a pass dropped the name
+    // and the inode, and the name was looked up again (the same inode) in between.
+    fs.getattr(chunk).unwrap();
+    let stale = fs.stale();
+    let dropped = stale.iter().find(|s| s.ino == chunk).expect("the name still leads to the replaced version");
+    assert!(dropped.entry.is_some() && !dropped.content, "only its name goes: {dropped:?}");
+    assert!(fs.stale().is_empty(), "once");
+}

@@ -52,6 +52,8 @@ struct Inner {
     inode_keys: HashMap<u64, Vec<Arc<str>>>,
     /// The keys each cached listing was read from, to forget them with the directory.
     listing_keys: HashMap<u64, HashSet<Arc<str>>>,
+    /// Inodes found bound to a version no longer stored, whose names the kernel may still hold.
+    replaced: HashSet<u64>,
 }
 
 impl Inner {
@@ -148,6 +150,22 @@ impl Freshness {
         let mut inner = self.inner.lock();
         inner.forget_inode(ino);
         inner.forget_listing(ino);
+        inner.replaced.remove(&ino);
+    }
+
+    /// Records that `ino`, bound to a version, was found replaced when the kernel asked for its
+    /// attributes. Its attributes and pages stay true (its own version's), but the kernel may
+    /// have looked its name up again just before the replacement, after the last pass dropped
+    /// it: the name must go once more, or it leads to the old version for the whole entry TTL.
+    pub fn replaced(&self, ino: u64) {
+        let mut inner = self.inner.lock();
+        inner.forget_inode(ino);
+        inner.replaced.insert(ino);
+    }
+
+    /// The inodes [`Freshness::replaced`] named since the last call.
+    pub fn take_replaced(&self) -> Vec<u64> {
+        self.inner.lock().replaced.drain().collect()
     }
 
     /// Takes `stamp` as the version every cached answer about `key` agrees with: the file was

@@ -78,7 +78,9 @@ fn invalidate(notifier: &Notifier, stale: &crate::fs::Stale) -> bool {
     if let Some((parent, name)) = &stale.entry {
         results.push(notifier.inval_entry(INodeNo(*parent), name.as_ref()));
     }
-    results.push(notifier.inval_inode(INodeNo(stale.ino), 0, 0));
+    if stale.content {
+        results.push(notifier.inval_inode(INodeNo(stale.ino), 0, 0));
+    }
     results.into_iter().all(|r| match r {
         // The kernel no longer caches it: nothing to invalidate.
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
