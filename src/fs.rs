@@ -38,7 +38,7 @@ use crate::view::presentation::Presentation;
 use crate::view::reading::Reading;
 use crate::view::sources::Sources;
 use crate::write::pending::{Pending, Policy};
-use freshness::{Change, Freshness};
+use freshness::{Change, Freshness, Unwatched};
 use inode_number::path_ino;
 use inode_table::{Bound, Inode, InodeTable};
 use unopened::Unopened;
@@ -286,7 +286,7 @@ impl ShardFs {
             _ => Change::Document,
         };
         let changed = self.freshness.changed(stamp_of, classify);
-        let replaced = self.freshness.take_replaced();
+        let unwatched = self.freshness.take_unwatched();
         let inodes = self.inodes.lock();
         let entry_of = |inode: &Inode| {
             let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
@@ -303,11 +303,14 @@ impl ShardFs {
             let goes = document_changed || !matches!(inode.node, Node::Stored(_)) || inode.bound.is_some();
             Some(Stale { ino, entry: goes.then(|| entry_of(inode)).flatten(), content: true })
         });
-        let replaced = replaced.into_iter().filter_map(|ino| {
-            let entry = entry_of(inodes.get(ino)?)?;
-            Some(Stale { ino, entry: Some(entry), content: false })
+        let unwatched = unwatched.into_iter().filter_map(|(ino, what)| {
+            let inode = inodes.get(ino)?;
+            match what {
+                Unwatched::Name => Some(Stale { ino, entry: Some(entry_of(inode)?), content: false }),
+                Unwatched::Attributes => Some(Stale { ino, entry: None, content: true }),
+            }
         });
-        changed.chain(replaced).collect()
+        changed.chain(unwatched).collect()
     }
 
     /// The inode of `node` at content version `bound`, with one more kernel reference.
@@ -317,10 +320,11 @@ impl ShardFs {
 
     /// After a rename, the kernel knows the renamed file by its old inode under the new name, and
     /// the names below a renamed directory by their old inodes: they now stand for the files at
-    /// their new places. Answers are watched again when the kernel next asks for attributes.
+    /// their new places. Answers are watched again when the kernel next asks for attributes, as
+    /// the next pass has it do.
     fn rebind(&self, from_path: &str, to: &Node, is_dir: bool) {
         for ino in self.inodes.lock().rebind(from_path, to, is_dir) {
-            self.freshness.unwatch(ino);
+            self.freshness.unwatch_until_dropped(ino, Unwatched::Attributes);
         }
     }
 
@@ -350,7 +354,7 @@ impl ShardFs {
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let answer = self.ns.answer(&self.node(ino)?)?;
         if let Some(own) = self.inodes.lock().get(ino).and_then(|inode| inode.own_version(&answer)) {
-            self.freshness.replaced(ino);
+            self.freshness.unwatch_until_dropped(ino, Unwatched::Name);
             return Ok(own);
         }
         self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());

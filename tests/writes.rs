@@ -265,6 +265,24 @@ fn a_renamed_file_keeps_its_inode_under_the_new_name() {
     assert_eq!(read_all(&fs, tmp_ino), b"via the old inode");
 }
 
+#[test]
+fn a_file_renamed_through_the_view_is_still_watched_for_changes_by_others() {
+    let store = sharded_copy();
+    let fs = writable_fs(store.path(), manual());
+    let (file, _, fh) = fs.create(ROOT_INO, "notes.partial", 0o644, TRUNCATE).unwrap();
+    fs.write(fh, 0, b"ours").unwrap();
+    fs.release(fh);
+    fs.rename(ROOT_INO, "notes.partial", ROOT_INO, "notes").unwrap();
+    // Its answers no longer say what it is: the next pass has the kernel ask for its attributes
+    // again, which watches it at its new place.
+    assert!(fs.stale().iter().any(|s| s.ino == file && s.content && s.entry.is_none()));
+    assert_eq!(fs.getattr(file).unwrap().size, 4);
+    let tmp = store.path().join("notes.tmp");
+    std::fs::write(&tmp, b"another program's").unwrap();
+    std::fs::rename(tmp, store.path().join("notes")).unwrap();
+    assert!(fs.stale().iter().any(|s| s.ino == file && s.content), "the kernel drops its pages of ours");
+}
+
 fn json(bytes: &[u8]) -> serde_json::Value {
     serde_json::from_slice(bytes).unwrap()
 }

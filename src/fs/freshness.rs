@@ -33,6 +33,17 @@ struct Watched {
     geometry: HashSet<u64>,
 }
 
+/// What the kernel must drop of an inode that is no longer watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwatched {
+    /// Its name: the inode is bound to a version replaced since, and the kernel may have looked
+    /// its name up again just before the replacement, after the last pass dropped it.
+    Name,
+    /// Its attributes: it was moved by a rename, and the kernel asks for them again, which
+    /// watches it at its new place.
+    Attributes,
+}
+
 /// What a change of a watched file means for the answers read from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -52,8 +63,8 @@ struct Inner {
     inode_keys: HashMap<u64, Vec<Arc<str>>>,
     /// The keys each cached listing was read from, to forget them with the directory.
     listing_keys: HashMap<u64, HashSet<Arc<str>>>,
-    /// Inodes found bound to a version no longer stored, whose names the kernel may still hold.
-    replaced: HashSet<u64>,
+    /// Inodes no longer watched, and what the kernel must drop of them at the next pass.
+    unwatched: HashMap<u64, Unwatched>,
 }
 
 impl Inner {
@@ -150,22 +161,21 @@ impl Freshness {
         let mut inner = self.inner.lock();
         inner.forget_inode(ino);
         inner.forget_listing(ino);
-        inner.replaced.remove(&ino);
+        inner.unwatched.remove(&ino);
     }
 
-    /// Records that `ino`, bound to a version, was found replaced when the kernel asked for its
-    /// attributes. Its attributes and pages stay true (its own version's), but the kernel may
-    /// have looked its name up again just before the replacement, after the last pass dropped
-    /// it: the name must go once more, or it leads to the old version for the whole entry TTL.
-    pub fn replaced(&self, ino: u64) {
+    /// Stops watching `ino`, whose answers no longer say what it is, and has the next pass drop
+    /// `what` of it: the kernel would otherwise keep it for the whole TTL.
+    pub fn unwatch_until_dropped(&self, ino: u64, what: Unwatched) {
         let mut inner = self.inner.lock();
         inner.forget_inode(ino);
-        inner.replaced.insert(ino);
+        inner.forget_listing(ino);
+        inner.unwatched.insert(ino, what);
     }
 
-    /// The inodes [`Freshness::replaced`] named since the last call.
-    pub fn take_replaced(&self) -> Vec<u64> {
-        self.inner.lock().replaced.drain().collect()
+    /// The inodes [`Freshness::unwatch_until_dropped`] named since the last call.
+    pub fn take_unwatched(&self) -> Vec<(u64, Unwatched)> {
+        self.inner.lock().unwatched.drain().collect()
     }
 
     /// Takes `stamp` as the version every cached answer about `key` agrees with: the file was
