@@ -69,6 +69,12 @@ impl Stamp {
         Stamp(words)
     }
 
+    /// The stamp of a file the view computes from store files (the consolidated metadata), made of
+    /// `from`, their versions: it changes when one of them does.
+    pub fn computed(from: impl std::hash::Hash) -> Stamp {
+        Stamp([0; 5]).derived(from)
+    }
+
     /// The stamp of a part of this version (an entry of a zip file): it changes when this does.
     pub fn derived(&self, part: impl std::hash::Hash) -> Stamp {
         use std::hash::{DefaultHasher, Hash, Hasher};

@@ -287,3 +287,28 @@ fn a_chunk_found_replaced_when_asked_for_its_attributes_still_has_its_name_dropp
     assert!(dropped.entry.is_some() && !dropped.content, "only its name goes: {dropped:?}");
     assert!(fs.stale().is_empty(), "once");
 }
+
+#[test]
+fn a_consolidated_file_read_in_pieces_is_one_build_while_documents_change() {
+    let store = sharded_copy();
+    let v2 = std::sync::Arc::new(shardfs::view::presentation::ZarrV2);
+    let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
+    let fs =
+        shardfs::mount::filesystem_showing(shardfs::mount::open_store(store.path()).unwrap(), v2, cache, None).unwrap();
+    let zmetadata = lookup(&fs, ".zmetadata").unwrap();
+    let mut bytes = fs.read_unopened(zmetadata, 0, 100).unwrap();
+    resize_stored(store.path(), ARRAY, &[40, 18]);
+    // The rest of the file comes from the build whose first bytes were read, as the rest of a file
+    // replaced by a rename comes from the file opened.
+    bytes.extend(fs.read_unopened(zmetadata, 100, 1 << 20).unwrap());
+    let shape = |bytes: &[u8]| {
+        let doc: Value = serde_json::from_slice(bytes).unwrap();
+        doc["metadata"][format!("{ARRAY}/.zarray")]["shape"].clone()
+    };
+    assert_eq!(shape(&bytes), serde_json::json!([20, 18]));
+    let stale = fs.stale();
+    assert!(stale.iter().any(|s| s.ino == zmetadata && s.entry.is_some()), "the name goes: {stale:?}");
+    let again = lookup(&fs, ".zmetadata").unwrap();
+    assert_ne!(again, zmetadata);
+    assert_eq!(shape(&read_all(&fs, again)), serde_json::json!([40, 18]));
+}

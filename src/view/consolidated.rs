@@ -18,6 +18,9 @@ pub struct Built {
     pub bytes: Arc<[u8]>,
     /// Every directory listed and document read, with its version (`None`: it was not there).
     pub sources: Vec<(String, Option<Stamp>)>,
+    /// This build's version, made of theirs: a reader is served one build from first to last
+    /// byte, as a file replaced by a rename is.
+    pub stamp: Stamp,
 }
 
 /// The consolidated file of one view, built on demand.
@@ -42,7 +45,8 @@ impl Consolidated {
             log::warn!("{}: consolidated metadata not built: {e}", store.describe(""));
         })?;
         let bytes = documents.presentation().consolidate(&files).into();
-        let built = Arc::new(Built { bytes, sources: sources.into_vec() });
+        let sources = sources.into_vec();
+        let built = Arc::new(Built { bytes, stamp: Stamp::computed(&sources), sources });
         *self.built.lock() = Some(built.clone());
         Ok(built)
     }

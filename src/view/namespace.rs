@@ -170,9 +170,9 @@ pub struct ChunkInShard<'a> {
 pub struct Answer {
     pub attr: Attr,
     pub sources: Vec<(String, Option<Stamp>)>,
-    /// The version of the store file a file's bytes are read from (its shard's, for a chunk);
-    /// `None` for bytes this process holds or computes (a pending chunk, the consolidated
-    /// metadata) and for directories.
+    /// The version of the store file a file's bytes are read from (its shard's, for a chunk), or
+    /// of the build of a file computed from many (the consolidated metadata); `None` for bytes
+    /// this process holds (a pending chunk) and for directories.
     pub content: Option<Stamp>,
     /// For an entry of an array's chunk key space, the array's document and the version its
     /// geometry was taken from: the entry is out of date when the document changes in any way
@@ -197,8 +197,8 @@ impl Answer {
 pub enum Content {
     /// A store file shown as it is.
     Stored(Box<dyn Object>),
-    /// Bytes computed by the view (a rewritten document, from this version of its store file) or
-    /// held by it (a pending chunk, the consolidated metadata: no version).
+    /// Bytes computed by the view (a rewritten document, from this version of its store file; the
+    /// consolidated metadata, of this build) or held by it (a pending chunk: no version).
     Bytes(Arc<[u8]>, Option<Stamp>),
     /// One inner chunk: a byte range of a shard file.
     Chunk(Box<dyn Object>, Range<u64>),
@@ -550,7 +550,7 @@ impl Namespace {
                 let attr = self.store.attr(&root)?;
                 let built = self.consolidated.get(&*self.store, &self.documents)?;
                 let attr = Attr { size: built.bytes.len() as u64, ..attr };
-                Ok(Answer { attr, sources: built.sources.clone(), content: None, geometry: None })
+                Ok(Answer { attr, sources: built.sources.clone(), content: Some(built.stamp), geometry: None })
             }
         }
     }
@@ -788,7 +788,8 @@ impl Namespace {
             }
             Node::ChunkDir { .. } => Err(Error::IsADirectory),
             Node::Consolidated(_) => {
-                Ok(Content::Bytes(self.consolidated.get(&*self.store, &self.documents)?.bytes.clone(), None))
+                let built = self.consolidated.get(&*self.store, &self.documents)?;
+                Ok(Content::Bytes(built.bytes.clone(), Some(built.stamp)))
             }
             Node::Chunk { array, coords } => {
                 let array = &self.array_of_chunk(array, coords)?;
