@@ -69,8 +69,8 @@ impl Stamp {
         Stamp(words)
     }
 
-    /// The stamp of a file the view computes from store files (the consolidated metadata), made of
-    /// `from`, their versions: it changes when one of them does.
+    /// The stamp of a file the view computes (the consolidated metadata), made of `from`: its
+    /// bytes.
     pub fn computed(from: impl std::hash::Hash) -> Stamp {
         Stamp([0; 5]).derived(from)
     }

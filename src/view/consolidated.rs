@@ -18,8 +18,9 @@ pub struct Built {
     pub bytes: Arc<[u8]>,
     /// Every directory listed and document read, with its version (`None`: it was not there).
     pub sources: Vec<(String, Option<Stamp>)>,
-    /// This build's version, made of theirs: a reader is served one build from first to last
-    /// byte, as a file replaced by a rename is.
+    /// This build's version, made of its bytes (a directory's times change with every file made
+    /// in it, the bytes need not): a reader is served one build from first to last byte, as a
+    /// file replaced by a rename is.
     pub stamp: Stamp,
 }
 
@@ -45,8 +46,7 @@ impl Consolidated {
             log::warn!("{}: consolidated metadata not built: {e}", store.describe(""));
         })?;
         let bytes = documents.presentation().consolidate(&files).into();
-        let sources = sources.into_vec();
-        let built = Arc::new(Built { bytes, stamp: Stamp::computed(&sources), sources });
+        let built = Arc::new(Built { stamp: Stamp::computed(&bytes), bytes, sources: sources.into_vec() });
         *self.built.lock() = Some(built.clone());
         Ok(built)
     }
