@@ -255,8 +255,11 @@ impl ShardFs {
     }
 
     /// Marks inode `ino` written through this mount: from now on it shows whatever the view holds.
+    /// A computed file cannot be written (EROFS): it stays bound to its version.
     fn unbind(&self, ino: u64) {
-        if let Some(inode) = self.inodes.lock().get_mut(ino) {
+        if let Some(inode) = self.inodes.lock().get_mut(ino)
+            && !matches!(inode.node, Node::Consolidated(_))
+        {
             inode.bound = None;
             inode.written = true;
         }

@@ -315,3 +315,19 @@ fn a_consolidated_file_read_in_pieces_is_one_build_while_documents_change() {
     assert_ne!(again, zmetadata);
     assert_eq!(shape(&read_all(&fs, again)), serde_json::json!([40, 18]));
 }
+
+#[test]
+fn a_consolidated_file_refused_for_writing_stays_bound_to_its_build() {
+    let store = sharded_copy();
+    let v2 = std::sync::Arc::new(shardfs::view::presentation::ZarrV2);
+    let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
+    let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: None };
+    let fs =
+        shardfs::mount::filesystem_showing(shardfs::mount::open_store(store.path()).unwrap(), v2, cache, Some(options))
+            .unwrap();
+    let zmetadata = lookup(&fs, ".zmetadata").unwrap();
+    assert!(matches!(fs.open(zmetadata, TRUNCATE), Err(Error::ReadOnly)));
+    assert!(matches!(fs.set_size(zmetadata, None, 0), Err(Error::ReadOnly)));
+    resize_stored(store.path(), ARRAY, &[40, 18]);
+    assert_ne!(lookup(&fs, ".zmetadata").unwrap(), zmetadata, "the new build is another version");
+}
