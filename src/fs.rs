@@ -338,10 +338,7 @@ impl ShardFs {
 
     /// The kernel dropped `n` references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
-        let mut inodes = self.inodes.lock();
-        if ino != ROOT_INO && inodes.forget(ino, n) {
-            // Under the table's lock: once the number is free, a lookup may give it to a new
-            // inode, whose watch and held file must not go with the old one's.
+        if ino != ROOT_INO && self.inodes.lock().forget(ino, n) {
             self.freshness.unwatch(ino);
             self.unopened.forget(ino);
         }
