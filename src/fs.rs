@@ -309,7 +309,12 @@ impl ShardFs {
         let unwatched = unwatched.into_iter().filter_map(|(ino, what)| {
             let inode = inodes.get(ino)?;
             match what {
-                Unwatched::Name => Some(Stale { ino, entry: Some(entry_of(inode)?), content: false }),
+                // Only while the name still leads to it: once looked up again to a newer inode,
+                // dropping the name would only cost that inode its pages.
+                Unwatched::Name => {
+                    (inodes.find(&inode.path) == Some(ino)).then_some(())?;
+                    Some(Stale { ino, entry: Some(entry_of(inode)?), content: false })
+                }
                 Unwatched::Attributes => Some(Stale { ino, entry: None, content: true }),
             }
         });
