@@ -310,11 +310,12 @@ impl ShardFs {
             let inode = inodes.get(ino)?;
             match what {
                 // Only while the name still leads to it: once looked up again to a newer inode,
-                // dropping the name would only cost that inode its pages.
-                Unwatched::Name => {
-                    (inodes.find(&inode.path) == Some(ino)).then_some(())?;
+                // dropping the name would cost that inode its pages and, were the kernel to
+                // forget it, the file held open for its reads.
+                Unwatched::Name if inodes.find(&inode.path) == Some(ino) => {
                     Some(Stale { ino, entry: Some(entry_of(inode)?), content: false })
                 }
+                Unwatched::Name => None,
                 Unwatched::Attributes => Some(Stale { ino, entry: None, content: true }),
             }
         });
@@ -343,7 +344,10 @@ impl ShardFs {
 
     /// The kernel dropped `n` references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
-        if ino != ROOT_INO && self.inodes.lock().forget(ino, n) {
+        let mut inodes = self.inodes.lock();
+        if ino != ROOT_INO && inodes.forget(ino, n) {
+            // Under the table's lock: once the number is free, a lookup of the same path takes it
+            // for a new inode, whose watch and held file must not go with the old one's.
             self.freshness.unwatch(ino);
             self.unopened.forget(ino);
         }
