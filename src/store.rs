@@ -439,6 +439,15 @@ pub fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") }
 }
 
+/// A random pause before try `attempt + 1` of something that may succeed when tried again (a
+/// server's passing failure, writers racing for one object), up to 10 ms doubled per try: clients
+/// trying at once fall out of step, as they would not if each tried again at once.
+pub fn backoff(attempt: u32) -> std::time::Duration {
+    use std::hash::{BuildHasher, RandomState};
+    let ceiling = 10u64 << attempt.min(6);
+    std::time::Duration::from_millis(RandomState::new().hash_one(attempt) % ceiling)
+}
+
 /// Pieces this small are gathered into one write; bigger ones are written from where they are.
 pub const GATHER: usize = 256 << 10;
 

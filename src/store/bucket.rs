@@ -65,12 +65,15 @@ use self::disk_cache::{DiskCache, DiskSettings};
 use self::fetch::{Fetcher, Reader, VersionId};
 use self::metadata::{Flights, Head, Listing, MetadataCache, bare_e_tag};
 use super::{
-    Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, join, lock,
+    Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, backoff, join, lock,
 };
 
 /// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
 /// again to revalidate an object in it, rather than sent a HEAD for it.
 const SMALL_DIR: usize = 1000;
+/// Rounds of a whole-object read (HEAD, then a GET of the version it names) while the version
+/// read is replaced or misnamed between the two.
+const VERSION_ROUNDS: u32 = 8;
 
 /// What differs between the services a [`BucketStore`] talks to, as data rather than branches.
 #[derive(Clone, Copy, Debug)]
@@ -635,13 +638,16 @@ impl Store for BucketStore {
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         // The version and its length come from a HEAD or a listing, and the GET must match both:
         // a body that is longer, shorter or of another version is never taken for the file.
-        for fresh in [false, true] {
-            if fresh {
+        // A version remembered may be gone, and one a HEAD names may be replaced before the GET
+        // (or misnamed on the way): each round asks again, after a pause.
+        for round in 1..=VERSION_ROUNDS {
+            if round > 1 {
                 self.0.metadata.forget(key);
+                std::thread::sleep(backoff(round - 1));
             }
             let head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
             let Some(e_tag) = head.e_tag else {
-                if fresh {
+                if round > 1 {
                     return Err(no_e_tag(&self.describe(key)));
                 }
                 continue;
@@ -650,7 +656,7 @@ impl Store for BucketStore {
             let epoch = self.0.metadata.epoch();
             match self.0.reads_asked.share(&version, epoch, || self.get_whole(key, &e_tag, head.size)) {
                 Ok(bytes) => return Ok(bytes.to_vec()),
-                Err(Error::Changed(_)) if !fresh => continue,
+                Err(Error::Changed(_)) => continue,
                 Err(e) => return Err(e),
             }
         }
@@ -704,9 +710,9 @@ impl Store for BucketStore {
         if self.head(key)?.is_none() {
             return Err(Error::NotFound(self.describe(key)));
         }
-        let deleted = self.block_on(self.0.objects.delete(&self.path(key)));
+        let deleted = self.delete_request(key);
         self.0.metadata.forget(key);
-        deleted.map_err(|e| self.error(key, e))?;
+        deleted?;
         // The directory stays, as on a filesystem, though its last object may have gone with the
         // file (`rm -r` and `shutil.rmtree` remove it next, and would find it gone).
         let mut dir = super::parent_key(key);

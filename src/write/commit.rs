@@ -158,20 +158,12 @@ fn retrying(mut commit_once: impl FnMut() -> Result<Outcome, CommitError>) -> Re
     loop {
         match commit_once() {
             Err(CommitError::Store(store::Error::Changed(_))) if attempt < ATTEMPTS => {
-                std::thread::sleep(backoff(attempt));
+                std::thread::sleep(store::backoff(attempt));
                 attempt += 1;
             }
             done => return done,
         }
     }
-}
-
-/// A random pause before attempt `attempt + 1`, up to 10 ms doubled per attempt, so that writers
-/// racing for one shard fall out of step.
-fn backoff(attempt: u32) -> std::time::Duration {
-    use std::hash::{BuildHasher, RandomState};
-    let ceiling = 10u64 << attempt.min(6);
-    std::time::Duration::from_millis(RandomState::new().hash_one(attempt) % ceiling)
 }
 
 /// Applies `changes` over `current`, the shard as read (`None`: there is none).

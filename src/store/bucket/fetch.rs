@@ -79,7 +79,7 @@ const BEHIND: u64 = 32 << 20;
 /// Readers going on in order in one object, far apart, followed at once.
 const RUNS: usize = 4;
 /// Tries of a read whose bytes a GET failed to bring, or lost before it could copy them.
-const TRIES: usize = 3;
+const TRIES: usize = 5;
 /// How many versions' runs and segments are remembered.
 const VERSIONS: usize = 4096;
 
@@ -525,7 +525,11 @@ impl Fetcher {
                     let lost = io::Error::other("the bytes fetched were dropped before they could be read");
                     return Err(Error::Io { place: reader.version.key.clone(), source: lost });
                 }
-                Got::Failed(_) | Got::Gone => misses += 1,
+                Got::Failed(_) => {
+                    misses += 1;
+                    std::thread::sleep(crate::store::backoff(misses as u32));
+                }
+                Got::Gone => misses += 1,
             }
         }
         Ok(len)

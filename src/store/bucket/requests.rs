@@ -43,7 +43,7 @@ const PER_MIB: Duration = Duration::from_millis(250);
 /// How long a listing may take.
 const LISTING: Duration = Duration::from_secs(10);
 /// Tries of one request, the first included.
-const TRIES: usize = 3;
+const TRIES: usize = 5;
 /// An object at most this large whose ETag is not the MD5 of its bytes is read back to tell
 /// whether it holds what a lost PUT wrote.
 const READ_BACK: u64 = 8 << 20;
@@ -112,13 +112,17 @@ impl BucketStore {
         mut make: impl FnMut() -> F,
     ) -> Result<T> {
         let mut last = None;
-        for _ in 0..TRIES {
+        for attempt in 1..=TRIES as u32 {
+            if attempt > 1 {
+                tokio::time::sleep(crate::store::backoff(attempt - 1)).await;
+            }
             match tokio::time::timeout(within, make()).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(Failed::Final(e))) => return Err(e),
                 Ok(Err(Failed::Again(e))) => last = Some(e),
                 Err(_) => last = Some(self.timed_out(key, within)),
             }
+            log::debug!("try {attempt} of {TRIES}: {}", last.as_ref().expect("a failure"));
         }
         Err(last.expect("at least one try"))
     }
@@ -218,6 +222,13 @@ impl BucketStore {
                 Err(e) => Err(self.failed(key, e)),
             }
         })
+    }
+
+    /// Deletes `key` on the server, within the time limit, tried again while the answer is a
+    /// fault on the way (a delete is idempotent: one applied whose answer was lost is done).
+    pub(super) fn delete_request(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        self.tried(key, FIRST_BYTE, || async { self.0.objects.delete(&path).await.map_err(|e| self.failed(key, e)) })
     }
 
     /// The listing of directory `dir` (object path `prefix`) from the server, within the time
