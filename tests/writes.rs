@@ -12,6 +12,7 @@ use shardfs::fs::Error;
 use shardfs::fs::{OpenMode, ROOT_INO, ShardFs};
 use shardfs::inspect::scan;
 use shardfs::store::LocalStore;
+use shardfs::store::faulty::FaultyStore;
 use shardfs::write::pending::Policy;
 
 const WRITE: OpenMode = OpenMode { write: true, truncate: false, append: false };
@@ -244,6 +245,47 @@ fn a_truncate_between_open_and_write_applies_to_the_open_file() {
     fs.write(fh, 0, b"short").unwrap();
     fs.release(fh);
     assert_eq!(read(&fs, "zp/gzip_crc_end/c/2/1"), b"short");
+}
+
+#[test]
+fn a_rename_onto_a_chunk_that_fails_leaves_the_chunk_as_it_was() {
+    // The store fails from its k-th change on (every operation after a crash point fails): for
+    // each k, the rename of a written file onto a chunk key either succeeds, or fails and the
+    // chunk reads as before, never fails with the chunk changed anyway.
+    let path = "zp/gzip_crc_end/c/4/2";
+    let (mut failed, mut k) = (0, 0);
+    loop {
+        let store = sharded_copy();
+        let old = read(&fs_of(store.path()), path);
+        let faulty = FaultyStore::crash_after(LocalStore::open(store.path()).unwrap(), k);
+        let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: None };
+        let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
+        let fs = shardfs::mount::filesystem(std::sync::Arc::new(faulty), cache, Some(options)).unwrap();
+        let dir = ino(&fs, "zp/gzip_crc_end/c/4").unwrap();
+        let Ok((_, _, fh)) = fs.create(dir, "2.tmp", 0o644, TRUNCATE) else {
+            k += 1;
+            continue;
+        };
+        let written = fs.write(fh, 0, b"renamed into place").is_ok();
+        let closed = fs.flush(fh).is_ok();
+        fs.release(fh);
+        if !(written && closed) {
+            k += 1;
+            continue;
+        }
+        match fs.rename(dir, "2.tmp", dir, "2") {
+            Ok(()) => {
+                assert_eq!(read(&fs, path), b"renamed into place");
+                break;
+            }
+            Err(e) => {
+                assert_eq!(read(&fs, path), old, "the rename failed ({e:?}) and the chunk changed anyway");
+                failed += 1;
+                k += 1;
+            }
+        }
+    }
+    assert!(failed > 0, "no crash point fell inside the rename");
 }
 
 #[test]

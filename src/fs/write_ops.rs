@@ -462,12 +462,22 @@ impl ShardFs {
         Ok(())
     }
 
+    /// Moves `from`'s content to `to`, then removes `from`. A file moved onto a chunk key is
+    /// removed first: the chunk is then only recorded as pending (in memory), so a failure to
+    /// remove it (a store's passing fault) fails the rename with nothing changed, where removing
+    /// it last would fail a rename already done.
     fn move_content(&self, from: Target, to: Target) -> Result<()> {
         let store = self.ns.store();
         let content = match &from {
             Target::Stored(key) if matches!(to, Target::Stored(_)) => {
                 let Target::Stored(new_key) = &to else { unreachable!() };
                 return Ok(store.rename(key, new_key)?);
+            }
+            Target::Stored(key) if matches!(to, Target::Chunk(..)) => {
+                let content = store.read(key)?;
+                store.delete(key)?;
+                let Target::Chunk(array, coords) = &to else { unreachable!() };
+                return self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))));
             }
             Target::Stored(key) => store.read(key)?,
             Target::Chunk(array, coords) => self.chunk_bytes(&Node::chunk(array, coords.clone()))?,
