@@ -11,8 +11,10 @@ kept). A test switches faults on and off with the control endpoint on the same p
 
 A RULE matches by `method` (GET, PUT, HEAD, ...; any when left out), `key` (a regular expression
 searched in the unquoted path, /BUCKET/KEY), `range` (true: only requests with a Range header;
-false: only without), then applies its `fault` to every `every`-th match (1 when left out), at most
-`times` times (no limit when left out). Faults:
+false: only without), then applies its `fault` to a match at random, one in `every` on average
+(every match when left out), at most `times` times (no limit when left out). At random, not to
+each `every`-th match: a client whose tries each follow one other request would meet the fault at
+every try, as on no real network. Faults:
 
 - `status`: answers `status` (default 500; 503 is S3's SlowDown) without forwarding;
 - `reset`: sends the headers and half the body, then resets the connection;
@@ -28,6 +30,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
 import socket
 import socketserver
@@ -48,14 +51,13 @@ class Faults:
     def __init__(self):
         self.lock = threading.Lock()
         self.rules = []
-        self.matched = []
         self.applied = []
         self.requests = 0
+        self.random = random.Random(9)
 
     def set(self, rules):
         with self.lock:
             self.rules = rules
-            self.matched = [0] * len(rules)
             self.applied = [0] * len(rules)
 
     def stats(self):
@@ -73,8 +75,7 @@ class Faults:
                     continue
                 if rule.get("range") is not None and bool(rule["range"]) != has_range:
                     continue
-                self.matched[i] += 1
-                if self.matched[i] % rule.get("every", 1) != 0:
+                if self.random.randrange(rule.get("every", 1)) != 0:
                     continue
                 if rule.get("times") is not None and self.applied[i] >= rule["times"]:
                     continue
