@@ -136,7 +136,41 @@ fn scan_array(
     Ok(report)
 }
 
+/// How often a shard replaced while it is scanned is scanned again.
+const SCANS: u32 = 5;
+
+/// Adds what shard `coords` holds to `report`: of the version read whole, when it was replaced
+/// (another writer, or a version misnamed on the way) while read.
 fn scan_shard(
+    store: &dyn Store,
+    array: &ShardedArray,
+    coords: &[u64],
+    codecs: Option<&ChunkCodecs>,
+    report: &mut ArrayReport,
+) -> Result<(), store::Error> {
+    let mut scan = 1;
+    let shard = loop {
+        let mut shard = ArrayReport::default();
+        match scan_shard_once(store, array, coords, codecs, &mut shard) {
+            Ok(()) => break shard,
+            Err(store::Error::Changed(_)) if scan < SCANS => {
+                std::thread::sleep(store::backoff(scan));
+                scan += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    report.shards += shard.shards;
+    report.chunks += shard.chunks;
+    report.live_bytes += shard.live_bytes;
+    report.index_bytes += shard.index_bytes;
+    report.unused_bytes += shard.unused_bytes;
+    report.decoded += shard.decoded;
+    report.problems.extend(shard.problems);
+    Ok(())
+}
+
+fn scan_shard_once(
     store: &dyn Store,
     array: &ShardedArray,
     coords: &[u64],
@@ -212,7 +246,7 @@ impl Audit<'_> {
                     if leaf {
                         self.report.chunks += 1;
                         self.report.live_bytes += chunk.end - chunk.start;
-                        self.decode(chunk);
+                        self.decode(chunk)?;
                     } else {
                         self.blob(depth + 1, chunk)?;
                     }
@@ -233,14 +267,15 @@ impl Audit<'_> {
     }
 
     /// Decodes the stored inner chunk at `range` when chunk data is checked.
-    fn decode(&mut self, range: Range<u64>) {
-        let Some(codecs) = self.codecs else { return };
+    fn decode(&mut self, range: Range<u64>) -> Result<(), store::Error> {
+        let Some(codecs) = self.codecs else { return Ok(()) };
         self.report.decoded += 1;
         let chunk =
             StoredChunk { file: self.file, range, array: self.array, shard: self.shard, entries: &self.entries };
-        if let Some(fault) = chunk.fault(codecs) {
+        if let Some(fault) = chunk.fault(codecs)? {
             self.report.problems.push(format!("{}: {fault}", self.shown));
         }
+        Ok(())
     }
 }
 

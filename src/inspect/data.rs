@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use crate::format::codecs::ChunkCodecs;
-use crate::store::{Object, join};
+use crate::store::{self, Object, join};
 use crate::view::array::ShardedArray;
 
 /// How far a scan reads a store.
@@ -38,14 +38,20 @@ pub(super) struct StoredChunk<'a> {
 }
 
 impl StoredChunk<'_> {
-    /// The problem line for this chunk (after the shard's name), or `None` when it decodes.
-    pub(super) fn fault(&self, codecs: &ChunkCodecs) -> Option<String> {
+    /// The problem line for this chunk (after the shard's name), or `None` when it decodes; the
+    /// store's error when the shard was replaced since it was opened.
+    pub(super) fn fault(&self, codecs: &ChunkCodecs) -> Result<Option<String>, store::Error> {
         let fault = match self.file.read_exact_at(self.range.start, self.range.end - self.range.start) {
-            Ok(bytes) => codecs.fault(&bytes)?,
+            Ok(bytes) => match codecs.fault(&bytes) {
+                Some(fault) => fault,
+                None => return Ok(None),
+            },
+            // Not damage: the shard was replaced while read, and is scanned again.
+            Err(changed @ store::Error::Changed(_)) => return Err(changed),
             Err(e) => format!("cannot read: {e}"),
         };
         let coords = self.array.meta.sharding.chunk_of(self.shard, self.entries);
         let key = join(&self.array.dir, &self.array.chunk_key(&coords));
-        Some(format!("chunk {key} (bytes {}..{}): {fault}", self.range.start, self.range.end))
+        Ok(Some(format!("chunk {key} (bytes {}..{}): {fault}", self.range.start, self.range.end)))
     }
 }
