@@ -64,6 +64,7 @@ use self::buffered::BufferedFile;
 use self::disk_cache::{DiskCache, DiskSettings};
 use self::fetch::{Fetcher, Reader, VersionId};
 use self::metadata::{Flights, Head, Listing, MetadataCache, bare_e_tag};
+use self::requests::is_answer;
 use super::{
     Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, backoff, join, lock,
 };
@@ -843,8 +844,15 @@ impl Store for BucketStore {
         if refused(&create) && refused(&update) {
             return Ok(());
         }
-        let why = "the server does not refuse conditional writes (If-None-Match, If-Match), so commits from two \
-                   mounts could overwrite each other; mount it --read-only";
+        let why = match [&create, &update].into_iter().find_map(|r| r.as_ref().err().filter(|e| !is_answer(e))) {
+            Some(lost) => format!(
+                "cannot tell whether the server refuses conditional writes (no answer: {}); mount it --read-only",
+                one_line(lost)
+            ),
+            None => "the server does not refuse conditional writes (If-None-Match, If-Match), so commits from two \
+                     mounts could overwrite each other; mount it --read-only"
+                .to_string(),
+        };
         Err(Error::Io { place: self.describe(""), source: io::Error::other(why) })
     }
 

@@ -71,7 +71,7 @@ pub(super) fn md5_hex(pieces: &[&[u8]]) -> String {
 }
 
 /// True when object_store's error is the server's answer rather than a fault on the way.
-fn is_answer(e: &object_store::Error) -> bool {
+pub(super) fn is_answer(e: &object_store::Error) -> bool {
     use object_store::Error::*;
     matches!(
         e,
@@ -265,14 +265,17 @@ impl BucketStore {
         }
     }
 
-    /// One PUT of the conditional-write probe, tried again while the answer is lost on the way:
-    /// the probe's refusals must be the server's own.
+    /// One PUT of the conditional-write probe, tried again while the answer is lost on the way
+    /// (more often than a request: a mount asks once, and a lost answer must not pass for the
+    /// server's): the probe's refusals must be the server's own.
     pub(super) fn probe_put(&self, path: &Path, options: PutOptions) -> object_store::Result<PutResult> {
         let mut tries = 0;
         loop {
             tries += 1;
             match self.block_on(self.0.objects.put_opts(path, PutPayload::from_static(b"probe"), options.clone())) {
-                Err(e) if !is_answer(&e) && tries < TRIES => continue,
+                Err(e) if !is_answer(&e) && tries < 2 * TRIES => {
+                    std::thread::sleep(crate::store::backoff(tries as u32));
+                }
                 done => return done,
             }
         }
