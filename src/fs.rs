@@ -254,6 +254,26 @@ impl ShardFs {
         ino
     }
 
+    /// True when inode `ino` of `node`, bound to version `from` of its content, may stand for
+    /// version `to`: this mount's own commits replaced the one with the other without changing its
+    /// chunk, so its bytes and size are the same. The inode is then bound to `to`.
+    fn catch_up(&self, ino: u64, node: &Node, from: Stamp, to: Option<Stamp>) -> bool {
+        let (Some(pending), Node::Chunk { array, coords }, Some(to)) = (&self.pending, node, to) else { return false };
+        let Ok(Some(array)) = self.ns.array_at(&array.dir) else { return false };
+        if !pending.kept_by_own_commits(&array, coords, from, to) {
+            return false;
+        }
+        let mut inodes = self.inodes.lock();
+        match inodes.get_mut(ino).and_then(|inode| inode.bound.as_mut()) {
+            Some(bound) if bound.stamp == from || bound.stamp == to => {
+                bound.stamp = to;
+                true
+            }
+            // Bound to yet another version meanwhile, or written through this mount: asked again.
+            _ => false,
+        }
+    }
+
     /// Marks inode `ino` written through this mount: from now on it shows whatever the view holds.
     /// A computed file cannot be written (EROFS): it stays bound to its version.
     fn unbind(&self, ino: u64) {
@@ -361,8 +381,16 @@ impl ShardFs {
     /// The attributes of `ino`: of its own version, for an inode bound to one that was replaced
     /// (its name now leads to another inode).
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let answer = self.ns.answer(&self.node(ino)?)?;
-        if let Some(own) = self.inodes.lock().get(ino).and_then(|inode| inode.own_version(&answer)) {
+        let node = self.node(ino)?;
+        let answer = self.ns.answer(&node)?;
+        let own = self
+            .inodes
+            .lock()
+            .get(ino)
+            .and_then(|inode| Some((inode.own_version(&answer)?, inode.bound.as_ref()?.stamp)));
+        if let Some((own, stamp)) = own
+            && !self.catch_up(ino, &node, stamp, answer.content)
+        {
             self.freshness.unwatch_until_dropped(ino, Unwatched::Name);
             return Ok(own);
         }

@@ -320,8 +320,11 @@ pub trait Store: Send + Sync + Debug {
     fn space(&self) -> Result<Space>;
 
     /// Replaces the file at `key` with `pieces` back to back, atomically (a reader sees the old
-    /// file or the new one) and durably, creating missing directories above it.
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()>;
+    /// file or the new one) and durably, creating missing directories above it. Returns the
+    /// version written when the store can name it exactly (a local file's, an object's ETag the
+    /// server answered), which is then the version a later open of `key` finds, unless another
+    /// writer replaced it meanwhile.
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>>;
 
     /// Removes the file at `key`, durably.
     fn delete(&self, key: &str) -> Result<()>;
@@ -352,7 +355,7 @@ pub trait Store: Send + Sync + Debug {
     /// A store without links stores a copy made with one conditional [`Store::put`].
     fn link(&self, from: &str, to: &str) -> Result<()> {
         let content = self.read(from)?;
-        self.put(to, &[&content], PutMode::Create)
+        self.put(to, &[&content], PutMode::Create).map(drop)
     }
 
     /// Makes directory `key` with permission bits `mode`.

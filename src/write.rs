@@ -7,6 +7,7 @@
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
 //! - [`document`]: storing a `zarr.json` written through the view, translated back to its sharding.
 //! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
+//! - [`own_commits`]: the shard versions this mount's commits replaced, and what each changed.
 //! - [`shard`]: a shard as a commit sees it: changes, current version, outcome.
 //! - [`error`]: why a commit, or the storing of a document, did not happen.
 //!
@@ -17,6 +18,7 @@ pub mod commit;
 pub mod document;
 pub mod error;
 pub mod journal;
+pub mod own_commits;
 pub mod pending;
 pub mod rewrite;
 pub mod shard;

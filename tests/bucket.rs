@@ -6,7 +6,8 @@
 //! the store conformance checks
 //! against a real local S3 server: moto, which scripts/test.sh starts and names in
 //! SHARDFS_TEST_S3_ENDPOINT; there too, the disk cache (`--cache`): a remount sends no GET, and
-//! damaged cache files and replaced objects are never served.
+//! damaged cache files and replaced objects are never served. `check --data` reads a shard
+//! replaced while it reads it again.
 
 mod common;
 
@@ -20,8 +21,9 @@ use common::*;
 use object_store::memory::InMemory;
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
 use shardfs::fs::{OpenMode, ROOT_INO, ShardFs, WriteOptions};
-use shardfs::inspect::scan;
+use shardfs::inspect::{Depth, scan, scan_with};
 use shardfs::mount::filesystem;
+use shardfs::progress::Silent;
 use shardfs::store::bucket::disk_cache::DiskSettings;
 use shardfs::store::bucket::s3::{self, S3Options};
 use shardfs::store::bucket::{BucketStore, Caching};
@@ -368,8 +370,9 @@ fn chunks_of(store: &dyn Store, spec: &IndexSpec) -> Vec<Option<Vec<u8>>> {
 /// its own first write there: between a commit's read of the shard and its conditional write.
 fn interloper(objects: &Arc<InMemory>, theirs: Vec<u8>) -> Hooked<BucketStore> {
     let other = bucket(objects);
-    Hooked::new(bucket(objects))
-        .before_writing(SHARD, move || other.put(SHARD, &[&theirs], PutMode::Overwrite).unwrap())
+    Hooked::new(bucket(objects)).before_writing(SHARD, move || {
+        other.put(SHARD, &[&theirs], PutMode::Overwrite).unwrap();
+    })
 }
 
 #[test]
@@ -736,4 +739,21 @@ fn a_real_mount_with_o_cache_fills_the_cache_and_a_remount_over_it_shows_the_sam
         assert!(files == want_files, "{round}: the mount's files differ from the golden view");
         assert!(!cache_files(cache.path()).is_empty(), "{round}: the cache holds what was read");
     }
+}
+
+#[test]
+fn check_reads_a_shard_replaced_while_it_reads_it_again() {
+    let objects = golden_bucket();
+    let expected = scan_with(&bucket(&objects), Depth::Data, &Silent).unwrap();
+    assert!(expected.healthy(), "{expected:?}");
+    // Another writer puts the shard again (the same bytes, a new ETag) just after check opened
+    // it: every read of the version opened is refused (If-Match), as from a replaced object.
+    const SHARD: &str = "zp/gzip_crc_end/c/1/0";
+    let other = bucket(&objects);
+    let bytes = other.read(SHARD).unwrap();
+    let store = Hooked::new(bucket(&objects)).after_opening(SHARD, move || {
+        other.put(SHARD, &[&bytes], PutMode::Overwrite).unwrap();
+    });
+    let report = scan_with(&store, Depth::Data, &Silent).unwrap();
+    assert_eq!(report, expected, "the same report, none of the replaced shard's reads taken for damage");
 }

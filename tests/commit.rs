@@ -113,7 +113,12 @@ fn stores_that_cannot_append_rewrite_whole_shards_atomically() {
     let spec = spec(IndexLocation::End);
     setup(dir.path(), &spec, &old_chunks());
     let store = Hooked::no_append(LocalStore::open(dir.path()).unwrap());
-    assert_eq!(commit(&store, KEY, &spec, &changes).unwrap(), Outcome::Rewritten);
+    let before = store.attr(KEY).unwrap().stamp;
+    let committed = commit(&store, KEY, &spec, &changes).unwrap();
+    assert_eq!(committed.outcome, Outcome::Rewritten);
+    // The version the commit names is the one an open finds: the mount rebinds the files of the
+    // chunks it did not change to it.
+    assert_eq!(committed.replaced, Some((before, store.open(KEY).unwrap().attr().stamp)));
     let unused = std::fs::metadata(dir.path().join(KEY)).unwrap().len()
         - apply(&old_chunks(), &changes).iter().flatten().map(|c| c.len() as u64).sum::<u64>()
         - spec.encoded_len();
@@ -157,8 +162,8 @@ fn emptying_a_shard_deletes_it() {
     let store = LocalStore::open(dir.path()).unwrap();
     setup(dir.path(), &spec(IndexLocation::End), &old_chunks());
     let changes: Changes = (0..8).map(|i| (i, None)).collect();
-    let outcome = commit(&store, KEY, &spec(IndexLocation::End), &changes).unwrap();
-    assert_eq!(outcome, Outcome::Deleted);
+    let committed = commit(&store, KEY, &spec(IndexLocation::End), &changes).unwrap();
+    assert_eq!(committed, Outcome::Deleted.into());
     assert!(!dir.path().join(KEY).exists());
 }
 
@@ -170,8 +175,10 @@ fn appends_leave_old_bytes_as_unused_space() {
     setup(dir.path(), &spec, &old_chunks());
     let before = std::fs::metadata(dir.path().join(KEY)).unwrap().len();
     let changes: Changes = BTreeMap::from([(1, Some(chunk(5, 1, 3).into()))]);
-    let outcome = commit(&store, KEY, &spec, &changes).unwrap();
-    assert_eq!(outcome, Outcome::Appended { old_len: before, new_len: before + 3 + spec.encoded_len() });
+    let stamp = store.attr(KEY).unwrap().stamp;
+    let committed = commit(&store, KEY, &spec, &changes).unwrap();
+    assert_eq!(committed.outcome, Outcome::Appended { old_len: before, new_len: before + 3 + spec.encoded_len() });
+    assert_eq!(committed.replaced, Some((stamp, store.open(KEY).unwrap().attr().stamp)));
     assert_eq!(read_shard(dir.path(), &spec), Some(apply(&old_chunks(), &changes)));
 }
 

@@ -168,9 +168,9 @@ impl ShardFs {
     /// was replaced, so that the kernel looks the name up again and finds the new version's inode.
     pub(super) fn open_reading(&self, ino: u64, node: Node) -> Result<Reading> {
         let bound = self.inodes.lock().get(ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
-        let reading = Reading::open(&self.ns, node, bound.is_some())?;
+        let reading = Reading::open(&self.ns, node.clone(), bound.is_some())?;
         match bound {
-            Some(stamp) if reading.version() != Some(stamp) => {
+            Some(stamp) if reading.version() != Some(stamp) && !self.catch_up(ino, &node, stamp, reading.version()) => {
                 Err(Error::Stale(format!("{}: replaced since it was looked up", reading.path())))
             }
             _ => Ok(reading),
@@ -218,7 +218,7 @@ impl ShardFs {
                 self.creates_documents(&path)?;
                 // The document exists (empty) from now on; its content is stored at close.
                 match self.ns.store().put(&self.document_key(&path)?, &[], PutMode::Create) {
-                    Ok(()) | Err(store::Error::Changed(_)) => {}
+                    Ok(_) | Err(store::Error::Changed(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
                 let buffer = Mutex::new(Vec::new());
@@ -440,7 +440,7 @@ impl ShardFs {
                     Target::Document(path) => self.store_document(path, &content)?,
                     Target::Stored(key) => {
                         self.make_scratch_dir(key)?;
-                        self.ns.store().put(key, &[&content], PutMode::Create).map_err(exists)?
+                        self.ns.store().put(key, &[&content], PutMode::Create).map_err(exists)?;
                     }
                     Target::Consolidated(_) => return Err(Error::ReadOnly),
                     Target::ChunkDir(..) => return Err(Error::Invalid(format!("{new_name} is a chunk-key directory"))),
@@ -490,7 +490,9 @@ impl ShardFs {
                 self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))))?;
             }
             Target::Document(key) => self.store_document(key, &content)?,
-            Target::Stored(key) => store.put(key, &[&content], PutMode::Overwrite)?,
+            Target::Stored(key) => {
+                store.put(key, &[&content], PutMode::Overwrite)?;
+            }
             Target::Consolidated(name) => log::info!("{name}: a consolidated file written through the view is dropped"),
             Target::ChunkDir(..) => return Err(Error::CrossDevice),
             Target::ChunkOutside(array, coords) => return Err(outside(array, &array.chunk_key(coords))),

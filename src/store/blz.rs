@@ -381,7 +381,7 @@ impl Store for BlzStore {
         self.inner.space()
     }
 
-    fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<()> {
+    fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<Option<Stamp>> {
         Err(erofs(self.inner.describe(key)))
     }
 

@@ -683,7 +683,7 @@ impl Store for BucketStore {
         })
     }
 
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
         self.writable(key)?;
         let mode = match mode {
             PutMode::Overwrite => object_store::PutMode::Overwrite,
@@ -697,11 +697,13 @@ impl Store for BucketStore {
         self.0.metadata.forget(key);
         let put = put?;
         self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
-        if put.e_tag.is_some() {
-            let head = Head { size, e_tag: put.e_tag, version: put.version, modified: SystemTime::now() };
-            self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
+        if put.e_tag.is_none() {
+            return Ok(None);
         }
-        Ok(())
+        let head = Head { size, e_tag: put.e_tag, version: put.version, modified: SystemTime::now() };
+        let stamp = head.stamp();
+        self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
+        Ok(Some(stamp))
     }
 
     fn delete(&self, key: &str) -> Result<()> {

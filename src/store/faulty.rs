@@ -100,7 +100,7 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.space()
     }
 
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
         let len = pieces.iter().map(|p| p.len() as u64).sum::<u64>() + 1;
         match self.budget.bytes(len) {
             (_, true) => Err(Error::Crashed(self.describe(key))),

@@ -179,7 +179,9 @@ impl LocalStore {
         Ok(())
     }
 
-    fn put_io(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> io::Result<std::result::Result<(), ()>> {
+    /// Writes `pieces` to a new file and renames it to `key`: the new file's version, or
+    /// `Err(())` when `mode` refuses the file at `key`.
+    fn put_io(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> io::Result<std::result::Result<Stamp, ()>> {
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
         self.create_dirs(&tmp_dir())?;
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
@@ -223,7 +225,8 @@ impl LocalStore {
             return if e.raw_os_error() == Some(libc::EEXIST) { Ok(Err(())) } else { Err(e) };
         }
         self.sync_dir(parent_key(key))?;
-        Ok(Ok(()))
+        // After the rename, which changed its ctime: the version an open of `key` finds.
+        Ok(Ok(attr_of(&file.metadata()?).stamp))
     }
 
     fn attr_io(&self, key: &str) -> io::Result<Attr> {
@@ -317,7 +320,7 @@ impl Store for LocalStore {
         })
     }
 
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
         // A directory put_io made can vanish before it is used when another process tidies
         // `__shardfs/` at its unmount (see the module doc); the next attempt makes it again.
         let mut attempts = 0;
@@ -329,7 +332,7 @@ impl Store for LocalStore {
             }
         };
         match done.map_err(self.fail(key))? {
-            Ok(()) => Ok(()),
+            Ok(stamp) => Ok(Some(stamp)),
             Err(()) => Err(Error::Changed(self.describe(key))),
         }
     }

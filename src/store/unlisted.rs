@@ -336,7 +336,7 @@ impl Store for UnlistedStore {
         self.inner.space()
     }
 
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<()> {
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
         self.inner.put(key, pieces, mode)
     }
 

@@ -240,7 +240,7 @@ impl Store for ZipStore {
         self.inner.space()
     }
 
-    fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<()> {
+    fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<Option<Stamp>> {
         Err(erofs(self.describe(key)))
     }
 

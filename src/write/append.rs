@@ -8,18 +8,18 @@ use std::ops::Range;
 
 use super::error::CommitError;
 use super::journal::{self, AppendRecord};
-use super::shard::{Changes, Current, Outcome};
+use super::shard::{Changes, Committed, Current, Outcome};
 use crate::format::shard_index::{EMPTY, IndexSpec};
 use crate::store::{self, OpenHow, Store, lock, write_gathered};
 
-/// Appends `changes` to the shard at `key`, read as `current` under its lock.
+/// Appends `changes` to the shard at `key`, read as `current` under its lock; the version left.
 pub(super) fn append(
     store: &dyn Store,
     key: &str,
     current: &Current,
     spec: &IndexSpec,
     changes: &Changes,
-) -> Result<Outcome, CommitError> {
+) -> Result<Committed, CommitError> {
     let old_len = current.len();
     let mut appended: Vec<&[u8]> = Vec::new();
     let mut end = old_len;
@@ -61,6 +61,7 @@ pub(super) fn append(
         log::warn!("{}: append failed and was rolled back: {e}", store.describe(key));
         return Err(e.into());
     }
+    let after = file.attr()?.stamp;
     journal::end(store, &record_key)?;
-    Ok(Outcome::Appended { old_len, new_len })
+    Ok(Committed { outcome: Outcome::Appended { old_len, new_len }, replaced: Some((current.stamp(), after)) })
 }

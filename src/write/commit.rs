@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 pub use super::error::CommitError;
 use super::shard::Current;
-pub use super::shard::{Changes, Outcome};
+pub use super::shard::{Changes, Committed, Outcome};
 use super::{append, rewrite};
 use crate::format::shard_index::{IndexLocation, IndexSpec, ShardIndex};
 use crate::store::{self, PutMode, Store, lock};
@@ -45,7 +45,7 @@ fn read_current(store: &dyn Store, key: &str, spec: &IndexSpec, refusal: &str) -
 
 /// Applies `changes` to the shard at store key `key`, whose outermost index is laid out as
 /// `spec` says.
-pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Outcome, CommitError> {
+pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Committed, CommitError> {
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, spec, "not writing over it")?;
@@ -65,7 +65,7 @@ pub fn commit_levels(
     key: &str,
     specs: &[IndexSpec],
     changes: &NestedChanges,
-) -> Result<Outcome, CommitError> {
+) -> Result<Committed, CommitError> {
     let Some(outer_spec) = specs.first() else { return commit_whole(store, key, changes) };
     let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
     for (path, content) in changes {
@@ -98,20 +98,21 @@ pub fn commit_levels(
 
 /// Commits the one chunk of an unsharded array's chunk file (a sharding of no levels): the file
 /// is replaced whole, atomically and durably, or removed.
-fn commit_whole(store: &dyn Store, key: &str, changes: &NestedChanges) -> Result<Outcome, CommitError> {
-    let Some(content) = changes.get(&Vec::new()) else { return Ok(Outcome::Unchanged) };
+fn commit_whole(store: &dyn Store, key: &str, changes: &NestedChanges) -> Result<Committed, CommitError> {
+    let Some(content) = changes.get(&Vec::new()) else { return Ok(Outcome::Unchanged.into()) };
     let _lock = store.lock(lock::slot(key))?;
-    match content {
+    let outcome = match content {
         Some(bytes) => {
             store.put(key, &[bytes], PutMode::Overwrite)?;
-            Ok(Outcome::Rewritten)
+            Outcome::Rewritten
         }
         None => match store.delete(key) {
-            Ok(()) => Ok(Outcome::Deleted),
-            Err(store::Error::NotFound(_)) => Ok(Outcome::Unchanged),
-            Err(e) => Err(e.into()),
+            Ok(()) => Outcome::Deleted,
+            Err(store::Error::NotFound(_)) => Outcome::Unchanged,
+            Err(e) => return Err(e.into()),
         },
-    }
+    };
+    Ok(outcome.into())
 }
 
 /// An inner shard laid out by `specs` (its own level first) with `changes` applied; `None` when
@@ -153,7 +154,7 @@ const ATTEMPTS: u32 = 8;
 /// read) again when the shard changed between reading it and writing it (another program writing
 /// to the store directly, another machine committing to the same shard of an object store); the
 /// pause between attempts is spent without the lock, so readers of the shard go on meanwhile.
-fn retrying(mut commit_once: impl FnMut() -> Result<Outcome, CommitError>) -> Result<Outcome, CommitError> {
+fn retrying(mut commit_once: impl FnMut() -> Result<Committed, CommitError>) -> Result<Committed, CommitError> {
     let mut attempt = 1;
     loop {
         match commit_once() {
@@ -173,27 +174,27 @@ fn commit_over(
     spec: &IndexSpec,
     current: Option<Current>,
     changes: &Changes,
-) -> Result<Outcome, CommitError> {
+) -> Result<Committed, CommitError> {
     let Some(current) = current else {
         let chunks: Vec<Option<Cow<[u8]>>> =
             (0..spec.entries).map(|i| changes.get(&i).and_then(|c| c.as_deref().map(Cow::Borrowed))).collect();
         if chunks.iter().all(Option::is_none) {
-            return Ok(Outcome::Unchanged);
+            return Ok(Outcome::Unchanged.into());
         }
         rewrite::put_shard(store, key, spec, &chunks, None)?;
-        return Ok(Outcome::Created);
+        return Ok(Outcome::Created.into());
     };
     let kept = |i: u64| !changes.contains_key(&i) && current.entries[i as usize].is_some();
     let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
     if stays_empty {
         if store.delete_version(key, &current.stamp())? {
-            return Ok(Outcome::Deleted);
+            return Ok(Outcome::Deleted.into());
         }
         // A store that cannot delete only this version keeps a shard of empty entries, which
         // every reader takes for a shard with no chunk.
         let empty: Vec<Option<&[u8]>> = vec![None; spec.entries as usize];
         rewrite::put_shard(store, key, spec, &empty, Some(current.stamp()))?;
-        return Ok(Outcome::Emptied);
+        return Ok(Outcome::Emptied.into());
     }
     if spec.location == IndexLocation::End && store.can_append() {
         return append::append(store, key, &current, spec, changes);
@@ -205,8 +206,8 @@ fn commit_over(
             None => current.chunk(i as usize)?.map(Cow::Owned),
         });
     }
-    rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()))?;
-    Ok(Outcome::Rewritten)
+    let written = rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()))?;
+    Ok(Committed { outcome: Outcome::Rewritten, replaced: written.map(|after| (current.stamp(), after)) })
 }
 
 /// Rewrites the shard at `key` without unused space (replaced chunks and old indexes left by

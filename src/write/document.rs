@@ -62,7 +62,7 @@ pub fn store_document(
         let document = translate(stored.as_deref())?;
         match store.put(key, &[&document], mode) {
             Err(store::Error::Changed(_)) if attempt < ATTEMPTS => attempt += 1,
-            done => return Ok(done?),
+            done => return Ok(done.map(drop)?),
         }
     }
 }

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::commit::{CommitError, NestedChanges, commit_levels};
+use super::own_commits::OwnCommits;
+use crate::store::Stamp;
 use crate::view::array::ShardedArray;
 use crate::view::documents::ArrayState;
 use crate::view::namespace::Namespace;
@@ -91,6 +93,8 @@ pub struct Pending {
     policy: Policy,
     /// Shards committed since [`Pending::take_committed`] last asked.
     committed: Mutex<HashSet<String>>,
+    /// The versions those commits went from and to.
+    own: OwnCommits,
     /// Shards past the threshold, waiting for the background committer, which `due_ready` wakes.
     due: Mutex<Vec<String>>,
     due_ready: Condvar,
@@ -269,8 +273,12 @@ impl Pending {
         let mut shards = self.shards.lock();
         let Some(shard) = shards.get_mut(key) else { return result.map(drop) };
         match result {
-            Ok(_) => {
+            Ok(committed) => {
                 self.committed.lock().insert(key.to_string());
+                if let Some(versions) = committed.replaced {
+                    let changed = carried.iter().map(|(coords, ..)| coords.clone()).collect();
+                    self.own.record(key, &array, versions, changed);
+                }
                 for (coords, generation, _) in carried {
                     if shard.entries.get(&coords).is_some_and(|e| e.generation == generation) {
                         let e = shard.entries.remove(&coords).expect("present");
@@ -292,6 +300,12 @@ impl Pending {
                 Err(e)
             }
         }
+    }
+
+    /// True when this mount's own commits replaced version `from` of the shard of the chunk at
+    /// `coords` with version `to`, leaving the chunk as it was (see [`OwnCommits`]).
+    pub fn kept_by_own_commits(&self, array: &ShardedArray, coords: &[u64], from: Stamp, to: Stamp) -> bool {
+        self.own.kept(&shard_of(array, coords), array, coords, from, to)
     }
 
     /// The keys of the shards committed since the last call: their new versions are this mount's

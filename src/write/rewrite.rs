@@ -7,14 +7,14 @@ use crate::format::shard_index::{IndexLocation, IndexSpec, shard_layout};
 use crate::store::{self, PutMode, Stamp, Store};
 
 /// Writes the shard at `key` holding `chunks` (one per index entry), replacing version `over`
-/// (`None`: there must be no shard yet).
+/// (`None`: there must be no shard yet); the version written, as [`Store::put`] names it.
 pub fn put_shard<C: AsRef<[u8]>>(
     store: &dyn Store,
     key: &str,
     spec: &IndexSpec,
     chunks: &[Option<C>],
     over: Option<Stamp>,
-) -> Result<(), store::Error> {
+) -> Result<Option<Stamp>, store::Error> {
     let index = spec.encode(&shard_layout(spec, chunks));
     let data = chunks.iter().flatten().map(AsRef::as_ref);
     let pieces: Vec<&[u8]> = match spec.location {

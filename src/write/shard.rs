@@ -1,5 +1,5 @@
 //! A shard as a commit sees it: the changes to make ([`Changes`]), the shard as it is under its
-//! lock ([`Current`]), and what the commit did ([`Outcome`]).
+//! lock ([`Current`]), and what the commit did ([`Outcome`], [`Committed`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -30,6 +30,21 @@ pub enum Outcome {
         old_len: u64,
         new_len: u64,
     },
+}
+
+/// What a commit did, and the shard versions it went from and to when the store could name the
+/// one it wrote: every chunk the commit did not change has the same bytes in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    pub outcome: Outcome,
+    pub replaced: Option<(Stamp, Stamp)>,
+}
+
+impl From<Outcome> for Committed {
+    /// A commit that left no version that holds chunks of the one before.
+    fn from(outcome: Outcome) -> Self {
+        Committed { outcome, replaced: None }
+    }
 }
 
 /// A shard as it is under its lock: the version read and its entries.

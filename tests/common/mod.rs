@@ -423,7 +423,12 @@ impl<S: shardfs::store::Store> shardfs::store::Store for Hooked<S> {
     fn space(&self) -> shardfs::store::Result<shardfs::store::Space> {
         self.inner.space()
     }
-    fn put(&self, key: &str, pieces: &[&[u8]], mode: shardfs::store::PutMode) -> shardfs::store::Result<()> {
+    fn put(
+        &self,
+        key: &str,
+        pieces: &[&[u8]],
+        mode: shardfs::store::PutMode,
+    ) -> shardfs::store::Result<Option<shardfs::store::Stamp>> {
         self.writing(key);
         self.inner.put(key, pieces, mode)
     }
