@@ -497,13 +497,14 @@ fn a_server_that_ignores_if_match_never_passes_off_another_versions_bytes() {
 
 /// An object store whose answers are mangled on the way, as a faulty network or proxy does: GETs
 /// of whole objects come back with 64 bytes too many (every one, or every other one), and the
-/// first conditional PUT is applied but its answer lost.
+/// next conditional PUT (or every one) is applied but its answer lost.
 #[derive(Debug, Default)]
 struct Mangles {
     inner: InMemory,
     long_bodies: std::sync::atomic::AtomicU64,
     every_get_long: bool,
     lose_next_put: std::sync::atomic::AtomicBool,
+    lose_every_put: bool,
 }
 
 impl std::fmt::Display for Mangles {
@@ -521,9 +522,14 @@ impl object_store::ObjectStore for Mangles {
         opts: object_store::PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
         let conditional = !matches!(opts.mode, object_store::PutMode::Overwrite);
-        let put = self.inner.put_opts(location, payload, opts).await?;
+        let lost = || object_store::Error::Generic { store: "Mangles", source: "connection reset".into() };
+        let put = self.inner.put_opts(location, payload, opts).await;
+        if conditional && self.lose_every_put {
+            return Err(lost());
+        }
+        let put = put?;
         if conditional && self.lose_next_put.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return Err(object_store::Error::Generic { store: "Mangles", source: "connection reset".into() });
+            return Err(lost());
         }
         Ok(put)
     }
@@ -605,14 +611,27 @@ fn a_conditional_put_whose_answer_was_lost_has_succeeded() {
     let objects = Arc::new(Mangles::default());
     let store = BucketStore::new(objects.clone(), "", "memory://mangles", Caching::default()).unwrap();
     objects.lose_next_put.store(true, std::sync::atomic::Ordering::SeqCst);
-    store.put("a", &[b"mine"], PutMode::Create).expect("the retry meets its own object");
+    let named = store.put("a", &[b"mine"], PutMode::Create).expect("the retry meets its own object");
     let stamp = store.attr("a").unwrap().stamp;
+    assert_eq!(named, Some(stamp), "the version found holding what was put");
     objects.lose_next_put.store(true, std::sync::atomic::Ordering::SeqCst);
     store.put("a", &[b"mine, again"], PutMode::Update(stamp)).expect("the retry meets its own update");
     assert_eq!(store.read("a").unwrap(), b"mine, again");
     assert!(
         matches!(store.put("a", &[b"other"], PutMode::Create), Err(store::Error::Changed(_))),
         "another writer's object is still someone else's"
+    );
+}
+
+#[test]
+fn a_writable_mount_whose_conditional_writes_get_no_answer_is_refused_for_that_reason() {
+    let objects = Arc::new(Mangles { lose_every_put: true, ..Default::default() });
+    let store = BucketStore::new(objects, "", "memory://mangles", Caching::default()).unwrap();
+    let refused = store.check_writes().unwrap_err().to_string();
+    assert!(
+        refused.contains("cannot tell whether the server refuses conditional writes (no answer: ")
+            && refused.contains("connection reset"),
+        "not that the server ignores them, which nobody said: {refused}"
     );
 }
 
