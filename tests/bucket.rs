@@ -495,6 +495,18 @@ fn a_server_that_ignores_if_match_never_passes_off_another_versions_bytes() {
     assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "the reply's ETag gave it away");
 }
 
+#[test]
+fn a_read_refused_for_its_version_has_the_next_open_ask_the_server() {
+    let objects = Arc::new(InMemory::new());
+    let store = bucket(&objects);
+    store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
+    let opened = store.open("k").unwrap();
+    bucket(&objects).put("k", &[b"two"], PutMode::Overwrite).unwrap();
+    assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "If-Match refused (412)");
+    // Within the remembered version's lifetime: not the version the server just refused.
+    assert_eq!(store.open("k").unwrap().read_exact_at(0, 3).unwrap(), b"two");
+}
+
 /// An object store whose answers are mangled on the way, as a faulty network or proxy does: GETs
 /// of whole objects come back with 64 bytes too many (every one, or every other one), and the
 /// next conditional PUT (or every one) is applied but its answer lost.

@@ -195,12 +195,6 @@ impl BucketStore {
                 self.0.metadata.forget(key);
                 return Err(Failed::Final(Error::Changed(self.describe(key))));
             }
-            // Another version is there now (or the one remembered was misnamed on the way): the
-            // next open asks the server which.
-            Err(e @ object_store::Error::Precondition { .. }) => {
-                self.0.metadata.forget(key);
-                return Err(self.failed(key, e));
-            }
             Err(e) => return Err(self.failed(key, e)),
         };
         // A version named by its time (a listing that gave no ETag) is compared by time, whatever
