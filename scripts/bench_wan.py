@@ -68,10 +68,11 @@ def wait_port(port, what, process):
 class Proxy:
     """scripts/latency_proxy.py in a process of its own, with its request counts."""
 
-    def __init__(self, server_port, rtt):
+    def __init__(self, server_port, rtt, connection_mbs=None):
         self.rtt = rtt
+        pace = ["--connection-mbs", str(connection_mbs)] if connection_mbs else []
         self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts/latency_proxy.py"),
-                                         "--upstream", f"127.0.0.1:{server_port}", "--rtt-ms", str(rtt)],
+                                         "--upstream", f"127.0.0.1:{server_port}", "--rtt-ms", str(rtt), *pace],
                                         stdout=subprocess.PIPE, text=True)
         _, _, port, control = self.process.stdout.readline().split()
         self.port, self.control = int(port), int(control)
@@ -170,6 +171,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="--scale 0.25 --runs 1 --rtts 0,20 (for iteration)")
     parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,boto3,plain")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
+    parser.add_argument("--connection-mbs", type=float,
+                        help="pace each connection to this many MB/s each way (S3: about 90), as the proxy's option")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.quick:
@@ -207,7 +210,7 @@ def main():
         print(f"bench wan: arrays written in {time.perf_counter() - start:.1f} s; shards of big: {len(shards)}",
               flush=True)
         for rtt in rtts:
-            proxies[rtt] = Proxy(port, rtt)
+            proxies[rtt] = Proxy(port, rtt, args.connection_mbs)
         picks = [(r.randrange(32), r.randrange(32)) for r in [random.Random(42)] for _ in range(256)]
         want_tiles = [want["tiles"][i * 256:(i + 1) * 256, j * 256:(j + 1) * 256] for i, j in picks]
 

@@ -2,7 +2,7 @@
 benchmarks of object stores at cloud latency (the kernels here have no `tc netem`).
 
     python scripts/latency_proxy.py --upstream HOST:PORT --rtt-ms 20 [--port 0] [--max-seconds 7200]
-                                    [--log FILE]
+                                    [--log FILE] [--connection-mbs 90]
     python scripts/latency_proxy.py --self-check
 
 prints `listening on PORT CONTROL_PORT` once ready. Each direction of each connection is a delay
@@ -10,6 +10,8 @@ line: bytes leave RTT/2 after they arrived, in order, so a request and its respo
 however large they are (the line does not limit throughput, only delays it), and a new connection
 costs one RTT more before its first byte goes through (the TCP handshake). At most 8 MiB wait in
 each line; a full line stops reading its side (TCP's own back-pressure does the rest).
+`--connection-mbs N` also paces each direction of each connection to N MB/s, as an object store's
+connections are (about 90 MB/s each on S3): throughput then comes only from several at once.
 
 Requests are counted at the TCP level, without parsing HTTP beyond its first line: a burst of bytes
 from the client that follows the server's answer (or opens the connection) is one request, its
@@ -72,8 +74,9 @@ class Turns:
         self.server_spoke = True
 
 
-async def delay_line(reader, writer, one_way, on_data):
-    """Copies reader to writer, each piece leaving `one_way` seconds after it arrived."""
+async def delay_line(reader, writer, one_way, on_data, rate=None):
+    """Copies reader to writer, each piece leaving `one_way` seconds after it arrived, and no
+    faster than `rate` bytes a second when one is given."""
     queue = asyncio.Queue()
     room = asyncio.Semaphore(LINE_BYTES // CHUNK)
 
@@ -91,9 +94,13 @@ async def delay_line(reader, writer, one_way, on_data):
         await queue.put((time.monotonic() + one_way, None))
 
     async def pump_out():
+        free_at = 0.0  # when the paced line has sent what it sent so far
         try:
             while True:
                 due, data = await queue.get()
+                if rate and data:
+                    due = max(due, free_at)
+                    free_at = due + len(data) / rate
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
@@ -119,7 +126,7 @@ async def delay_line(reader, writer, one_way, on_data):
 LIVE = set()
 
 
-async def handle(client_reader, client_writer, upstream, rtt, counts):
+async def handle(client_reader, client_writer, upstream, rtt, counts, rate):
     counts.connections += 1
     connection = counts.connections
     server_writer = None
@@ -139,8 +146,8 @@ async def handle(client_reader, client_writer, upstream, rtt, counts):
             counts.bytes_down += len(data)
             turns.server_spoke = True
 
-        await asyncio.gather(delay_line(client_reader, server_writer, rtt / 2, up),
-                             delay_line(server_reader, client_writer, rtt / 2, down))
+        await asyncio.gather(delay_line(client_reader, server_writer, rtt / 2, up, rate),
+                             delay_line(server_reader, client_writer, rtt / 2, down, rate))
     except (ConnectionError, OSError, asyncio.CancelledError):
         pass  # a connection that ends, either way, ends its proxying; nothing else to tell
     finally:
@@ -156,9 +163,9 @@ async def control(reader, writer, counts):
     writer.close()
 
 
-async def serve(upstream, rtt, port, max_seconds, ready, log=None):
+async def serve(upstream, rtt, port, max_seconds, ready, log=None, rate=None):
     counts = Counts(log)
-    proxy = await asyncio.start_server(lambda r, w: handle(r, w, upstream, rtt, counts), "127.0.0.1", port)
+    proxy = await asyncio.start_server(lambda r, w: handle(r, w, upstream, rtt, counts, rate), "127.0.0.1", port)
     ctl = await asyncio.start_server(lambda r, w: control(r, w, counts), "127.0.0.1", 0)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -260,6 +267,7 @@ def main():
     parser.add_argument("--max-seconds", type=float, default=7200, help="stop by itself after this long")
     parser.add_argument("--self-check", action="store_true", help="measure the proxy itself and exit")
     parser.add_argument("--log", type=argparse.FileType("w"), help="write a line per request here")
+    parser.add_argument("--connection-mbs", type=float, help="pace each connection's each direction to this many MB/s")
     args = parser.parse_args()
     if args.self_check:
         return asyncio.run(self_check())
@@ -270,8 +278,9 @@ def main():
     def ready(port, control_port, _stop, _counts):
         print(f"listening on {port} {control_port}", flush=True)
 
+    rate = args.connection_mbs * 1e6 if args.connection_mbs else None
     asyncio.run(serve((host or "127.0.0.1", int(port)), args.rtt_ms / 1000, args.port, args.max_seconds, ready,
-                      args.log))
+                      args.log, rate))
     return 0
 
 
