@@ -184,7 +184,8 @@ async def serve(upstream, rtt, port, max_seconds, ready, log=None, rate=None):
 
 
 async def self_check():
-    """Echo server behind the proxy: a small request's round trip at 20 ms, throughput at 0 ms."""
+    """Echo server behind the proxy: a small request's round trip at 20 ms, throughput at 0 ms, and
+    a connection paced to 32 MB/s."""
 
     async def echo(reader, writer):
         while data := await reader.read(CHUNK):
@@ -196,10 +197,11 @@ async def self_check():
     upstream = ("127.0.0.1", echo_server.sockets[0].getsockname()[1])
     failures = []
 
-    async def through(rtt_ms):
+    async def through(rtt_ms, rate=None):
         got = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(serve(upstream, rtt_ms / 1000, 0, 60,
-                                           lambda port, _c, stop, counts: got.set_result((port, stop, counts))))
+                                           lambda port, _c, stop, counts: got.set_result((port, stop, counts)),
+                                           rate=rate))
         port, stop, counts = await got
         return task, port, stop, counts
 
@@ -249,11 +251,26 @@ async def self_check():
     writer.close()
     stop.set()
     await task
-    echo_server.close()
     print(f"latency_proxy: at 0 ms, {size >> 20} MiB through and back in {elapsed:.2f} s: "
           f"{size / elapsed / 1e6:.0f} MB/s each way")
     if bytes(back) != payload:
         failures.append("the bytes that came back differ from those sent")
+
+    # Paced: 16 MB at 32 MB/s takes half a second at least, however fast the machine.
+    task, port, stop, counts = await through(0, rate=32e6)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    start = time.monotonic()
+    writer.write(payload[:16_000_000])
+    writer.write_eof()
+    paced = len(await reader.read())
+    elapsed = time.monotonic() - start
+    writer.close()
+    stop.set()
+    await task
+    echo_server.close()
+    print(f"latency_proxy: paced to 32 MB/s, {paced / 1e6:.0f} MB through and back in {elapsed:.2f} s")
+    if paced != 16_000_000 or not 0.5 <= elapsed <= 60:
+        failures.append(f"{paced} bytes paced to 32 MB/s came back in {elapsed:.2f} s, not 16 MB in 0.5 s or more")
     for failure in failures:
         print(f"latency_proxy: self-check failed: {failure}", file=sys.stderr)
     return 1 if failures else 0
