@@ -41,7 +41,8 @@ pub struct Committed {
 }
 
 impl From<Outcome> for Committed {
-    /// A commit that left no version that holds chunks of the one before.
+    /// A commit with no pair of versions to name: it made the first version, deleted the last,
+    /// changed nothing, or replaced a whole chunk file (no other chunk is in it).
     fn from(outcome: Outcome) -> Self {
         Committed { outcome, replaced: None }
     }
