@@ -68,9 +68,11 @@ def wait_port(port, what, process):
 class Proxy:
     """scripts/latency_proxy.py in a process of its own, with its request counts."""
 
-    def __init__(self, server_port, rtt, connection_mbs=None):
+    def __init__(self, server_port, rtt, connection_mbs=None, log_dir=None):
         self.rtt = rtt
         pace = ["--connection-mbs", str(connection_mbs)] if connection_mbs else []
+        if log_dir:
+            pace += ["--log", os.path.join(log_dir, f"proxy-{rtt:g}ms.log")]
         self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts/latency_proxy.py"),
                                          "--upstream", f"127.0.0.1:{server_port}", "--rtt-ms", str(rtt), *pace],
                                         stdout=subprocess.PIPE, text=True)
@@ -173,6 +175,8 @@ def main():
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--connection-mbs", type=float,
                         help="pace each connection to this many MB/s each way (S3: about 90), as the proxy's option")
+    parser.add_argument("--proxy-log", metavar="DIR",
+                        help="each proxy writes a line per request to DIR/proxy-<RTT>ms.log (which requests a reader made)")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.quick:
@@ -210,7 +214,7 @@ def main():
         print(f"bench wan: arrays written in {time.perf_counter() - start:.1f} s; shards of big: {len(shards)}",
               flush=True)
         for rtt in rtts:
-            proxies[rtt] = Proxy(port, rtt, args.connection_mbs)
+            proxies[rtt] = Proxy(port, rtt, args.connection_mbs, args.proxy_log)
         picks = [(r.randrange(32), r.randrange(32)) for r in [random.Random(42)] for _ in range(256)]
         want_tiles = [want["tiles"][i * 256:(i + 1) * 256, j * 256:(j + 1) * 256] for i, j in picks]
 
