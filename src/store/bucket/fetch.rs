@@ -23,7 +23,8 @@
 //!   next shards of an array read in order, as the view sees it);
 //! - memory: the bytes held are kept within the budget (`--read-ahead-size`; half of it for bytes
 //!   nobody asked for yet) by dropping bytes readers have passed, then segments ended and read
-//!   from, least recently read first; bytes fetched ahead and not read yet stay, until nobody
+//!   from (read to their end, to make room for bytes fetched ahead), least recently read first;
+//!   bytes fetched ahead and not read yet stay, until nobody
 //!   came for them for [`Timing::idle`] (a reader who went elsewhere); a segment a reader waits
 //!   on always gets its bytes, others wait for room;
 //! - GETs in flight are bounded (`--max-requests`); GETs nobody waits on yet (lanes ahead,
@@ -60,11 +61,13 @@ use crate::store::{Error, Result};
 pub const SMALL_OBJECT: u64 = 8 << 20;
 /// The least a segment fetches ahead of its readers.
 const FIRST_WINDOW: u64 = 1 << 20;
-/// A reader going on in order gets the rest of the object as this many GETs at once (a
-/// connection carries about 90 MB/s on S3: throughput comes from several at once), each of at
-/// least [`LANE`] bytes; a prefetch gets the first lane.
-const LANES: u64 = 4;
-const LANE: u64 = 32 << 20;
+/// A reader going on in order gets the rest of the object as this many GETs at once, each of at
+/// least [`LANE`] bytes; a prefetch gets the first lane. A connection carries about 90 MB/s on
+/// S3, less at a long round trip: throughput comes from several at once (boto3 has ten). Eight
+/// lanes of 16 MiB read `big` 3x faster than four of 32 MiB where each connection carries
+/// 20 MB/s (BENCHMARKS.md), for twice the requests.
+const LANES: u64 = 8;
+const LANE: u64 = 16 << 20;
 /// The largest window, whatever the budget.
 const LARGEST_WINDOW: u64 = 256 << 20;
 /// A read this close to where the last ones ended, before or after, goes on in order: readers
@@ -73,9 +76,10 @@ const NEAR: u64 = 256 << 10;
 /// Ranges this many of their own lengths apart still go on in order: a Zarr reader's thread pool
 /// reads a few neighbouring chunks at once, arriving in any order.
 const POOL: u64 = 8;
-/// Bytes read past are kept this long behind the furthest read of a segment (an eighth of the
-/// budget at most), for the slower threads of a pool reading chunks a few at once.
-const BEHIND: u64 = 32 << 20;
+/// Bytes read past are kept this long behind the furthest read of a segment (a quarter of the
+/// budget at most), for the slower threads of a pool reading chunks a few at once: zarr-python
+/// reads ten at once, 40 MiB of 4 MiB chunks.
+const BEHIND: u64 = 64 << 20;
 /// Readers going on in order in one object, far apart, followed at once.
 const RUNS: usize = 4;
 /// Tries of a read whose bytes a GET failed to bring, or lost before it could copy them.
@@ -245,10 +249,11 @@ impl Inner {
 
     /// Makes room for `wanted` more bytes within the budget (half of it for a background fetch),
     /// going through the segments least recently read first: an ended one that nobody waits on
-    /// goes whole once read from, or once nobody came for it for [`Timing::idle`]; of others
-    /// (`keep` too) the pieces their readers have passed by more than [`BEHIND`]. Bytes fetched
-    /// ahead and not read yet stay while readers may come: they are what readers read next.
-    /// True when there is room.
+    /// goes whole once read from (for bytes fetched ahead, once read through: they may not push
+    /// out what readers are about to read), or once nobody came for it for [`Timing::idle`]; of
+    /// others (`keep` too) the pieces their readers have passed by more than [`BEHIND`]. Bytes
+    /// fetched ahead and not read yet stay while readers may come: they are what readers read
+    /// next. True when there is room.
     fn make_room(&self, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
         // Bytes nobody reads yet take half the budget at most: the other half is the readers'.
         let budget = if kind == Kind::Background { self.budget / 2 } else { self.budget };
@@ -271,7 +276,7 @@ impl Inner {
             if !Arc::ptr_eq(&segment, keep)
                 && segment.finished()
                 && !segment.awaited()
-                && segment.spent(self.timing.idle)
+                && segment.spent(kind != Kind::Demand, self.timing.idle)
             {
                 if let Some(known) = versions.peek_mut(&version) {
                     // Its key is where it began, or where it held bytes from when a segment
@@ -280,7 +285,7 @@ impl Inner {
                     segment.let_go(&self.held);
                 }
             } else {
-                segment.drop_read(BEHIND.min(self.budget / 8), &self.held);
+                segment.drop_read(BEHIND.min(self.budget / 4), &self.held);
             }
         }
         self.held.load(Ordering::SeqCst) + wanted <= budget
@@ -1001,6 +1006,63 @@ mod tests {
     }
 
     #[test]
+    fn shards_asked_for_ahead_do_not_push_out_the_bytes_a_reader_reads_next() {
+        // A reader going through an array in order: the next shard arrived whole before its
+        // reader came, the ones after it are asked for and wait for room, and a pool of ten
+        // threads reads the first chunk by chunk (1 MiB), slower than the network. The shards
+        // asked for later wait for room rather than take the bytes the pool reads next, which
+        // would be fetched again. (Shards asked for and never read are cut: not this test's.)
+        let rt = runtime();
+        let budget = 128 << 20;
+        let patient = Timing { idle: Duration::from_secs(600), ..Timing::default() };
+        let fetcher = Fetcher::with_timing(budget, 16, rt.handle().clone(), patient);
+        let (size, chunk) = (LANE, 1u64 << 20);
+        let fakes: Vec<Arc<Fake>> = (0..6).map(|_| Arc::new(Fake::default())).collect();
+        fetcher.prefetch(&fakes[0].reader(0, size), 0..size);
+        for _ in 0..1000 {
+            if fetcher.held() == size {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(fetcher.held(), size, "the next shard arrived whole");
+        for seed in 1..6 {
+            fetcher.prefetch(&fakes[seed as usize].reader(seed, size), 0..size);
+        }
+        // Until they fill the half of the memory that bytes nobody reads yet may take.
+        for _ in 0..1000 {
+            if fetcher.held() >= budget as u64 / 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let next = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..10 {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i * chunk >= size {
+                            break;
+                        }
+                        let reader = fakes[0].reader(0, size);
+                        let range = i * chunk..(i + 1) * chunk;
+                        fetcher.will_need(&reader, range.clone());
+                        let mut at = range.start;
+                        while at < range.end {
+                            read(&fetcher, &reader, 0, at..at + (128 << 10)).unwrap();
+                            at += 128 << 10;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                });
+            }
+        });
+        assert_eq!(fakes[0].calls(), [0..size], "the shard read: its prefetch alone");
+        assert!(fetcher.held() <= budget as u64, "{} held", fetcher.held());
+    }
+
+    #[test]
     fn bytes_fetched_ahead_that_nobody_came_for_make_room_once_idle() {
         let rt = runtime();
         let budget = 4 << 20;
@@ -1065,13 +1127,22 @@ mod tests {
         let cut = |range: Range<u64>| lanes(range, follow.clone()).into_iter().map(|p| p.range).collect::<Vec<_>>();
         // A 128 MiB shard read from its second lane on, its index of 516 bytes at the end.
         assert_eq!(
-            cut(32 * M..128 * M + 516),
-            [32 * M..64 * M + 172, 64 * M + 172..96 * M + 344, 96 * M + 344..128 * M + 516]
+            cut(16 * M..128 * M + 516),
+            [
+                16 * M..32 * M + 74,
+                32 * M + 74..48 * M + 148,
+                48 * M + 148..64 * M + 222,
+                64 * M + 222..80 * M + 296,
+                80 * M + 296..96 * M + 370,
+                96 * M + 370..112 * M + 444,
+                112 * M + 444..128 * M + 516
+            ]
         );
-        assert_eq!(cut(0..128 * M), [0..32 * M, 32 * M..64 * M, 64 * M..96 * M, 96 * M..128 * M]);
-        assert_eq!(cut(0..40 * M), [0..40 * M]);
+        let even = |n: u64, each: u64| (0..n).map(|i| i * each * M..(i + 1) * each * M).collect::<Vec<_>>();
+        assert_eq!(cut(0..128 * M), even(8, 16));
+        assert_eq!(cut(0..20 * M), [0..20 * M]);
         assert_eq!(cut(0..5), [0..5]);
-        assert_eq!(cut(0..1024 * M), [0..256 * M, 256 * M..512 * M, 512 * M..768 * M, 768 * M..1024 * M]);
+        assert_eq!(cut(0..1024 * M), even(8, 128));
     }
 
     #[test]

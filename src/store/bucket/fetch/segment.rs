@@ -205,10 +205,15 @@ impl Segment {
         self.data.lock().waiting > 0
     }
 
-    /// True once a reader read from it, or when nobody read from it (or from the run it follows)
-    /// for `idle`: fetched ahead for a reader who went elsewhere.
-    pub fn spent(&self, idle: std::time::Duration) -> bool {
-        !self.data.lock().unread || self.last_read().elapsed() >= idle
+    /// True once a reader read from it; with `through`, only once its readers read up to the last
+    /// byte it holds (bytes past them are what they read next). Also true when nobody read from it
+    /// (or from the run it follows) for `idle`: fetched ahead for a reader who went elsewhere.
+    pub fn spent(&self, through: bool, idle: std::time::Duration) -> bool {
+        let read = {
+            let data = self.data.lock();
+            !data.unread && (!through || data.frontier >= data.filled())
+        };
+        read || self.last_read().elapsed() >= idle
     }
 
     /// When a reader last read from it, or from the run it follows.
