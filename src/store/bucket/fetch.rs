@@ -29,7 +29,8 @@
 //!   on always gets its bytes, others wait for room;
 //! - GETs in flight are bounded (`--max-requests`); GETs nobody waits on yet (lanes ahead,
 //!   prefetches) take at most three quarters of them, so that a read of something else gets
-//!   through while readers going on in order hold their lanes open;
+//!   through while readers going on in order hold their lanes open; one a reader came to wait
+//!   for before it got its request needs only a request, not to queue behind the prefetches;
 //! - a GET that stalls for [`Timing::stall`] or ends early leaves the bytes it brought (the right
 //!   bytes of the right version) and fails; a reader of the bytes beyond asks again, a few times.
 //!
@@ -47,7 +48,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, Either};
 use futures_util::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
@@ -64,8 +65,8 @@ const FIRST_WINDOW: u64 = 1 << 20;
 /// A reader going on in order gets the rest of the object as this many GETs at once, each of at
 /// least [`LANE`] bytes; a prefetch gets the first lane. A connection carries about 90 MB/s on
 /// S3, less at a long round trip: throughput comes from several at once (boto3 has ten). Eight
-/// lanes of 16 MiB read `big` 3x faster than four of 32 MiB where each connection carries
-/// 20 MB/s (BENCHMARKS.md), for twice the requests.
+/// lanes of 16 MiB read `big` 2.5-3x faster than four of 32 MiB where each connection carries
+/// 20 MB/s (BENCHMARKS.md), for more than twice the requests.
 const LANES: u64 = 8;
 const LANE: u64 = 16 << 20;
 /// The largest window, whatever the budget.
@@ -247,13 +248,14 @@ impl Inner {
         read.clamp(FIRST_WINDOW.min(self.largest_window), self.largest_window)
     }
 
-    /// Makes room for `wanted` more bytes within the budget (half of it for a background fetch),
-    /// going through the segments least recently read first: an ended one that nobody waits on
-    /// goes whole once read from (for bytes fetched ahead, once read through: they may not push
-    /// out what readers are about to read), or once nobody came for it for [`Timing::idle`]; of
-    /// others (`keep` too) the pieces their readers have passed by more than [`BEHIND`]. Bytes
-    /// fetched ahead and not read yet stay while readers may come: they are what readers read
-    /// next. True when there is room.
+    /// Makes room for `wanted` more bytes of `keep` within the budget (half of it for a
+    /// background fetch), going through the segments least recently read first: an ended one
+    /// that nobody waits on goes whole once read from (for bytes that no reader waits on or
+    /// asked for, only once read to its end: bytes fetched ahead may not push out what readers
+    /// are about to read), or once nobody came for it for [`Timing::idle`]; of others (`keep`
+    /// too) the pieces their readers (a lane's: its run's) have passed by more than [`BEHIND`].
+    /// Bytes fetched ahead and not read yet stay while readers may come: they are what readers
+    /// read next. True when there is room.
     fn make_room(&self, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
         // Bytes nobody reads yet take half the budget at most: the other half is the readers'.
         let budget = if kind == Kind::Background { self.budget / 2 } else { self.budget };
@@ -263,6 +265,7 @@ impl Inner {
         // A sixteenth more than needed goes, so that the pieces that follow fit without a look
         // through every segment each.
         let fits = || self.held.load(Ordering::SeqCst) + wanted + budget / 16 <= budget;
+        let for_a_reader = keep.awaited() || (kind == Kind::Demand && keep.demanded());
         let mut versions = self.versions.lock();
         let mut all: Vec<(Arc<VersionId>, Arc<Segment>)> = versions
             .iter()
@@ -276,7 +279,7 @@ impl Inner {
             if !Arc::ptr_eq(&segment, keep)
                 && segment.finished()
                 && !segment.awaited()
-                && segment.spent(kind != Kind::Demand, self.timing.idle)
+                && segment.spent(!for_a_reader, self.timing.idle)
             {
                 if let Some(known) = versions.peek_mut(&version) {
                     // Its key is where it began, or where it held bytes from when a segment
@@ -313,7 +316,7 @@ impl Inner {
     async fn stream(&self, key: &str, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
         let place = || key.to_string();
         let no_permits = || Error::Io { place: place(), source: io::Error::other("no requests allowed") };
-        let mut permits = Some(self.permits(kind != Kind::Demand).await.ok_or_else(no_permits)?);
+        let mut permits = Some(self.permits(segment, kind != Kind::Demand).await.ok_or_else(no_permits)?);
         let end = segment.end();
         let mut bytes = get(segment.start..end).await?;
         let mut at = segment.start;
@@ -327,7 +330,7 @@ impl Inner {
                 }
             }
             if permits.is_none() {
-                permits = Some(self.permits(kind != Kind::Demand).await.ok_or_else(no_permits)?);
+                permits = Some(self.permits(segment, kind != Kind::Demand).await.ok_or_else(no_permits)?);
             }
             let piece = match tokio::time::timeout(self.timing.stall, bytes.next()).await {
                 Ok(Some(piece)) => piece?,
@@ -379,10 +382,23 @@ impl Inner {
         }
     }
 
-    /// The permits for one GET; `None` only if the semaphores were closed, which they never are.
-    async fn permits(&self, background: bool) -> Option<(Option<OwnedSemaphorePermit>, OwnedSemaphorePermit)> {
-        let background = match background {
-            true => Some(self.background.clone().acquire_owned().await.ok()?),
+    /// The permits for one GET of `segment`; `None` only if the semaphores were closed, which they
+    /// never are. A GET nobody waited on when it was made (`background`) takes one of those for
+    /// such GETs too, unless a reader comes to wait for it first: the lanes a reader waits on do
+    /// not queue behind prefetches of shards it reads later.
+    async fn permits(
+        &self,
+        segment: &Segment,
+        background: bool,
+    ) -> Option<(Option<OwnedSemaphorePermit>, OwnedSemaphorePermit)> {
+        let background = match background && !segment.awaited() {
+            true => {
+                let permit = Box::pin(self.background.clone().acquire_owned());
+                match futures_util::future::select(permit, Box::pin(until_awaited(segment))).await {
+                    Either::Left((permit, _)) => Some(permit.ok()?),
+                    Either::Right(((), _)) => None,
+                }
+            }
             false => None,
         };
         Some((background, self.requests.clone().acquire_owned().await.ok()?))
@@ -618,7 +634,7 @@ impl Fetcher {
     fn read_directly(&self, reader: &Reader, wanted: Range<u64>, buf: &mut [u8]) -> Result<usize> {
         let inner = &self.inner;
         let bytes = self.runtime.block_on(async {
-            let _permits = inner.permits(false).await;
+            let _permit = inner.requests.clone().acquire_owned().await;
             let mut stream = (reader.get)(wanted.clone()).await?;
             let mut all = Vec::with_capacity(buf.len());
             while let Some(piece) = stream.next().await {
@@ -632,6 +648,13 @@ impl Fetcher {
         }
         buf.copy_from_slice(&bytes);
         Ok(buf.len())
+    }
+}
+
+/// Returns once a reader waits for bytes of `segment` (readers waiting wake `read_on`).
+async fn until_awaited(segment: &Segment) {
+    while !segment.awaited() {
+        let _ = tokio::time::timeout(Duration::from_millis(20), segment.read_on.notified()).await;
     }
 }
 
@@ -1036,6 +1059,7 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        assert!(fetcher.held() >= budget as u64 / 2, "{} held: no room is wanted", fetcher.held());
         let next = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
             for _ in 0..10 {
@@ -1216,12 +1240,37 @@ mod tests {
     }
 
     #[test]
+    fn a_lane_a_reader_waits_on_does_not_queue_behind_prefetches() {
+        let rt = runtime();
+        // Four requests, three for GETs nobody waited on when they were made: the prefetches of
+        // three shards ahead, held by a slow server, take those three.
+        let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
+        let ahead = Fake::gated();
+        for seed in 1..=3 {
+            fetcher.prefetch(&ahead.reader(seed, 1 << 20), 0..1 << 20);
+        }
+        until_asked(&ahead, 3);
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(9, 64 << 20);
+        read(&fetcher, &reader, 9, 0..128 << 10).unwrap();
+        // Going on in order: the rest of the object comes in lanes, and the reader reads the third.
+        read(&fetcher, &reader, 9, 128 << 10..256 << 10).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| done.send(read(&fetcher, &reader, 9, 32 << 20..(32 << 20) + (128 << 10))).unwrap());
+            let got = finished.recv_timeout(Duration::from_secs(5));
+            ahead.open();
+            assert!(matches!(got, Ok(Ok(()))), "the read of a lane waited for the prefetches: {got:?}");
+        });
+    }
+
+    #[test]
     fn gets_waiting_for_their_readers_leave_their_requests_to_other_reads() {
         let rt = runtime();
         let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
         let fake = Arc::new(Fake::default());
-        // A reader going on in order, who then stops (a `cp` to a slow disk): its lanes, four,
-        // wait for it with their connections open.
+        // A reader going on in order, who then stops (a `cp` to a slow disk): its lanes wait for
+        // it with their connections open.
         let slow = fake.reader(1, 1 << 30);
         for i in 0..4u64 {
             read(&fetcher, &slow, 1, i << 17..(i + 1) << 17).unwrap();

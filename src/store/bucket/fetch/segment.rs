@@ -11,12 +11,17 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use crate::store::Error;
+
+/// How long after the last read of a segment read to its end the slower threads of a pool may
+/// still be reading the chunks before the last one: the furthest read is no one's but the
+/// fastest thread's.
+const SLOWER_THREADS: Duration = Duration::from_secs(1);
 
 /// What a read of a segment got.
 #[derive(Debug)]
@@ -206,12 +211,14 @@ impl Segment {
     }
 
     /// True once a reader read from it; with `through`, only once its readers read up to the last
-    /// byte it holds (bytes past them are what they read next). Also true when nobody read from it
-    /// (or from the run it follows) for `idle`: fetched ahead for a reader who went elsewhere.
-    pub fn spent(&self, through: bool, idle: std::time::Duration) -> bool {
+    /// byte it holds (bytes past them are what they read next) and then [`SLOWER_THREADS`] went
+    /// by. Also true when nobody read from it (or from the run it follows) for `idle`: fetched
+    /// ahead for a reader who went elsewhere.
+    pub fn spent(&self, through: bool, idle: Duration) -> bool {
         let read = {
             let data = self.data.lock();
-            !data.unread && (!through || data.frontier >= data.filled())
+            let read_through = data.frontier >= data.filled() && data.last_read.elapsed() >= SLOWER_THREADS;
+            !data.unread && (!through || read_through)
         };
         read || self.last_read().elapsed() >= idle
     }
@@ -269,13 +276,16 @@ impl Segment {
         self.data.lock().base
     }
 
-    /// Drops the pieces the readers have read past by more than `margin` (the slower threads of
-    /// a pool read a little behind the others), and stops counting them in `held`.
+    /// Drops the pieces the readers (of the run it follows, for a lane) have read past by more
+    /// than `margin` (the slower threads of a pool read a little behind the others), and stops
+    /// counting them in `held`.
     pub fn drop_read(&self, margin: u64, held: &AtomicU64) {
         let mut data = self.data.lock();
+        let frontier = self.follows.as_ref().map_or(data.frontier, |run| run.frontier.load(Ordering::SeqCst));
+        let frontier = frontier.max(data.frontier);
         let mut freed = 0;
         while let Some(end) = data.pieces.front().map(|(start, piece)| start + piece.len() as u64) {
-            if end + margin > data.frontier {
+            if end + margin > frontier {
                 break;
             }
             freed += end - data.base;
