@@ -148,7 +148,8 @@ impl MetadataCache {
     /// Remembers the HEAD of `key`, asked for in `epoch`.
     pub fn remember_head(&self, key: &str, head: Option<Head>, epoch: u64) {
         if self.trusts(epoch) {
-            self.heads.lock().put(key.to_string(), Fresh { until: Instant::now() + self.ttl, value: head });
+            let mut heads = self.heads.lock();
+            remember(&mut heads, key.to_string(), head, Instant::now() + self.ttl);
         }
     }
 
@@ -185,7 +186,7 @@ impl MetadataCache {
         let until = Instant::now() + self.ttl;
         let mut heads = self.heads.lock();
         for (name, head) in objects {
-            heads.put(crate::store::join(dir, &name), Fresh { until, value: Some(head) });
+            remember(&mut heads, crate::store::join(dir, &name), Some(head), until);
         }
         drop(heads);
         self.listings.lock().put(dir.to_string(), Fresh { until, value: listing });
@@ -304,6 +305,25 @@ impl<V: Clone> Flights<V> {
     }
 }
 
+/// Remembers `head` as the version of `key` until `until`. A WebDAV server may list objects with no
+/// ETag (nginx's dav_ext) and give one at HEAD and GET: the two answers about one version then
+/// differ only in that one of them has no ETag. The version remembered first stays, so that the
+/// version of a file looked up is not seen to change (ESTALE) between the watcher's passes.
+fn remember(heads: &mut LruCache<String, Fresh<Option<Head>>>, key: String, head: Option<Head>, until: Instant) {
+    let value = match (heads.peek(&key).and_then(|fresh| fresh.value.clone()), head) {
+        (Some(known), Some(new)) if same_version_without_an_e_tag(&known, &new) => Some(known),
+        (_, head) => head,
+    };
+    heads.put(key, Fresh { until, value });
+}
+
+/// True when `a` and `b` have the same size and modification time and one of them names its
+/// version by that time alone (no ETag): nothing tells them apart.
+fn same_version_without_an_e_tag(a: &Head, b: &Head) -> bool {
+    let by_time = |h: &Head| h.e_tag.as_deref().is_none_or(|t| t.starts_with(MODIFIED));
+    a.size == b.size && a.modified == b.modified && (by_time(a) != by_time(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,6 +343,35 @@ mod tests {
         cache.forget("a/b/x");
         assert_eq!(cache.head("a/b/x"), None);
         assert!(cache.listing("a/b").is_none() && cache.listing("a").is_none());
+    }
+
+    #[test]
+    fn a_version_listed_without_an_e_tag_and_given_one_at_head_is_one_version() {
+        // nginx's WebDAV listings carry no ETag; its HEADs and GETs do.
+        let cache = MetadataCache::new(Duration::from_secs(60));
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let by_time =
+            Head { size: 3, e_tag: Some(format!("{MODIFIED}1700000000000000000")), version: None, modified: at };
+        let tagged = Head { e_tag: Some("\"6b0845db-3\"".into()), ..by_time.clone() };
+        let listing = |head: &Head| {
+            let files = Arc::new(Listing::new(vec![("x".into(), Kind::File)], at));
+            cache.remember_listing("d", files, vec![("x".into(), head.clone())], cache.epoch());
+        };
+        listing(&by_time);
+        cache.remember_head("d/x", Some(tagged.clone()), cache.epoch());
+        assert_eq!(cache.head("d/x"), Some(Some(by_time.clone())), "a HEAD tells no other version");
+        cache.forget("d/x");
+        cache.remember_head("d/x", Some(tagged.clone()), cache.epoch());
+        listing(&by_time);
+        assert_eq!(cache.head("d/x"), Some(Some(tagged.clone())), "nor does a listing");
+        // Another size or time is another version, and two ETags that differ are two.
+        let later = Head { modified: at + Duration::from_secs(1), ..by_time.clone() };
+        listing(&later);
+        assert_eq!(cache.head("d/x"), Some(Some(later)));
+        let retagged = Head { e_tag: Some("\"6b0845db-4\"".into()), ..tagged.clone() };
+        cache.remember_head("d/x", Some(tagged), cache.epoch());
+        cache.remember_head("d/x", Some(retagged.clone()), cache.epoch());
+        assert_eq!(cache.head("d/x"), Some(Some(retagged)));
     }
 
     #[test]
