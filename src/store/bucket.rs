@@ -75,6 +75,11 @@ const SMALL_DIR: usize = 1000;
 /// Rounds of a whole-object read (HEAD, then a GET of the version it names) while the version
 /// read is replaced or misnamed between the two.
 const VERSION_ROUNDS: u32 = 8;
+/// Tries of one request or read, the first included, while it fails in a way another try may
+/// mend (a stall, a reset, a reply of the wrong length or version, which object_store cannot see
+/// and does not retry). Where one reply in three arrives mangled (the fault checks), 5 tries all
+/// fail for 1 request in 243, enough to fail a mount now and then; 8, for 1 in 6,561.
+const TRIES: usize = 8;
 
 /// What differs between the services a [`BucketStore`] talks to, as data rather than branches.
 #[derive(Clone, Copy, Debug)]

@@ -55,6 +55,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::segment::{Follow, Got, Segment};
+use super::TRIES;
 use crate::store::{Error, Result};
 
 /// An object at most this large is fetched whole at its first read: one GET for a shard of small
@@ -83,8 +84,6 @@ const POOL: u64 = 8;
 const BEHIND: u64 = 64 << 20;
 /// Readers going on in order in one object, far apart, followed at once.
 const RUNS: usize = 4;
-/// Tries of a read whose bytes a GET failed to bring, or lost before it could copy them.
-const TRIES: usize = 5;
 /// How many versions' runs and segments are remembered.
 const VERSIONS: usize = 4096;
 

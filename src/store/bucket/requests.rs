@@ -33,7 +33,7 @@ use object_store::{
 
 use super::fetch::ByteStream;
 use super::metadata::{Head, bare_e_tag, modified_of, version_of};
-use super::{BucketStore, head_of, one_line};
+use super::{BucketStore, TRIES, head_of, one_line};
 use crate::store::{Error, Result, Store};
 
 /// How long a read may wait for its first byte before it is dropped and tried again.
@@ -42,8 +42,6 @@ const FIRST_BYTE: Duration = Duration::from_secs(3);
 const PER_MIB: Duration = Duration::from_millis(250);
 /// How long a listing may take.
 const LISTING: Duration = Duration::from_secs(10);
-/// Tries of one request, the first included.
-const TRIES: usize = 5;
 /// An object at most this large whose ETag is not the MD5 of its bytes is read back to tell
 /// whether it holds what a lost PUT wrote.
 const READ_BACK: u64 = 8 << 20;
