@@ -839,6 +839,42 @@ mod tests {
         Ok(())
     }
 
+    /// Reads version `seed` of `fake`, `size` bytes, as a Zarr reader's pool of `threads` does:
+    /// each thread takes the next chunk of `chunk` bytes, tells the fetcher it will need it, reads
+    /// it 128 KiB at a time (as FUSE asks), then rests `rest`.
+    fn read_in_a_pool(
+        fetcher: &Fetcher,
+        fake: &Arc<Fake>,
+        seed: u64,
+        size: u64,
+        chunk: u64,
+        threads: usize,
+        rest: Duration,
+    ) {
+        let next = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i * chunk >= size {
+                            break;
+                        }
+                        let reader = fake.reader(seed, size);
+                        let range = i * chunk..(i + 1) * chunk;
+                        fetcher.will_need(&reader, range.clone());
+                        let mut at = range.start;
+                        while at < range.end {
+                            read(fetcher, &reader, seed, at..at + (128 << 10)).unwrap();
+                            at += 128 << 10;
+                        }
+                        std::thread::sleep(rest);
+                    }
+                });
+            }
+        });
+    }
+
     /// Waits until `fake` has been asked for `n` GETs; if it never is, opens its gate (so that
     /// readers waiting behind it end and the test fails rather than hangs) and fails.
     fn until_asked(fake: &Fake, n: usize) {
@@ -1000,27 +1036,7 @@ mod tests {
             fetcher.prefetch(&fake.reader(seed, size), 0..size);
         }
         for seed in 0..shards {
-            let next = std::sync::atomic::AtomicU64::new(0);
-            std::thread::scope(|s| {
-                for _ in 0..4 {
-                    s.spawn(|| {
-                        loop {
-                            let i = next.fetch_add(1, Ordering::SeqCst);
-                            if i * chunk >= size {
-                                break;
-                            }
-                            let reader = fake.reader(seed, size);
-                            let range = i * chunk..(i + 1) * chunk;
-                            fetcher.will_need(&reader, range.clone());
-                            let mut at = range.start;
-                            while at < range.end {
-                                read(&fetcher, &reader, seed, at..at + (128 << 10)).unwrap();
-                                at += 128 << 10;
-                            }
-                        }
-                    });
-                }
-            });
+            read_in_a_pool(&fetcher, &fake, seed, size, chunk, 4, Duration::ZERO);
             assert!(fetcher.held() <= budget as u64 + 4 * chunk, "{} held", fetcher.held());
         }
         let calls = fake.calls();
@@ -1059,28 +1075,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(fetcher.held() >= budget as u64 / 2, "{} held: no room is wanted", fetcher.held());
-        let next = std::sync::atomic::AtomicU64::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..10 {
-                s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::SeqCst);
-                        if i * chunk >= size {
-                            break;
-                        }
-                        let reader = fakes[0].reader(0, size);
-                        let range = i * chunk..(i + 1) * chunk;
-                        fetcher.will_need(&reader, range.clone());
-                        let mut at = range.start;
-                        while at < range.end {
-                            read(&fetcher, &reader, 0, at..at + (128 << 10)).unwrap();
-                            at += 128 << 10;
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                });
-            }
-        });
+        read_in_a_pool(&fetcher, &fakes[0], 0, size, chunk, 10, Duration::from_millis(50));
         assert_eq!(fakes[0].calls(), [0..size], "the shard read: its prefetch alone");
         assert!(fetcher.held() <= budget as u64, "{} held", fetcher.held());
     }
