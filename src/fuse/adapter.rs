@@ -14,7 +14,7 @@ use fuser::{
 
 use crate::fs::Error;
 use crate::fs::{OpenMode, ShardFs};
-use crate::store::{Attr, Kind};
+use crate::store::{self, Attr, Kind};
 
 /// How long the kernel may trust names and attributes before asking again. Long, so that a warm
 /// pass over a store asks nothing per file: the watcher invalidates what changes underneath the
@@ -45,6 +45,9 @@ pub fn errno(error: &Error) -> Errno {
     match error {
         Error::NotFound => Errno::ENOENT,
         Error::Damaged(_) => Errno::EIO,
+        // The version a file was opened or looked up as is gone from the store: its handle is
+        // stale, as NFS says of a file replaced on the server; opened again, it reads the new one.
+        Error::Store(store::Error::Changed(_)) => Errno::ESTALE,
         Error::Store(e) => e.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
         Error::NotADirectory => Errno::ENOTDIR,
         Error::IsADirectory => Errno::EISDIR,
@@ -464,6 +467,7 @@ mod tests {
             source: std::io::Error::from_raw_os_error(libc::EACCES),
         });
         assert_eq!(errno(&denied), Errno::EACCES);
+        assert_eq!(errno(&Error::Store(store::Error::Changed("a".into()))), Errno::ESTALE);
         assert_eq!(errno(&Error::ReadOnly), Errno::EROFS);
     }
 }
