@@ -44,6 +44,10 @@ pub enum Error {
     /// longer means the same chunk; the message names the array.
     #[error("{0}")]
     Stale(String),
+    /// A commit found what it writes over replaced by another writer at every attempt (a shard,
+    /// or a document); the message names the key.
+    #[error("{0}: replaced by another writer at every attempt to commit")]
+    Contended(String),
 }
 
 impl From<view::Error> for Error {
@@ -67,6 +71,9 @@ impl From<store::Error> for Error {
 impl From<CommitError> for Error {
     fn from(e: CommitError) -> Self {
         match e {
+            // Not the store's "changed" of a read, whose version is gone (ESTALE): a write that
+            // lost to other writers every time failed, and its caller is to hear EIO.
+            CommitError::Store(store::Error::Changed(place)) => Error::Contended(place),
             CommitError::Store(e) => e.into(),
             CommitError::Damaged(msg) => Error::Damaged(msg),
             CommitError::Refused(msg) => Error::Invalid(msg),

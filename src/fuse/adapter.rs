@@ -44,7 +44,7 @@ impl Fuse {
 pub fn errno(error: &Error) -> Errno {
     match error {
         Error::NotFound => Errno::ENOENT,
-        Error::Damaged(_) => Errno::EIO,
+        Error::Damaged(_) | Error::Contended(_) => Errno::EIO,
         // The version a file was opened or looked up as is gone from the store: its handle is
         // stale, as NFS says of a file replaced on the server; opened again, it reads the new one.
         Error::Store(store::Error::Changed(_)) => Errno::ESTALE,
@@ -468,6 +468,9 @@ mod tests {
         });
         assert_eq!(errno(&denied), Errno::EACCES);
         assert_eq!(errno(&Error::Store(store::Error::Changed("a".into()))), Errno::ESTALE);
+        // A commit that lost to other writers every time is a failed write, not a stale handle.
+        let contended = Error::from(crate::write::error::CommitError::Store(store::Error::Changed("a".into())));
+        assert_eq!(errno(&contended), Errno::EIO);
         assert_eq!(errno(&Error::ReadOnly), Errno::EROFS);
     }
 }
