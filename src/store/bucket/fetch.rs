@@ -13,7 +13,8 @@
 //!   small chunks: index and chunks in one GET); the whole chunk of a chunk file, whose range the
 //!   view tells ([`Fetcher::will_need`]); once readers go on in order (reads following each
 //!   other, or the next chunks of a shard, a thread pool's few at once in any order) the rest of
-//!   the object as [`LANES`] GETs at once;
+//!   the object as [`LANES`] GETs at once; a read further behind them than bytes are kept for
+//!   them (a pool's slow thread) its own bytes alone;
 //! - a segment fetches ahead of its readers (of the run, for a lane nobody reads from yet) by as
 //!   much again as they have read (at least 1 MiB, at most half the budget), then waits for
 //!   them: the connection stays open and TCP holds the rest back, so a reader going on costs no
@@ -242,6 +243,11 @@ struct Inner {
 }
 
 impl Inner {
+    /// How far behind the furthest read bytes read past are kept (see [`BEHIND`]).
+    fn kept_behind(&self) -> u64 {
+        BEHIND.min(self.budget / 4)
+    }
+
     /// How far a segment fetches ahead of readers who read `read` bytes from it.
     fn window(&self, read: u64) -> u64 {
         read.clamp(FIRST_WINDOW.min(self.largest_window), self.largest_window)
@@ -287,7 +293,7 @@ impl Inner {
                     segment.let_go(&self.held);
                 }
             } else {
-                segment.drop_read(BEHIND.min(self.budget / 4), &self.held);
+                segment.drop_read(self.kept_behind(), &self.held);
             }
         }
         self.held.load(Ordering::SeqCst) + wanted <= budget
@@ -558,7 +564,7 @@ impl Fetcher {
     /// What to fetch for a read of `wanted` finding nothing at `at`: the whole of a small object
     /// at its first read; when the readers go on in order, the rest of the object (from the first
     /// byte not fetched yet of their run) as [`LANES`] GETs at once, the first for the read; else
-    /// the range hinted, or the read's own bytes.
+    /// (and for a read far behind its run) the range hinted, or the read's own bytes.
     fn plan(
         &self,
         version: &Version,
@@ -579,6 +585,12 @@ impl Fetcher {
         let Some((run_start, follow)) = run else {
             return vec![planned(version, size, at, hinted_end, hinted_end)];
         };
+        // A read further behind its run's readers than bytes are kept for them (a pool's slow
+        // thread) gets its own bytes alone: lanes there would follow the run, whose readers are
+        // past them, so their bytes would be dropped as they came, before it read them.
+        if at.saturating_add(self.inner.kept_behind()) < follow.frontier() {
+            return vec![planned(version, size, at, hinted_end, hinted_end)];
+        }
         // Back to the start of the run, over bytes nobody fetches yet (a neighbour's chunk that
         // a slower thread of the pool reads next).
         // Not further back than such a pool reads, though: bytes before that were read already
@@ -1124,6 +1136,35 @@ mod tests {
         assert_eq!(calls.len() as u64, 2 + LANES, "the page again, and the lanes go on: {calls:?}");
         // The page's own GET fetches a first window ahead of its reader too.
         assert!(fetcher.held() <= (8 << 20) + FIRST_WINDOW + LANES * PIECE, "{} held", fetcher.held());
+    }
+
+    #[test]
+    fn a_read_far_behind_its_run_keeps_its_bytes_until_it_read_them() {
+        // A pool's slow thread comes to a chunk whose bytes were dropped long ago, the run's
+        // other readers far ahead: its GET's bytes are its own to read, not dropped on arrival as
+        // bytes the run read past (which cost a GET per retry, then EIO).
+        let rt = runtime();
+        let fetcher = Fetcher::new(8 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let size = LANES * LANE + (128 << 10);
+        let reader = fake.reader(1, size);
+        let mut at = 0;
+        while at < 40 << 20 {
+            read(&fetcher, &reader, 1, at..at + (128 << 10)).unwrap();
+            at += 128 << 10;
+        }
+        for round in 0..8u64 {
+            let before = fake.calls().len();
+            let chunk = (round << 20)..((round + 1) << 20);
+            fetcher.will_need(&reader, chunk.clone());
+            let mut at = chunk.start;
+            while at < chunk.end {
+                read(&fetcher, &reader, 1, at..at + (128 << 10)).unwrap();
+                at += 128 << 10;
+            }
+            let calls = fake.calls();
+            assert_eq!(calls.len(), before + 1, "one GET for the chunk far behind: {:?}", &calls[before..]);
+        }
     }
 
     #[test]

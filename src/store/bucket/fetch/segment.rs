@@ -100,6 +100,11 @@ impl Follow {
         Follow { start, frontier: AtomicU64::new(start), last_read: Mutex::new(Instant::now()) }
     }
 
+    /// The end of the furthest read of the run.
+    pub fn frontier(&self) -> u64 {
+        self.frontier.load(Ordering::SeqCst)
+    }
+
     /// Takes note of a read of the run up to `end`.
     pub fn read_to(&self, end: u64) {
         self.frontier.fetch_max(end, Ordering::SeqCst);
@@ -281,7 +286,7 @@ impl Segment {
     /// counting them in `held`.
     pub fn drop_read(&self, margin: u64, held: &AtomicU64) {
         let mut data = self.data.lock();
-        let frontier = self.follows.as_ref().map_or(data.frontier, |run| run.frontier.load(Ordering::SeqCst));
+        let frontier = self.follows.as_ref().map_or(data.frontier, |run| run.frontier());
         let frontier = frontier.max(data.frontier);
         let mut freed = 0;
         while let Some(end) = data.pieces.front().map(|(start, piece)| start + piece.len() as u64) {
