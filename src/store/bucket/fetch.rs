@@ -14,7 +14,7 @@
 //!   view tells ([`Fetcher::will_need`]); once readers go on in order (reads following each
 //!   other, or the next chunks of a shard, a thread pool's few at once in any order) the rest of
 //!   the object as [`LANES`] GETs at once; a read further behind them than bytes are kept for
-//!   them (a pool's slow thread) its own bytes alone;
+//!   them (a pool's slow thread) a GET of its own, a window ahead of it alone;
 //! - a segment fetches ahead of its readers (of the run, for a lane nobody reads from yet) by as
 //!   much again as they have read (at least 1 MiB, at most half the budget), then waits for
 //!   them: the connection stays open and TCP holds the rest back, so a reader going on costs no
