@@ -852,6 +852,13 @@ mod tests {
         Ok(())
     }
 
+    /// Reads `range` through `fetcher` 128 KiB at a time, as FUSE asks, checking the bytes.
+    fn read_through(fetcher: &Fetcher, reader: &Reader, seed: u64, range: Range<u64>) {
+        for at in range.step_by(128 << 10) {
+            read(fetcher, reader, seed, at..at + (128 << 10)).unwrap();
+        }
+    }
+
     /// Reads version `seed` of `fake`, `size` bytes, as a Zarr reader's pool of `threads` does:
     /// each thread takes the next chunk of `chunk` bytes, tells the fetcher it will need it, reads
     /// it 128 KiB at a time (as FUSE asks), then rests `rest`.
@@ -876,11 +883,7 @@ mod tests {
                         let reader = fake.reader(seed, size);
                         let range = i * chunk..(i + 1) * chunk;
                         fetcher.will_need(&reader, range.clone());
-                        let mut at = range.start;
-                        while at < range.end {
-                            read(fetcher, &reader, seed, at..at + (128 << 10)).unwrap();
-                            at += 128 << 10;
-                        }
+                        read_through(fetcher, &reader, seed, range);
                         std::thread::sleep(rest);
                     }
                 });
@@ -1121,18 +1124,11 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(1, size);
-        let read_on = |from: u64, to: u64| {
-            let mut at = from;
-            while at < to {
-                read(&fetcher, &reader, 1, at..at + (128 << 10)).unwrap();
-                at += 128 << 10;
-            }
-        };
-        read_on(0, 20 << 20);
+        read_through(&fetcher, &reader, 1, 0..20 << 20);
         assert_eq!(fake.calls().len() as u64, 1 + LANES, "the first read, then lanes");
         // The kernel reads an early page again: its bytes were dropped to make room.
         read(&fetcher, &reader, 1, 128 << 10..256 << 10).unwrap();
-        read_on(20 << 20, 40 << 20);
+        read_through(&fetcher, &reader, 1, 20 << 20..40 << 20);
         let calls = fake.calls();
         assert_eq!(calls.len() as u64, 2 + LANES, "the page again, and the lanes go on: {calls:?}");
         // The page's own GET fetches a first window ahead of its reader too.
@@ -1149,11 +1145,7 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(1, size);
-        let mut at = 0;
-        while at < 40 << 20 {
-            read(&fetcher, &reader, 1, at..at + (128 << 10)).unwrap();
-            at += 128 << 10;
-        }
+        read_through(&fetcher, &reader, 1, 0..40 << 20);
         let before = fake.calls().len();
         // Chunks 2 MiB apart, some with their hint (a file opened), some not (its hint taken by
         // a first read that found bytes still there, its next reads finding them dropped).
@@ -1162,11 +1154,7 @@ mod tests {
             if round % 2 == 0 {
                 fetcher.will_need(&reader, chunk.clone());
             }
-            let mut at = chunk.start;
-            while at < chunk.end {
-                read(&fetcher, &reader, 1, at..at + (128 << 10)).unwrap();
-                at += 128 << 10;
-            }
+            read_through(&fetcher, &reader, 1, chunk);
         }
         let calls = fake.calls();
         let behind = &calls[before..];
