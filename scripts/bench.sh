@@ -17,8 +17,8 @@
 # target/bench-blz.md unless --out names a file); s3 = scripts/bench_s3.py (shardfs over S3 against s3fs-fuse; its table goes to
 # target/bench-s3.md unless --out names a file); azure, gcs = the same script, shardfs alone on Azurite or
 # fake-gcs-server (target/bench-azure.md, target/bench-gcs.md); small = 262,144 chunks of 1 KiB in 64 shards; large = 4,096 chunks of 256 KiB in 64
-# shards; tiny = 1,024 chunks of 1 KiB in 4 shards (the test suite runs it so the script keeps
-# working). Not a test: nothing here asserts a speed.
+# shards; tiny = 1,024 chunks of 1 KiB in 4 shards, on the dev build (the test suite runs it so the
+# script keeps working, and has that build already). Not a test: nothing here asserts a speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,8 +73,9 @@ if [ "$profile" = azure ] || [ "$profile" = gcs ]; then
   exec target/venv-cloud/bin/python scripts/bench_s3.py --service "$profile" --runs "$runs" \
     --out "${out/#BENCHMARKS.md/target/bench-$profile.md}"
 fi
+build=release
 case $profile in
-  tiny) shards=4 per=256 bytes=1024 copies=1024 rss_shards=64 ;;
+  tiny) shards=4 per=256 bytes=1024 copies=1024 rss_shards=64 build=dev ;;
   small) shards=64 per=4096 bytes=1024 copies=65536 rss_shards=2442 ;;
   large) shards=64 per=64 bytes=262144 copies=4096 rss_shards=2442 ;;
   *) echo "unknown profile $profile" >&2; exit 2 ;;
@@ -82,9 +83,10 @@ esac
 total=$((shards * per))
 install_peers
 
-cargo build --release --locked -q --bins --examples
-bin=$PWD/target/release/shardfs
-reads=$PWD/target/release/examples/random_reads
+cargo build --profile "$build" --locked -q --bins --examples
+out_dir=$PWD/target/$([ "$build" = dev ] && echo debug || echo release)
+bin=$out_dir/shardfs
+reads=$out_dir/examples/random_reads
 
 work=$(mktemp -d -t shardfs-bench.XXXXXX)
 mounts=()

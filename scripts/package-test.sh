@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The Debian package, built and installed for real: scripts/package.sh (release build), its
+# The Debian package, built and installed for real: scripts/package.sh (of the dev build the test
+# command has already made: a release build would cost a fresh machine minutes of its CI budget,
+# and what is checked here, the package's contents and install, is the same for both), its
 # contents (dpkg-deb -c) and dependencies (dpkg-deb -f), then dpkg -i, and as a user meets it:
 # `shardfs --version` from /usr/bin, `man shardfs-mount`, completions that bash-completion, zsh and
 # fish find where they look, `mount -t fuse.shardfs` through the installed binary; then dpkg -r,
@@ -15,7 +17,7 @@ fi
 exec 9>/tmp/shardfs-package-test.lock
 flock 9
 
-built=$(scripts/package.sh) || { echo "FAIL scripts/package.sh"; exit 1; }
+built=$(scripts/package.sh --profile dev) || { echo "FAIL scripts/package.sh --profile dev"; exit 1; }
 deb=$(tail -n 1 <<<"$built")
 wheel=$(head -n 1 <<<"$built")
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)

@@ -4,7 +4,8 @@
 # (into target/generated), and README.md; it depends on fuse3 (mount.fuse3, fusermount3). Beside it
 # the Python wheel with maturin (pyproject.toml): target/wheels/shardfs-VERSION-py3-none-manylinux_*.whl,
 # the binary (on the venv's PATH once installed) and the module in python/shardfs.
-#     scripts/package.sh [--profile PROFILE]    (default release; the tests package the dev build)
+#     scripts/package.sh [--profile PROFILE]    (default release; the tests package the dev build,
+#                                               which cargo-deb 3.8 takes with a warning)
 # Prints the path of the wheel, then of the .deb on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
