@@ -2,7 +2,8 @@
 shardfs against the other ways to read the same objects, all in one run.
 
     target/venv/bin/python scripts/bench_wan.py [--rtts 0,20,50] [--runs R] [--scale S] [--quick]
-                                                [--readers ...] [--binary SHARDFS] [--out FILE]
+                                                [--readers ...] [--binary SHARDFS] [--mount-args ARGS]
+                                                [--out FILE]
 
 One s3s-fs server (fast, Rust; scripts/s3s_fs.sh builds it) holds the arrays of issue 23, written
 by zarr-python (scripts/bench_fetch.py's `write_arrays`): `big`, S x 512 MiB float32 (4 MiB
@@ -92,8 +93,8 @@ class Proxy:
 class Mounts:
     """Mounts of the bucket's `ds` prefix through one proxy, by shardfs, s3fs-fuse or rclone."""
 
-    def __init__(self, work, binary):
-        self.work, self.binary = work, binary
+    def __init__(self, work, binary, mount_args):
+        self.work, self.binary, self.mount_args = work, binary, mount_args
         self.passwd = os.path.join(work, "passwd-s3fs")
         with open(self.passwd, "w") as f:
             f.write("test:test\n")
@@ -104,7 +105,7 @@ class Mounts:
         mnt = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=self.work)
         if tool == "shardfs":
             subprocess.run([self.binary, "mount", "--read-only", f"s3://{BUCKET}/ds", mnt,
-                            "--endpoint-url", proxy.endpoint], check=True)
+                            "--endpoint-url", proxy.endpoint, *self.mount_args], check=True)
         elif tool == "s3fs":
             subprocess.run(["s3fs", f"{BUCKET}:/ds", mnt, "-o", f"url={proxy.endpoint}", "-o", "use_path_request_style",
                             "-o", f"passwd_file={self.passwd}", "-o", "ro"], check=True)
@@ -173,6 +174,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="--scale 0.25 --runs 1 --rtts 0,20 (for iteration)")
     parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,boto3,plain")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
+    parser.add_argument("--mount-args", default="",
+                        help="more flags for the shardfs mount, one string (\"--part-size 64M\")")
     parser.add_argument("--connection-mbs", type=float,
                         help="pace each connection to this many MB/s each way (S3: about 90), as the proxy's option")
     parser.add_argument("--proxy-log", metavar="DIR",
@@ -196,7 +199,7 @@ def main():
     server = subprocess.Popen([s3s_fs, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
                                "--secret-key", "test", os.path.join(work, "s3")],
                               stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
-    proxies, mounts = {}, Mounts(work, binary)
+    proxies, mounts = {}, Mounts(work, binary, args.mount_args.split())
     try:
         wait_port(port, "s3s-fs", server)
         endpoint = f"http://127.0.0.1:{port}"
@@ -329,7 +332,8 @@ def main():
         median[key] = (t, min(runs, key=lambda r: abs(r[0] - t))[1])
     lines = [f"`big`: {args.scale * 512:.0f} MiB float32, 4 MiB chunks, 128 MiB shards; `tiles`: 8192x8192 uint8, "
              f"256x256 chunks, 2048x2048 shards. s3s-fs behind scripts/latency_proxy.py; median of {args.runs} "
-             f"run(s), each on a fresh mount or client; requests in parentheses.", "",
+             f"run(s), each on a fresh mount or client; requests in parentheses."
+             + (f" shardfs mounted with `{args.mount_args}`." if args.mount_args else ""), "",
              "| workload | reader | " + " | ".join(f"RTT {r:g} ms" for r in rtts) + " |",
              "|---|---|" + "---|" * len(rtts)]
     seen = []
