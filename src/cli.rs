@@ -172,11 +172,6 @@ pub struct StoreArgs {
     /// GET fetched ahead that waits for its reader keeps its connection but not its request).
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub max_requests: u16,
-    /// The least bytes of one GET of an object store's bytes fetched ahead: a reader going on in
-    /// order gets the rest of an object as up to 8 such GETs at once (K, M, G; at least 1M).
-    /// Larger parts cost fewer requests and, where each connection is the bound, speed.
-    #[arg(long, value_parser = parse_part_size, default_value = "16M", value_name = "BYTES")]
-    pub part_size: u64,
     /// Keep an object store's fetched bytes in DIR too (made if missing), found again by later
     /// mounts, which then ask the server only whether each object changed; DIR may be shared by
     /// several mounts. Not for local stores.
@@ -203,7 +198,6 @@ impl StoreArgs {
                 metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
                 read_ahead_bytes: self.read_ahead_size,
                 max_requests: self.max_requests.into(),
-                part_size: self.part_size,
                 disk: self.cache.as_ref().map(|dir| DiskSettings {
                     dir: dir.clone(),
                     max_bytes: self.max_cache_size.map(|n| n as u64),
@@ -231,16 +225,6 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
     };
     let n: usize = digits.parse().map_err(|_| format!("{text:?} is not a size like 4096, 512K, 64M or 1G"))?;
     n.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
-}
-
-/// A `--part-size`: a size of 1M or more (a GET smaller than that costs its round trip for
-/// little).
-fn parse_part_size(text: &str) -> Result<u64, String> {
-    let bytes = parse_size(text)?;
-    if bytes < 1 << 20 {
-        return Err(format!("{text:?} is less than 1M"));
-    }
-    Ok(bytes as u64)
 }
 
 impl Cli {
@@ -412,14 +396,6 @@ mod tests {
     }
 
     #[test]
-    fn a_part_is_a_mebibyte_at_least() {
-        assert_eq!(parse_part_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_part_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_part_size("512K"), Err("\"512K\" is less than 1M".to_string()));
-        assert!(parse_part_size("lots").is_err());
-    }
-
-    #[test]
     fn mount_options_split_on_commas() {
         let cli = Cli::try_parse_from(["shardfs", "mount", "s", "m", "-o", "allow_other,noatime", "-o", "ro"]).unwrap();
         let config = cli.command.mount_config(0).unwrap();
@@ -451,7 +427,7 @@ mod tests {
     #[test]
     fn every_mount_flag_has_an_o_spelling() {
         let options = "cache_size=1M,threads=3,zarr_format=2,endpoint_url=http://127.0.0.1:9000,region=eu-west-1,\
-                       no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,part_size=32M,commit_bytes=2K,commit_idle_ms=7,\
+                       no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
                        cache=/var/cache/shardfs,max_cache_size=2G";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
@@ -466,7 +442,6 @@ mod tests {
         assert_eq!(config.store.caching.metadata_ttl, std::time::Duration::from_millis(5));
         assert_eq!(config.store.caching.read_ahead_bytes, 0);
         assert_eq!(config.store.caching.max_requests, 3);
-        assert_eq!(config.store.caching.part_size, 32 << 20);
         let disk = config.store.caching.disk.as_ref().unwrap();
         assert_eq!((disk.dir.to_str(), disk.max_bytes), (Some("/var/cache/shardfs"), Some(2 << 30)));
         assert_eq!(config.writes.policy.shard_bytes, 2048);

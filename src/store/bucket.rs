@@ -125,21 +125,13 @@ pub struct Caching {
     pub read_ahead_bytes: usize,
     /// GETs in flight at most (`--max-requests`).
     pub max_requests: usize,
-    /// The least bytes of one GET of those a reader going on in order gets (`--part-size`).
-    pub part_size: u64,
     /// Fetched bytes kept on local disk too (`--cache`, `--max-cache-size`).
     pub disk: Option<DiskSettings>,
 }
 
 impl Default for Caching {
     fn default() -> Self {
-        Caching {
-            metadata_ttl: Duration::from_secs(1),
-            read_ahead_bytes: 256 << 20,
-            max_requests: 16,
-            part_size: fetch::PART_SIZE,
-            disk: None,
-        }
+        Caching { metadata_ttl: Duration::from_secs(1), read_ahead_bytes: 256 << 20, max_requests: 16, disk: None }
     }
 }
 
@@ -239,8 +231,7 @@ impl BucketStore {
             .build()?;
         // SAFETY: getuid and getgid cannot fail.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
-        let fetcher =
-            Fetcher::new(caching.read_ahead_bytes, caching.max_requests, caching.part_size, runtime.handle().clone());
+        let fetcher = Fetcher::new(caching.read_ahead_bytes, caching.max_requests, runtime.handle().clone());
         let disk_cache = caching.disk.as_ref().map(DiskCache::open).transpose().map_err(io::Error::other)?;
         Ok(BucketStore(Arc::new(Shared {
             objects,

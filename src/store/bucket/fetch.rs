@@ -65,13 +65,12 @@ pub const SMALL_OBJECT: u64 = 8 << 20;
 /// The least a segment fetches ahead of its readers.
 const FIRST_WINDOW: u64 = 1 << 20;
 /// A reader going on in order gets the rest of the object as this many GETs at once, each of at
-/// least the part size (`--part-size`, [`PART_SIZE`] unless set); a prefetch gets the first
-/// lane. A connection carries about 90 MB/s on S3, less at a long round trip: throughput comes
-/// from several at once (boto3 has ten). Eight lanes of 16 MiB read `big` 2.5-3x faster than four
-/// of 32 MiB where each connection carries 20 MB/s (BENCHMARKS.md), for more than twice the
-/// requests: larger parts are for stores that bill by the request more than by the hour.
+/// least [`LANE`] bytes; a prefetch gets the first lane. A connection carries about 90 MB/s on
+/// S3, less at a long round trip: throughput comes from several at once (boto3 has ten). Eight
+/// lanes of 16 MiB read `big` 2.5-3x faster than four of 32 MiB where each connection carries
+/// 20 MB/s (BENCHMARKS.md), for more than twice the requests.
 const LANES: u64 = 8;
-pub const PART_SIZE: u64 = 16 << 20;
+const LANE: u64 = 16 << 20;
 /// The largest window, whatever the budget.
 const LARGEST_WINDOW: u64 = 256 << 20;
 /// A read this close to where the last ones ended, before or after, goes on in order: readers
@@ -234,8 +233,6 @@ struct Inner {
     /// Bytes held by every segment.
     held: AtomicU64,
     budget: u64,
-    /// The least bytes of a lane (see [`LANES`]).
-    part_size: u64,
     /// The most a segment fetches ahead of its readers.
     largest_window: u64,
     /// Every GET holds one of these while it runs.
@@ -430,21 +427,20 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// Keeps at most `budget` bytes (0: nothing kept, nothing fetched ahead), makes at most
-    /// `max_requests` GETs at once, lanes of at least `part_size` bytes, on `runtime`.
-    pub fn new(budget: usize, max_requests: usize, part_size: u64, runtime: Handle) -> Self {
-        Self::with_timing(budget, max_requests, part_size, runtime, Timing::default())
+    /// Keeps at most `budget` bytes (0: nothing kept, nothing fetched ahead) and makes at most
+    /// `max_requests` GETs at once, on `runtime`.
+    pub fn new(budget: usize, max_requests: usize, runtime: Handle) -> Self {
+        Self::with_timing(budget, max_requests, runtime, Timing::default())
     }
 
     /// [`Fetcher::new`] with other time limits.
-    pub fn with_timing(budget: usize, max_requests: usize, part_size: u64, runtime: Handle, timing: Timing) -> Self {
+    pub fn with_timing(budget: usize, max_requests: usize, runtime: Handle, timing: Timing) -> Self {
         let max_requests = max_requests.max(1);
         let budget = budget as u64;
         let inner = Inner {
             versions: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(VERSIONS).expect("non-zero"))),
             held: AtomicU64::new(0),
             budget,
-            part_size: part_size.max(1),
             largest_window: (budget / 2).min(LARGEST_WINDOW),
             requests: Arc::new(Semaphore::new(max_requests)),
             background: Arc::new(Semaphore::new((max_requests - max_requests.div_ceil(4)).max(1))),
@@ -490,7 +486,7 @@ impl Fetcher {
                 let plan = planned(version, reader.size, 0, reader.size, reader.size);
                 self.start(version, reader, plan, Kind::Background);
             } else {
-                let end = range.end.min(from.saturating_add(self.inner.part_size));
+                let end = range.end.min(from + LANE);
                 let plan = planned(version, reader.size, from, end, end);
                 self.start(version, reader, plan, Kind::Background);
             }
@@ -604,7 +600,7 @@ impl Fetcher {
         let pool = POOL.saturating_mul(hinted_end - at).saturating_add(NEAR);
         let from = before.max(run_start).max(at.saturating_sub(pool)).min(at);
         let rest = planned(version, size, from, size, size).range;
-        let mut plans = lanes(rest, follow, self.inner.part_size);
+        let mut plans = lanes(rest, follow);
         // The lane holding the read's first byte comes first, the read's own: what it waits for
         // comes without waiting for room.
         let own = plans.iter().position(|lane| lane.range.contains(&at)).unwrap_or(0);
@@ -687,13 +683,13 @@ fn remembered<'a>(
     (versions.get_mut(id).expect("just made"), gone)
 }
 
-/// `range` as [`LANES`] GETs at once of `part_size` bytes at least, each fetched a window ahead
-/// of the readers of the run they follow.
-fn lanes(range: Range<u64>, follows: Arc<Follow>, part_size: u64) -> Vec<Plan> {
-    // As many lanes of `part_size` as fit, [`LANES`] at most, the bytes left over shared among
-    // them: a lane of the few bytes past the last (a shard's index) would be a GET for nothing.
+/// `range` as [`LANES`] GETs at once of [`LANE`] bytes at least, each fetched a window ahead of
+/// the readers of the run they follow.
+fn lanes(range: Range<u64>, follows: Arc<Follow>) -> Vec<Plan> {
+    // As many lanes of [`LANE`] as fit, [`LANES`] at most, the bytes left over shared among them:
+    // a lane of the few bytes past the last (a shard's index) would be a GET for nothing.
     let len = range.end - range.start;
-    let lane = len.div_ceil((len / part_size).clamp(1, LANES));
+    let lane = len.div_ceil((len / LANE).clamp(1, LANES));
     let starts = (range.start..range.end).step_by(lane as usize);
     let plans = starts.map(|start| {
         let end = range.end.min(start + lane);
@@ -911,7 +907,7 @@ mod tests {
     #[test]
     fn two_readers_of_one_range_share_one_get() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Fake::gated();
         let (a, b) = (fake.reader(1, 100 << 20), fake.reader(1, 100 << 20));
         std::thread::scope(|s| {
@@ -929,7 +925,7 @@ mod tests {
     #[test]
     fn a_range_said_to_be_needed_is_one_get_whatever_pieces_are_read() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 16 << 20);
         let chunk = (1 << 20) + 17..(5 << 20) + 3;
@@ -948,7 +944,7 @@ mod tests {
     #[test]
     fn a_reader_of_the_first_bytes_of_a_long_get_does_not_wait_for_its_end() {
         let rt = runtime();
-        let fetcher = Fetcher::new(256 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(256 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake { delay: Duration::from_millis(5), ..Default::default() });
         let reader = fake.reader(1, 64 << 20);
         fetcher.will_need(&reader, 0..60 << 20);
@@ -970,7 +966,7 @@ mod tests {
     #[test]
     fn the_chunks_of_a_shard_read_in_order_cost_two_gets() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let size = 32 << 20;
         for i in 0..512 {
@@ -989,7 +985,7 @@ mod tests {
     #[test]
     fn a_thread_pool_reading_neighbouring_chunks_in_any_order_is_in_order() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let size = 32 << 20;
         for i in [0, 2, 1, 3, 5, 4, 6, 7] {
@@ -1004,10 +1000,10 @@ mod tests {
     fn a_reader_going_on_in_order_gets_the_rest_in_lanes_and_memory_stays_within_the_budget() {
         let rt = runtime();
         let budget = 8 << 20;
-        let fetcher = Fetcher::new(budget, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(budget, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
-        // Past its first read, as many bytes as the lanes of [`PART_SIZE`] take.
-        let size = LANES * PART_SIZE + (128 << 10);
+        // Past its first read, as many bytes as the lanes of [`LANE`] take.
+        let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(3, size);
         let mut at = 0;
         while at < size {
@@ -1024,25 +1020,9 @@ mod tests {
     }
 
     #[test]
-    fn larger_parts_bring_the_rest_in_fewer_gets() {
-        let rt = runtime();
-        let part_size = 4 * PART_SIZE;
-        let fetcher = Fetcher::new(8 << 20, 16, part_size, rt.handle().clone());
-        let fake = Arc::new(Fake::default());
-        let size = 2 * part_size + (128 << 10);
-        let reader = fake.reader(3, size);
-        read_through(&fetcher, &reader, 3, 0..size);
-        let mut calls = fake.calls();
-        calls.sort_by_key(|r| r.start);
-        assert_eq!(calls.len(), 3, "the first read, then two lanes of the part size: {calls:?}");
-        assert!(calls[1..].iter().all(|r| r.end - r.start >= part_size), "{calls:?}");
-        assert!(calls.windows(2).all(|w| w[0].end == w[1].start) && calls.last().unwrap().end == size, "{calls:?}");
-    }
-
-    #[test]
     fn a_get_nobody_reads_on_from_stops_a_window_ahead_and_is_cut() {
         let rt = runtime();
-        let fetcher = Fetcher::with_timing(64 << 20, 2, PART_SIZE, rt.handle().clone(), quick());
+        let fetcher = Fetcher::with_timing(64 << 20, 2, rt.handle().clone(), quick());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
         read(&fetcher, &reader, 1, 0..4096).unwrap();
@@ -1065,7 +1045,7 @@ mod tests {
         // of four threads, with half of them held in memory at most.
         let rt = runtime();
         let budget = 64 << 20;
-        let fetcher = Fetcher::new(budget, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(budget, 16, rt.handle().clone());
         let fake = Arc::new(Fake { delay: Duration::from_micros(300), ..Default::default() });
         let (shards, size, chunk) = (4u64, 32u64 << 20, 1u64 << 20);
         for seed in 1..shards {
@@ -1089,8 +1069,8 @@ mod tests {
         let rt = runtime();
         let budget = 128 << 20;
         let patient = Timing { idle: Duration::from_secs(600), ..Timing::default() };
-        let fetcher = Fetcher::with_timing(budget, 16, PART_SIZE, rt.handle().clone(), patient);
-        let (size, chunk) = (PART_SIZE, 1u64 << 20);
+        let fetcher = Fetcher::with_timing(budget, 16, rt.handle().clone(), patient);
+        let (size, chunk) = (LANE, 1u64 << 20);
         let fakes: Vec<Arc<Fake>> = (0..6).map(|_| Arc::new(Fake::default())).collect();
         fetcher.prefetch(&fakes[0].reader(0, size), 0..size);
         for _ in 0..1000 {
@@ -1120,7 +1100,7 @@ mod tests {
     fn bytes_fetched_ahead_that_nobody_came_for_make_room_once_idle() {
         let rt = runtime();
         let budget = 4 << 20;
-        let fetcher = Fetcher::with_timing(budget, 16, PART_SIZE, rt.handle().clone(), quick());
+        let fetcher = Fetcher::with_timing(budget, 16, rt.handle().clone(), quick());
         let fake = Arc::new(Fake::default());
         // Two shards asked for ahead fill the half of the budget prefetches may take; their
         // reader went elsewhere.
@@ -1140,9 +1120,9 @@ mod tests {
     #[test]
     fn a_read_of_bytes_dropped_from_a_running_get_leaves_that_get_to_its_readers() {
         let rt = runtime();
-        let fetcher = Fetcher::new(8 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(8 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
-        let size = LANES * PART_SIZE + (128 << 10);
+        let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(1, size);
         read_through(&fetcher, &reader, 1, 0..20 << 20);
         assert_eq!(fake.calls().len() as u64, 1 + LANES, "the first read, then lanes");
@@ -1161,9 +1141,9 @@ mod tests {
         // other readers far ahead: its GET's bytes are its own to read, not dropped on arrival as
         // bytes the run read past (which cost a GET per retry, then EIO).
         let rt = runtime();
-        let fetcher = Fetcher::new(8 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(8 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
-        let size = LANES * PART_SIZE + (128 << 10);
+        let size = LANES * LANE + (128 << 10);
         let reader = fake.reader(1, size);
         read_through(&fetcher, &reader, 1, 0..40 << 20);
         let before = fake.calls().len();
@@ -1186,7 +1166,7 @@ mod tests {
     #[test]
     fn a_large_range_is_one_get() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 64 << 20);
         fetcher.will_need(&reader, 0..20 << 20);
@@ -1199,10 +1179,7 @@ mod tests {
     fn the_rest_of_an_object_is_cut_in_lanes_with_no_bytes_left_over() {
         const M: u64 = 1 << 20;
         let follow = Arc::new(Follow::new(0));
-        let cut_in = |range: Range<u64>, part_size: u64| {
-            lanes(range, follow.clone(), part_size).into_iter().map(|p| p.range).collect::<Vec<_>>()
-        };
-        let cut = |range: Range<u64>| cut_in(range, PART_SIZE);
+        let cut = |range: Range<u64>| lanes(range, follow.clone()).into_iter().map(|p| p.range).collect::<Vec<_>>();
         // A 128 MiB shard read from its second lane on, its index of 516 bytes at the end.
         assert_eq!(
             cut(16 * M..128 * M + 516),
@@ -1221,14 +1198,12 @@ mod tests {
         assert_eq!(cut(0..20 * M), [0..20 * M]);
         assert_eq!(cut(0..5), [0..5]);
         assert_eq!(cut(0..1024 * M), even(8, 128));
-        assert_eq!(cut_in(0..128 * M, 64 * M), even(2, 64));
-        assert_eq!(cut_in(16 * M..128 * M + 516, 64 * M), [16 * M..128 * M + 516]);
     }
 
     #[test]
     fn two_readers_going_on_in_order_far_apart_in_one_object_each_get_lanes() {
         let rt = runtime();
-        let fetcher = Fetcher::new(256 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(256 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let size = 1 << 30;
         // Two `cp`s of one object, or two readers of its two halves, taking turns.
@@ -1244,7 +1219,7 @@ mod tests {
     #[test]
     fn a_reader_of_chunks_here_and_there_is_not_taken_for_one_going_on_in_order() {
         let rt = runtime();
-        let fetcher = Fetcher::new(256 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(256 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
         // Chunks of 1 MiB picked at random: the last is near the first, but three reads went
@@ -1260,7 +1235,7 @@ mod tests {
     #[test]
     fn a_chunk_larger_than_the_budget_is_fetched_a_window_at_a_time() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
         fetcher.will_need(&reader, 0..1 << 30);
@@ -1272,7 +1247,7 @@ mod tests {
     #[test]
     fn gets_in_flight_stay_within_max_requests_and_background_ones_leave_room() {
         let rt = runtime();
-        let fetcher = Fetcher::new(256 << 20, 4, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
         let fake = Fake::gated();
         let readers: Vec<Reader> = (10..14).map(|seed| fake.reader(seed, 1 << 30)).collect();
         for reader in &readers {
@@ -1300,7 +1275,7 @@ mod tests {
         let rt = runtime();
         // Four requests, three for GETs nobody waited on when they were made: the prefetches of
         // three shards ahead, held by a slow server, take those three.
-        let fetcher = Fetcher::new(256 << 20, 4, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
         let ahead = Fake::gated();
         for seed in 1..=3 {
             fetcher.prefetch(&ahead.reader(seed, 1 << 20), 0..1 << 20);
@@ -1323,7 +1298,7 @@ mod tests {
     #[test]
     fn gets_waiting_for_their_readers_leave_their_requests_to_other_reads() {
         let rt = runtime();
-        let fetcher = Fetcher::new(256 << 20, 4, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         // A reader going on in order, who then stops (a `cp` to a slow disk): its lanes wait for
         // it with their connections open.
@@ -1344,7 +1319,7 @@ mod tests {
     fn memory_stays_within_the_budget_across_objects() {
         let rt = runtime();
         let budget = 4 << 20;
-        let fetcher = Fetcher::new(budget, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(budget, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         for i in 0..50u64 {
             let reader = fake.reader(i, 3 << 20);
@@ -1360,7 +1335,7 @@ mod tests {
     #[test]
     fn versions_never_mix() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let (old, new) = (fake.reader(1, 10 << 20), fake.reader(2, 10 << 20));
         fetcher.will_need(&old, 0..1 << 20);
@@ -1373,7 +1348,7 @@ mod tests {
     #[test]
     fn a_replaced_version_fails_every_reader_waiting() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Fake::gated();
         fake.changed.store(true, Ordering::SeqCst);
         let (a, b) = (fake.reader(1, 10 << 20), fake.reader(1, 10 << 20));
@@ -1394,7 +1369,7 @@ mod tests {
     #[test]
     fn bytes_of_a_version_fetched_before_it_was_replaced_still_serve_its_readers() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 64 << 20);
         fetcher.will_need(&reader, 0..4 << 20);
@@ -1408,7 +1383,7 @@ mod tests {
     #[test]
     fn a_failed_fetch_is_asked_again() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake { failures: AtomicUsize::new(1), ..Default::default() });
         let reader = fake.reader(1, 1 << 30);
         read(&fetcher, &reader, 1, 0..1000).unwrap();
@@ -1422,7 +1397,7 @@ mod tests {
     #[test]
     fn a_stalled_get_serves_what_it_brought_and_the_rest_is_asked_again() {
         let rt = runtime();
-        let fetcher = Fetcher::with_timing(64 << 20, 16, PART_SIZE, rt.handle().clone(), quick());
+        let fetcher = Fetcher::with_timing(64 << 20, 16, rt.handle().clone(), quick());
         let stalling = Arc::new(Fake { stall_after: Some(3 * PIECE), ..Default::default() });
         let reader = stalling.reader(1, 1 << 30);
         fetcher.will_need(&reader, 0..8 * PIECE);
@@ -1441,7 +1416,7 @@ mod tests {
     #[test]
     fn bytes_beyond_the_range_asked_are_never_served() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let long = Arc::new(Fake { surplus: Some(64), ..Default::default() });
         let reader = long.reader(1, 1 << 30);
         // Every reply runs 64 bytes long: what lies within the range is served, the rest never.
@@ -1454,7 +1429,7 @@ mod tests {
     #[test]
     fn a_small_object_is_fetched_whole_at_its_first_read() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let (index, chunk, other) = (fake.reader(1, 100_000), fake.reader(1, 100_000), fake.reader(1, 100_000));
         read(&fetcher, &index, 1, 99_000..100_000).unwrap();
@@ -1467,7 +1442,7 @@ mod tests {
     #[test]
     fn a_prefetch_is_read_without_a_get_of_its_own() {
         let rt = runtime();
-        let fetcher = Fetcher::new(64 << 20, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
         fetcher.prefetch(&reader, (1 << 30) - 1000..1 << 30);
@@ -1479,13 +1454,13 @@ mod tests {
         }
         let mut calls = fake.calls();
         calls.sort_by_key(|r| r.start);
-        assert_eq!(calls, [0..PART_SIZE, (1 << 30) - 1000..1 << 30], "the prefetches alone: a lane of the start");
+        assert_eq!(calls, [0..LANE, (1 << 30) - 1000..1 << 30], "the prefetches alone: a lane of the start");
     }
 
     #[test]
     fn without_a_budget_reads_fetch_just_what_they_ask() {
         let rt = runtime();
-        let fetcher = Fetcher::new(0, 16, PART_SIZE, rt.handle().clone());
+        let fetcher = Fetcher::new(0, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
         fetcher.will_need(&reader, 0..1 << 20);
