@@ -24,6 +24,9 @@ object; their unsharded twins are written to a local directory. Then:
 - credentials as the service's own tools read them (S3: the AWS profile files and unsigned
   requests; Azure: the account key, a SAS token, the emulator switch; GCS: a service account
   file naming the emulator);
+- (S3) a mount read at the start and left idle while the checks above run (75 s at least)
+  asks the server nothing (counted by scripts/latency_proxy.py in front of it), and then reads
+  the bucket as the other mounts left it;
 - two mounts of one prefix (two daemons: as two machines) write interleaved chunks of the same
   shards with fsync after each: nothing is lost;
 - kill -9 of a daemon while it writes: every fsync'd chunk is in the bucket, and every shard
@@ -372,9 +375,10 @@ class Mounts:
     def __init__(self, binary, server):
         self.binary, self.server, self.points = binary, server, []
 
-    def mount(self, url, mnt, *flags):
+    def mount(self, url, mnt, *flags, endpoint=None):
         os.makedirs(mnt, exist_ok=True)
-        subprocess.run([self.binary, "mount", url, mnt, "--endpoint-url", self.server.endpoint, *flags], check=True)
+        endpoint = endpoint or self.server.endpoint
+        subprocess.run([self.binary, "mount", url, mnt, "--endpoint-url", endpoint, *flags], check=True)
         self.points.append(mnt)
         return mnt
 
@@ -387,6 +391,65 @@ class Mounts:
     def close(self):
         for mnt in list(self.points):
             self.unmount(mnt)
+
+
+class IdleMount:
+    """A read-only mount through scripts/latency_proxy.py (no added latency), which logs every
+    request: read once at the start, then left alone while the rest of the test runs. Once the
+    kernel would ask again before using what it was told of the files (`fuse::CACHE_TTL`, 60 s),
+    the mount asks the server nothing (it used to list the files it had shown, five times a
+    second, for as long as the kernel held them); and its next read is of the bucket as it is
+    then, after the other mounts' writes."""
+
+    KERNEL_TTL = 60
+
+    def __init__(self, mounts, server, work, array):
+        self.mounts, self.server, self.array = mounts, server, array
+        self.log, port = os.path.join(work, "idle-requests.log"), free_port()
+        upstream = urllib.parse.urlsplit(server.endpoint)
+        self.proxy = subprocess.Popen([sys.executable, os.path.join(REPO, "scripts", "latency_proxy.py"), "--upstream",
+                                       f"127.0.0.1:{upstream.port}", "--rtt-ms", "0", "--port", str(port),
+                                       "--log", self.log], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.mnt = os.path.join(work, "idle")
+        try:
+            wait_for_port(port, "the request-logging proxy")
+            endpoint = server.endpoint.replace(f":{upstream.port}", f":{port}", 1)
+            # The array's own prefix: a pass over a prefix of more than 1,000 objects lists it at
+            # most once a minute, which a few seconds' watch would miss.
+            mounts.mount(url(server, f"sharded/{array}"), self.mnt, "--read-only", endpoint=endpoint)
+            zarr.open_array(self.mnt, mode="r")[...]
+            subprocess.run(["ls", "-lR", self.mnt], check=True, capture_output=True)
+        except BaseException:
+            self.close()
+            raise
+        self.read_at = time.monotonic()
+
+    def requests(self):
+        with open(self.log) as f:
+            return sum(1 for _ in f)
+
+    def check(self, check):
+        # The watcher's passes come a second or more apart (more when a pass takes long: it
+        # paces itself), so the last one may come a few seconds past the 60.
+        time.sleep(max(0.0, self.read_at + self.KERNEL_TTL + 15 - time.monotonic()))
+        before = self.requests()
+        time.sleep(5)
+        asked = self.requests() - before
+        with open(self.log) as f:
+            lines = f.read().splitlines()[before:before + asked]
+        check(f"a mount idle for {self.KERNEL_TTL} s asks the server nothing (5 s watched)", asked == 0,
+              f"{asked} requests: {lines[:5]}")
+        expected = zarr.open_array(zarr_store(self.server, "sharded"), path=self.array, mode="r")[...]
+        got = zarr.open_array(self.mnt, mode="r")[...]
+        check(f"{self.array}: the idle mount's next read is of the bucket as it is now",
+              np.array_equal(got, expected, equal_nan=True))
+        check("... which asked the server", self.requests() > before + asked)
+
+    def close(self):
+        if self.mnt in self.mounts.points:
+            self.mounts.unmount(self.mnt)
+        self.proxy.terminate()
+        self.proxy.wait()
 
 
 def daemon_pid(mnt):
@@ -726,13 +789,21 @@ def main():
     try:
         server.make_bucket(BUCKET)
         with tempfile.TemporaryDirectory(prefix=f"shardfs-interop-{args.service}.") as work:
+            idle = None
             try:
                 arrays = write_fixtures(server, "sharded", os.path.join(work, "unsharded"))
+                # The watcher is the same for every service: one idle mount, on S3, is enough.
+                if args.service == "s3":
+                    idle = IdleMount(mounts, server, work, arrays[0])
                 errors_before_mounting(binary, server, work, check)
                 read_and_write_through_the_view(mounts, server, work, arrays, check)
                 commands_take_urls(binary, server, check)
                 references_of_a_bucket(binary, server, arrays, check)
                 server.credentials(binary, work, check)
+                # Before the server is stopped: a watcher pass that waited on a server gone puts
+                # off the next one for a long while, which would pass for an idle mount.
+                if idle:
+                    idle.check(check)
                 if server.takes_writes:
                     two_mounts_write_one_shard(mounts, server, work, check)
                     kill_a_writing_daemon(mounts, binary, server, work, check)
@@ -742,6 +813,8 @@ def main():
                           "a writing daemon, the server gone during commits (its emulator takes no XML PUT) ***")
                 damaged_objects(mounts, server, work, check)
             finally:
+                if idle:
+                    idle.close()
                 mounts.close()
     finally:
         mounts.close()

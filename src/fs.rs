@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -99,9 +100,20 @@ pub struct Stale {
     /// chunk or a document): the kernel forgets the name too. Directories keep their names, so
     /// that the kernel does not drop everything cached below them.
     pub entry: Option<(u64, String)>,
-    /// Its attributes and pages are out of date too; false when only its name is (it leads to a
-    /// version replaced since).
-    pub content: bool,
+    /// What of the inode itself the kernel drops.
+    pub content: Dropped,
+}
+
+/// What the kernel drops of an inode's own cached answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Nothing: only its name is out of date (it leads to a version replaced since).
+    Nothing,
+    /// Its attributes: nothing changed, but the kernel is to ask before it uses its pages
+    /// again (which it drops then if their file changed).
+    Attributes,
+    /// Its attributes and pages (a directory's: its listing).
+    Everything,
 }
 
 /// How a writable filesystem stores writes.
@@ -293,7 +305,14 @@ impl ShardFs {
 
     /// Stats every store file the kernel's cached answers were read from, and returns the inodes
     /// whose answers are out of date. Called periodically by the adapter, which invalidates them.
-    pub fn stale(&self) -> Vec<Stale> {
+    /// Answers given `told_within` ago or longer are the kernel's to ask about again (it keeps
+    /// them that long): their inodes stop being watched, their attributes and listings dropped.
+    pub fn stale(&self, told_within: Duration) -> Vec<Stale> {
+        let lapsed = self.freshness.lapsed(told_within).into_iter().map(|(ino, listed)| {
+            let content = if listed { Dropped::Everything } else { Dropped::Attributes };
+            Stale { ino, entry: None, content }
+        });
+        let lapsed: Vec<Stale> = lapsed.collect();
         let stamp_of = |key: &str| self.ns.store().attr(key).ok().map(|a| a.stamp);
         // This mount's own commits change no byte the kernel holds: invalidating every cached
         // chunk of a committed shard would only cost lookups (and contend with the writer).
@@ -324,7 +343,7 @@ impl ShardFs {
             // holds below one each time a file is added to it.
             // A file bound to a version goes too: its name now leads to the new version's inode.
             let goes = document_changed || !matches!(inode.node, Node::Stored(_)) || inode.bound.is_some();
-            Some(Stale { ino, entry: goes.then(|| entry_of(inode)).flatten(), content: true })
+            Some(Stale { ino, entry: goes.then(|| entry_of(inode)).flatten(), content: Dropped::Everything })
         });
         let unwatched = unwatched.into_iter().filter_map(|(ino, what)| {
             let inode = inodes.get(ino)?;
@@ -333,13 +352,13 @@ impl ShardFs {
                 // dropping the name would cost that inode its pages and, were the kernel to
                 // forget it, the file held open for its reads.
                 Unwatched::Name if inodes.find(&inode.path) == Some(ino) => {
-                    Some(Stale { ino, entry: Some(entry_of(inode)?), content: false })
+                    Some(Stale { ino, entry: Some(entry_of(inode)?), content: Dropped::Nothing })
                 }
                 Unwatched::Name => None,
-                Unwatched::Attributes => Some(Stale { ino, entry: None, content: true }),
+                Unwatched::Attributes => Some(Stale { ino, entry: None, content: Dropped::Everything }),
             }
         });
-        changed.chain(unwatched).collect()
+        changed.chain(unwatched).chain(lapsed).collect()
     }
 
     /// The inode of `node` at content version `bound`, with one more kernel reference.

@@ -20,7 +20,8 @@ use std::time::Duration;
 use common::*;
 use object_store::memory::InMemory;
 use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex, assemble_shard};
-use shardfs::fs::{OpenMode, ROOT_INO, ShardFs, WriteOptions};
+use shardfs::fs::{Dropped, OpenMode, ROOT_INO, ShardFs, WriteOptions};
+use shardfs::fuse::CACHE_TTL;
 use shardfs::inspect::{Depth, scan, scan_with};
 use shardfs::mount::filesystem;
 use shardfs::progress::Silent;
@@ -423,57 +424,79 @@ fn handles_of_one_plain_file_share_its_content_and_a_truncating_open_empties_it(
     );
 }
 
-/// An object store that ignores If-Match on reads, as some S3-compatible servers do.
-#[derive(Debug)]
-struct IgnoresIfMatch(InMemory);
+/// An in-memory object store as a server the tests watch: it counts the requests it is sent and,
+/// when told to, ignores If-Match on reads, as some S3-compatible servers do.
+#[derive(Debug, Default)]
+struct Server {
+    objects: InMemory,
+    ignores_if_match: bool,
+    requests: std::sync::atomic::AtomicUsize,
+}
 
-impl std::fmt::Display for IgnoresIfMatch {
+impl Server {
+    fn asked(&self) {
+        self.requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl std::fmt::Display for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "IgnoresIfMatch")
+        write!(f, "Server")
     }
 }
 
 #[async_trait::async_trait]
-impl object_store::ObjectStore for IgnoresIfMatch {
+impl object_store::ObjectStore for Server {
     async fn put_opts(
         &self,
         location: &object_store::path::Path,
         payload: object_store::PutPayload,
         opts: object_store::PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
-        self.0.put_opts(location, payload, opts).await
+        self.asked();
+        self.objects.put_opts(location, payload, opts).await
     }
     async fn put_multipart_opts(
         &self,
         location: &object_store::path::Path,
         opts: object_store::PutMultipartOptions,
     ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.0.put_multipart_opts(location, opts).await
+        self.asked();
+        self.objects.put_multipart_opts(location, opts).await
     }
     async fn get_opts(
         &self,
         location: &object_store::path::Path,
         options: object_store::GetOptions,
     ) -> object_store::Result<object_store::GetResult> {
-        self.0.get_opts(location, object_store::GetOptions { if_match: None, ..options }).await
+        self.asked();
+        let if_match = if self.ignores_if_match { None } else { options.if_match.clone() };
+        self.objects.get_opts(location, object_store::GetOptions { if_match, ..options }).await
     }
     fn delete_stream(
         &self,
         locations: futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>,
     ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
-        self.0.delete_stream(locations)
+        self.asked();
+        self.objects.delete_stream(locations)
     }
     fn list(
         &self,
         prefix: Option<&object_store::path::Path>,
     ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.0.list(prefix)
+        self.asked();
+        self.objects.list(prefix)
     }
     async fn list_with_delimiter(
         &self,
         prefix: Option<&object_store::path::Path>,
     ) -> object_store::Result<object_store::ListResult> {
-        self.0.list_with_delimiter(prefix).await
+        self.asked();
+        self.objects.list_with_delimiter(prefix).await
     }
     async fn copy_opts(
         &self,
@@ -481,13 +504,14 @@ impl object_store::ObjectStore for IgnoresIfMatch {
         to: &object_store::path::Path,
         options: object_store::CopyOptions,
     ) -> object_store::Result<()> {
-        self.0.copy_opts(from, to, options).await
+        self.asked();
+        self.objects.copy_opts(from, to, options).await
     }
 }
 
 #[test]
 fn a_server_that_ignores_if_match_never_passes_off_another_versions_bytes() {
-    let objects = Arc::new(IgnoresIfMatch(InMemory::new()));
+    let objects = Arc::new(Server { ignores_if_match: true, ..Server::default() });
     let store = BucketStore::new(objects, "", "memory://ignores", Caching::default()).unwrap();
     store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
     let opened = store.open("k").unwrap();
@@ -505,6 +529,37 @@ fn a_read_refused_for_its_version_has_the_next_open_ask_the_server() {
     assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "If-Match refused (412)");
     // Within the remembered version's lifetime: not the version the server just refused.
     assert_eq!(store.open("k").unwrap().read_exact_at(0, 3).unwrap(), b"two");
+}
+
+#[test]
+fn an_idle_mount_stops_asking_the_server_once_the_kernel_would_ask_again() {
+    let server = Arc::new(Server::default());
+    let caching = || Caching { metadata_ttl: Duration::ZERO, ..Caching::default() };
+    let store = BucketStore::new(server.clone(), "data", "memory://bucket/data", caching()).unwrap();
+    upload(&store, &golden().join("sharded"), "");
+    let fs = filesystem(Arc::new(store), IndexCache::new(1 << 20), None).unwrap();
+    let chunk = lookup(&fs, "zp/gzip_crc_end/c/1/0").unwrap();
+    list_plus(&fs, lookup(&fs, "zp/gzip_crc_end/c").unwrap());
+    let before = server.requests();
+    assert!(fs.stale(CACHE_TTL).is_empty());
+    assert!(server.requests() > before, "a pass over the files the kernel was told of asks the server");
+    std::thread::sleep(Duration::from_millis(30));
+    let lapsed = fs.stale(Duration::from_millis(20));
+    let dropped = lapsed.iter().find(|s| s.ino == chunk).expect("the chunk is no longer watched");
+    assert_eq!((dropped.content, &dropped.entry), (Dropped::Attributes, &None), "its pages stay");
+    let idle = server.requests();
+    for _ in 0..3 {
+        assert!(fs.stale(CACHE_TTL).is_empty());
+    }
+    assert_eq!(server.requests(), idle, "an idle mount asks nothing");
+    // Another machine replaces the chunk's shard (with a copy of the next one): the kernel asks
+    // again before it uses what it holds, and is answered from the server.
+    let other = BucketStore::new(server.clone(), "data", "memory://bucket/data", caching()).unwrap();
+    let next = other.read("zp/gzip_crc_end/c/1/0").unwrap();
+    other.put("zp/gzip_crc_end/c/0/0", &[&next], PutMode::Overwrite).unwrap();
+    assert_ne!(lookup(&fs, "zp/gzip_crc_end/c/1/0").unwrap(), chunk, "the name leads to the new version");
+    assert!(read_path(&fs, "zp/gzip_crc_end/c/1/0").unwrap() == twin("zp/gzip_crc_end/c/3/0"));
+    assert!(server.requests() > idle);
 }
 
 /// An object store whose answers are mangled on the way, as a faulty network or proxy does: GETs

@@ -14,7 +14,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 use shardfs::fs::Error;
-use shardfs::fs::{OpenMode, ShardFs};
+use shardfs::fs::{Dropped, OpenMode, ShardFs};
+use shardfs::fuse::CACHE_TTL;
 use shardfs::inspect::scan;
 use shardfs::store::LocalStore;
 use shardfs::write::pending::Policy;
@@ -253,13 +254,13 @@ fn a_grow_keeps_what_the_kernel_holds_of_the_chunks_and_any_other_change_drops_i
     let c = lookup(&fs, &format!("{ARRAY}/c")).unwrap();
     list_plus(&fs, c);
     let document = lookup(&fs, &format!("{ARRAY}/zarr.json")).unwrap();
-    assert!(fs.stale().is_empty());
+    assert!(fs.stale(CACHE_TTL).is_empty());
     resize_stored(store.path(), ARRAY, &[40, 18]);
-    let stale: Vec<u64> = fs.stale().into_iter().map(|s| s.ino).collect();
+    let stale: Vec<u64> = fs.stale(CACHE_TTL).into_iter().map(|s| s.ino).collect();
     assert!(!stale.contains(&chunk), "an append leaves every cached chunk alone: {stale:?}");
     assert!(stale.contains(&c) && stale.contains(&document), "listings and the document itself go: {stale:?}");
     resize_stored(store.path(), ARRAY, &[12, 18]);
-    let stale = fs.stale();
+    let stale = fs.stale(CACHE_TTL);
     let dropped = stale.iter().find(|s| s.ino == chunk).expect("a shrink drops the chunk");
     assert!(dropped.entry.is_some(), "with its name");
 }
@@ -277,15 +278,15 @@ fn a_chunk_found_replaced_when_asked_for_its_attributes_still_has_its_name_dropp
     let store = sharded_copy();
     let fs = fs_of(store.path());
     let chunk = lookup(&fs, &format!("{ARRAY}/c/1/0")).unwrap();
-    assert!(fs.stale().is_empty());
+    assert!(fs.stale(CACHE_TTL).is_empty());
     replace_stored(&store.path().join(ARRAY).join("c/0/0"));
     // The kernel asks before the watcher's next pass: so it does when a pass dropped the name
     // and the inode, and the name was looked up again (the same inode) in between.
     fs.getattr(chunk).unwrap();
-    let stale = fs.stale();
+    let stale = fs.stale(CACHE_TTL);
     let dropped = stale.iter().find(|s| s.ino == chunk).expect("the name still leads to the replaced version");
-    assert!(dropped.entry.is_some() && !dropped.content, "only its name goes: {dropped:?}");
-    assert!(fs.stale().is_empty(), "once");
+    assert!(dropped.entry.is_some() && dropped.content == Dropped::Nothing, "only its name goes: {dropped:?}");
+    assert!(fs.stale(CACHE_TTL).is_empty(), "once");
 }
 
 #[test]
@@ -309,7 +310,7 @@ fn a_consolidated_file_read_in_pieces_is_one_build_while_documents_change() {
         doc["metadata"][format!("{ARRAY}/.zarray")]["shape"].clone()
     };
     assert_eq!(shape(&bytes), serde_json::json!([20, 18]));
-    let stale = fs.stale();
+    let stale = fs.stale(CACHE_TTL);
     assert!(stale.iter().any(|s| s.ino == zmetadata && s.entry.is_some()), "the name goes: {stale:?}");
     let again = lookup(&fs, ".zmetadata").unwrap();
     assert_ne!(again, zmetadata);

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use shardfs::fs::Error;
-use shardfs::fs::{OpenMode, ROOT_INO, ShardFs};
+use shardfs::fs::{Dropped, OpenMode, ROOT_INO, ShardFs};
+use shardfs::fuse::CACHE_TTL;
 use shardfs::inspect::scan;
 use shardfs::store::LocalStore;
 use shardfs::store::faulty::FaultyStore;
@@ -350,12 +351,15 @@ fn a_file_renamed_through_the_view_is_still_watched_for_changes_by_others() {
     fs.rename(ROOT_INO, "notes.partial", ROOT_INO, "notes").unwrap();
     // Its answers no longer say what it is: the next pass has the kernel ask for its attributes
     // again, which watches it at its new place.
-    assert!(fs.stale().iter().any(|s| s.ino == file && s.content && s.entry.is_none()));
+    assert!(fs.stale(CACHE_TTL).iter().any(|s| s.ino == file && s.content == Dropped::Everything && s.entry.is_none()));
     assert_eq!(fs.getattr(file).unwrap().size, 4);
     let tmp = store.path().join("notes.tmp");
     std::fs::write(&tmp, b"another program's").unwrap();
     std::fs::rename(tmp, store.path().join("notes")).unwrap();
-    assert!(fs.stale().iter().any(|s| s.ino == file && s.content), "the kernel drops its pages of ours");
+    assert!(
+        fs.stale(CACHE_TTL).iter().any(|s| s.ino == file && s.content == Dropped::Everything),
+        "the kernel drops its pages of ours"
+    );
 }
 
 fn json(bytes: &[u8]) -> serde_json::Value {

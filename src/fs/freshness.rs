@@ -4,9 +4,15 @@
 //! kernel holds which store files its answers were read from, and in which version ([`Stamp`]). [`Freshness::changed`] stats
 //! those files again and names the inodes whose answers are out of date, for the adapter to
 //! invalidate in the kernel: a file rewritten underneath the mount is seen within one pass.
+//!
+//! An inode is watched only while the kernel may use what it was last told of it without asking
+//! again ([`Freshness::lapsed`]): past that, its next use asks, and is answered from the store
+//! afresh. An idle mount asks its store nothing (each pass over an object store's files costs a
+//! listing or more: five a second, every second, for a mount nobody used for hours).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -65,6 +71,8 @@ struct Inner {
     listing_keys: HashMap<u64, HashSet<Arc<str>>>,
     /// Inodes no longer watched, and what the kernel must drop of them at the next pass.
     unwatched: HashMap<u64, Unwatched>,
+    /// When the kernel was last told about each watched inode (its attributes or its listing).
+    told: HashMap<u64, Instant>,
 }
 
 impl Inner {
@@ -127,6 +135,7 @@ impl Freshness {
     /// `geometry`, when given, is the array document the answer took its geometry from.
     pub fn watch(&self, ino: u64, sources: &[(String, Option<Stamp>)], geometry: Option<&(String, Stamp)>) {
         let mut inner = self.inner.lock();
+        inner.told.insert(ino, Instant::now());
         let geometry = geometry.map(|(key, stamp)| (key, Some(*stamp), true));
         for (key, stamp, is_geometry) in sources.iter().map(|(k, s)| (k, *s, false)).chain(geometry) {
             let w = inner.entry(key, stamp);
@@ -148,6 +157,7 @@ impl Freshness {
     /// files of every part count until the directory is forgotten.
     pub fn watch_listing(&self, dir: u64, sources: Vec<(String, Option<Stamp>)>) {
         let mut inner = self.inner.lock();
+        inner.told.insert(dir, Instant::now());
         for (key, stamp) in sources {
             inner.entry(&key, stamp).listings.insert(dir);
             let key = inner.key(&key);
@@ -162,6 +172,7 @@ impl Freshness {
         inner.forget_inode(ino);
         inner.forget_listing(ino);
         inner.unwatched.remove(&ino);
+        inner.told.remove(&ino);
     }
 
     /// Stops watching `ino`, whose answers no longer say what it is, and has the next pass drop
@@ -171,6 +182,24 @@ impl Freshness {
         inner.forget_inode(ino);
         inner.forget_listing(ino);
         inner.unwatched.insert(ino, what);
+        inner.told.remove(&ino);
+    }
+
+    /// Stops watching the inodes the kernel was last told about `after` ago or longer (it asks
+    /// again before it uses answers that old), and returns them, each with whether its listing
+    /// was watched: the kernel's copy of a listing is kept as long as it holds the directory.
+    pub fn lapsed(&self, after: Duration) -> Vec<(u64, bool)> {
+        let mut inner = self.inner.lock();
+        let old: Vec<u64> =
+            inner.told.iter().filter(|(_, told)| told.elapsed() >= after).map(|(ino, _)| *ino).collect();
+        let lapsed = old.into_iter().map(|ino| {
+            inner.told.remove(&ino);
+            let listed = inner.listing_keys.contains_key(&ino);
+            inner.forget_inode(ino);
+            inner.forget_listing(ino);
+            (ino, listed)
+        });
+        lapsed.collect()
     }
 
     /// The inodes [`Freshness::unwatch_until_dropped`] named since the last call.
@@ -338,6 +367,23 @@ mod tests {
             inodes(f.changed(|_| stamp(7), |_, _| Change::Content)).is_empty(),
             "nothing is watched once the directory is forgotten"
         );
+    }
+
+    #[test]
+    fn inodes_the_kernel_was_not_told_about_for_a_while_stop_being_watched() {
+        let f = Freshness::default();
+        f.watch(10, &[("s".into(), stamp(1))], None);
+        f.watch_listing(5, vec![("s".into(), stamp(1))]);
+        assert!(f.lapsed(Duration::from_secs(60)).is_empty(), "told just now");
+        std::thread::sleep(Duration::from_millis(30));
+        f.watch(11, &[("t".into(), stamp(1))], None);
+        let mut lapsed = f.lapsed(Duration::from_millis(20));
+        lapsed.sort();
+        assert_eq!(lapsed, [(5, true), (10, false)], "the listing and the file told 30 ms ago");
+        assert_eq!(f.keys(), [Arc::from("t")], "only the file told since is still asked about");
+        assert!(inodes(f.changed(|_| stamp(2), |_, _| Change::Content)) == [11]);
+        f.watch(10, &[("s".into(), stamp(2))], None);
+        assert_eq!(inodes(f.changed(|_| stamp(3), |_, _| Change::Content)), [10, 11], "told again, watched again");
     }
 
     #[test]

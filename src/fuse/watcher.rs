@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier};
 
-use crate::fs::ShardFs;
+use crate::fs::{Dropped, ShardFs};
 
 /// Time between two passes; a change underneath the mount is seen within about this long.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -34,7 +34,7 @@ impl Watcher {
                 let mut pause = INTERVAL;
                 while sleep_unless_stopped(&stopped, pause, || fs.document_stored()) {
                     let start = Instant::now();
-                    for stale in fs.stale() {
+                    for stale in fs.stale(super::CACHE_TTL) {
                         if !invalidate(&notifier, &stale) {
                             return;
                         }
@@ -78,8 +78,11 @@ fn invalidate(notifier: &Notifier, stale: &crate::fs::Stale) -> bool {
     if let Some((parent, name)) = &stale.entry {
         results.push(notifier.inval_entry(INodeNo(*parent), name.as_ref()));
     }
-    if stale.content {
-        results.push(notifier.inval_inode(INodeNo(stale.ino), 0, 0));
+    match stale.content {
+        Dropped::Nothing => {}
+        // A negative offset: the attributes alone.
+        Dropped::Attributes => results.push(notifier.inval_inode(INodeNo(stale.ino), -1, 0)),
+        Dropped::Everything => results.push(notifier.inval_inode(INodeNo(stale.ino), 0, 0)),
     }
     results.into_iter().all(|r| match r {
         // The kernel no longer caches it: nothing to invalidate.
