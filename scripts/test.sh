@@ -72,8 +72,9 @@ SHARDFS_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port" SHARDFS_REQUIRE_S3=1 \
   SHARDFS_TEST_AZURE_ENDPOINT="$az_endpoint" SHARDFS_TEST_AZURE_CONTAINER=shardfs-test SHARDFS_REQUIRE_AZURE=1 \
   timed cargo test --locked
 kill $s3_pid $az_pid
-# A bounded fuzz run of every target (longer runs by hand: scripts/fuzz.sh 3600).
-timed scripts/fuzz.sh 20
+# A bounded fuzz run of every target, 10 s each (its build is most of its 10 minutes; longer runs
+# by hand: scripts/fuzz.sh 3600).
+timed scripts/fuzz.sh 10
 # Reference files are for machines without FUSE: their interop test needs none.
 timed target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
 # The wan benchmark's latency proxy: the round trip it adds and the bytes it carries (a few s).
