@@ -308,11 +308,16 @@ impl ShardFs {
     /// Answers given `told_within` ago or longer are the kernel's to ask about again (it keeps
     /// them that long): their inodes stop being watched, their attributes and listings dropped.
     pub fn stale(&self, told_within: Duration) -> Vec<Stale> {
-        let lapsed = self.freshness.lapsed(told_within).into_iter().map(|(ino, listed)| {
-            let content = if listed { Dropped::Everything } else { Dropped::Attributes };
-            Stale { ino, entry: None, content }
-        });
-        let lapsed: Vec<Stale> = lapsed.collect();
+        // Collected first: the keys only lapsed inodes were read from are not asked about below.
+        let lapsed: Vec<Stale> = self
+            .freshness
+            .lapsed(told_within)
+            .into_iter()
+            .map(|(ino, listed)| {
+                let content = if listed { Dropped::Everything } else { Dropped::Attributes };
+                Stale { ino, entry: None, content }
+            })
+            .collect();
         let stamp_of = |key: &str| self.ns.store().attr(key).ok().map(|a| a.stamp);
         // This mount's own commits change no byte the kernel holds: invalidating every cached
         // chunk of a committed shard would only cost lookups (and contend with the writer).
