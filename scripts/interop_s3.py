@@ -800,8 +800,7 @@ def main():
                 commands_take_urls(binary, server, check)
                 references_of_a_bucket(binary, server, arrays, check)
                 server.credentials(binary, work, check)
-                # Before the server is stopped: a watcher pass that waited on a server gone puts
-                # off the next one for a long while, which would pass for an idle mount.
+                # By now the checks above have left it idle for its 75 s.
                 if idle:
                     idle.check(check)
                 if server.takes_writes:

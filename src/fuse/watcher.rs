@@ -14,8 +14,12 @@ use crate::fs::{Dropped, ShardFs};
 /// Time between two passes; a change underneath the mount is seen within about this long.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 
-/// A pass may take at most this share of the time (one in `PACE`): a mount holding a great many
-/// files passes less often rather than keep a core busy.
+/// A pass may use at most this share of a core (one in `PACE`), counted in the watcher thread's
+/// own CPU time: a mount holding a great many files passes less often rather than keep a core
+/// busy, while a pass that only waited (on a server at cloud latency, or one that is down) puts
+/// the next one off no longer than [`INTERVAL`]. Paced by wall time, a pass that waited out an
+/// outage put the next one off by minutes, and changes by others went unseen until the kernel's
+/// own expiry.
 const PACE: u32 = 20;
 
 /// The running watcher; dropping it stops the thread.
@@ -33,13 +37,17 @@ impl Watcher {
             .spawn(move || {
                 let mut pause = INTERVAL;
                 while sleep_unless_stopped(&stopped, pause, || fs.document_stored()) {
-                    let start = Instant::now();
+                    let start = (Instant::now(), thread_cpu_time());
                     for stale in fs.stale(super::CACHE_TTL) {
                         if !invalidate(&notifier, &stale) {
                             return;
                         }
                     }
-                    pause = INTERVAL.max(start.elapsed() * PACE);
+                    let used = match (start.1, thread_cpu_time()) {
+                        (Some(before), Some(after)) => after.saturating_sub(before),
+                        _ => start.0.elapsed(),
+                    };
+                    pause = pause_after(used);
                 }
             })
             .expect("spawning the watcher thread");
@@ -54,6 +62,22 @@ impl Drop for Watcher {
             let _ = thread.join();
         }
     }
+}
+
+/// The pause after a pass that used `cpu` of the watcher thread's time.
+fn pause_after(cpu: Duration) -> Duration {
+    INTERVAL.max(cpu * PACE)
+}
+
+/// The CPU time the calling thread has used; `None` where the clock is missing, and the caller
+/// counts wall time instead.
+fn thread_cpu_time() -> Option<Duration> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return None;
+    }
+    Some(Duration::new(u64::try_from(now.tv_sec).ok()?, u32::try_from(now.tv_nsec).ok()?))
 }
 
 /// Sleeps `pause` in short steps, or until `due` says a pass is due; false once told to stop.
@@ -94,4 +118,29 @@ fn invalidate(notifier: &Notifier, stale: &crate::fs::Stale) -> bool {
         }
         Ok(()) => true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_that_only_waited_puts_the_next_off_no_longer_than_the_interval() {
+        let before = thread_cpu_time().expect("a thread CPU clock");
+        // As a pass does while a request waits out its time limit on a server that is down.
+        std::thread::sleep(Duration::from_millis(300));
+        let used = thread_cpu_time().unwrap().saturating_sub(before);
+        assert_eq!(pause_after(used), INTERVAL, "{used:?} of CPU counted for 300 ms asleep");
+    }
+
+    #[test]
+    fn a_pass_that_kept_the_core_busy_puts_the_next_off_by_twenty_times_its_cpu() {
+        let before = thread_cpu_time().expect("a thread CPU clock");
+        let mut spins = 0u64;
+        while thread_cpu_time().unwrap().saturating_sub(before) < Duration::from_millis(200) {
+            spins = std::hint::black_box(spins + 1);
+        }
+        let used = thread_cpu_time().unwrap().saturating_sub(before);
+        assert!(pause_after(used) >= Duration::from_secs(4), "{used:?} of CPU gave {:?}", pause_after(used));
+    }
 }
