@@ -25,7 +25,8 @@ fn level(verbosity: u8) -> log::LevelFilter {
 /// Installs the process's logger. Call once, after any fork.
 pub fn init(target: &LogTarget, verbosity: u8) -> Result<(), String> {
     let mut builder = env_logger::Builder::new();
-    builder.filter_level(level(verbosity)).parse_default_env();
+    // Milliseconds: a request's turns at cloud latency are tens of them apart.
+    builder.filter_level(level(verbosity)).parse_default_env().format_timestamp_millis();
     match target {
         LogTarget::Stderr => {}
         LogTarget::File(path) => {
