@@ -562,6 +562,22 @@ fn an_idle_mount_stops_asking_the_server_once_the_kernel_would_ask_again() {
     assert!(server.requests() > idle);
 }
 
+#[test]
+fn a_document_read_again_costs_no_get_while_its_version_stands() {
+    let objects = Arc::new(InMemory::new());
+    // Every read asks the server for the version: only the GET of its bytes is saved.
+    let caching = Caching { metadata_ttl: Duration::ZERO, ..Caching::default() };
+    let store = BucketStore::new(objects.clone(), "data/sharded", "memory://bucket/data/sharded", caching).unwrap();
+    bucket(&objects).put("zarr.json", &[b"{\"one\": 1}"], PutMode::Overwrite).unwrap();
+    assert_eq!(store.read("zarr.json").unwrap(), b"{\"one\": 1}");
+    let before = store.gets_sent();
+    assert_eq!(store.read("zarr.json").unwrap(), b"{\"one\": 1}");
+    assert_eq!(store.gets_sent(), before, "the same version read again");
+    bucket(&objects).put("zarr.json", &[b"{\"two\": 2}"], PutMode::Overwrite).unwrap();
+    assert_eq!(store.read("zarr.json").unwrap(), b"{\"two\": 2}", "another machine's new version");
+    assert_eq!(store.gets_sent(), before + 1);
+}
+
 /// An object store whose answers are mangled on the way, as a faulty network or proxy does: GETs
 /// of whole objects come back with 64 bytes too many (every one, or every other one), and the
 /// next conditional PUT (or every one) is applied but its answer lost.

@@ -80,6 +80,12 @@ const VERSION_ROUNDS: u32 = 8;
 /// and does not retry). Where one reply in three arrives mangled (the fault checks), 5 tries all
 /// fail for 1 request in 243, enough to fail a mount now and then; 8, for 1 in 6,561.
 const TRIES: usize = 8;
+/// Whole-object reads of at most this many bytes (metadata documents) are kept, the last
+/// [`KEPT_READS`] of them by version: reading one again while its version stands costs no GET.
+/// Mounting read the root `zarr.json` three times, and the first lookup once more, each a round
+/// trip before the first chunk.
+const KEPT_READ_BYTES: usize = 64 << 10;
+const KEPT_READS: usize = 256;
 
 /// What differs between the services a [`BucketStore`] talks to, as data rather than branches.
 #[derive(Clone, Copy, Debug)]
@@ -187,6 +193,8 @@ struct Shared {
     listings_asked: Flights<Option<Arc<Listing>>>,
     /// Whole-object reads in flight, by key and version.
     reads_asked: Flights<Bytes>,
+    /// Small whole-object reads done, by key and version ([`KEPT_READ_BYTES`]).
+    reads_kept: Mutex<lru::LruCache<String, Bytes>>,
     fetcher: Fetcher,
     disk_cache: Option<DiskCache>,
     /// GET requests sent, every try counted.
@@ -242,6 +250,7 @@ impl BucketStore {
             heads_asked: Flights::default(),
             listings_asked: Flights::default(),
             reads_asked: Flights::default(),
+            reads_kept: Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(KEPT_READS).expect("non-zero"))),
             fetcher,
             disk_cache,
             gets: AtomicU64::new(0),
@@ -659,9 +668,17 @@ impl Store for BucketStore {
                 continue;
             };
             let version = format!("{key}\0{e_tag}");
+            if let Some(kept) = self.0.reads_kept.lock().get(&version) {
+                return Ok(kept.to_vec());
+            }
             let epoch = self.0.metadata.epoch();
             match self.0.reads_asked.share(&version, epoch, || self.get_whole(key, &e_tag, head.size)) {
-                Ok(bytes) => return Ok(bytes.to_vec()),
+                Ok(bytes) => {
+                    if bytes.len() <= KEPT_READ_BYTES {
+                        self.0.reads_kept.lock().put(version, bytes.clone());
+                    }
+                    return Ok(bytes.to_vec());
+                }
                 Err(Error::Changed(_)) => continue,
                 Err(e) => return Err(e),
             }
