@@ -21,7 +21,8 @@
 //!   new request, and one that stops costs at most a window of bytes; a segment nobody read from
 //!   for [`Timing::idle`] is cut there;
 //! - [`Fetcher::prefetch`] starts a segment nobody waits on yet (the index and first bytes of the
-//!   next shards of an array read in order, as the view sees it);
+//!   next shards of an array read in order, as the view sees it; a small shard's index in a GET
+//!   of its own, as at a first read of it);
 //! - memory: the bytes held are kept within the budget (`--read-ahead-size`; half of it for bytes
 //!   nobody asked for yet) by dropping bytes readers have passed, then segments ended and read
 //!   from (read to their end, to make room for bytes fetched ahead), least recently read first;
@@ -488,8 +489,9 @@ impl Fetcher {
         let from = not_fetched_from(version, range.start);
         if from < range.end {
             if reader.size <= SMALL_OBJECT && version.segments.is_empty() {
-                let plan = planned(version, reader.size, 0, reader.size, reader.size);
-                self.start(version, reader, plan, Kind::Background);
+                for plan in small_object(version, reader.size, &range) {
+                    self.start(version, reader, plan, Kind::Background);
+                }
             } else {
                 let end = range.end.min(from + LANE);
                 let plan = planned(version, reader.size, from, end, end);
@@ -581,14 +583,7 @@ impl Fetcher {
     ) -> Vec<Plan> {
         let size = reader.size;
         if size <= SMALL_OBJECT && version.segments.is_empty() {
-            // A first read of the object's end (a shard's index, a zip's central directory) gets
-            // a GET of its own, the rest of the object one beside it: the read waits a round
-            // trip, not for every byte before it. A lookup of a chunk directory waits on a
-            // shard's index, and every reader of paths below it on that lookup.
-            if at >= TAIL_FIRST && wanted.end == size {
-                return vec![planned(version, size, at, size, size), planned(version, size, 0, at, at)];
-            }
-            return vec![planned(version, size, 0, size, size)];
+            return small_object(version, size, &(at..wanted.end));
         }
         // A chunk larger than a window comes a window at a time: a read's own bytes come room or
         // not, and a chunk of gigabytes would take them all.
@@ -720,6 +715,22 @@ fn not_fetched_from(version: &Version, mut at: u64) -> u64 {
 
 /// `start..end` (within `size`) cut short where the next segment of `version` starts: segments
 /// never hold the same bytes.
+/// The first GETs of an object of at most [`SMALL_OBJECT`] bytes, of which nothing was fetched,
+/// for a first read (or prefetch) of `first`: the whole object in one GET; but a first read of
+/// its end (a shard's index, a zip's central directory) gets a GET of its own, the rest of the
+/// object one beside it, so that it waits a round trip, not for every byte before it. A lookup of
+/// a chunk directory, or of any chunk of a shard fetched ahead, waits on that shard's index, and
+/// every reader of paths below it on that lookup.
+fn small_object(version: &Version, size: u64, first: &Range<u64>) -> Vec<Plan> {
+    if first.start >= TAIL_FIRST && first.end == size {
+        return vec![
+            planned(version, size, first.start, size, size),
+            planned(version, size, 0, first.start, first.start),
+        ];
+    }
+    vec![planned(version, size, 0, size, size)]
+}
+
 fn planned(version: &Version, size: u64, start: u64, end: u64, wanted_end: u64) -> Plan {
     let mut end = end.min(size);
     if let Some((&next, _)) = version.segments.range(start + 1..).next() {
@@ -1475,6 +1486,29 @@ mod tests {
         let mut calls = fake.calls();
         calls.sort_by_key(|r| r.start);
         assert_eq!(calls, [0..index.start, index], "two GETs: the rest came beside the index");
+    }
+
+    #[test]
+    fn a_small_shard_prefetched_brings_its_index_without_waiting_for_its_chunks() {
+        let rt = runtime();
+        let fetcher = Fetcher::with_timing(
+            64 << 20,
+            16,
+            rt.handle().clone(),
+            Timing { stall: Duration::from_secs(5), ..quick() },
+        );
+        // Every reply stalls after its first MiB, as in the test before: the view asks for the
+        // index of a shard ahead first, then for all of it.
+        let fake = Arc::new(Fake { stall_after: Some(1 << 20), ..Default::default() });
+        let size = 4 << 20;
+        let index = size - 1028..size;
+        let reader = fake.reader(1, size);
+        fetcher.prefetch(&reader, index.clone());
+        fetcher.prefetch(&reader, 0..size);
+        read(&fetcher, &fake.reader(1, size), 1, index.clone()).unwrap();
+        let mut calls = fake.calls();
+        calls.sort_by_key(|r| r.start);
+        assert_eq!(calls, [0..index.start, index], "two GETs: the index came in one of its own");
     }
 
     #[test]
