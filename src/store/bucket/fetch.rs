@@ -477,7 +477,8 @@ impl Fetcher {
 
     /// Starts fetching `range` of `reader`'s version now, in the background, from its first byte
     /// not fetched or being fetched yet, a lane of it at most (the index, or the first bytes of a
-    /// shard about to be read: the rest comes in lanes as its readers go on). Its bytes are
+    /// shard about to be read: the rest comes in lanes as its readers go on); of a small object,
+    /// as a read would, but without the rest beside its index ([`small_object`]). Its bytes are
     /// fetched as there is room for them, within half the budget.
     pub fn prefetch(&self, reader: &Reader, range: Range<u64>) {
         let range = range.start..range.end.min(reader.size);
@@ -488,8 +489,8 @@ impl Fetcher {
         let (version, gone) = remembered(&mut versions, &reader.version);
         let from = not_fetched_from(version, range.start);
         if from < range.end {
-            if reader.size <= SMALL_OBJECT && version.segments.is_empty() {
-                for plan in small_object(version, reader.size, &range) {
+            if reader.size <= SMALL_OBJECT && version.segments.range(..=from).next().is_none() {
+                for plan in small_object(version, reader.size, &(from..range.end), false) {
                     self.start(version, reader, plan, Kind::Background);
                 }
             } else {
@@ -568,8 +569,8 @@ impl Fetcher {
         Ok(len)
     }
 
-    /// What to fetch for a read of `wanted` finding nothing at `at`: the whole of a small object
-    /// at its first read; when the readers go on in order, the rest of the object (from the first
+    /// What to fetch for a read of `wanted` finding nothing at `at`: a small object up to its
+    /// first bytes fetched, when nothing before `at` was ([`small_object`]); when the readers go on in order, the rest of the object (from the first
     /// byte not fetched yet of their run) as [`LANES`] GETs at once, the first for the read; else
     /// the range hinted, or the read's own bytes (for a read far behind its run: onwards).
     fn plan(
@@ -582,8 +583,8 @@ impl Fetcher {
         run: Option<(u64, Arc<Follow>)>,
     ) -> Vec<Plan> {
         let size = reader.size;
-        if size <= SMALL_OBJECT && version.segments.is_empty() {
-            return small_object(version, size, &(at..wanted.end));
+        if size <= SMALL_OBJECT && version.segments.range(..=at).next().is_none() {
+            return small_object(version, size, &(at..wanted.end), true);
         }
         // A chunk larger than a window comes a window at a time: a read's own bytes come room or
         // not, and a chunk of gigabytes would take them all.
@@ -713,24 +714,28 @@ fn not_fetched_from(version: &Version, mut at: u64) -> u64 {
     at
 }
 
-/// `start..end` (within `size`) cut short where the next segment of `version` starts: segments
-/// never hold the same bytes.
-/// The first GETs of an object of at most [`SMALL_OBJECT`] bytes, of which nothing was fetched,
-/// for a first read (or prefetch) of `first`: the whole object in one GET; but a first read of
-/// its end (a shard's index, a zip's central directory) gets a GET of its own, the rest of the
-/// object one beside it, so that it waits a round trip, not for every byte before it. A lookup of
-/// a chunk directory, or of any chunk of a shard fetched ahead, waits on that shard's index, and
-/// every reader of paths below it on that lookup.
-fn small_object(version: &Version, size: u64, first: &Range<u64>) -> Vec<Plan> {
-    if first.start >= TAIL_FIRST && first.end == size {
-        return vec![
-            planned(version, size, first.start, size, size),
-            planned(version, size, 0, first.start, first.start),
-        ];
+/// What to fetch of an object of at most [`SMALL_OBJECT`] bytes for a read (or a prefetch) of
+/// `first`, when nothing of it was fetched up to there: all of it up to the first bytes fetched,
+/// in one GET (a shard of small chunks: its chunks and index at once). But where nothing of it
+/// was fetched at all, a read of its end (a shard's index, a zip's central directory) gets a GET
+/// of its own, so that it waits a round trip, not for every byte before it: a lookup of a chunk
+/// directory, or of any chunk of a shard fetched ahead, waits on that shard's index, and every
+/// reader of paths below it on that lookup. The rest comes in a GET beside it `with_rest` (a
+/// read: chunks are read next), not for a prefetch, which asks for what it wants (a listing's:
+/// the index alone).
+fn small_object(version: &Version, size: u64, first: &Range<u64>, with_rest: bool) -> Vec<Plan> {
+    if version.segments.is_empty() && first.start >= TAIL_FIRST && first.end == size {
+        let mut plans = vec![planned(version, size, first.start, size, size)];
+        if with_rest {
+            plans.push(planned(version, size, 0, first.start, first.start));
+        }
+        return plans;
     }
     vec![planned(version, size, 0, size, size)]
 }
 
+/// `start..end` (within `size`) cut short where the next segment of `version` starts: segments
+/// never hold the same bytes.
 fn planned(version: &Version, size: u64, start: u64, end: u64, wanted_end: u64) -> Plan {
     let mut end = end.min(size);
     if let Some((&next, _)) = version.segments.range(start + 1..).next() {
@@ -1509,6 +1514,25 @@ mod tests {
         let mut calls = fake.calls();
         calls.sort_by_key(|r| r.start);
         assert_eq!(calls, [0..index.start, index], "two GETs: the index came in one of its own");
+    }
+
+    #[test]
+    fn a_listing_asking_for_a_small_shards_index_fetches_the_index_alone() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let size = 4 << 20;
+        let index = size - 1028..size;
+        fetcher.prefetch(&fake.reader(1, size), index.clone());
+        read(&fetcher, &fake.reader(1, size), 1, index.clone()).unwrap();
+        assert_eq!(fake.calls(), std::slice::from_ref(&index), "a listing's lookups read no chunks");
+        // A reader of its chunks after all gets all of them in one GET.
+        for i in [3, 0, 40] {
+            read_chunk(&fetcher, &fake, 1, size, i);
+        }
+        let mut calls = fake.calls();
+        calls.sort_by_key(|r| r.start);
+        assert_eq!(calls, [0..index.start, index]);
     }
 
     #[test]
