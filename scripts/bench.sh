@@ -7,7 +7,7 @@
 #   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan] [--runs N] [--out FILE] [--quick]
 #
 # Profiles: wan = scripts/bench_wan.py (object stores at cloud latency: s3s-fs behind
-# scripts/latency_proxy.py at 0, 20 and 50 ms, shardfs against zarr-python reading the bucket
+# scripts/latency_proxy.py at 0, 20 and 50 ms, each connection paced to 20 MB/s, shardfs against zarr-python reading the bucket
 # directly, s3fs-fuse, rclone mount and boto3; its table goes to target/bench-wan.md unless --out
 # names a file; --quick: a quarter of the big array, one run, 0 and 20 ms); zip = scripts/bench_zip.sh (the small profile's store zipped as an .ozx: cat of every
 # chunk through the view against plain files, and fuse-zip and ratarmount reading its shards; its
