@@ -22,7 +22,7 @@
 //!   for [`Timing::idle`] is cut there;
 //! - [`Fetcher::prefetch`] starts a segment nobody waits on yet (the index and first bytes of the
 //!   next shards of an array read in order, as the view sees it; a small shard's index in a GET
-//!   of its own, as at a first read of it);
+//!   of its own, as at a first read of it, and nothing more for a listing, which wants indexes);
 //! - memory: the bytes held are kept within the budget (`--read-ahead-size`; half of it for bytes
 //!   nobody asked for yet) by dropping bytes readers have passed, then segments ended and read
 //!   from (read to their end, to make room for bytes fetched ahead), least recently read first;
@@ -570,9 +570,10 @@ impl Fetcher {
     }
 
     /// What to fetch for a read of `wanted` finding nothing at `at`: a small object up to its
-    /// first bytes fetched, when nothing before `at` was ([`small_object`]); when the readers go on in order, the rest of the object (from the first
-    /// byte not fetched yet of their run) as [`LANES`] GETs at once, the first for the read; else
-    /// the range hinted, or the read's own bytes (for a read far behind its run: onwards).
+    /// first bytes fetched, when nothing before `at` was ([`small_object`]); when the readers go
+    /// on in order, the rest of the object (from the first byte not fetched yet of their run) as
+    /// [`LANES`] GETs at once, the first for the read; else the range hinted, or the read's own
+    /// bytes (for a read far behind its run: onwards).
     fn plan(
         &self,
         version: &Version,
