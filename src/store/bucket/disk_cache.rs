@@ -622,7 +622,13 @@ mod tests {
                 });
             }
         });
-        assert!(bytes_in(&dir) <= 4 * BLOCK + 6 * (2 * BLOCK + 200), "{} bytes", bytes_in(&dir));
+        // Blocks written while a scan runs are trimmed at the next write's scan, not during it:
+        // under load the six threads' last blocks can all land during one. After one more block
+        // through each mount, the directory is within the limit again.
+        for cache in &caches {
+            read(&rt, cache, 7, BLOCK, 0..BLOCK, &gets);
+        }
+        assert!(bytes_in(&dir) <= 4 * BLOCK, "{} bytes", bytes_in(&dir));
         fs::remove_dir_all(dir).unwrap();
     }
 

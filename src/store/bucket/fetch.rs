@@ -38,6 +38,7 @@
 //!
 //! A FUSE thread waits only for the bytes it asked for.
 
+mod plan;
 pub mod segment;
 
 use std::collections::BTreeMap;
@@ -56,6 +57,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use self::plan::{Plan, not_fetched_from, planned, small_object};
 use self::segment::{Follow, Got, Segment};
 use super::TRIES;
 use crate::store::{Error, Result};
@@ -416,15 +418,6 @@ impl Inner {
     }
 }
 
-/// Which bytes a new segment is to fetch.
-struct Plan {
-    range: Range<u64>,
-    /// The bytes its maker wants now, fetched without waiting for readers.
-    wanted_end: u64,
-    /// The run it is fetched ahead of (a lane), if any.
-    follows: Option<Arc<Follow>>,
-}
-
 /// The fetches and fetched bytes of one store.
 #[derive(Debug)]
 pub struct Fetcher {
@@ -569,55 +562,6 @@ impl Fetcher {
         Ok(len)
     }
 
-    /// What to fetch for a read of `wanted` finding nothing at `at`: a small object up to its
-    /// first bytes fetched, when nothing before `at` was ([`small_object`]); when the readers go
-    /// on in order, the rest of the object (from the first byte not fetched yet of their run) as
-    /// [`LANES`] GETs at once, the first for the read; else the range hinted, or the read's own
-    /// bytes (for a read far behind its run: onwards).
-    fn plan(
-        &self,
-        version: &Version,
-        reader: &Reader,
-        at: u64,
-        wanted: &Range<u64>,
-        hint: Option<&Range<u64>>,
-        run: Option<(u64, Arc<Follow>)>,
-    ) -> Vec<Plan> {
-        let size = reader.size;
-        if size <= SMALL_OBJECT && version.segments.range(..=at).next().is_none() {
-            return small_object(version, size, &(at..wanted.end), true);
-        }
-        // A chunk larger than a window comes a window at a time: a read's own bytes come room or
-        // not, and a chunk of gigabytes would take them all.
-        let hinted_end =
-            hint.map_or(wanted.end, |h| h.end.min(at.saturating_add(self.inner.largest_window)).max(wanted.end));
-        let Some((run_start, follow)) = run else {
-            return vec![planned(version, size, at, hinted_end, hinted_end)];
-        };
-        // A read further behind its run's readers than bytes are kept for them (a pool's slow
-        // thread) gets a GET of its own, a window ahead of it alone: lanes there would follow the
-        // run, whose readers are past them, so their bytes would be dropped as they came, before
-        // it read them; and its next reads of the chunk, unhinted, go on in that GET.
-        if at.saturating_add(self.inner.kept_behind()) < follow.frontier() {
-            return vec![planned(version, size, at, size, hinted_end)];
-        }
-        // Back to the start of the run, over bytes nobody fetches yet (a neighbour's chunk that
-        // a slower thread of the pool reads next).
-        // Not further back than such a pool reads, though: bytes before that were read already
-        // (and dropped to make room).
-        let before = version.segments.range(..=at).next_back().map_or(0, |(_, s)| s.end().min(at));
-        let pool = POOL.saturating_mul(hinted_end - at).saturating_add(NEAR);
-        let from = before.max(run_start).max(at.saturating_sub(pool)).min(at);
-        let rest = planned(version, size, from, size, size).range;
-        let mut plans = lanes(rest, follow);
-        // The lane holding the read's first byte comes first, the read's own: what it waits for
-        // comes without waiting for room.
-        let own = plans.iter().position(|lane| lane.range.contains(&at)).unwrap_or(0);
-        plans.swap(0, own);
-        plans[0].wanted_end = hinted_end.min(plans[0].range.end);
-        plans
-    }
-
     /// Makes and starts the segment `plan` asks for.
     fn start(&self, version: &mut Version, reader: &Reader, plan: Plan, kind: Kind) -> Arc<Segment> {
         let segment = Arc::new(Segment::new(plan.range.start, plan.range.end, plan.wanted_end, plan.follows));
@@ -692,70 +636,11 @@ fn remembered<'a>(
     (versions.get_mut(id).expect("just made"), gone)
 }
 
-/// `range` as [`LANES`] GETs at once of [`LANE`] bytes at least, each fetched a window ahead of
-/// the readers of the run they follow.
-fn lanes(range: Range<u64>, follows: Arc<Follow>) -> Vec<Plan> {
-    // As many lanes of [`LANE`] as fit, [`LANES`] at most, the bytes left over shared among them:
-    // a lane of the few bytes past the last (a shard's index) would be a GET for nothing.
-    let len = range.end - range.start;
-    let lane = len.div_ceil((len / LANE).clamp(1, LANES));
-    let starts = (range.start..range.end).step_by(lane as usize);
-    let plans = starts.map(|start| {
-        let end = range.end.min(start + lane);
-        Plan { range: start..end, wanted_end: start, follows: Some(follows.clone()) }
-    });
-    plans.collect()
-}
-
-/// The first byte from `at` on that no segment of `version` holds or brings.
-fn not_fetched_from(version: &Version, mut at: u64) -> u64 {
-    while let Some(segment) = version.segments.range(..=at).next_back().map(|(_, s)| s).filter(|s| s.covers(at)) {
-        at = segment.end();
-    }
-    at
-}
-
-/// What to fetch of an object of at most [`SMALL_OBJECT`] bytes for a read (or a prefetch) of
-/// `first`, when nothing of it was fetched up to there: all of it up to the first bytes fetched,
-/// in one GET (a shard of small chunks: its chunks and index at once). But where nothing of it
-/// was fetched at all, a read of its end (a shard's index, a zip's central directory) gets a GET
-/// of its own, so that it waits a round trip, not for every byte before it: a lookup of a chunk
-/// directory, or of any chunk of a shard fetched ahead, waits on that shard's index, and every
-/// reader of paths below it on that lookup. The rest comes in a GET beside it `with_rest` (a
-/// read: chunks are read next), not for a prefetch, which asks for what it wants (a listing's:
-/// the index alone).
-fn small_object(version: &Version, size: u64, first: &Range<u64>, with_rest: bool) -> Vec<Plan> {
-    if version.segments.is_empty() && first.start >= TAIL_FIRST && first.end == size {
-        let mut plans = vec![planned(version, size, first.start, size, size)];
-        if with_rest {
-            plans.push(planned(version, size, 0, first.start, first.start));
-        }
-        return plans;
-    }
-    vec![planned(version, size, 0, size, size)]
-}
-
-/// `start..end` (within `size`) cut short where the next segment of `version` starts: segments
-/// never hold the same bytes.
-fn planned(version: &Version, size: u64, start: u64, end: u64, wanted_end: u64) -> Plan {
-    let mut end = end.min(size);
-    if let Some((&next, _)) = version.segments.range(start + 1..).next() {
-        end = end.min(next);
-    }
-    // Nor where one that begins before, whose first bytes were dropped, holds bytes again.
-    if let Some((_, before)) = version.segments.range(..=start).next_back()
-        && before.held_from() > start
-    {
-        end = end.min(before.held_from());
-    }
-    debug_assert!(start < end, "a segment of {start}..{end}");
-    Plan { range: start..end, wanted_end: wanted_end.min(end), follows: None }
-}
-
 #[cfg(test)]
 // The GETs made are lists of ranges, some of one range.
 #[allow(clippy::single_range_in_vec_init)]
 mod tests {
+    use super::plan::lanes;
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicUsize};
 
