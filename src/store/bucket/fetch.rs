@@ -1356,18 +1356,18 @@ mod tests {
         assert_eq!(fake.calls(), [0..100_000]);
     }
 
+    /// A fetcher whose source's replies all stall after their first MiB, for 5 s: a shard of
+    /// 4 MiB fetched whole would never bring its index, at its end.
+    fn stalling_after_a_mib(rt: &tokio::runtime::Runtime) -> (Fetcher, Arc<Fake>) {
+        let timing = Timing { stall: Duration::from_secs(5), ..quick() };
+        let fetcher = Fetcher::with_timing(64 << 20, 16, rt.handle().clone(), timing);
+        (fetcher, Arc::new(Fake { stall_after: Some(1 << 20), ..Default::default() }))
+    }
+
     #[test]
     fn a_first_read_at_the_end_of_a_small_object_waits_only_for_its_own_get() {
         let rt = runtime();
-        let fetcher = Fetcher::with_timing(
-            64 << 20,
-            16,
-            rt.handle().clone(),
-            Timing { stall: Duration::from_secs(5), ..quick() },
-        );
-        // Every reply stalls after its first MiB: a shard fetched whole would never bring its
-        // index, at its end.
-        let fake = Arc::new(Fake { stall_after: Some(1 << 20), ..Default::default() });
+        let (fetcher, fake) = stalling_after_a_mib(&rt);
         let size = 4 << 20;
         let index = size - 1028..size;
         read(&fetcher, &fake.reader(1, size), 1, index.clone()).unwrap();
@@ -1382,15 +1382,8 @@ mod tests {
     #[test]
     fn a_small_shard_prefetched_brings_its_index_without_waiting_for_its_chunks() {
         let rt = runtime();
-        let fetcher = Fetcher::with_timing(
-            64 << 20,
-            16,
-            rt.handle().clone(),
-            Timing { stall: Duration::from_secs(5), ..quick() },
-        );
-        // Every reply stalls after its first MiB, as in the test before: the view asks for the
-        // index of a shard ahead first, then for all of it.
-        let fake = Arc::new(Fake { stall_after: Some(1 << 20), ..Default::default() });
+        let (fetcher, fake) = stalling_after_a_mib(&rt);
+        // The view asks for the index of a shard ahead first, then for all of it.
         let size = 4 << 20;
         let index = size - 1028..size;
         let reader = fake.reader(1, size);
