@@ -34,14 +34,7 @@ import zarr
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
-BUCKET = "bench"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from bench_net import BUCKET, free_port
 
 class Server:
     """moto in a process of its own, with its request log in a file."""

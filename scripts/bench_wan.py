@@ -33,11 +33,9 @@ run (workload only, not the mount). Not a test: nothing here asserts a speed.
 
 import argparse
 import concurrent.futures
-import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,48 +45,12 @@ import time
 import boto3
 import numpy as np
 import zarr
-from bench_fetch import BUCKET, free_port, write_arrays
+from bench_fetch import write_arrays
+from bench_net import BUCKET, KEYS, Proxy, free_port, wait_port
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-KEYS = dict(access_key_id="test", secret_access_key="test")
-
-
-def wait_port(port, what, process):
-    for _ in range(300):
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{what} did not start")
-
-
-class Proxy:
-    """scripts/latency_proxy.py in a process of its own, with its request counts."""
-
-    def __init__(self, server_port, rtt, connection_mbs=None, log_dir=None):
-        self.rtt = rtt
-        pace = ["--connection-mbs", str(connection_mbs)] if connection_mbs else []
-        if log_dir:
-            pace += ["--log", os.path.join(log_dir, f"proxy-{rtt:g}ms.log")]
-        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts/latency_proxy.py"),
-                                         "--upstream", f"127.0.0.1:{server_port}", "--rtt-ms", str(rtt), *pace],
-                                        stdout=subprocess.PIPE, text=True)
-        _, _, port, control = self.process.stdout.readline().split()
-        self.port, self.control = int(port), int(control)
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-
-    def counts(self):
-        with socket.create_connection(("127.0.0.1", self.control)) as s:
-            return json.loads(s.makefile().readline())
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait()
 
 
 class Mounts:

@@ -2,9 +2,12 @@
 # Installs s3s-fs (a fast S3 server in Rust over a directory; the wan benchmark's server) into
 # target/tools/bin, patched by scripts/s3s-fs.patch so that it answers as S3 does where shardfs
 # depends on it: listings carry each object's ETag, and a key naming a directory is NoSuchKey
-# (404), not a 500; and so that it reads files 256 KiB at a time rather than 4 KiB (each read a
-# trip to tokio's blocking pool: 2.7 s of CPU to serve 512 MiB, on the two cores its clients
-# share). A benchmark tool, not a test dependency: scripts/bench.sh runs this on demand.
+# (404), not a 500; writes to one key take turns from the check of their If-Match or
+# If-None-Match to the ETag stored (as on S3: unpatched, eight writers holding one ETag all
+# "succeed" and all but one of their commits are lost); and so that it reads files 256 KiB at a
+# time rather than 4 KiB (each read a trip to tokio's blocking pool: 2.7 s of CPU to serve 512 MiB,
+# on the two cores its clients share). A benchmark tool, not a test dependency: scripts/bench.sh
+# runs this on demand.
 #
 #   scripts/s3s_fs.sh     prints the binary's path; builds it only when missing or the patch changed
 set -euo pipefail

@@ -72,9 +72,14 @@ pub enum Command {
         /// memory (K, M, G; at most the default, 2^24 entries); bigger ones are shown as stored.
         #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
         max_index_size: usize,
-        /// Commit a shard's pending chunk writes once they reach this many bytes (K, M, G).
+        /// On a local store, commit a shard's pending chunk writes once they reach this many bytes
+        /// (K, M, G); on an object store a shard is committed whole, once all its chunks are
+        /// written or it is left alone.
         #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
         commit_bytes: usize,
+        /// Memory for chunk writes not yet committed (K, M, G): past it writers wait for commits.
+        #[arg(long, value_parser = parse_size, default_value = "128M", value_name = "BYTES")]
+        write_buffer_size: usize,
         /// Store arrays created through the view sharded, with K inner chunks per shard along
         /// each dimension (or one K per dimension: 2,2,8); without it they are stored as written.
         #[arg(long, value_delimiter = ',', value_name = "K")]
@@ -341,6 +346,7 @@ impl Command {
             cache_size,
             max_index_size,
             commit_bytes,
+            write_buffer_size,
             commit_idle_ms,
             shard_new,
             log_file,
@@ -361,7 +367,11 @@ impl Command {
             cache_bytes: *cache_size,
             max_index_bytes: *max_index_size as u64,
             writes: WriteOptions {
-                policy: Policy { shard_bytes: *commit_bytes, idle: std::time::Duration::from_millis(*commit_idle_ms) },
+                policy: Policy {
+                    shard_bytes: *commit_bytes,
+                    idle: std::time::Duration::from_millis(*commit_idle_ms),
+                    memory: *write_buffer_size,
+                },
                 shard_new: shard_new.clone(),
             },
             verbosity,
@@ -428,6 +438,7 @@ mod tests {
     fn every_mount_flag_has_an_o_spelling() {
         let options = "cache_size=1M,threads=3,zarr_format=2,endpoint_url=http://127.0.0.1:9000,region=eu-west-1,\
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
+                       write_buffer_size=3M,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
                        cache=/var/cache/shardfs,max_cache_size=2G";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
@@ -446,6 +457,7 @@ mod tests {
         assert_eq!((disk.dir.to_str(), disk.max_bytes), (Some("/var/cache/shardfs"), Some(2 << 30)));
         assert_eq!(config.writes.policy.shard_bytes, 2048);
         assert_eq!(config.writes.policy.idle, std::time::Duration::from_millis(7));
+        assert_eq!(config.writes.policy.memory, 3 << 20);
         assert_eq!(config.writes.shard_new, Some(vec![4, 2]));
         assert_eq!(config.max_index_bytes, 1 << 20);
         assert_eq!(config.log_file, Some(PathBuf::from("/tmp/l")));

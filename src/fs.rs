@@ -38,7 +38,7 @@ use crate::view::overlay::{Buffer, NoOverlay};
 use crate::view::presentation::Presentation;
 use crate::view::reading::Reading;
 use crate::view::sources::Sources;
-use crate::write::pending::{Pending, Policy};
+use crate::write::pending::{COMMITTERS, Pending, Policy};
 use freshness::{Change, Freshness, Unwatched};
 use inode_number::path_ino;
 use inode_table::{Bound, Inode, InodeTable};
@@ -178,25 +178,31 @@ impl ShardFs {
         options: WriteOptions,
     ) -> Self {
         let policy = options.policy;
-        let pending = Arc::new(Pending::new(policy));
+        let pending = Arc::new(Pending::new(policy, !store.can_append()));
         let ns = Namespace::new(store, presentation, cache, pending.clone());
         let mut fs = Self::build(ns, Some(pending.clone()));
         fs.shard_new = options.shard_new;
-        let stop = fs.stop_committer.clone();
-        let ns = fs.ns.clone();
         let tick = (policy.idle / 4).max(std::time::Duration::from_millis(50));
-        std::thread::Builder::new()
-            .name("shardfs-commit".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    for key in pending.wait_due(tick) {
-                        // A failure stays with the shard for its next fsync or close.
-                        let _ = pending.commit_shard(&ns, &key);
+        for n in 0..COMMITTERS {
+            let (stop, ns, pending) = (fs.stop_committer.clone(), fs.ns.clone(), pending.clone());
+            std::thread::Builder::new()
+                .name(format!("shardfs-commit-{n}"))
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        match pending.take_due(tick) {
+                            // A failure stays with the shard for its next fsync or close.
+                            Some(key) => drop(pending.commit_shard(&ns, &key)),
+                            // One of them keeps time: idle shards, and idle files the store holds.
+                            None if n == 0 => {
+                                pending.idle_due();
+                                ns.store().sync_idle(policy.idle);
+                            }
+                            None => {}
+                        }
                     }
-                    pending.commit_idle(&ns);
-                }
-            })
-            .expect("spawning the commit thread");
+                })
+                .expect("spawning a commit thread");
+        }
         fs
     }
 
@@ -606,10 +612,18 @@ impl ShardFs {
     }
 
     pub fn release(&self, fh: u64) {
-        if let Some(handle) = self.files.lock().remove(&fh)
-            && let Err(e) = self.store_if_dirty(&handle)
-        {
+        let Some(handle) = self.files.lock().remove(&fh) else { return };
+        if let Err(e) = self.store_if_dirty(&handle) {
             log::warn!("closing a file: {e}");
+        }
+        let closed = match (&*handle, &self.pending) {
+            (Handle::Chunk { array, coords, .. }, Some(pending)) => Some((pending, array.clone(), coords.clone())),
+            _ => None,
+        };
+        // Once the handle is gone the chunk's buffer is the pending write's alone.
+        drop(handle);
+        if let Some((pending, array, coords)) = closed {
+            pending.closed(&array, &coords);
         }
     }
 

@@ -47,6 +47,11 @@ pub use local::LocalStore;
 /// shards). Zarr readers never look at it, and the view does not show it.
 pub const PRIVATE_DIR: &str = "__shardfs";
 
+/// Where the view keeps files made inside chunk-key directories (an atomic writer's temporary
+/// file), which exist only in the view until renamed onto a chunk key. A store that holds files
+/// before storing them (an object store) keeps these in the process alone.
+pub const SCRATCH_DIR: &str = "__shardfs/scratch";
+
 /// File type of a store entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -261,11 +266,6 @@ pub trait OpenFile: Send + Sync + Debug {
     fn set_len(&self, len: u64) -> Result<()>;
     /// Makes the file's data and attributes durable.
     fn sync(&self) -> Result<()>;
-    /// True when writes are held until [`OpenFile::sync`] (a store that cannot write in place):
-    /// the file is then synced at every close.
-    fn buffered(&self) -> bool {
-        false
-    }
 }
 
 /// A held advisory lock; dropping it releases the lock (in the thread that took it).
@@ -376,6 +376,16 @@ pub trait Store: Send + Sync + Debug {
     /// Takes the exclusive lock of lock slot `slot` (see [`lock::slot`]), waiting for it: two
     /// processes, or two threads, never hold one slot at once.
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>>;
+
+    /// Makes durable every file written through [`Store::open_file`] and not yet synced, where the
+    /// store holds them until then (an object store).
+    fn sync_all(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// [`Store::sync_all`] for the files no write has changed for `idle`; failures are logged, and
+    /// left for the next sync to report.
+    fn sync_idle(&self, _idle: std::time::Duration) {}
 
     /// Checks, before a writable mount, that the store keeps the promises commits rely on (an
     /// object store asks its server to refuse a conditional write that must fail).

@@ -1,7 +1,8 @@
 //! The object-store backend without FUSE: the golden store copied into object_store's in-memory
 //! store shows exactly the view of the local copy; two filesystems over one bucket (as two
 //! machines) write interleaved chunks of one shard with a commit after each and lose nothing; a
-//! plain file written through the view is stored at close; a commit that empties a shard, or
+//! plain file written through the view is stored when synced, and an atomic writer's temporary
+//! files never reach the bucket nor cost a request; a commit that empties a shard, or
 //! rebuilds a nested one, after another machine committed to it keeps that machine's chunks. And
 //! the store conformance checks
 //! against a real local S3 server: moto, which scripts/test.sh starts and names in
@@ -59,7 +60,7 @@ fn golden_bucket() -> Arc<InMemory> {
 }
 
 fn writable(store: BucketStore) -> ShardFs {
-    let policy = Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) };
+    let policy = Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600), ..Policy::default() };
     let options = WriteOptions { policy, shard_new: None };
     filesystem(Arc::new(store), IndexCache::new(1 << 20), Some(options)).unwrap()
 }
@@ -99,16 +100,63 @@ fn two_filesystems_over_one_bucket_lose_none_of_each_others_commits() {
 }
 
 #[test]
-fn a_plain_file_written_through_the_view_is_stored_at_close() {
+fn a_plain_file_written_through_the_view_reaches_the_bucket_when_synced_and_never_under_a_name_it_left() {
     let objects = golden_bucket();
     let fs = writable(bucket(&objects));
     let write = OpenMode { write: true, truncate: true, append: false };
     let (_, _, fh) = fs.create(ROOT_INO, "notes.txt", 0o644, write).unwrap();
-    fs.write(fh, 0, b"kept in memory until close").unwrap();
-    assert!(fs.flushes_at_close(fh), "the kernel must send the close");
-    fs.flush(fh).unwrap();
+    fs.write(fh, 0, b"kept here until synced").unwrap();
+    assert!(!fs.flushes_at_close(fh), "a close has nothing to do: no request from the kernel");
     fs.release(fh);
-    assert_eq!(bucket(&objects).read("notes.txt").unwrap(), b"kept in memory until close");
+    assert!(bucket(&objects).read("notes.txt").is_err(), "not in the bucket before a sync");
+    assert_eq!(read_path(&fs, "notes.txt").unwrap(), b"kept here until synced", "but in the mount");
+    // An atomic writer's temporary file, renamed before anything was synced.
+    let (_, _, fh) = fs.create(ROOT_INO, "notes.txt.1234.partial", 0o644, write).unwrap();
+    fs.write(fh, 0, b"renamed").unwrap();
+    fs.release(fh);
+    fs.rename(ROOT_INO, "notes.txt.1234.partial", ROOT_INO, "final.txt").unwrap();
+    fs.commit_all().unwrap();
+    let later = bucket(&objects);
+    assert_eq!(later.read("notes.txt").unwrap(), b"kept here until synced");
+    assert_eq!(later.read("final.txt").unwrap(), b"renamed");
+    assert!(later.read("notes.txt.1234.partial").is_err(), "the temporary file never reached the bucket");
+}
+
+#[test]
+fn an_atomic_write_of_a_chunk_and_of_a_document_asks_the_server_nothing_until_the_commit() {
+    let server = Arc::new(Server::default());
+    // Nothing fetched ahead in the background, where it would count.
+    let caching = Caching { read_ahead_bytes: 0, ..Caching::default() };
+    let store = BucketStore::new(server.clone(), "data", "memory://bucket/data", caching).unwrap();
+    upload(&store, &golden().join("sharded"), "");
+    let fs = writable(store);
+    let array = "zp/gzip_crc_end";
+    let chunk_dir = lookup(&fs, &format!("{array}/c/1")).unwrap();
+    let array_dir = lookup(&fs, array).unwrap();
+    let document = read_path(&fs, &format!("{array}/zarr.json")).unwrap();
+    let write = OpenMode { write: true, truncate: true, append: false };
+    let before = server.requests();
+    // As zarr-python's LocalStore writes a chunk: a temporary file beside it, renamed over it.
+    assert!(fs.lookup(chunk_dir, "0.9f8e.partial").is_err());
+    let (_, _, fh) = fs.create(chunk_dir, "0.9f8e.partial", 0o644, write).unwrap();
+    fs.write(fh, 0, b"a new chunk").unwrap();
+    fs.release(fh);
+    fs.rename(chunk_dir, "0.9f8e.partial", chunk_dir, "0").unwrap();
+    assert_eq!(read_path(&fs, &format!("{array}/c/1/0")).unwrap(), b"a new chunk");
+    // And its document written again the same way, in the array's directory.
+    assert!(fs.lookup(array_dir, "zarr.77aa.partial").is_err());
+    let (_, _, fh) = fs.create(array_dir, "zarr.77aa.partial", 0o644, write).unwrap();
+    fs.write(fh, 0, &document).unwrap();
+    fs.release(fh);
+    assert_eq!(server.requests(), before, "no request before the document is stored");
+    fs.rename(array_dir, "zarr.77aa.partial", array_dir, "zarr.json").unwrap();
+    assert_eq!(server.requests(), before + 1, "storing the document is one PUT, nothing else");
+    fs.commit_all().unwrap();
+    let later = BucketStore::new(server.clone(), "data", "memory://bucket/data", Caching::default()).unwrap();
+    let fresh = filesystem(Arc::new(later), IndexCache::new(1 << 20), None).unwrap();
+    assert_eq!(read_path(&fresh, &format!("{array}/c/1/0")).unwrap(), b"a new chunk");
+    let names = list_plus(&fresh, lookup(&fresh, array).unwrap());
+    assert!(names.iter().all(|(e, _)| !e.name.contains("partial")), "no temporary file in the bucket");
 }
 
 /// Makes bucket `name` on the S3 server at `endpoint` (moto takes an unsigned request).
@@ -512,18 +560,20 @@ impl object_store::ObjectStore for Server {
 #[test]
 fn a_server_that_ignores_if_match_never_passes_off_another_versions_bytes() {
     let objects = Arc::new(Server { ignores_if_match: true, ..Server::default() });
+    let writer = BucketStore::new(objects.clone(), "", "memory://ignores", Caching::default()).unwrap();
+    writer.put("k", &[b"one"], PutMode::Overwrite).unwrap();
+    // Read by a store that did not write it (which would hold what it wrote).
     let store = BucketStore::new(objects, "", "memory://ignores", Caching::default()).unwrap();
-    store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
     let opened = store.open("k").unwrap();
-    store.put("k", &[b"two"], PutMode::Overwrite).unwrap();
+    writer.put("k", &[b"two"], PutMode::Overwrite).unwrap();
     assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "the reply's ETag gave it away");
 }
 
 #[test]
 fn a_read_refused_for_its_version_has_the_next_open_ask_the_server() {
     let objects = Arc::new(InMemory::new());
+    bucket(&objects).put("k", &[b"one"], PutMode::Overwrite).unwrap();
     let store = bucket(&objects);
-    store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
     let opened = store.open("k").unwrap();
     bucket(&objects).put("k", &[b"two"], PutMode::Overwrite).unwrap();
     assert!(matches!(opened.read_exact_at(0, 3), Err(store::Error::Changed(_))), "If-Match refused (412)");
@@ -678,14 +728,17 @@ impl object_store::ObjectStore for Mangles {
 #[test]
 fn a_whole_object_read_with_a_longer_body_is_tried_again_and_never_taken() {
     let objects = Arc::new(Mangles::default());
+    let writer = BucketStore::new(objects.clone(), "", "memory://mangles", Caching::default()).unwrap();
+    writer.put("zarr.json", &[b"{\"zarr_format\": 3}"], PutMode::Overwrite).unwrap();
+    // Another store, which has not written what it reads.
     let store = BucketStore::new(objects.clone(), "", "memory://mangles", Caching::default()).unwrap();
-    store.put("zarr.json", &[b"{\"zarr_format\": 3}"], PutMode::Overwrite).unwrap();
     for _ in 0..4 {
         assert_eq!(store.read("zarr.json").unwrap(), b"{\"zarr_format\": 3}", "every other GET is 64 bytes long");
     }
     let always = Arc::new(Mangles { every_get_long: true, ..Default::default() });
+    let writer = BucketStore::new(always.clone(), "", "memory://mangles", Caching::default()).unwrap();
+    writer.put("notes.txt", &[b"short"], PutMode::Overwrite).unwrap();
     let store = BucketStore::new(always, "", "memory://mangles", Caching::default()).unwrap();
-    store.put("notes.txt", &[b"short"], PutMode::Overwrite).unwrap();
     assert!(matches!(store.read("notes.txt"), Err(store::Error::Io { .. })), "a body that is always long is an error");
 }
 

@@ -24,7 +24,7 @@ const TRUNCATE: OpenMode = OpenMode { write: true, truncate: true, append: false
 const ARRAY: &str = "zp/gzip_crc_end";
 
 fn manual() -> Policy {
-    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) }
+    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600), ..Policy::default() }
 }
 
 /// Sets the shape in the stored document of `array`, as another program resizing it would.

@@ -20,7 +20,7 @@ fn writable() -> MountSettings {
 }
 
 fn policy() -> Policy {
-    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) }
+    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600), ..Policy::default() }
 }
 
 /// Writes `bytes` to a new file at `path` and closes it, with the error of close(2), which

@@ -40,8 +40,11 @@ fn draft_shards_are_checked_and_counted() {
 fn draft_writes_append_without_checksum_and_compact() {
     let store = TempDir::new("draft");
     copy_tree(&golden_draft().join("sharded"), store.path());
-    let policy =
-        shardfs::write::pending::Policy { shard_bytes: usize::MAX, idle: std::time::Duration::from_secs(3600) };
+    let policy = shardfs::write::pending::Policy {
+        shard_bytes: usize::MAX,
+        idle: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
     let fs = writable_fs(store.path(), policy);
     let mut ino = shardfs::fs::ROOT_INO;
     for name in ["data", "root", "g1", "arr", "c3"] {

@@ -54,7 +54,7 @@ fn v2_fs(store: &Path, writable: bool) -> ShardFs {
     let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
     let presentation = Arc::new(shardfs::view::presentation::ZarrV2);
     let writes = writable.then(|| WriteOptions {
-        policy: Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) },
+        policy: Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600), ..Policy::default() },
         shard_new: None,
     });
     let store = shardfs::mount::open_store(store).unwrap();

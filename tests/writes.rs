@@ -22,7 +22,7 @@ const APPEND: OpenMode = OpenMode { write: true, truncate: false, append: true }
 
 /// A policy that commits only when asked to (fsync, commit_all).
 fn manual() -> Policy {
-    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600) }
+    Policy { shard_bytes: usize::MAX, idle: Duration::from_secs(3600), ..Policy::default() }
 }
 
 fn ino(fs: &ShardFs, path: &str) -> Result<u64, Error> {
@@ -177,7 +177,7 @@ fn a_file_looked_up_before_the_mounts_own_commits_to_its_shard_still_opens() {
 #[test]
 fn a_full_shard_of_new_chunks_is_written_once() {
     let store = sharded_copy();
-    let policy = Policy { shard_bytes: 64, idle: Duration::from_secs(3600) };
+    let policy = Policy { shard_bytes: 64, idle: Duration::from_secs(3600), ..Policy::default() };
     let fs = writable_fs(store.path(), policy);
     // Crossing the 64-byte threshold has the background committer commit the shard, without
     // fsync or idle time.
@@ -203,7 +203,10 @@ fn eventually_on_disk(store: &std::path::Path, path: &str) -> Vec<u8> {
 #[test]
 fn idle_shards_are_committed_in_the_background() {
     let store = sharded_copy();
-    let fs = writable_fs(store.path(), Policy { shard_bytes: usize::MAX, idle: Duration::from_millis(100) });
+    let fs = writable_fs(
+        store.path(),
+        Policy { shard_bytes: usize::MAX, idle: Duration::from_millis(100), ..Policy::default() },
+    );
     write_file(&fs, "zp/raw_nocrc/c/0", b"idle");
     assert_eq!(eventually_on_disk(store.path(), "zp/raw_nocrc/c/0"), b"idle");
 }
@@ -211,7 +214,8 @@ fn idle_shards_are_committed_in_the_background() {
 #[test]
 fn concurrent_writers_lose_nothing() {
     let store = sharded_copy();
-    let fs = writable_fs(store.path(), Policy { shard_bytes: 200, idle: Duration::from_millis(50) });
+    let fs =
+        writable_fs(store.path(), Policy { shard_bytes: 200, idle: Duration::from_millis(50), ..Policy::default() });
     std::thread::scope(|s| {
         for t in 0..8u8 {
             let fs = &fs;

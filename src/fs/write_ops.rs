@@ -115,6 +115,7 @@ impl ShardFs {
         if let Some(shard) = pending.set(array, coords, state) {
             pending.commit_shard(&self.ns, &shard)?;
         }
+        pending.make_room();
         Ok(())
     }
 
@@ -297,9 +298,6 @@ impl ShardFs {
             (Node::Stored(key), _) => {
                 let file = self.ns.store().open_file(key, OpenHow { create: None, truncate: size == 0 })?;
                 file.set_len(size)?;
-                if file.buffered() {
-                    file.sync()?;
-                }
             }
             (Node::ChunkDir { .. }, _) => return Err(Error::IsADirectory),
             (Node::Consolidated(_), _) => return Err(Error::ReadOnly),
@@ -536,8 +534,7 @@ impl ShardFs {
                 self.pending.as_ref().is_some_and(|p| p.has_error(array, coords))
                     || self.current(array, coords).is_err()
             }
-            Ok(Handle::Stored { file, .. }) => file.buffered(),
-            Ok(Handle::Read(_)) | Err(_) => false,
+            Ok(Handle::Stored { .. } | Handle::Read(_)) | Err(_) => false,
         }
     }
 
@@ -557,14 +554,8 @@ impl ShardFs {
         self.store_if_dirty(&handle)
     }
 
-    /// Stores a document handle's content if it changed since it was last stored, and the
-    /// content of a store file held until stored.
+    /// Stores a document handle's content if it changed since it was last stored.
     pub(super) fn store_if_dirty(&self, handle: &Handle) -> Result<()> {
-        if let Handle::Stored { file, .. } = handle
-            && file.buffered()
-        {
-            file.sync()?;
-        }
         if let Handle::Document { path, buffer, dirty, placeholder, .. } = handle
             && dirty.swap(false, Ordering::Relaxed)
         {
@@ -660,12 +651,13 @@ impl ShardFs {
         Ok(())
     }
 
-    /// Commits every pending write (fsync of a directory, and unmount).
+    /// Commits every pending write, and makes every file written durable where the store holds
+    /// them until synced (fsync of a directory, and unmount).
     pub fn commit_all(&self) -> Result<()> {
-        match &self.pending {
-            Some(pending) => Ok(pending.commit_all(&self.ns)?),
-            None => Ok(()),
-        }
+        let Some(pending) = &self.pending else { return Ok(()) };
+        let committed = pending.commit_all(&self.ns);
+        self.ns.store().sync_all()?;
+        Ok(committed?)
     }
 }
 

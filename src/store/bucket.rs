@@ -27,7 +27,11 @@
 //!   overwrite each other's commit;
 //! - rename is a server-side copy, then a delete of the source: not atomic, and files only;
 //! - objects cannot be appended to ([`Store::can_append`] is false), so commits rewrite whole
-//!   shards, and plain files opened for writing are held in memory until stored ([`buffered`]);
+//!   shards, and plain files opened for writing are held in this process until they are synced or
+//!   left alone for a while, and only then stored ([`staged`]); a temporary file renamed before
+//!   then never reaches the bucket;
+//! - what this process changes is known to it: its lookups and listings show it at once, with
+//!   no request ([`metadata`]);
 //! - locks are this process's only; between machines, conditional PUTs keep writers apart.
 //!
 //! A web server (`https://`, [`http`]) is a bucket store that cannot be written, and may not
@@ -37,15 +41,16 @@
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
 pub mod azure;
-pub mod buffered;
 pub mod disk_cache;
 pub mod fetch;
 pub mod gcs;
 pub mod http;
 pub mod metadata;
+pub mod multipart;
 mod requests;
 mod revalidate;
 pub mod s3;
+pub mod staged;
 
 use std::io;
 use std::ops::Range;
@@ -60,11 +65,11 @@ use object_store::path::Path;
 use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, RetryConfig, UpdateVersion};
 use parking_lot::Mutex;
 
-use self::buffered::BufferedFile;
 use self::disk_cache::{DiskCache, DiskSettings};
 use self::fetch::{Fetcher, Reader, VersionId};
 use self::metadata::{Flights, Head, Listing, MetadataCache, bare_e_tag};
 use self::requests::is_answer;
+use self::staged::{Staged, StagedHandle, StagedObject, is_private};
 use super::{
     Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, backoff, join, lock,
 };
@@ -203,10 +208,12 @@ struct Shared {
     made_dirs: Mutex<std::collections::BTreeSet<String>>,
     /// Directories found too large to revalidate with one listing, and since when.
     too_large: Mutex<std::collections::HashMap<String, std::time::Instant>>,
-    /// Plain files open for writing, by key: every handle of one file shares its content, as
-    /// handles of a local file share the file. Each key has a lock of its own, held while the
-    /// file is loaded, so that a slow load delays only opens of that file.
-    open_files: Mutex<std::collections::HashMap<String, Arc<Mutex<std::sync::Weak<BufferedFile>>>>>,
+    /// Plain files written here and not yet stored.
+    staged: Staged,
+    /// Large objects go up in parts (S3).
+    multipart: Option<multipart::Multipart>,
+    /// Held while a file is opened for writing, so that two opens of one file share one content.
+    opening: Mutex<()>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
     /// Last, so that it is dropped after everything that may hold its tasks' handles.
@@ -256,10 +263,18 @@ impl BucketStore {
             gets: AtomicU64::new(0),
             made_dirs: Mutex::default(),
             too_large: Mutex::default(),
-            open_files: Mutex::default(),
+            staged: Staged::default(),
+            multipart: None,
+            opening: Mutex::default(),
             owner,
             runtime: Runtime(Some(runtime)),
         })))
+    }
+
+    /// The same store, uploading large objects in parts with `multipart`.
+    pub fn with_multipart(mut self, multipart: multipart::Multipart) -> Self {
+        Arc::get_mut(&mut self.0).expect("not shared yet").multipart = Some(multipart);
+        self
     }
 
     /// How many GET requests were sent so far, every try counted (for tests and benchmarks).
@@ -316,12 +331,16 @@ impl BucketStore {
 
     /// The HEAD of `key`, from the cache while it is trusted; `None`: no such object.
     fn head(&self, key: &str) -> Result<Option<Head>> {
+        if is_private(key) {
+            return Ok(None);
+        }
         if let Some(known) = self.0.metadata.head(key) {
             return Ok(known);
         }
         let parent = super::parent_key(key);
         let listing = match self.0.metadata.listing(parent) {
-            Some(fresh) => Some(fresh),
+            Some(None) => return Ok(None),
+            Some(fresh) => fresh,
             // One LIST of a small directory answers for every object in it at once, where the
             // watcher would otherwise send a HEAD per shard each pass.
             None if self.0.metadata.listed_len(parent).is_some_and(|n| n <= SMALL_DIR) => match self.listing(parent)? {
@@ -338,8 +357,8 @@ impl BucketStore {
                 return Ok(known);
             }
         }
-        let epoch = self.0.metadata.epoch();
-        self.0.heads_asked.share(key, epoch, || {
+        let (epoch, since) = (self.0.metadata.epoch(), self.0.metadata.since(key));
+        self.0.heads_asked.share(key, epoch, since, || {
             let head = self.head_request(key)?;
             self.0.metadata.remember_head(key, head.clone(), epoch);
             Ok(head)
@@ -349,20 +368,20 @@ impl BucketStore {
     /// The listing of directory `dir`, from the cache while it is trusted; `None`: there is no
     /// such directory (no object below it, and not made here).
     fn listing(&self, dir: &str) -> Result<Option<Arc<Listing>>> {
-        if !self.0.service.abilities.list {
+        if !self.0.service.abilities.list || is_private(dir) {
             return Ok(None);
         }
-        if let Some(listing) = self.0.metadata.listing(dir) {
-            return Ok(Some(listing));
+        if let Some(known) = self.0.metadata.listing(dir) {
+            return Ok(known);
         }
-        let epoch = self.0.metadata.epoch();
-        self.0.listings_asked.share(dir, epoch, || {
+        let (epoch, since) = (self.0.metadata.epoch(), self.0.metadata.since(dir));
+        self.0.listings_asked.share(dir, epoch, since, || {
             if self.0.metadata.listed_len(dir).is_none() {
                 // Never listed: the directories below are likely looked up next.
                 self.list_below(dir.to_string());
             }
             match self.0.metadata.listing(dir) {
-                Some(landed) => Ok(Some(landed)),
+                Some(landed) => Ok(landed),
                 None => self.list_now(dir, epoch),
             }
         })
@@ -391,13 +410,13 @@ impl BucketStore {
         entries.extend(
             made.iter().filter(|d| super::parent_key(d) == dir).map(|d| (super::file_name(d).to_string(), Kind::Dir)),
         );
-        if entries.is_empty() && !dir.is_empty() && !made.contains(dir) {
-            return Ok(None);
-        }
+        let listing = match entries.is_empty() && !dir.is_empty() && !made.contains(dir) {
+            true => None,
+            false => Some(Arc::new(Listing::new(entries, modified))),
+        };
         drop(made);
-        let listing = Arc::new(Listing::new(entries, modified));
         self.0.metadata.remember_listing(dir, listing.clone(), objects, epoch);
-        Ok(Some(listing))
+        Ok(listing)
     }
 
     fn attr_of_file(&self, head: &Head) -> Attr {
@@ -497,18 +516,113 @@ impl BucketStore {
 }
 
 impl BucketStore {
+    /// [`Store::put`] in the bucket, with what it did known to the metadata cache.
+    fn put_unstaged(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
+        self.writable(key)?;
+        let mode = match mode {
+            PutMode::Overwrite => object_store::PutMode::Overwrite,
+            PutMode::Create => object_store::PutMode::Create,
+            PutMode::Update(stamp) => object_store::PutMode::Update(self.version_at(key, &stamp)?),
+        };
+        let size: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        let uploaded = match &self.0.multipart {
+            Some(multipart) if condition_of(&mode).is_some_and(|c| multipart.fits(size, c)) => {
+                let condition = condition_of(&mode).expect("checked");
+                self.block_on(multipart.upload(&self.path(key), pieces, condition)).map_err(|e| match e {
+                    multipart::Failed::Refused => Error::Changed(self.describe(key)),
+                    multipart::Failed::Other(why) => {
+                        Error::Io { place: self.describe(key), source: io::Error::other(why) }
+                    }
+                })
+            }
+            _ => {
+                let payload: PutPayload = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
+                self.put_verified(key, payload, PutOptions { mode, ..Default::default() })
+            }
+        };
+        let put = match uploaded {
+            Ok(put) => put,
+            Err(e) => {
+                // Whether it was stored is not known: the next question asks the server.
+                self.0.metadata.forget(key);
+                return Err(e);
+            }
+        };
+        self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
+        if let Some(e_tag) = &put.e_tag
+            && size <= KEPT_READ_BYTES as u64
+        {
+            // A document stored is read back at once (its array is looked at again): kept as read.
+            self.0.reads_kept.lock().put(format!("{key}\0{e_tag}"), Bytes::from(pieces.concat()));
+        }
+        let head =
+            put.e_tag.map(|e_tag| Head { size, e_tag: Some(e_tag), version: put.version, modified: SystemTime::now() });
+        let stamp = head.as_ref().map(Head::stamp);
+        self.0.metadata.stored(key, head);
+        Ok(stamp)
+    }
+
+    /// Deletes the object at `key` (NotFound when there is none).
+    fn delete_object(&self, key: &str) -> Result<()> {
+        // S3 deletes a missing key without a word; the contract says NotFound.
+        if self.head(key)?.is_none() {
+            return Err(Error::NotFound(self.describe(key)));
+        }
+        if let Err(e) = self.delete_request(key) {
+            self.0.metadata.forget(key);
+            return Err(e);
+        }
+        self.0.metadata.removed(key);
+        // The directory stays, as on a filesystem, though its last object may have gone with the
+        // file (`rm -r` and `shutil.rmtree` remove it next, and would find it gone).
+        let mut dir = super::parent_key(key);
+        while !dir.is_empty() {
+            self.0.made_dirs.lock().insert(dir.to_string());
+            dir = super::parent_key(dir);
+        }
+        Ok(())
+    }
+
+    /// The listing of `dir` as this process sees it: the bucket's, and the files held here and not
+    /// yet stored (in this process's own directories, only those).
+    fn shown_listing(&self, dir: &str) -> Result<Option<Arc<Listing>>> {
+        let held = self.0.staged.entries(dir);
+        let listed = self.listing(dir)?;
+        if held.is_empty() {
+            let own = [super::PRIVATE_DIR, super::SCRATCH_DIR].contains(&dir);
+            return Ok(match listed {
+                None if own => Some(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH))),
+                listed => listed,
+            });
+        }
+        let modified = listed.as_ref().map_or(SystemTime::UNIX_EPOCH, |l| l.modified);
+        let mut entries = listed.map(|l| l.entries.clone()).unwrap_or_default();
+        entries.extend(held);
+        Ok(Some(Arc::new(Listing::new(entries, modified))))
+    }
+
     /// The content of `key`, `None` when there is no such object; refused past
     /// [`buffered::LARGEST`], since it is held in memory.
     fn read_optional(&self, key: &str) -> Result<Option<Vec<u8>>> {
         match self.head(key)? {
             None => Ok(None),
-            Some(head) if head.size > buffered::LARGEST => Err(buffered::too_large(&self.describe(key))),
+            Some(head) if head.size > staged::LARGEST => Err(staged::too_large(&self.describe(key))),
             Some(_) => match self.read(key) {
                 Ok(bytes) => Ok(Some(bytes)),
                 Err(Error::NotFound(_)) => Ok(None),
                 Err(e) => Err(e),
             },
         }
+    }
+}
+
+/// What a multipart upload's completion asks of the object it replaces, as a PUT in `mode` would
+/// (`None`: an update that names no ETag, which a completion cannot ask for).
+fn condition_of(mode: &object_store::PutMode) -> Option<multipart::Condition<'_>> {
+    match mode {
+        object_store::PutMode::Overwrite => Some(multipart::Condition::None),
+        object_store::PutMode::Create => Some(multipart::Condition::Absent),
+        object_store::PutMode::Update(version) => version.e_tag.as_deref().map(multipart::Condition::ETag),
     }
 }
 
@@ -583,6 +697,15 @@ impl Store for BucketStore {
     }
 
     fn attr(&self, key: &str) -> Result<Attr> {
+        if let Some(attr) = self.0.staged.attr(key, self.0.owner) {
+            return Ok(attr);
+        }
+        if is_private(key) {
+            return match self.shown_listing(key)? {
+                Some(listing) => Ok(self.attr_of_dir(&listing)),
+                None => Err(Error::NotFound(self.describe(key))),
+            };
+        }
         let head = if key.is_empty() { Ok(None) } else { self.head(key) };
         match head {
             Ok(Some(head)) => return Ok(self.attr_of_file(&head)),
@@ -599,23 +722,28 @@ impl Store for BucketStore {
         }
         // A name its directory's listing does not show is no directory either: not listed again.
         let parent = self.0.metadata.listing(super::parent_key(key)).filter(|_| !key.is_empty());
-        if parent.is_some_and(|parent| parent.kind_of(super::file_name(key)).is_none()) {
+        let unlisted = parent.is_some_and(|parent| parent.is_none_or(|p| p.kind_of(super::file_name(key)).is_none()));
+        if unlisted && !self.0.staged.holds_below(key) {
             return Err(Error::NotFound(self.describe(key)));
         }
-        match self.listing(key)? {
+        match self.shown_listing(key)? {
             Some(listing) => Ok(self.attr_of_dir(&listing)),
             None => Err(Error::NotFound(self.describe(key))),
         }
     }
 
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
-        match self.listing(dir)? {
+        match self.shown_listing(dir)? {
             Some(listing) => Ok((listing.entries.clone(), listing.stamp)),
             None => Err(Error::NotFound(self.describe(dir))),
         }
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
+        if let Some(file) = self.0.staged.get(key) {
+            let attr = file.attr(self.0.owner);
+            return Ok(Box::new(StagedObject { file, attr, place: self.describe(key) }));
+        }
         let mut head = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
         if head.e_tag.is_none() {
             // A reply that lost its ETag on the way: ask once more before giving up.
@@ -625,6 +753,10 @@ impl Store for BucketStore {
         let attr = self.attr_of_file(&head);
         // Without an ETag no read could be tied to the version its index came from.
         let Some(e_tag) = head.e_tag else { return Err(no_e_tag(&self.describe(key))) };
+        if let Some(kept) = self.0.reads_kept.lock().get(&format!("{key}\0{e_tag}")) {
+            // A document read or written whole before, at this version.
+            return Ok(Box::new(super::BytesObject { attr, bytes: kept.to_vec().into(), place: self.describe(key) }));
+        }
         let reader = self.reader(key, &e_tag, attr.size);
         Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, reader }))
     }
@@ -651,6 +783,9 @@ impl Store for BucketStore {
     }
 
     fn read(&self, key: &str) -> Result<Vec<u8>> {
+        if let Some(file) = self.0.staged.get(key) {
+            return Ok(file.bytes());
+        }
         // The version and its length come from a HEAD or a listing, and the GET must match both:
         // a body that is longer, shorter or of another version is never taken for the file.
         // A version remembered may be gone, and one a HEAD names may be replaced before the GET
@@ -671,8 +806,8 @@ impl Store for BucketStore {
             if let Some(kept) = self.0.reads_kept.lock().get(&version) {
                 return Ok(kept.to_vec());
             }
-            let epoch = self.0.metadata.epoch();
-            match self.0.reads_asked.share(&version, epoch, || self.get_whole(key, &e_tag, head.size)) {
+            let (epoch, since) = (self.0.metadata.epoch(), self.0.metadata.since(key));
+            match self.0.reads_asked.share(&version, epoch, since, || self.get_whole(key, &e_tag, head.size)) {
                 Ok(bytes) => {
                     if bytes.len() <= KEPT_READ_BYTES {
                         self.0.reads_kept.lock().put(version, bytes.clone());
@@ -706,48 +841,34 @@ impl Store for BucketStore {
     }
 
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
-        self.writable(key)?;
-        let mode = match mode {
-            PutMode::Overwrite => object_store::PutMode::Overwrite,
-            PutMode::Create => object_store::PutMode::Create,
-            PutMode::Update(stamp) => object_store::PutMode::Update(self.version_at(key, &stamp)?),
-        };
-        let payload: PutPayload = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
-        let size = payload.content_length() as u64;
-        let options = PutOptions { mode, ..Default::default() };
-        let put = self.put_verified(key, payload, options);
-        self.0.metadata.forget(key);
-        let put = put?;
-        self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
-        if put.e_tag.is_none() {
-            return Ok(None);
+        if let Some(held) = self.0.staged.get(key) {
+            if mode == PutMode::Create {
+                return Err(Error::Changed(self.describe(key)));
+            }
+            if let Some((file, _)) = self.0.staged.take(key) {
+                // Replaced by what is put here: what its handles write is stored nowhere.
+                Staged::drop_file(&file);
+            }
+            drop(held);
         }
-        let head = Head { size, e_tag: put.e_tag, version: put.version, modified: SystemTime::now() };
-        let stamp = head.stamp();
-        self.0.metadata.remember_head(key, Some(head), self.0.metadata.epoch());
-        Ok(Some(stamp))
+        self.put_unstaged(key, pieces, mode)
     }
 
     fn delete(&self, key: &str) -> Result<()> {
         self.writable(key)?;
-        // S3 deletes a missing key without a word; the contract says NotFound.
-        self.0.metadata.forget(key);
-        if self.head(key)?.is_none() {
+        if let Some((file, in_bucket)) = self.0.staged.take(key) {
+            Staged::drop_file(&file);
+            return match in_bucket {
+                true => {
+                    self.delete_object(key).or_else(|e| if matches!(e, Error::NotFound(_)) { Ok(()) } else { Err(e) })
+                }
+                false => Ok(()),
+            };
+        }
+        if is_private(key) {
             return Err(Error::NotFound(self.describe(key)));
         }
-        let deleted = self.delete_request(key);
-        self.0.metadata.forget(key);
-        deleted?;
-        // The directory stays, as on a filesystem, though its last object may have gone with the
-        // file (`rm -r` and `shutil.rmtree` remove it next, and would find it gone).
-        let mut dir = super::parent_key(key);
-        while !dir.is_empty() {
-            self.0.made_dirs.lock().insert(dir.to_string());
-            self.0.metadata.forget(dir);
-            self.0.metadata.forget_listing(dir);
-            dir = super::parent_key(dir);
-        }
-        Ok(())
+        self.delete_object(key)
     }
 
     fn delete_version(&self, _key: &str, _stamp: &Stamp) -> Result<bool> {
@@ -756,6 +877,25 @@ impl Store for BucketStore {
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         self.writable(from)?;
+        if let Some((file, in_bucket)) = self.0.staged.take(from) {
+            // A file held here moves here; the object it was stored as goes.
+            if in_bucket
+                && let Err(e) = self.delete_object(from)
+                && !matches!(e, Error::NotFound(_))
+            {
+                self.0.staged.place(file, from, true);
+                return Err(e);
+            }
+            let to_in_bucket = match self.0.staged.get(to) {
+                Some(held) => held.in_bucket(),
+                None => self.head(to)?.is_some(),
+            };
+            self.0.staged.place(file, to, to_in_bucket);
+            return Ok(());
+        }
+        if is_private(from) {
+            return Err(Error::NotFound(self.describe(from)));
+        }
         if self.attr(from)?.kind == Kind::Dir {
             // `mv` copies a directory file by file after EXDEV.
             return Err(Error::Io { place: self.describe(from), source: io::Error::from_raw_os_error(libc::EXDEV) });
@@ -766,14 +906,17 @@ impl Store for BucketStore {
         self.0.metadata.forget(from);
         let before = self.head_request(from)?.ok_or_else(|| Error::NotFound(self.describe(from)))?;
         self.copy_request(from, to)?;
-        self.0.metadata.forget(to);
         let after = self.head_request(from)?;
         let copied = self.head_request(to)?;
+        self.0.metadata.stored(to, copied.clone());
+        if let Some((file, _)) = self.0.staged.take(to) {
+            Staged::drop_file(&file);
+        }
         if after.as_ref().map(Head::stamp) != Some(before.stamp()) || copied.map(|c| c.size) != Some(before.size) {
             self.0.metadata.forget(from);
             return Err(Error::Changed(self.describe(from)));
         }
-        self.delete(from)
+        self.delete_object(from)
     }
 
     fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
@@ -786,11 +929,14 @@ impl Store for BucketStore {
 
     fn make_dirs(&self, key: &str) -> Result<()> {
         self.writable(key)?;
+        if is_private(key) {
+            // This process's own, there as long as something is held in it.
+            return Ok(());
+        }
         let mut dir = key;
-        while !dir.is_empty() && self.listing(dir)?.is_none() {
+        while !dir.is_empty() && self.shown_listing(dir)?.is_none() {
             self.0.made_dirs.lock().insert(dir.to_string());
-            self.0.metadata.forget(dir);
-            self.0.metadata.forget_listing(dir);
+            self.0.metadata.made_dir(dir);
             dir = super::parent_key(dir);
         }
         Ok(())
@@ -798,13 +944,12 @@ impl Store for BucketStore {
 
     fn remove_dir(&self, key: &str) -> Result<()> {
         self.writable(key)?;
-        let listing = self.listing(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        let listing = self.shown_listing(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
         if !listing.entries.is_empty() {
             return Err(Error::Io { place: self.describe(key), source: io::Error::from_raw_os_error(libc::ENOTEMPTY) });
         }
         self.0.made_dirs.lock().remove(key);
-        self.0.metadata.forget(key);
-        self.0.metadata.forget_listing(key);
+        self.0.metadata.removed_dir(key);
         Ok(())
     }
 
@@ -814,32 +959,42 @@ impl Store for BucketStore {
 
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
         self.writable(key)?;
-        let slot = {
-            let mut open_files = self.0.open_files.lock();
-            open_files.retain(|_, slot| Arc::strong_count(slot) > 1 || slot.lock().strong_count() > 0);
-            open_files.entry(key.to_string()).or_default().clone()
-        };
-        // Held while loading, so that two opens of one file share one content.
-        let mut slot = slot.lock();
-        if let Some(file) = slot.upgrade() {
+        let handle = |file| Ok(Box::new(StagedHandle::new(self.clone(), file)) as Box<dyn OpenFile>);
+        let truncated = |file: Arc<staged::StagedFile>| {
             if how.truncate {
-                file.set_len(0)?;
+                file.truncate();
             }
-            return Ok(Box::new(file));
+            handle(file)
+        };
+        if let Some(file) = self.0.staged.get(key) {
+            return truncated(file);
         }
-        let found = if how.truncate { self.head(key)?.map(|_| Vec::new()) } else { self.read_optional(key)? };
-        let (content, truncated) = match found {
-            Some(bytes) => (bytes, how.truncate),
-            None if how.create.is_some() => {
-                // The file exists from its creation on, as a local file would.
-                self.put(key, &[], PutMode::Create)?;
-                (Vec::new(), false)
-            }
+        // What is in the bucket, loaded before the file is held (a slow load delays no other open).
+        let (bytes, in_bucket, unsaved) = match self.head(key)? {
+            Some(_) if how.truncate => (Vec::new(), true, true),
+            Some(_) => match self.read_optional(key)? {
+                Some(bytes) => (bytes, true, false),
+                None if how.create.is_some() => (Vec::new(), false, true),
+                None => return Err(Error::NotFound(self.describe(key))),
+            },
+            // A new file exists from its creation on, as a local file would: stored even if empty.
+            None if how.create.is_some() => (Vec::new(), false, true),
             None => return Err(Error::NotFound(self.describe(key))),
         };
-        let file = Arc::new(BufferedFile::new(self.clone(), key.to_string(), content, truncated));
-        *slot = Arc::downgrade(&file);
-        Ok(Box::new(file))
+        let _one_at_a_time = self.0.opening.lock();
+        match self.0.staged.get(key) {
+            // Opened meanwhile by another handle: this one shares its content.
+            Some(file) => truncated(file),
+            None => handle(self.0.staged.hold(key, bytes, in_bucket, unsaved)),
+        }
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.store_all_staged(None)
+    }
+
+    fn sync_idle(&self, idle: Duration) {
+        let _ = self.store_all_staged(Some(idle));
     }
 
     fn check_writes(&self) -> Result<()> {
@@ -856,10 +1011,13 @@ impl Store for BucketStore {
         let create = put(PutOptions::from(object_store::PutMode::Create));
         // Another ETag, and another generation (ten times this one) for services that match on it.
         let bogus = UpdateVersion {
-            e_tag: Some(format!("\"not-{}\"", honoured.e_tag.unwrap_or_default())),
+            e_tag: Some(format!("\"not-{}\"", honoured.e_tag.clone().unwrap_or_default())),
             version: Some(format!("{}0", honoured.version.unwrap_or_else(|| "1".into()))),
         };
         let update = put(PutOptions::from(object_store::PutMode::Update(bogus)));
+        if let (Some(multipart), Some(e_tag)) = (&self.0.multipart, &honoured.e_tag) {
+            self.block_on(multipart.probe(&path, e_tag));
+        }
         let _ = self.block_on(self.0.objects.delete(&path));
         self.0.metadata.forget(&key);
         let refused = |r: &object_store::Result<_>| {
@@ -914,12 +1072,26 @@ mod tests {
 
     #[test]
     fn a_read_of_a_version_that_was_replaced_fails_as_changed() {
-        let store = store(Caching::default());
-        store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
+        let objects = Arc::new(InMemory::new());
+        let over = |objects: &Arc<InMemory>| BucketStore::new(objects.clone(), "p", "memory://b/p", Caching::default());
+        let (writer, store) = (over(&objects).unwrap(), over(&objects).unwrap());
+        writer.put("k", &[b"one"], PutMode::Overwrite).unwrap();
         let opened = store.open("k").unwrap();
-        store.put("k", &[b"two"], PutMode::Overwrite).unwrap();
+        writer.put("k", &[b"two"], PutMode::Overwrite).unwrap();
         assert!(matches!(opened.read_exact_at(0, 3), Err(Error::Changed(_))));
         assert_eq!(store.open("k").unwrap().read_exact_at(0, 3).unwrap(), b"two");
+    }
+
+    #[test]
+    fn what_this_store_wrote_whole_is_read_back_without_a_request_and_stays_its_version() {
+        let store = store(Caching::default());
+        store.put("k", &[b"one"], PutMode::Overwrite).unwrap();
+        let gets = store.gets_sent();
+        let opened = store.open("k").unwrap();
+        store.put("k", &[b"two"], PutMode::Overwrite).unwrap();
+        assert_eq!(opened.read_exact_at(0, 3).unwrap(), b"one", "the version opened, whole");
+        assert_eq!(store.read("k").unwrap(), b"two");
+        assert_eq!(store.gets_sent(), gets);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::format::chunk_key::ChunkKeyEncoding;
 use crate::format::source::ShardedArrayMeta;
 use crate::view::presentation::ChunkView;
 
-use crate::store::{PRIVATE_DIR, Stamp, join};
+use crate::store::{SCRATCH_DIR, Stamp, join};
 
 /// Names an array by where its chunks live and the chunk key encoding the name of an entry was
 /// read with. View entries keep this, never the array's geometry, which can change under them
@@ -79,6 +79,13 @@ impl ShardedArray {
         coords.iter().zip(&self.grid).all(|(c, g)| c < g)
     }
 
+    /// How many inner chunks of the array shard `shard` holds (fewer at the array's far edges).
+    pub fn chunks_in_shard(&self, shard: &[u64]) -> u64 {
+        let per_shard = self.meta.sharding.chunks_per_shard();
+        let along = |d: usize| per_shard[d].min(self.grid[d].saturating_sub(shard[d] * per_shard[d]));
+        (0..self.rank()).map(along).product()
+    }
+
     /// The view key of an inner chunk, relative to the array directory.
     pub fn chunk_key(&self, coords: &[u64]) -> String {
         self.view_keys.encode(coords)
@@ -95,7 +102,7 @@ impl ShardedArray {
     pub fn scratch_key(&self, rel: &str) -> String {
         let mut hasher = DefaultHasher::new();
         join(&self.dir, rel).hash(&mut hasher);
-        format!("{PRIVATE_DIR}/scratch/{:016x}", hasher.finish())
+        format!("{SCRATCH_DIR}/{:016x}", hasher.finish())
     }
 
     /// True when `name`, an entry of the array directory, belongs to the shard key space, so the

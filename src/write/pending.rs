@@ -1,11 +1,17 @@
 //! Group commit: chunk writes wait here, visible through the view at once (this is the view's
-//! [`Overlay`]), until one commit carries every pending chunk of a shard to disk. A shard is
-//! committed when a chunk file in it is fsync'd, when its pending bytes pass
-//! [`Policy::shard_bytes`], once it has been idle for [`Policy::idle`], and at unmount, so that
-//! writing a shard's chunks one file at a time appends a handful of indexes, not one per chunk.
-//! A shard past the threshold is committed by the background committer while the writer goes on
-//! (a copy into a shard overlaps the next writes), unless the committer has fallen behind: then
-//! the writer commits it, which bounds the memory pending writes take.
+//! [`Overlay`]), until one commit carries every pending chunk of a shard to the store. A shard is
+//! committed when a chunk file in it is fsync'd, as soon as every chunk of it is pending (nothing
+//! later could add to it), once it has been idle for [`Policy::idle`], and at unmount, so that
+//! writing a shard's chunks one file at a time costs a handful of commits, not one per chunk.
+//! Background committers ([`Pending::take_due`]) commit several shards at once while writers go on.
+//!
+//! On a store that appends, a shard is also committed once its pending bytes pass
+//! [`Policy::shard_bytes`] (an append costs only what is new), and when the committers fall behind
+//! the writer commits it itself. On a store where each commit rewrites the whole shard (an object
+//! store), committing a shard before it is complete would upload it again at each commit: its
+//! chunks wait for the shard to fill, or to be left alone. Either way pending chunks hold at most
+//! [`Policy::memory`] bytes: past it a writer waits ([`Pending::make_room`]) until commits free
+//! some, and when none is on its way the largest shard is committed as it is.
 //!
 //! A failed commit keeps its chunks pending (nothing acknowledged is dropped) and its error is
 //! reported by the next fsync or close of a file in that shard.
@@ -24,7 +30,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -40,15 +46,18 @@ use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 /// When pending chunks are committed besides fsync and unmount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
-    /// A shard whose pending chunks reach this many bytes is committed at once.
+    /// On a store that appends, a shard whose pending chunks reach this many bytes is committed
+    /// at once.
     pub shard_bytes: usize,
     /// A shard with no new write for this long is committed by the background flusher.
     pub idle: Duration,
+    /// The most bytes pending chunks hold: past it writers wait for commits.
+    pub memory: usize,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { shard_bytes: 16 << 20, idle: Duration::from_secs(2) }
+        Policy { shard_bytes: 16 << 20, idle: Duration::from_secs(2), memory: 128 << 20 }
     }
 }
 
@@ -64,6 +73,8 @@ struct Entry {
 struct Shard {
     /// The array as its document was when the chunks were written.
     array: Arc<ShardedArray>,
+    /// Its place in the shard grid.
+    coords: Vec<u64>,
     /// Pending chunks by grid coordinates.
     entries: HashMap<Vec<u64>, Entry>,
     bytes: usize,
@@ -75,6 +86,18 @@ struct Shard {
 }
 
 impl Shard {
+    /// True when every chunk of the shard inside the array has a pending state: no later write
+    /// can add to what a commit now would store.
+    /// A chunk still open for writing (its buffer held by a file) is not settled yet.
+    fn is_complete(&self) -> bool {
+        let settled = |e: &Entry| match &e.state {
+            PendingChunk::Written(buffer) => Arc::strong_count(buffer) == 1,
+            PendingChunk::Deleted => true,
+        };
+        let inside = self.entries.iter().filter(|(c, e)| self.array.in_bounds(c) && settled(e)).count() as u64;
+        inside == self.array.chunks_in_shard(&self.coords)
+    }
+
     /// The error that drops the pending chunks, which the array's document no longer describes;
     /// logged here, since no file may be left to report it.
     fn orphaned(&self, ns: &Namespace) -> CommitError {
@@ -91,6 +114,14 @@ pub struct Pending {
     dirs: Mutex<HashMap<Arc<str>, BTreeSet<String>>>,
     generation: AtomicU64,
     policy: Policy,
+    /// Each commit rewrites the whole shard (the store cannot append).
+    rewrites: bool,
+    /// Bytes held by pending chunks, every shard's.
+    held: AtomicUsize,
+    /// Commits running now.
+    running: AtomicUsize,
+    /// Notified (with `due` held) when a commit ends, for writers waiting for room.
+    room: Condvar,
     /// Shards committed since [`Pending::take_committed`] last asked.
     committed: Mutex<HashSet<String>>,
     /// The versions those commits went from and to.
@@ -100,9 +131,21 @@ pub struct Pending {
     due_ready: Condvar,
 }
 
-/// The most shards past the threshold that wait for the background committer; beyond them (or
+/// The most shards past the threshold that wait for the background committers; beyond them (or
 /// at twice the threshold in one shard) writers commit themselves.
 const MAX_DUE: usize = 4;
+
+/// Shards committed at once, in the background and at unmount: on an object store each is a
+/// round trip or an upload of its own.
+pub const COMMITTERS: usize = 4;
+
+/// Puts `key` on the list of shards due for a commit, once.
+fn push_due(due: &mut Vec<String>, key: String, ready: &Condvar) {
+    if !due.contains(&key) {
+        due.push(key);
+        ready.notify_one();
+    }
+}
 
 /// The store key of the shard that holds a chunk.
 fn shard_of(array: &ShardedArray, coords: &[u64]) -> String {
@@ -110,8 +153,10 @@ fn shard_of(array: &ShardedArray, coords: &[u64]) -> String {
 }
 
 impl Pending {
-    pub fn new(policy: Policy) -> Self {
-        Pending { policy, ..Default::default() }
+    /// Pending writes committed as `policy` says, into a store where each commit rewrites the
+    /// whole shard when `rewrites`.
+    pub fn new(policy: Policy, rewrites: bool) -> Self {
+        Pending { policy, rewrites, ..Default::default() }
     }
 
     /// Records a new state for a chunk (its content, shared with the files writing it, or its
@@ -126,6 +171,7 @@ impl Pending {
         let mut shards = self.shards.lock();
         let shard = shards.entry(key.clone()).or_insert_with(|| Shard {
             array: array.clone(),
+            coords: array.meta.sharding.locate(coords).shard,
             entries: HashMap::new(),
             bytes: 0,
             last_write: Instant::now(),
@@ -140,35 +186,73 @@ impl Pending {
                 array.dir,
                 shard.entries.len()
             );
+            self.held.fetch_sub(shard.bytes, Ordering::Relaxed);
             shard.entries.clear();
             shard.bytes = 0;
             shard.error = None;
             shard.array = array.clone();
         }
         let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
-        shard.bytes = shard.bytes + bytes - old.map_or(0, |e| e.bytes);
+        let old_bytes = old.map_or(0, |e| e.bytes);
+        shard.bytes = shard.bytes + bytes - old_bytes;
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        self.held.fetch_sub(old_bytes, Ordering::Relaxed);
         shard.last_write = Instant::now();
-        if shard.bytes < self.policy.shard_bytes {
+        let complete = shard.is_complete();
+        if !complete && (self.rewrites || shard.bytes < self.policy.shard_bytes) {
             return None;
         }
         let mut due = self.due.lock();
-        if shard.bytes / 2 >= self.policy.shard_bytes || due.len() >= MAX_DUE {
+        if !complete && (shard.bytes / 2 >= self.policy.shard_bytes || due.len() >= MAX_DUE) {
             return Some(key);
         }
-        if !due.contains(&key) {
-            due.push(key);
-            self.due_ready.notify_one();
-        }
+        push_due(&mut due, key, &self.due_ready);
         None
     }
 
-    /// Waits up to `timeout` for shards past the threshold, and returns them.
-    pub fn wait_due(&self, timeout: Duration) -> Vec<String> {
+    /// A file writing the chunk at `coords` was closed: its shard is due for a commit if that made
+    /// it complete.
+    pub fn closed(&self, array: &ShardedArray, coords: &[u64]) {
+        let key = shard_of(array, coords);
+        let complete = self.shards.lock().get(&key).is_some_and(Shard::is_complete);
+        if complete {
+            push_due(&mut self.due.lock(), key, &self.due_ready);
+        }
+    }
+
+    /// Waits up to `timeout` for a shard to commit in the background, and takes it.
+    pub fn take_due(&self, timeout: Duration) -> Option<String> {
         let mut due = self.due.lock();
         if due.is_empty() {
             self.due_ready.wait_for(&mut due, timeout);
         }
-        std::mem::take(&mut *due)
+        (!due.is_empty()).then(|| due.remove(0))
+    }
+
+    /// Waits while pending chunks hold more than [`Policy::memory`] bytes, for commits to free
+    /// some; when none is on its way, the shard holding most is committed as it is.
+    pub fn make_room(&self) {
+        while self.held.load(Ordering::Relaxed) > self.policy.memory {
+            let largest = {
+                let shards = self.shards.lock();
+                shards
+                    .iter()
+                    .filter(|(_, s)| !s.entries.is_empty())
+                    .max_by_key(|(_, s)| s.bytes)
+                    .map(|(k, _)| k.clone())
+            };
+            let mut due = self.due.lock();
+            if due.is_empty() && self.running.load(Ordering::Relaxed) == 0 {
+                let Some(key) = largest else { return };
+                push_due(&mut due, key, &self.due_ready);
+            }
+            self.room.wait_for(&mut due, Duration::from_millis(100));
+        }
+    }
+
+    /// Bytes pending chunks hold now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Remembers a chunk-key directory made through the view (`dir` relative to the array).
@@ -226,16 +310,34 @@ impl Pending {
             }
             ArrayState::Sharded(_) | ArrayState::Other => {
                 let e = shard.orphaned(ns);
-                shards.remove(key);
+                if let Some(gone) = shards.remove(key) {
+                    self.freed(gone.bytes);
+                }
                 Err(e)
             }
         }
+    }
+
+    /// `bytes` of pending chunks are gone: writers waiting for room may go on.
+    fn freed(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+        let _due = self.due.lock();
+        self.room.notify_all();
     }
 
     /// Commits every pending chunk of the shard at `key`, durably.
     pub fn commit_shard(&self, ns: &Namespace, key: &str) -> Result<(), CommitError> {
         let Some(committing) = self.shards.lock().get(key).map(|s| s.committing.clone()) else { return Ok(()) };
         let _one_at_a_time = committing.lock();
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let result = self.commit_locked(ns, key);
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.freed(0);
+        result
+    }
+
+    /// [`Pending::commit_shard`] under the shard's commit lock.
+    fn commit_locked(&self, ns: &Namespace, key: &str) -> Result<(), CommitError> {
         if !self.reconcile(ns, key)? {
             return Ok(());
         }
@@ -279,15 +381,19 @@ impl Pending {
                     let changed = carried.iter().map(|(coords, ..)| coords.clone()).collect();
                     self.own.record(key, &array, versions, changed);
                 }
+                let mut freed = 0;
                 for (coords, generation, _) in carried {
                     if shard.entries.get(&coords).is_some_and(|e| e.generation == generation) {
                         let e = shard.entries.remove(&coords).expect("present");
                         shard.bytes -= e.bytes;
+                        freed += e.bytes;
                     }
                 }
                 if shard.entries.is_empty() {
                     shards.remove(key);
                 }
+                drop(shards);
+                self.freed(freed);
                 Ok(())
             }
             Err(e) => {
@@ -314,35 +420,46 @@ impl Pending {
         std::mem::take(&mut *self.committed.lock())
     }
 
-    /// Commits the shards idle for at least the policy's interval; errors are kept for the next
-    /// fsync or close.
-    pub fn commit_idle(&self, ns: &Namespace) {
+    /// Hands the shards idle for at least the policy's interval to the background committers
+    /// (a failed commit's shard too: it is tried again each interval, its error kept for the next
+    /// fsync or close).
+    pub fn idle_due(&self) {
         let idle: Vec<String> = {
             let shards = self.shards.lock();
             let idle = |s: &Shard| !s.entries.is_empty() && s.last_write.elapsed() >= self.policy.idle;
             shards.iter().filter(|(_, s)| idle(s)).map(|(k, _)| k.clone()).collect()
         };
+        let mut due = self.due.lock();
         for key in idle {
-            let _ = self.commit_shard(ns, &key);
+            push_due(&mut due, key, &self.due_ready);
         }
     }
 
-    /// Commits everything pending; the first error is returned after trying every shard. Writes
-    /// dropped because their array was made anew are not an error here: they were logged, and
-    /// there is nothing left to retry.
+    /// Commits everything pending, [`COMMITTERS`] shards at a time; the first error is returned
+    /// after trying every shard. Writes dropped because their array was made anew are not an
+    /// error here: they were logged, and there is nothing left to retry.
     pub fn commit_all(&self, ns: &Namespace) -> Result<(), CommitError> {
         let keys: Vec<String> =
             self.shards.lock().iter().filter(|(_, s)| !s.entries.is_empty()).map(|(k, _)| k.clone()).collect();
-        let mut first = Ok(());
-        for key in keys {
-            if let Err(e) = self.commit_shard(ns, &key)
-                && !matches!(e, CommitError::Stale { .. })
-                && first.is_ok()
-            {
-                first = Err(e);
+        let next = AtomicUsize::new(0);
+        let first = Mutex::new(Ok(()));
+        std::thread::scope(|scope| {
+            for _ in 0..COMMITTERS.min(keys.len()) {
+                scope.spawn(|| {
+                    while let Some(key) = keys.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        if let Err(e) = self.commit_shard(ns, key)
+                            && !matches!(e, CommitError::Stale { .. })
+                        {
+                            let mut first = first.lock();
+                            if first.is_ok() {
+                                *first = Err(e);
+                            }
+                        }
+                    }
+                });
             }
-        }
-        first
+        });
+        first.into_inner()
     }
 }
 

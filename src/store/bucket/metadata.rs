@@ -1,9 +1,17 @@
 //! What a bucket store remembers of object metadata between requests, for `--metadata-ttl`: the
 //! HEAD of each key (missing keys too) and the listing of each directory, each trusted for the
 //! TTL and then asked again. A listing also tells the size and ETag of every object in it, so
-//! `ls -l` of a directory costs one LIST, not a HEAD per file. A change made through this store
-//! forgets what it makes stale at once; changes by others are seen within the TTL, and a stale
-//! answer is never turned into wrong bytes (reads carry If-Match, writes are conditional).
+//! `ls -l` of a directory costs one LIST, not a HEAD per file. Changes by others are seen within
+//! the TTL, and a stale answer is never turned into wrong bytes (reads carry If-Match, writes are
+//! conditional).
+//!
+//! A change made through this store is known here exactly: what it stored, removed or made is
+//! written into the HEADs and listings remembered ([`MetadataCache::stored`],
+//! [`MetadataCache::removed`]), so that a writer's next lookups need no round trip, however many
+//! files it writes. What a request asked for before a change to its key brings back may not show
+//! that change, and is not remembered: each key keeps the generation of its last change, and an
+//! answer is remembered only when it was asked for after that ([`MetadataCache::epoch`]). A
+//! change to one key never costs the answers about others.
 //!
 //! Requests for metadata are shared while in flight ([`Flights`]): the FUSE threads that find one
 //! listing expired at once send one LIST between them. A read of an object that succeeds with
@@ -106,14 +114,34 @@ struct Fresh<T> {
     value: T,
 }
 
+/// At most this many keys keep the generation of their last change; past it every answer asked
+/// for before is forgotten at once (the rare cost of a bounded table).
+const CHANGES: usize = 100_000;
+
+/// The generation of the last change of each key made or learned of here.
+#[derive(Debug, Default)]
+struct Changes {
+    at: HashMap<String, u64>,
+    /// The generation of every key not in `at`.
+    floor: u64,
+}
+
+impl Changes {
+    fn of(&self, key: &str) -> u64 {
+        self.at.get(key).copied().unwrap_or(self.floor)
+    }
+}
+
 /// HEADs and listings, each trusted until its TTL runs out.
 #[derive(Debug)]
 pub struct MetadataCache {
     ttl: Duration,
-    /// Counts forgets: an answer requested before a forget may be stale and is not remembered.
-    epoch: std::sync::atomic::AtomicU64,
+    /// Counts changes; [`MetadataCache::epoch`] is its value when a request is sent.
+    generation: std::sync::atomic::AtomicU64,
+    changes: Mutex<Changes>,
     heads: Mutex<LruCache<String, Fresh<Option<Head>>>>,
-    listings: Mutex<LruCache<String, Fresh<Arc<Listing>>>>,
+    /// `None`: no such directory.
+    listings: Mutex<LruCache<String, Fresh<Option<Arc<Listing>>>>>,
 }
 
 impl MetadataCache {
@@ -121,7 +149,8 @@ impl MetadataCache {
         let size = |n| NonZeroUsize::new(n).expect("non-zero");
         MetadataCache {
             ttl,
-            epoch: Default::default(),
+            generation: Default::default(),
+            changes: Mutex::default(),
             heads: Mutex::new(LruCache::new(size(HEADS))),
             listings: Mutex::new(LruCache::new(size(LISTINGS))),
         }
@@ -136,25 +165,44 @@ impl MetadataCache {
         }
     }
 
-    /// The current epoch, to be taken before a request whose answer is to be remembered.
+    /// The current generation, to be taken before a request whose answer is to be remembered.
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(std::sync::atomic::Ordering::SeqCst)
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    fn trusts(&self, epoch: u64) -> bool {
-        !self.ttl.is_zero() && self.epoch() == epoch
+    /// The generation of the last change of `key`: an answer about it asked for before then may
+    /// not show that change.
+    pub fn since(&self, key: &str) -> u64 {
+        self.changes.lock().of(key)
+    }
+
+    /// True when an answer about `key` asked for in `epoch` may be remembered.
+    fn trusts(&self, key: &str, epoch: u64) -> bool {
+        !self.ttl.is_zero() && self.since(key) <= epoch
+    }
+
+    /// Marks `keys` changed now: answers about them asked for before are not remembered.
+    fn change<'a>(&self, keys: impl IntoIterator<Item = &'a str>) {
+        let mut changes = self.changes.lock();
+        let now = self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if changes.at.len() >= CHANGES {
+            *changes = Changes { at: HashMap::new(), floor: now };
+        }
+        for key in keys {
+            changes.at.insert(key.to_string(), now);
+        }
     }
 
     /// Remembers the HEAD of `key`, asked for in `epoch`.
     pub fn remember_head(&self, key: &str, head: Option<Head>, epoch: u64) {
-        if self.trusts(epoch) {
+        if self.trusts(key, epoch) {
             let mut heads = self.heads.lock();
             remember(&mut heads, key.to_string(), head, Instant::now() + self.ttl);
         }
     }
 
-    /// The listing of `dir` if still trusted.
-    pub fn listing(&self, dir: &str) -> Option<Arc<Listing>> {
+    /// The listing of `dir` if still trusted: `Some(None)` when there was no such directory.
+    pub fn listing(&self, dir: &str) -> Option<Option<Arc<Listing>>> {
         let mut listings = self.listings.lock();
         match listings.get(dir) {
             Some(fresh) if fresh.until > Instant::now() => Some(fresh.value.clone()),
@@ -174,41 +222,94 @@ impl MetadataCache {
 
     /// How many entries `dir` had when last listed, trusted or not.
     pub fn listed_len(&self, dir: &str) -> Option<usize> {
-        self.listings.lock().peek(dir).map(|fresh| fresh.value.entries.len())
+        self.listings.lock().peek(dir).map(|fresh| fresh.value.as_ref().map_or(0, |l| l.entries.len()))
     }
 
-    /// Remembers the listing of `dir` and the HEADs it showed (`objects`, by name), asked for in
-    /// `epoch`.
-    pub fn remember_listing(&self, dir: &str, listing: Arc<Listing>, objects: Vec<(String, Head)>, epoch: u64) {
-        if !self.trusts(epoch) {
+    /// Remembers the listing of `dir` (`None`: there is no such directory) and the HEADs it
+    /// showed (`objects`, by name), asked for in `epoch`.
+    pub fn remember_listing(&self, dir: &str, listing: Option<Arc<Listing>>, objects: Vec<(String, Head)>, epoch: u64) {
+        if !self.trusts(dir, epoch) {
             return;
         }
         let until = Instant::now() + self.ttl;
+        let changes = self.changes.lock();
         let mut heads = self.heads.lock();
         for (name, head) in objects {
-            remember(&mut heads, crate::store::join(dir, &name), Some(head), until);
+            let key = crate::store::join(dir, &name);
+            if changes.of(&key) <= epoch {
+                remember(&mut heads, key, Some(head), until);
+            }
         }
-        drop(heads);
+        drop((heads, changes));
         self.listings.lock().put(dir.to_string(), Fresh { until, value: listing });
     }
 
-    /// Forgets what a change to `key` made stale: its HEAD and the listings of every directory
-    /// above it (a new key can make new directories appear all the way up).
+    /// Forgets the HEAD of `key`, which may have changed (a read found another version): the
+    /// next question about it goes to the server.
     pub fn forget(&self, key: &str) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.change([key]);
         self.heads.lock().pop(key);
+    }
+
+    /// This process stored the object at `key`, now at version `head` (`None`: the store did not
+    /// say which): its HEAD is that, and every listing remembered shows it, its directory in
+    /// each directory above too, without asking the server again.
+    pub fn stored(&self, key: &str, head: Option<Head>) {
+        self.change(std::iter::once(key).chain(ancestors(key)));
+        let until = Instant::now() + self.ttl;
+        match head {
+            Some(head) if !self.ttl.is_zero() => {
+                self.heads.lock().put(key.to_string(), Fresh { until, value: Some(head) });
+            }
+            _ => drop(self.heads.lock().pop(key)),
+        }
+        show_in_listings(&mut self.listings.lock(), key, Kind::File);
+    }
+
+    /// This process removed the object at `key`: it is known missing, and gone from its
+    /// directory's listing (the directory itself stays, as on a filesystem).
+    pub fn removed(&self, key: &str) {
+        self.change([key, parent_key(key)]);
+        if !self.ttl.is_zero() {
+            self.heads.lock().put(key.to_string(), Fresh { until: Instant::now() + self.ttl, value: None });
+        }
+        self.drop_entry(key);
+    }
+
+    /// This process made the empty directory `dir` (it lives here until an object is under it).
+    pub fn made_dir(&self, dir: &str) {
+        self.change(std::iter::once(dir).chain(ancestors(dir)));
         let mut listings = self.listings.lock();
-        let mut dir = key;
-        while !dir.is_empty() {
-            dir = parent_key(dir);
-            listings.pop(dir);
+        if listings.peek(dir).is_none_or(|fresh| fresh.value.is_none()) && !self.ttl.is_zero() {
+            let empty = Arc::new(Listing::new(Vec::new(), SystemTime::now()));
+            listings.put(dir.to_string(), Fresh { until: Instant::now() + self.ttl, value: Some(empty) });
+        }
+        show_in_listings(&mut listings, dir, Kind::Dir);
+    }
+
+    /// This process removed the empty directory `dir`.
+    pub fn removed_dir(&self, dir: &str) {
+        self.change([dir, parent_key(dir)]);
+        self.listings.lock().pop(dir);
+        self.drop_entry(dir);
+    }
+
+    /// Takes the last component of `key` out of its directory's listing, if remembered.
+    fn drop_entry(&self, key: &str) {
+        let mut listings = self.listings.lock();
+        if let Some(Fresh { value: Some(listing), .. }) = listings.peek_mut(parent_key(key)) {
+            let name = crate::store::file_name(key);
+            if listing.kind_of(name).is_some() {
+                let entries = listing.entries.iter().filter(|(n, _)| n != name).cloned().collect();
+                *listing = Arc::new(Listing::new(entries, listing.modified));
+            }
         }
     }
 
     /// Renews the trust in the HEAD of `key` when it names version `e_tag`: a read carrying
     /// If-Match for it, sent in `epoch`, just succeeded.
     pub fn confirm(&self, key: &str, e_tag: &str, epoch: u64) {
-        if !self.trusts(epoch) {
+        if !self.trusts(key, epoch) {
             return;
         }
         let mut heads = self.heads.lock();
@@ -218,16 +319,43 @@ impl MetadataCache {
             fresh.until = Instant::now() + self.ttl;
         }
     }
+}
 
-    /// Forgets the listing of `dir` itself.
-    pub fn forget_listing(&self, dir: &str) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.listings.lock().pop(dir);
+/// Adds `key`, of `kind`, to its directory's listing, and each directory above it to its
+/// parent's, up to the first listing that shows it already; listings never made are not made up
+/// (one above may have been).
+fn show_in_listings(listings: &mut LruCache<String, Fresh<Option<Arc<Listing>>>>, key: &str, kind: Kind) {
+    let (mut child, mut kind) = (key, kind);
+    for dir in ancestors(key) {
+        if let Some(fresh) = listings.peek_mut(dir) {
+            let name = crate::store::file_name(child);
+            // A directory known missing is there now, with this one entry.
+            let (mut entries, before) = match &fresh.value {
+                Some(listing) if listing.kind_of(name).is_some() => break,
+                Some(listing) => (listing.entries.clone(), listing.modified),
+                None => (Vec::new(), SystemTime::UNIX_EPOCH),
+            };
+            entries.push((name.to_string(), kind));
+            let modified = if kind == Kind::File { SystemTime::now() } else { before };
+            fresh.value = Some(Arc::new(Listing::new(entries, before.max(modified))));
+        }
+        (child, kind) = (dir, Kind::Dir);
     }
 }
 
-/// Requests in flight, by key: a caller who finds one asked in the same epoch (no change made
-/// here since) waits for its answer instead of sending its own.
+/// The directories above `key`, nearest first, the root (`""`) last.
+fn ancestors(key: &str) -> impl Iterator<Item = &str> {
+    let mut at = Some(key);
+    std::iter::from_fn(move || {
+        let key = at.filter(|k| !k.is_empty())?;
+        let parent = parent_key(key);
+        at = Some(parent);
+        Some(parent)
+    })
+}
+
+/// Requests in flight, by key: a caller who finds one asked for since the key's last change waits
+/// for its answer instead of sending its own.
 #[derive(Debug)]
 pub struct Flights<V> {
     flights: Mutex<HashMap<String, Arc<Flight<V>>>>,
@@ -260,12 +388,13 @@ impl<V: Clone> Flight<V> {
 }
 
 impl<V: Clone> Flights<V> {
-    /// The answer of the request for `key` in flight since `epoch`, or of `ask`, sent now and
+    /// The answer of the request for `key` in flight, when it was asked for in generation `since`
+    /// or later (the key's last change), or else of `ask`, sent now in generation `epoch` and
     /// shared with whoever asks for `key` until it lands.
-    pub fn share(&self, key: &str, epoch: u64, ask: impl FnOnce() -> Result<V>) -> Result<V> {
+    pub fn share(&self, key: &str, epoch: u64, since: u64, ask: impl FnOnce() -> Result<V>) -> Result<V> {
         let flight = {
             let mut flights = self.flights.lock();
-            if let Some(flight) = flights.get(key).filter(|f| f.epoch == epoch) {
+            if let Some(flight) = flights.get(key).filter(|f| f.epoch >= since) {
                 let flight = flight.clone();
                 drop(flights);
                 return flight.wait();
@@ -333,16 +462,70 @@ mod tests {
     }
 
     #[test]
-    fn a_listing_primes_heads_and_a_change_forgets_the_directories_above() {
+    fn a_listing_primes_heads_and_forgetting_a_key_costs_only_its_head() {
         let cache = MetadataCache::new(Duration::from_secs(60));
         let listing = Arc::new(Listing::new(vec![("x".into(), Kind::File)], SystemTime::UNIX_EPOCH));
-        cache.remember_listing("a/b", listing, vec![("x".into(), head("e1"))], cache.epoch());
+        cache.remember_listing("a/b", Some(listing), vec![("x".into(), head("e1"))], cache.epoch());
         let above = Arc::new(Listing::new(vec![("b".into(), Kind::Dir)], SystemTime::UNIX_EPOCH));
-        cache.remember_listing("a", above, vec![], cache.epoch());
+        cache.remember_listing("a", Some(above), vec![], cache.epoch());
         assert_eq!(cache.head("a/b/x"), Some(Some(head("e1"))));
         cache.forget("a/b/x");
         assert_eq!(cache.head("a/b/x"), None);
-        assert!(cache.listing("a/b").is_none() && cache.listing("a").is_none());
+        assert!(cache.listing("a/b").is_some() && cache.listing("a").is_some());
+    }
+
+    fn names(listing: Option<Option<Arc<Listing>>>) -> Vec<(String, Kind)> {
+        listing.expect("remembered").expect("a directory").entries.clone()
+    }
+
+    #[test]
+    fn what_this_process_stores_and_removes_shows_in_the_listings_remembered() {
+        let cache = MetadataCache::new(Duration::from_secs(60));
+        let empty = || Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH));
+        cache.remember_listing("", Some(empty()), vec![], cache.epoch());
+        cache.remember_listing("a", Some(empty()), vec![], cache.epoch());
+        cache.stored("a/b/c/x", Some(head("e1")));
+        assert_eq!(cache.head("a/b/c/x"), Some(Some(head("e1"))));
+        assert_eq!(names(cache.listing("")), [("a".to_string(), Kind::Dir)]);
+        assert_eq!(names(cache.listing("a")), [("b".to_string(), Kind::Dir)]);
+        assert!(cache.listing("a/b").is_none(), "never listed, so not made up");
+        cache.remember_listing("a/b/c", Some(empty()), vec![], cache.epoch());
+        cache.stored("a/b/c/y", None);
+        assert_eq!(names(cache.listing("a/b/c")), [("y".to_string(), Kind::File)]);
+        assert_eq!(cache.head("a/b/c/y"), None, "a version not told is asked for");
+        cache.removed("a/b/c/y");
+        assert!(names(cache.listing("a/b/c")).is_empty());
+        assert_eq!(cache.head("a/b/c/y"), Some(None), "known missing");
+        cache.made_dir("a/d");
+        assert_eq!(names(cache.listing("a")), [("b".to_string(), Kind::Dir), ("d".to_string(), Kind::Dir)]);
+        assert!(names(cache.listing("a/d")).is_empty());
+        cache.removed_dir("a/d");
+        assert!(cache.listing("a/d").is_none());
+        assert_eq!(names(cache.listing("a")), [("b".to_string(), Kind::Dir)]);
+        // A directory known missing is there once something is stored below it.
+        cache.remember_listing("e", None, vec![], cache.epoch());
+        assert!(matches!(cache.listing("e"), Some(None)), "known missing");
+        cache.stored("e/f/x", None);
+        assert_eq!(names(cache.listing("e")), [("f".to_string(), Kind::Dir)]);
+    }
+
+    #[test]
+    fn an_answer_asked_for_before_a_change_of_its_key_is_not_remembered_and_others_are() {
+        let cache = MetadataCache::new(Duration::from_secs(60));
+        let epoch = cache.epoch();
+        cache.stored("d/x", Some(head("new")));
+        let listing = |names: &[&str]| {
+            let entries = names.iter().map(|n| (n.to_string(), Kind::File)).collect();
+            Arc::new(Listing::new(entries, SystemTime::UNIX_EPOCH))
+        };
+        // A listing of `d` sent before the store does not show it: not remembered.
+        cache.remember_listing("d", Some(listing(&[])), vec![], epoch);
+        assert!(cache.listing("d").is_none());
+        // One of another directory, sent as long ago, is.
+        cache.remember_listing("e", Some(listing(&["y"])), vec![("y".into(), head("e1"))], epoch);
+        assert_eq!(cache.head("e/y"), Some(Some(head("e1"))));
+        cache.remember_head("d/x", Some(head("old")), epoch);
+        assert_eq!(cache.head("d/x"), Some(Some(head("new"))));
     }
 
     #[test]
@@ -355,7 +538,7 @@ mod tests {
         let tagged = Head { e_tag: Some("\"6b0845db-3\"".into()), ..by_time.clone() };
         let listing = |head: &Head| {
             let files = Arc::new(Listing::new(vec![("x".into(), Kind::File)], at));
-            cache.remember_listing("d", files, vec![("x".into(), head.clone())], cache.epoch());
+            cache.remember_listing("d", Some(files), vec![("x".into(), head.clone())], cache.epoch());
         };
         listing(&by_time);
         cache.remember_head("d/x", Some(tagged.clone()), cache.epoch());
@@ -401,7 +584,7 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     gate.wait();
-                    let answer = flights.share("k", 7, || {
+                    let answer = flights.share("k", 7, 7, || {
                         asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         std::thread::sleep(Duration::from_millis(100));
                         Ok(1)
@@ -412,25 +595,25 @@ mod tests {
             gate.wait();
         });
         assert_eq!(asked.into_inner(), 1, "one request for four callers");
-        let failed = flights.share("k", 7, || Err(Error::NotFound("k".into())));
+        let failed = flights.share("k", 7, 7, || Err(Error::NotFound("k".into())));
         assert!(matches!(failed, Err(Error::NotFound(_))));
-        assert_eq!(flights.share("k", 8, || Ok(2)).unwrap(), 2, "nothing stays in flight once landed");
+        assert_eq!(flights.share("k", 8, 0, || Ok(2)).unwrap(), 2, "nothing stays in flight once landed");
     }
 
     #[test]
-    fn a_request_of_an_older_epoch_is_not_joined() {
+    fn a_request_sent_before_its_keys_last_change_is_not_joined() {
         let flights = Flights::<u32>::default();
         let (started, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
         std::thread::scope(|s| {
             let old = s.spawn(|| {
-                flights.share("k", 1, || {
+                flights.share("k", 1, 0, || {
                     started.wait();
                     release.wait();
                     Ok(1)
                 })
             });
             started.wait();
-            assert_eq!(flights.share("k", 2, || Ok(2)).unwrap(), 2, "asked again after a change");
+            assert_eq!(flights.share("k", 2, 2, || Ok(2)).unwrap(), 2, "asked again after a change");
             release.wait();
             assert_eq!(old.join().unwrap().unwrap(), 1);
         });
@@ -450,7 +633,7 @@ mod tests {
         cache.remember_head("k", Some(head("e")), cache.epoch());
         cache.remember_listing(
             "d",
-            Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH)),
+            Some(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH))),
             Vec::new(),
             cache.epoch(),
         );

@@ -75,8 +75,12 @@ impl BucketStore {
         // Every key's parent is listed now: a key neither shown as a file nor as a directory in
         // its parent's listing is no more.
         let Some(listings) = listings_below(&dir, &files, &made) else { return };
+        if !listings.contains_key(&dir) {
+            // Nothing below it, and not made here: no such directory.
+            metadata.remember_listing(&dir, None, Vec::new(), epoch);
+        }
         for (dir, (entries, objects, modified)) in listings {
-            metadata.remember_listing(&dir, Arc::new(Listing::new(entries, modified)), objects, epoch);
+            metadata.remember_listing(&dir, Some(Arc::new(Listing::new(entries, modified))), objects, epoch);
         }
     }
 }

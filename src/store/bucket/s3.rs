@@ -12,6 +12,7 @@ use std::sync::Arc;
 use object_store::ClientConfigKey;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
+use super::multipart::Multipart;
 use super::{BucketStore, Caching};
 
 /// Settings given on the command line.
@@ -65,14 +66,20 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
     if options.no_sign_request {
         builder = builder.with_skip_signature(true);
     }
+    let bucket_url = bucket_url(&builder, bucket);
+    let region = builder.get_config_value(&AmazonS3ConfigKey::Region).unwrap_or_default();
     let objects = builder
         .with_retry(super::retry())
         .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "30s")
         .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
         .build()
         .map_err(|e| format!("{url}: {}", super::one_line(&e)))?;
+    let objects = Arc::new(objects);
+    let multipart = Multipart::new(objects.clone(), &bucket_url, &region, !options.no_sign_request)
+        .map_err(|e| format!("{url}: {e}"))?;
     let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
-    let store = BucketStore::new(Arc::new(objects), prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
+    let store = BucketStore::new(objects, prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
+    let store = store.with_multipart(multipart);
     let keys_given = env("AWS_ACCESS_KEY_ID").is_some() || profile.get("aws_access_key_id").is_some();
     store.check_bucket().map_err(|e| match keys_given || options.no_sign_request {
         true => format!("{store_url}: {e}"),
@@ -82,6 +89,22 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
         ),
     })?;
     Ok(store)
+}
+
+/// The URL of `bucket` as object_store's requests name it: path-style below the endpoint (AWS's
+/// regional one when none is set), or the endpoint itself for virtual-hosted requests.
+fn bucket_url(builder: &AmazonS3Builder, bucket: &str) -> String {
+    let setting = |key| builder.get_config_value(&key).filter(|v| !v.is_empty());
+    let region = setting(AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".into());
+    let virtual_hosted = setting(AmazonS3ConfigKey::VirtualHostedStyleRequest).is_some_and(|v| v == "true");
+    match (setting(AmazonS3ConfigKey::Endpoint), virtual_hosted) {
+        (Some(endpoint), true) => endpoint,
+        (None, true) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
+        (endpoint, false) => {
+            let endpoint = endpoint.unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+            format!("{}/{bucket}", endpoint.trim_end_matches('/'))
+        }
+    }
 }
 
 /// The settings of one profile from the shared credentials and config files.

@@ -1,0 +1,59 @@
+"""What the object-store benchmarks share: the bucket's name and keys, free ports, and
+scripts/latency_proxy.py run as a process of its own with its counts. Needs only the standard
+library, so that every venv's benchmark can import it.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+BUCKET = "bench"
+KEYS = dict(access_key_id="test", secret_access_key="test")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, what, process):
+    for _ in range(300):
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not start")
+
+
+class Proxy:
+    """scripts/latency_proxy.py in a process of its own, with its request counts."""
+
+    def __init__(self, server_port, rtt, connection_mbs=None, log_dir=None):
+        self.rtt = rtt
+        pace = ["--connection-mbs", str(connection_mbs)] if connection_mbs else []
+        if log_dir:
+            pace += ["--log", os.path.join(log_dir, f"proxy-{rtt:g}ms.log")]
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts/latency_proxy.py"),
+                                         "--upstream", f"127.0.0.1:{server_port}", "--rtt-ms", str(rtt), *pace],
+                                        stdout=subprocess.PIPE, text=True)
+        _, _, port, control = self.process.stdout.readline().split()
+        self.port, self.control = int(port), int(control)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def counts(self):
+        with socket.create_connection(("127.0.0.1", self.control)) as s:
+            return json.loads(s.makefile().readline())
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait()
+
+

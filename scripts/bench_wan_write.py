@@ -1,0 +1,400 @@
+"""The wan-write profile of scripts/bench.sh: zarr-python writing sharded arrays to an object store at
+cloud latency, through a shardfs mount against writing the bucket directly and against the other
+mounts, all in one run.
+
+    target/venv-newest/bin/python scripts/bench_wan_write.py [--rtts 0,20] [--runs R] [--scale S]
+                                    [--writers direct,shardfs,rclone,s3fs] [--workloads ...]
+                                    [--binary SHARDFS] [--mount-args ARGS] [--connection-mbs MBS]
+                                    [--out FILE]
+
+One s3s-fs server (scripts/s3s_fs.sh) behind scripts/latency_proxy.py, one proxy per round trip,
+each connection paced (20 MB/s each way unless told; 0: unpaced), requests and bytes sent to the
+server counted by the proxy. Workloads (issue 40's), each verified by reading the whole array back
+from the bucket directly and comparing it with what was written:
+
+- bulk: a new S x 256 MiB float32 array, 4 MiB chunks, 64 MiB shards, `arr[:] = x`;
+- tiles: a new 4096x4096 uint8 array of random bytes, 256x256 zstd chunks, 2048x2048 shards;
+- append: 64 appends of 1M float32 to a sharded array made empty (1M chunks, 16M shards);
+- region: the 256 tiles of an existing `tiles` array rewritten in random order by 8 threads
+  (zarr-python on the bucket directly writes a tile by rewriting its shard, so its threads take
+  turns per shard: two rewrites of one shard at once would lose a tile);
+- eight: eight mounts of the bucket (eight daemons) writing the 256 tiles of an existing array at
+  once, tile i through mount i % 8 (every shard written by all eight), against `region`'s one
+  mount; direct: eight clients.
+
+Writers: zarr-python 3 on the bucket directly (obstore; it writes shards, so a tile rewritten is a
+shard read and rewritten); zarr-python through a writable shardfs mount of the same sharded
+arrays (release build); zarr-python writing the same arrays unsharded through `rclone mount
+--vfs-cache-mode writes` and s3fs-fuse. Each array's documents are made before the clock starts
+(zarr-python 3.4 makes them exclusively with link(2), which neither rclone nor s3fs-fuse can do). A mount's time includes
+its unmount, which for shardfs and rclone is when the last bytes reach the bucket. For shardfs the
+daemon's peak RSS (VmHWM) is given too. Median of R runs, each on a fresh mount and a fresh prefix.
+Not a test: nothing here asserts a speed.
+"""
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import zarr
+from bench_net import BUCKET, KEYS, Proxy, free_port, wait_port
+from obstore.store import S3Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import LocalStore, ObjectStore
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+MIB = 1 << 20
+
+
+def direct_store(endpoint, prefix):
+    return ObjectStore(S3Store(BUCKET, prefix=prefix, endpoint=endpoint, region="us-east-1",
+                               client_options={"allow_http": True}, **KEYS))
+
+
+class Mount:
+    """One writable mount of `s3://BUCKET/PREFIX` through a proxy, by shardfs, rclone or s3fs."""
+
+    def __init__(self, tool, work, binary, endpoint, prefix, extra=()):
+        self.tool, self.pid, self.peak = tool, None, 0
+        self.path = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=work)
+        if tool == "shardfs":
+            self.process = subprocess.Popen([binary, "mount", "-f", f"s3://{BUCKET}/{prefix}", self.path,
+                                             "--endpoint-url", endpoint, *extra], stderr=subprocess.DEVNULL)
+            self.binary = binary
+        elif tool == "s3fs":
+            passwd = os.path.join(work, "passwd-s3fs")
+            with open(passwd, "w") as f:
+                f.write("test:test\n")
+            os.chmod(passwd, 0o600)
+            self.process = subprocess.Popen(["s3fs", f"{BUCKET}:/{prefix}", self.path, "-f", "-o", f"url={endpoint}",
+                                             "-o", "use_path_request_style", "-o", f"passwd_file={passwd}"],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        else:
+            env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+            env.update(RCLONE_CONFIG_WAN_TYPE="s3", RCLONE_CONFIG_WAN_PROVIDER="Other",
+                       RCLONE_CONFIG_WAN_ENDPOINT=endpoint, RCLONE_CONFIG_WAN_ACCESS_KEY_ID="test",
+                       RCLONE_CONFIG_WAN_SECRET_ACCESS_KEY="test", RCLONE_CONFIG_WAN_FORCE_PATH_STYLE="true",
+                       RCLONE_CONFIG="/dev/null")
+            # Uploads start 100 ms after a file is closed (not 5 s: at once, an upload races the rename of a
+            # temporary file and lands under its name), and its remote control says when
+            # they are done, which unmounting does not wait for.
+            self.rc = f"127.0.0.1:{free_port()}"
+            self.process = subprocess.Popen(["rclone", "mount", f"wan:{BUCKET}/{prefix}", self.path,
+                                             "--vfs-cache-mode", "writes", "--vfs-write-back", "100ms", "--ignore-checksum",
+                                             "--cache-dir", self.path + "-cache", "--rc", "--rc-no-auth",
+                                             "--rc-addr", self.rc],
+                                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(400):
+            if os.path.ismount(self.path):
+                break
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{tool} exited with {self.process.returncode}")
+            time.sleep(0.025)
+        else:
+            raise RuntimeError(f"{tool} did not mount {self.path}")
+        self.sampling = threading.Event()
+        self.sampler = threading.Thread(target=self.sample, daemon=True)
+        self.sampler.start()
+
+    def sample(self):
+        """Keeps the daemon's peak resident memory (the kernel's VmHWM) until it exits."""
+        while not self.sampling.is_set():
+            try:
+                with open(f"/proc/{self.process.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    def unmount(self):
+        """Unmounts and waits for the daemon to exit: for shardfs and rclone, the last upload."""
+        if self.tool == "shardfs":
+            subprocess.run([self.binary, "unmount", self.path], check=True)
+        elif self.tool == "rclone":
+            # A file is queued a moment after its close: idle means idle for a while.
+            idle_since = None
+            while idle_since is None or time.perf_counter() - idle_since < 0.3:
+                out = subprocess.run(["rclone", "rc", "--url", f"http://{self.rc}/", "vfs/stats"],
+                                     capture_output=True, text=True, check=True).stdout
+                cache = json.loads(out).get("diskCache", {})
+                if cache.get("uploadsInProgress", 0) or cache.get("uploadsQueued", 0):
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.perf_counter()
+                time.sleep(0.02)
+            subprocess.run(["fusermount3", "-u", self.path], check=False)
+        elif subprocess.run(["fusermount3", "-u", self.path], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", self.path], check=False)  # busy after a failed workload
+        try:
+            self.process.wait(timeout=600 if self.tool == "shardfs" else 60)
+        except subprocess.TimeoutExpired:
+            if self.tool == "shardfs":
+                raise
+            self.process.kill()
+        finally:
+            self.sampling.set()
+            if os.path.ismount(self.path):
+                subprocess.run(["umount", "-l", self.path], check=False)
+
+
+def tile_slices(i, j):
+    return slice(i * 256, (i + 1) * 256), slice(j * 256, (j + 1) * 256)
+
+
+TILES = [(i, j) for i in range(16) for j in range(16)]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rtts", default="0,20", help="round trips to add, ms, comma-separated")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=1.0, help="bulk is SCALE x 256 MiB")
+    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs")
+    parser.add_argument("--workloads", default="bulk,tiles,append,region,eight")
+    parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
+    parser.add_argument("--mount-args", default="", help="more flags for the shardfs mounts, one string")
+    parser.add_argument("--connection-mbs", type=float, default=20.0,
+                        help="pace each connection to this many MB/s each way (default 20; 0: unpaced)")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    rtts = [float(r) for r in args.rtts.split(",")]
+    writers = args.writers.split(",")
+    workloads = args.workloads.split(",")
+    for tool in ("rclone", "s3fs"):
+        if tool in writers and not shutil.which(tool):
+            print(f"bench wan-write: {tool} is not installed; left out", file=sys.stderr)
+            writers.remove(tool)
+    s3s_fs = subprocess.run([os.path.join(ROOT, "scripts/s3s_fs.sh")], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    binary = args.binary
+    if not binary:
+        subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins"], cwd=ROOT, check=True)
+        binary = os.path.join(ROOT, "target/release/shardfs")
+    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+    work = tempfile.mkdtemp(prefix="shardfs-bench-wan-write.")
+    os.makedirs(os.path.join(work, "s3", BUCKET))
+    port = free_port()
+    server = subprocess.Popen([s3s_fs, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
+                               "--secret-key", "test", os.path.join(work, "s3")],
+                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
+    endpoint = f"http://127.0.0.1:{port}"
+    mount_args = args.mount_args.split()
+    proxies, live = {}, []
+    rng = np.random.default_rng(40)
+    n = int(args.scale * (256 << 20) / 4)
+    bulk = np.arange(n, dtype="float32")
+    tiles = rng.integers(0, 256, size=(4096, 4096), dtype="uint8")
+    rewritten = rng.integers(0, 256, size=(4096, 4096), dtype="uint8")
+    per_append = 1 << 20
+    appends = np.arange(64 * per_append, dtype="float32") * 0.5
+    order = TILES[:]
+    random.Random(40).shuffle(order)
+    prefixes = iter(range(1_000_000))
+
+    def new_prefix(name):
+        return f"{name}-{next(prefixes)}"
+
+    def create(store, kind, sharded_here):
+        """The empty array a workload writes (not timed: zarr-python 3.4 creates documents
+        exclusively with link(2), which neither rclone nor s3fs-fuse can do)."""
+        zarr.open_group(store, mode="w")
+        shape, chunks, shards, dtype, compressors = {
+            "bulk": (bulk.shape, (1 << 20,), (16 << 20,), "float32", None),
+            "append": ((0,), (1 << 20,), (16 << 20,), "float32", None),
+        }.get(kind, ((4096, 4096), (256, 256), (2048, 2048), "uint8", zarr.codecs.ZstdCodec()))
+        name = {"bulk": "b", "append": "a"}.get(kind, "t")
+        arr = zarr.create_array(store, name=name, shape=shape, chunks=chunks, shards=shards if sharded_here else None,
+                                dtype=dtype, compressors=compressors, fill_value=0)
+        if kind in ("region", "eight"):
+            arr[...] = tiles
+
+    def prepare(kind, prefix, sharded_here):
+        """What a workload starts from, in the bucket: sharded for zarr-python and shardfs, as plain
+        chunk objects for the mounts that show objects as they are."""
+        if sharded_here:
+            create(direct_store(endpoint, prefix), kind, True)
+        else:
+            twin = os.path.join(work, "twin")
+            create(LocalStore(twin), kind, False)
+            upload_twin(endpoint, prefix, twin)
+            shutil.rmtree(twin)
+
+    def write_tiles(arr_for, picks, per_shard):
+        """Writes each pick's tile with 8 threads; with `per_shard`, one tile of a shard at a time
+        (zarr-python rewrites a shard to write a tile of it: two at once would lose one)."""
+        locks = {(i, j): threading.Lock() for i in range(2) for j in range(2)}
+
+        def one(t):
+            i, j = t[1]
+            with locks[(i // 8, j // 8)] if per_shard else contextlib.nullcontext():
+                arr_for(t)[tile_slices(i, j)] = rewritten[tile_slices(i, j)]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(one, enumerate(picks)))
+
+    def workload(kind, store_of, per_shard):
+        """Runs one workload through `store_of(k)` (the k-th of eight stores for `eight`)."""
+        store = store_of(0)
+        if kind in ("bulk", "tiles"):
+            zarr.open_array(store, path=kind[0], mode="r+")[...] = bulk if kind == "bulk" else tiles
+        elif kind == "append":
+            arr = zarr.open_array(store, path="a", mode="r+")
+            for k in range(64):
+                arr.append(appends[k * per_append:(k + 1) * per_append])
+        elif kind == "region":
+            arr = zarr.open_array(store, path="t", mode="r+")
+            write_tiles(lambda t: arr, order, per_shard)
+        elif kind == "eight":
+            arrays = [zarr.open_array(store_of(k), path="t", mode="r+") for k in range(8)]
+            write_tiles(lambda t: arrays[t[0] % 8], order, per_shard)
+
+    def verify(kind, prefix):
+        store = direct_store(endpoint, prefix)
+        name, want = {"bulk": ("b", bulk), "tiles": ("t", tiles), "append": ("a", appends),
+                      "region": ("t", rewritten), "eight": ("t", rewritten)}[kind]
+        got = zarr.open_array(store, path=name, mode="r")[...]
+        return got.shape == want.shape and np.array_equal(got, want)
+
+    results = {}  # (kind, writer, rtt) -> [(seconds, requests, MiB up, peak MiB)]
+    failed = {}  # (kind, writer, rtt) -> why a peer could not do it
+    try:
+        wait_port(port, "s3s-fs", server)
+        for rtt in rtts:
+            proxies[rtt] = Proxy(port, rtt, args.connection_mbs or None)
+        for run in range(args.runs):
+            for rtt in rtts:
+                proxy = proxies[rtt]
+                for kind in workloads:
+                    for writer in writers:
+                        prefix = new_prefix(kind)
+                        prepare(kind, prefix, writer in ("direct", "shardfs"))
+                        count = 8 if kind == "eight" else 1
+                        if writer == "direct":
+                            stores = [direct_store(proxy.endpoint, prefix) for _ in range(8)]
+                            mounts = []
+                        else:
+                            extra = mount_args if writer == "shardfs" else []
+                            mounts = [Mount(writer, work, binary, proxy.endpoint, prefix, extra) for _ in range(count)]
+                        live.extend(mounts)
+                        if mounts:
+                            stores = [LocalStore(m.path) for m in mounts]
+                        time.sleep(0.3)  # the mounts' own requests are not the workload's
+                        before, start = proxy.counts(), time.perf_counter()
+                        failure = None
+                        try:
+                            workload(kind, lambda k: stores[k % len(stores)], writer == "direct")
+                        except Exception as e:  # a peer that cannot run the workload is reported
+                            failure = f"{type(e).__name__}: {e}"
+                        for m in mounts:
+                            m.unmount()
+                            live.remove(m)
+                        elapsed = time.perf_counter() - start
+                        after = proxy.counts()
+                        if failure is None and not verify(kind, prefix):
+                            failure = "wrong data read back"
+                        if failure and writer in ("direct", "shardfs"):
+                            raise AssertionError(f"{writer}: {kind} at {rtt:g} ms: {failure}")
+                        if failure:
+                            failed[(kind, writer, rtt)] = failure.splitlines()[0][:100]
+                            print(f"run {run + 1} rtt {rtt:g} ms: {kind} / {writer}: FAILED: {failure}", flush=True)
+                            continue
+                        requests = after["requests"] - before["requests"]
+                        up = (after["bytes_up"] - before["bytes_up"]) / MIB
+                        peak = max((m.peak for m in mounts), default=0) / MIB
+                        results.setdefault((kind, writer, rtt), []).append((elapsed, requests, up, peak))
+                        print(f"run {run + 1} rtt {rtt:g} ms: {kind} / {writer}: {elapsed:.2f} s, {requests} requests,"
+                              f" {up:.0f} MiB up" + (f", peak RSS {peak:.0f} MiB" if peak else ""), flush=True)
+    finally:
+        for m in live:
+            subprocess.run(["umount", "-l", m.path], check=False)
+        for proxy in proxies.values():
+            proxy.stop()
+        server.terminate()
+        server.wait()
+        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(report(args, rtts, workloads, writers, results, failed)))
+    return 0
+
+
+def upload_twin(endpoint, prefix, root):
+    """Puts the files of a local directory under the prefix, as a mount that shows objects sees them."""
+    store = direct_store(endpoint, prefix)
+
+    async def put_all():
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    data = f.read()
+                key = os.path.relpath(path, root)
+                await store.set(key, default_buffer_prototype().buffer.from_bytes(data))
+
+    asyncio.run(put_all())
+
+
+def report(args, rtts, workloads, writers, results, failed):
+    names = {"direct": "zarr-python direct (obstore)", "shardfs": "shardfs mount", "rclone": "rclone mount "
+             "--vfs-cache-mode writes", "s3fs": "s3fs-fuse"}
+    what = {"bulk": f"bulk: new {args.scale * 256:.0f} MiB float32, 4 MiB chunks, 64 MiB shards",
+            "tiles": "tiles: new 4096x4096 uint8, 256x256 zstd chunks, 2048x2048 shards",
+            "append": "append: 64 appends to a sharded array",
+            "region": "region: 256 tiles rewritten, 8 threads",
+            "eight": "eight: 256 tiles rewritten through 8 mounts at once"}
+    lines = ["s3s-fs behind scripts/latency_proxy.py"
+             + (f", each connection paced to {args.connection_mbs:g} MB/s" if args.connection_mbs else ", unpaced")
+             + f"; median of {args.runs} run(s), each on a fresh mount and prefix, verified by reading the "
+             "array back; times include the unmount; (requests, MiB sent to the server"
+             + ", shardfs's peak RSS)." + (f" shardfs mounted with `{args.mount_args}`." if args.mount_args else ""),
+             "", "| workload | writer | " + " | ".join(f"RTT {r:g} ms" for r in rtts) + " |",
+             "|---|---|" + "---|" * len(rtts)]
+    median = {}
+    for key, runs in results.items():
+        t = statistics.median(r[0] for r in runs)
+        median[key] = min(runs, key=lambda r: abs(r[0] - t))
+    for kind in workloads:
+        for writer in writers:
+            cells = []
+            for rtt in rtts:
+                m = median.get((kind, writer, rtt))
+                if m is None:
+                    cells.append(f"failed ({failed[(kind, writer, rtt)]})" if (kind, writer, rtt) in failed else "-")
+                    continue
+                extra = f", {m[3]:.0f} MiB RSS" if m[3] else ""
+                cells.append(f"{m[0]:.2f} s ({m[1]}, {m[2]:.0f} MiB{extra})")
+            lines.append(f"| {what[kind]} | {names[writer]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for rtt in rtts:
+        for kind in workloads:
+            d, s = median.get((kind, "direct", rtt)), median.get((kind, "shardfs", rtt))
+            if d and s:
+                peers = [f"{p} {median[(kind, p, rtt)][0] / s[0]:.2f}x" for p in ("rclone", "s3fs")
+                         if (kind, p, rtt) in median]
+                lines.append(f"- RTT {rtt:g} ms, {kind}: shardfs / direct = {s[0] / d[0]:.2f}x the time, "
+                             f"{s[2] / max(d[2], 1e-9):.2f}x the bytes sent"
+                             + (f"; peers' time / shardfs's: {', '.join(peers)}" if peers else ""))
+        if ("eight", "shardfs", rtt) in median and ("region", "shardfs", rtt) in median:
+            e, r = median[("eight", "shardfs", rtt)], median[("region", "shardfs", rtt)]
+            lines.append(f"- RTT {rtt:g} ms: eight mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x")
+    if args.out:
+        with open(args.out, "w") as out:
+            out.write("\n".join(lines) + "\n")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+//! Large objects go up to S3 as multipart uploads: parts of [`PART`] bytes, several at once across
+//! the store ([`PARTS_AT_ONCE`]), because a connection carries only so much (about 90 MB/s on S3,
+//! less at a long round trip) and a shard of hundreds of MiB sent through one takes seconds. A
+//! shard commit is conditional (only over the version read, or only where there is none), and so
+//! is its upload: the CompleteMultipartUpload request carries `If-Match` or `If-None-Match: *`,
+//! which S3 honours since 2024. object_store sends the parts but cannot add those headers to the
+//! completion, so that one request is signed and sent here, with object_store's own signer,
+//! credentials and HTTP client. Whether the server refuses a completion over another version is
+//! asked once, when the mount is checked for writes ([`Multipart::probe`]); a server that does
+//! not (moto ignores `If-Match` there) gets single PUTs instead, slower but never lost.
+//!
+//! Each part is copied out of the shard's pieces when its upload starts, so an upload holds at
+//! most [`PARTS_AT_ONCE`] parts in memory, never the whole shard. A completion whose answer was
+//! lost is sent again; when the upload is gone by then, the object is taken for this upload's
+//! when its size and ETag are those the parts make (S3's ETag of a multipart object is the MD5 of
+//! the parts' MD5s, then `-` and their count).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use md5::{Digest, Md5};
+
+use object_store::aws::{AmazonS3, AwsAuthorizer, AwsCredentialProvider};
+use object_store::client::{HttpClient, HttpConnector, HttpRequest, ReqwestConnector};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path;
+use object_store::{ClientOptions, PutPayload, PutResult};
+
+/// Objects at least this large go up in parts.
+pub const SMALLEST: u64 = 16 << 20;
+/// The size of each part but the last: S3's least, so that a shard goes up over as many
+/// connections at once as it can (S3 takes at most 10,000 parts: bigger objects get bigger ones).
+pub const PART: usize = 5 << 20;
+/// Parts uploaded at once, across the store: what they hold in memory, and the connections used.
+pub const PARTS_AT_ONCE: usize = 16;
+/// The most parts one upload may have.
+const MOST_PARTS: usize = 10_000;
+
+/// What a completion asks of the object it replaces.
+#[derive(Clone, Copy, Debug)]
+pub enum Condition<'a> {
+    /// Nothing: it replaces whatever is there.
+    None,
+    /// Only where no object is.
+    Absent,
+    /// Only over the version with this ETag.
+    ETag(&'a str),
+}
+
+/// Why an upload did not happen.
+#[derive(Debug)]
+pub enum Failed {
+    /// The condition did not hold: another writer got there first.
+    Refused,
+    /// Anything else, with object_store's error or the server's answer.
+    Other(String),
+}
+
+/// Multipart uploads to one S3 bucket.
+#[derive(Debug)]
+pub struct Multipart {
+    client: Arc<AmazonS3>,
+    /// `None`: requests are not signed (`--no-sign-request`).
+    credentials: Option<AwsCredentialProvider>,
+    http: HttpClient,
+    /// The bucket's URL, objects' paths below it.
+    bucket_url: String,
+    region: String,
+    /// The server refuses a completion over another version (asked once, by [`Multipart::probe`]).
+    conditional: AtomicBool,
+    /// Parts in flight, across the store.
+    parts: tokio::sync::Semaphore,
+}
+
+impl Multipart {
+    /// Uploads through `client` to the bucket at `bucket_url` in `region`.
+    pub fn new(client: Arc<AmazonS3>, bucket_url: &str, region: &str, signed: bool) -> Result<Self, String> {
+        let options = ClientOptions::new().with_allow_http(bucket_url.starts_with("http://"));
+        let http = ReqwestConnector::default().connect(&options).map_err(|e| e.to_string())?;
+        Ok(Multipart {
+            credentials: signed.then(|| client.credentials().clone()),
+            client,
+            http,
+            bucket_url: bucket_url.trim_end_matches('/').to_string(),
+            region: region.to_string(),
+            conditional: AtomicBool::new(false),
+            parts: tokio::sync::Semaphore::new(PARTS_AT_ONCE),
+        })
+    }
+
+    /// True when an upload under `condition` of `size` bytes should go up in parts.
+    pub fn fits(&self, size: u64, condition: Condition) -> bool {
+        size >= SMALLEST && (matches!(condition, Condition::None) || self.conditional.load(Ordering::Relaxed))
+    }
+
+    /// Asks the server, with an upload to `path` (where an object with ETag `e_tag` is), whether
+    /// it refuses to complete an upload over another version; uploads under conditions go up in
+    /// parts from then on only if it does.
+    pub async fn probe(&self, path: &Path, e_tag: &str) {
+        let bogus = format!("\"not-{}\"", e_tag.trim_matches('"'));
+        let refused = match self.upload(path, &[b"probe"], Condition::ETag(&bogus)).await {
+            Err(Failed::Refused) => true,
+            Ok(_) => false,
+            Err(Failed::Other(e)) => {
+                log::info!("multipart uploads under conditions cannot be checked ({e}); shards go up whole");
+                false
+            }
+        };
+        self.conditional.store(refused, Ordering::Relaxed);
+    }
+
+    /// Uploads `pieces`, back to back, as the object at `path`, under `condition`.
+    pub async fn upload(&self, path: &Path, pieces: &[&[u8]], condition: Condition<'_>) -> Result<PutResult, Failed> {
+        let other = |e: object_store::Error| Failed::Other(super::one_line(&e));
+        let id = self.client.create_multipart(path).await.map_err(other)?;
+        let id = &id;
+        let uploaded = async {
+            let size: usize = pieces.iter().map(|p| p.len()).sum();
+            let part = PART.max(size.div_ceil(MOST_PARTS));
+            let count = size.div_ceil(part).max(1);
+            let parts: Vec<(PartId, [u8; 16])> = futures_util::stream::iter(0..count)
+                .map(|n| async move {
+                    let _slot = self.parts.acquire().await.expect("never closed");
+                    let bytes = gather(pieces, n * part, ((n + 1) * part).min(size));
+                    let md5: [u8; 16] = Md5::digest(&bytes).into();
+                    let part = self.client.put_part(path, id, n, PutPayload::from(bytes)).await?;
+                    Ok::<_, object_store::Error>((part, md5))
+                })
+                .buffered(PARTS_AT_ONCE)
+                .try_collect()
+                .await
+                .map_err(other)?;
+            self.complete(path, id, &parts, size as u64, condition).await
+        }
+        .await;
+        if uploaded.is_err() {
+            // Best effort: an upload left behind costs storage until the bucket's lifecycle rule.
+            let _ = self.client.abort_multipart(path, id).await;
+        }
+        uploaded
+    }
+
+    /// Completes upload `id` of `parts` under `condition`, sending it again while its answer is
+    /// lost; once the upload is gone, it succeeded if the object is what the parts make.
+    async fn complete(
+        &self,
+        path: &Path,
+        id: &str,
+        parts: &[(PartId, [u8; 16])],
+        size: u64,
+        condition: Condition<'_>,
+    ) -> Result<PutResult, Failed> {
+        let mut body = String::from("<CompleteMultipartUpload>");
+        for (n, (part, _)) in parts.iter().enumerate() {
+            body.push_str(&format!("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", n + 1, part.content_id));
+        }
+        body.push_str("</CompleteMultipartUpload>");
+        let mut last = String::new();
+        for attempt in 0..super::TRIES as u32 {
+            if attempt > 0 {
+                tokio::time::sleep(crate::store::backoff(attempt)).await;
+            }
+            let request = self.completion(path, id, &body, condition).await?;
+            let reply = match self.http.execute(request).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            let status = reply.status();
+            let text = match reply.into_body().bytes().await {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            // S3 may answer 200 and put an error in the body.
+            let code = tag(&text, "Code");
+            match (status.as_u16(), code.as_deref()) {
+                (200, None) => {
+                    let e_tag = tag(&text, "ETag").map(|t| t.replace("&quot;", "\""));
+                    return Ok(PutResult { e_tag, version: None, extensions: Default::default() });
+                }
+                (412 | 409, _) | (_, Some("PreconditionFailed" | "ConditionalRequestConflict")) => {
+                    return Err(Failed::Refused);
+                }
+                (404, _) | (_, Some("NoSuchUpload")) if attempt > 0 => {
+                    return self.own_upload(path, parts, size).await;
+                }
+                (500.., _) | (_, Some("InternalError" | "SlowDown" | "ServiceUnavailable")) => {
+                    last = format!("{status}: {}", code.unwrap_or_default());
+                }
+                _ => return Err(Failed::Other(format!("{status}: {}", code.unwrap_or_else(|| text.clone())))),
+            }
+        }
+        Err(Failed::Other(last))
+    }
+
+    /// The object at `path` when it is the one `parts` make (a completion whose answer was lost).
+    async fn own_upload(&self, path: &Path, parts: &[(PartId, [u8; 16])], size: u64) -> Result<PutResult, Failed> {
+        let digests: Vec<&[u8]> = parts.iter().map(|(_, md5)| &md5[..]).collect();
+        let want = format!("{}-{}", super::requests::md5_hex(&digests), parts.len());
+        match object_store::ObjectStoreExt::head(&*self.client, path).await {
+            Ok(meta) if meta.size == size && meta.e_tag.as_deref().map(super::metadata::bare_e_tag) == Some(&want) => {
+                Ok(PutResult { e_tag: meta.e_tag, version: meta.version, extensions: Default::default() })
+            }
+            // Someone else's object: this upload lost to it.
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Err(Failed::Refused),
+            Err(e) => Err(Failed::Other(super::one_line(&e))),
+        }
+    }
+
+    /// The signed CompleteMultipartUpload request.
+    async fn completion(
+        &self,
+        path: &Path,
+        id: &str,
+        body: &str,
+        condition: Condition<'_>,
+    ) -> Result<HttpRequest, Failed> {
+        let mut url = url::Url::parse(&self.bucket_url).map_err(|e| Failed::Other(e.to_string()))?;
+        url.path_segments_mut().map_err(|_| Failed::Other("a bucket URL with no path".into()))?.extend(path.parts());
+        url.query_pairs_mut().append_pair("uploadId", id);
+        let mut request = http::Request::builder().method("POST").uri(url.as_str());
+        request = match condition {
+            Condition::None => request,
+            Condition::Absent => request.header("If-None-Match", "*"),
+            Condition::ETag(e_tag) => request.header("If-Match", e_tag),
+        };
+        let mut request: HttpRequest =
+            request.body(Bytes::from(body.to_string()).into()).map_err(|e| Failed::Other(e.to_string()))?;
+        if let Some(credentials) = &self.credentials {
+            let credential = credentials.get_credential().await.map_err(|e| Failed::Other(super::one_line(&e)))?;
+            AwsAuthorizer::new(&credential, "s3", &self.region)
+                .try_authorize(&mut request, None)
+                .map_err(|e| Failed::Other(super::one_line(&e)))?;
+        }
+        Ok(request)
+    }
+}
+
+/// Bytes `start..end` of `pieces` laid back to back.
+fn gather(pieces: &[&[u8]], start: usize, end: usize) -> Bytes {
+    let mut out = Vec::with_capacity(end - start);
+    let mut at = 0;
+    for piece in pieces {
+        let (from, to) = (start.max(at), end.min(at + piece.len()));
+        if from < to {
+            out.extend_from_slice(&piece[from - at..to - at]);
+        }
+        at += piece.len();
+        if at >= end {
+            break;
+        }
+    }
+    Bytes::from(out)
+}
+
+/// The text of the first `<name>` element of an XML answer.
+fn tag(xml: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    Some(xml[start..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_gathered_across_pieces() {
+        let pieces: [&[u8]; 3] = [b"abc", b"", b"defgh"];
+        assert_eq!(gather(&pieces, 0, 8), Bytes::from_static(b"abcdefgh"));
+        assert_eq!(gather(&pieces, 2, 5), Bytes::from_static(b"cde"));
+        assert_eq!(gather(&pieces, 3, 4), Bytes::from_static(b"d"));
+    }
+
+    #[test]
+    fn answers_are_read_by_tag() {
+        let ok = "<CompleteMultipartUploadResult><ETag>&quot;abc-2&quot;</ETag></CompleteMultipartUploadResult>";
+        assert_eq!(tag(ok, "ETag").as_deref(), Some("&quot;abc-2&quot;"));
+        assert_eq!(tag(ok, "Code"), None);
+        assert_eq!(
+            tag("<Error><Code>PreconditionFailed</Code></Error>", "Code").as_deref(),
+            Some("PreconditionFailed")
+        );
+    }
+}
