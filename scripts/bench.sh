@@ -4,9 +4,13 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
 #
-#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan] [--runs N] [--out FILE] [--quick]
+#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write] [--runs N] [--out FILE] [--quick]
 #
-# Profiles: wan = scripts/bench_wan.py (object stores at cloud latency: s3s-fs behind
+# Profiles: wan-write = scripts/bench_wan_write.py (zarr-python 3.4 writing sharded arrays to s3s-fs
+# behind the latency proxy at 0 and 20 ms: through shardfs against the bucket directly, rclone mount
+# and s3fs-fuse; bulk, tiles, append, region and eight mounts at once; requests, bytes sent and peak
+# RSS; every run verified; its table goes to target/bench-wan-write.md unless --out names a file;
+# --quick: bulk a quarter, one run, no append for the direct writer); wan = scripts/bench_wan.py (object stores at cloud latency: s3s-fs behind
 # scripts/latency_proxy.py at 0, 20 and 50 ms, each connection paced to 20 MB/s, shardfs against zarr-python reading the bucket
 # directly, s3fs-fuse, rclone mount and boto3; its table goes to target/bench-wan.md unless --out
 # names a file; --quick: a quarter of the big array, one run, 0 and 20 ms); zip = scripts/bench_zip.sh (the small profile's store zipped as an .ozx: cat of every
@@ -29,7 +33,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=(--quick); shift ;;
-    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
   esac
 done
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -59,6 +63,15 @@ if [ "$profile" = wan ]; then
   done
   scripts/setup.sh
   exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out/#BENCHMARKS.md/target/bench-wan.md}"
+fi
+if [ "$profile" = wan-write ]; then
+  for tool in s3fs rclone; do
+    command -v "$tool" >/dev/null || { as_root apt-get install -y -qq "$tool" >/dev/null || { as_root apt-get update -qq && as_root apt-get install -y -qq "$tool" >/dev/null; }; }
+  done
+  scripts/setup.sh
+  # zarr-python 3.4 (its LocalStore writes a temporary file and renames it, as users' will).
+  exec target/venv-newest/bin/python scripts/bench_wan_write.py --runs "$runs" "${quick[@]}" \
+    --out "${out/#BENCHMARKS.md/target/bench-wan-write.md}"
 fi
 if [ "$profile" = blz ]; then
   exec scripts/bench_blz.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-blz.md}"

@@ -2,14 +2,15 @@
 cloud latency, through a shardfs mount against writing the bucket directly and against the other
 mounts, all in one run.
 
-    target/venv-newest/bin/python scripts/bench_wan_write.py [--rtts 0,20] [--runs R] [--scale S]
+    target/venv-newest/bin/python scripts/bench_wan_write.py [--rtts 0,20,local] [--runs R] [--scale S]
                                     [--writers direct,shardfs,rclone,s3fs] [--workloads ...]
                                     [--binary SHARDFS] [--mount-args ARGS] [--connection-mbs MBS]
-                                    [--out FILE]
+                                    [--quick] [--out FILE]
 
 One s3s-fs server (scripts/s3s_fs.sh) behind scripts/latency_proxy.py, one proxy per round trip,
 each connection paced (20 MB/s each way unless told; 0: unpaced), requests and bytes sent to the
-server counted by the proxy. Workloads (issue 40's), each verified by reading the whole array back
+server counted by the proxy; and `local`, a directory on the local disk (zarr-python writing it
+directly has its files fsync'd before the clock stops, as a commit through the mount is). Workloads (issue 40's), each verified by reading the whole array back
 from the bucket directly and comparing it with what was written:
 
 - bulk: a new S x 256 MiB float32 array, 4 MiB chunks, 64 MiB shards, `arr[:] = x`;
@@ -26,7 +27,10 @@ Writers: zarr-python 3 on the bucket directly (obstore; it writes shards, so a t
 shard read and rewritten); zarr-python through a writable shardfs mount of the same sharded
 arrays (release build); zarr-python writing the same arrays unsharded through `rclone mount
 --vfs-cache-mode writes` and s3fs-fuse. Each array's documents are made before the clock starts
-(zarr-python 3.4 makes them exclusively with link(2), which neither rclone nor s3fs-fuse can do). A mount's time includes
+(zarr-python 3.4 makes them exclusively with link(2), which neither rclone nor s3fs-fuse can do).
+And, on the local disk only, zarr-python writing the same arrays unsharded as plain chunk files
+(fsync'd): what writing one file per chunk costs zarr-python itself, the floor of any view that
+shows chunks as files. A mount's time includes
 its unmount, which for shardfs and rclone is when the last bytes reach the bucket. For shardfs the
 daemon's peak RSS (VmHWM) is given too. Median of R runs, each on a fresh mount and a fresh prefix.
 Not a test: nothing here asserts a speed.
@@ -63,15 +67,63 @@ def direct_store(endpoint, prefix):
                                client_options={"allow_http": True}, **KEYS))
 
 
-class Mount:
-    """One writable mount of `s3://BUCKET/PREFIX` through a proxy, by shardfs, rclone or s3fs."""
+class Bucket:
+    """Prefixes of the s3s-fs bucket, written through a latency proxy."""
 
-    def __init__(self, tool, work, binary, endpoint, prefix, extra=()):
+    def __init__(self, proxy, endpoint):
+        self.proxy, self.endpoint = proxy, endpoint
+        self.label = f"{proxy.rtt:g} ms"
+
+    def store(self, prefix, proxied=True):
+        return direct_store(self.proxy.endpoint if proxied else self.endpoint, prefix)
+
+    def source(self, prefix):
+        """What `shardfs mount` takes."""
+        return [f"s3://{BUCKET}/{prefix}", "--endpoint-url", self.proxy.endpoint]
+
+    def counts(self):
+        return self.proxy.counts()
+
+    def sync(self, prefix):
+        """Nothing: an object written is durable when its PUT returns."""
+
+
+class Local:
+    """Directories on the local disk (no proxy, no peers but shardfs)."""
+
+    label = "local"
+
+    def __init__(self, root):
+        self.root = root
+
+    def store(self, prefix, proxied=True):
+        return LocalStore(os.path.join(self.root, prefix))
+
+    def source(self, prefix):
+        return [os.path.join(self.root, prefix)]
+
+    def counts(self):
+        return {"requests": 0, "bytes_up": 0}
+
+    def sync(self, prefix):
+        """fsync of every file and directory, as a commit of the mount is durable."""
+        for dirpath, _, files in os.walk(os.path.join(self.root, prefix)):
+            for name in files + ["."]:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+
+
+class Mount:
+    """One writable mount of a place's prefix, by shardfs, rclone or s3fs."""
+
+    def __init__(self, tool, work, binary, place, prefix, extra=()):
         self.tool, self.pid, self.peak = tool, None, 0
         self.path = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=work)
+        endpoint = getattr(place, "proxy", None) and place.proxy.endpoint
         if tool == "shardfs":
-            self.process = subprocess.Popen([binary, "mount", "-f", f"s3://{BUCKET}/{prefix}", self.path,
-                                             "--endpoint-url", endpoint, *extra], stderr=subprocess.DEVNULL)
+            self.process = subprocess.Popen([binary, "mount", "-f", place.source(prefix)[0], self.path,
+                                             *place.source(prefix)[1:], *extra], stderr=subprocess.DEVNULL)
             self.binary = binary
         elif tool == "s3fs":
             passwd = os.path.join(work, "passwd-s3fs")
@@ -160,18 +212,23 @@ TILES = [(i, j) for i in range(16) for j in range(16)]
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rtts", default="0,20", help="round trips to add, ms, comma-separated")
+    parser.add_argument("--rtts", default="0,20,local",
+                        help="round trips to add, ms, comma-separated; `local`: a local directory instead")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="bulk is SCALE x 256 MiB")
-    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs")
+    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,plain")
     parser.add_argument("--workloads", default="bulk,tiles,append,region,eight")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="", help="more flags for the shardfs mounts, one string")
     parser.add_argument("--connection-mbs", type=float, default=20.0,
                         help="pace each connection to this many MB/s each way (default 20; 0: unpaced)")
+    parser.add_argument("--quick", action="store_true",
+                        help="--scale 0.25 --runs 1, and no append by the direct writer (minutes at 20 ms)")
     parser.add_argument("--out")
     args = parser.parse_args()
-    rtts = [float(r) for r in args.rtts.split(",")]
+    if args.quick:
+        args.scale, args.runs = 0.25, 1
+    rtts = args.rtts.split(",")
     writers = args.writers.split(",")
     workloads = args.workloads.split(",")
     for tool in ("rclone", "s3fs"):
@@ -222,11 +279,11 @@ def main():
         if kind in ("region", "eight"):
             arr[...] = tiles
 
-    def prepare(kind, prefix, sharded_here):
-        """What a workload starts from, in the bucket: sharded for zarr-python and shardfs, as plain
-        chunk objects for the mounts that show objects as they are."""
+    def prepare(place, kind, prefix, sharded_here):
+        """What a workload starts from: sharded for zarr-python and shardfs, as plain chunk objects
+        for the mounts that show objects as they are."""
         if sharded_here:
-            create(direct_store(endpoint, prefix), kind, True)
+            create(place.store(prefix, proxied=False), kind, True)
         else:
             twin = os.path.join(work, "twin")
             create(LocalStore(twin), kind, False)
@@ -262,61 +319,77 @@ def main():
             arrays = [zarr.open_array(store_of(k), path="t", mode="r+") for k in range(8)]
             write_tiles(lambda t: arrays[t[0] % 8], order, per_shard)
 
-    def verify(kind, prefix):
-        store = direct_store(endpoint, prefix)
+    def verify(place, kind, prefix):
+        store = place.store(prefix, proxied=False)
         name, want = {"bulk": ("b", bulk), "tiles": ("t", tiles), "append": ("a", appends),
                       "region": ("t", rewritten), "eight": ("t", rewritten)}[kind]
         got = zarr.open_array(store, path=name, mode="r")[...]
         return got.shape == want.shape and np.array_equal(got, want)
 
-    results = {}  # (kind, writer, rtt) -> [(seconds, requests, MiB up, peak MiB)]
-    failed = {}  # (kind, writer, rtt) -> why a peer could not do it
+    results = {}  # (kind, writer, where) -> [(seconds, requests, MiB up, peak MiB)]
+    failed = {}  # (kind, writer, where) -> why a peer could not do it
+    places = []
     try:
         wait_port(port, "s3s-fs", server)
         for rtt in rtts:
-            proxies[rtt] = Proxy(port, rtt, args.connection_mbs or None)
+            if rtt == "local":
+                places.append(Local(os.path.join(work, "local")))
+            else:
+                proxies[rtt] = Proxy(port, float(rtt), args.connection_mbs or None)
+                places.append(Bucket(proxies[rtt], endpoint))
         for run in range(args.runs):
-            for rtt in rtts:
-                proxy = proxies[rtt]
+            for place in places:
                 for kind in workloads:
                     for writer in writers:
+                        if args.quick and (kind, writer) == ("append", "direct"):
+                            continue
+                        # The other mounts need a bucket; plain chunk files, a disk.
+                        if (writer in ("rclone", "s3fs") and isinstance(place, Local)) or \
+                                (writer == "plain" and not isinstance(place, Local)):
+                            continue
                         prefix = new_prefix(kind)
-                        prepare(kind, prefix, writer in ("direct", "shardfs"))
+                        if writer == "plain":
+                            create(place.store(prefix), kind, False)
+                        else:
+                            prepare(place, kind, prefix, writer in ("direct", "shardfs"))
                         count = 8 if kind == "eight" else 1
-                        if writer == "direct":
-                            stores = [direct_store(proxy.endpoint, prefix) for _ in range(8)]
+                        if writer in ("direct", "plain"):
+                            stores = [place.store(prefix) for _ in range(8)]
                             mounts = []
                         else:
                             extra = mount_args if writer == "shardfs" else []
-                            mounts = [Mount(writer, work, binary, proxy.endpoint, prefix, extra) for _ in range(count)]
+                            mounts = [Mount(writer, work, binary, place, prefix, extra) for _ in range(count)]
                         live.extend(mounts)
                         if mounts:
                             stores = [LocalStore(m.path) for m in mounts]
                         time.sleep(0.3)  # the mounts' own requests are not the workload's
-                        before, start = proxy.counts(), time.perf_counter()
+                        before, start = place.counts(), time.perf_counter()
                         failure = None
                         try:
                             workload(kind, lambda k: stores[k % len(stores)], writer == "direct")
+                            if writer in ("direct", "plain"):
+                                place.sync(prefix)
                         except Exception as e:  # a peer that cannot run the workload is reported
                             failure = f"{type(e).__name__}: {e}"
                         for m in mounts:
                             m.unmount()
                             live.remove(m)
                         elapsed = time.perf_counter() - start
-                        after = proxy.counts()
-                        if failure is None and not verify(kind, prefix):
+                        after = place.counts()
+                        if failure is None and not verify(place, kind, prefix):
                             failure = "wrong data read back"
+                        where = place.label
                         if failure and writer in ("direct", "shardfs"):
-                            raise AssertionError(f"{writer}: {kind} at {rtt:g} ms: {failure}")
+                            raise AssertionError(f"{writer}: {kind} at {where}: {failure}")
                         if failure:
-                            failed[(kind, writer, rtt)] = failure.splitlines()[0][:100]
-                            print(f"run {run + 1} rtt {rtt:g} ms: {kind} / {writer}: FAILED: {failure}", flush=True)
+                            failed[(kind, writer, where)] = failure.splitlines()[0][:100]
+                            print(f"run {run + 1} {where}: {kind} / {writer}: FAILED: {failure}", flush=True)
                             continue
                         requests = after["requests"] - before["requests"]
                         up = (after["bytes_up"] - before["bytes_up"]) / MIB
                         peak = max((m.peak for m in mounts), default=0) / MIB
-                        results.setdefault((kind, writer, rtt), []).append((elapsed, requests, up, peak))
-                        print(f"run {run + 1} rtt {rtt:g} ms: {kind} / {writer}: {elapsed:.2f} s, {requests} requests,"
+                        results.setdefault((kind, writer, where), []).append((elapsed, requests, up, peak))
+                        print(f"run {run + 1} {where}: {kind} / {writer}: {elapsed:.2f} s, {requests} requests,"
                               f" {up:.0f} MiB up" + (f", peak RSS {peak:.0f} MiB" if peak else ""), flush=True)
     finally:
         for m in live:
@@ -327,7 +400,7 @@ def main():
         server.wait()
         if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n".join(report(args, rtts, workloads, writers, results, failed)))
+    print("\n".join(report(args, [p.label for p in places], workloads, writers, results, failed)))
     return 0
 
 
@@ -347,9 +420,10 @@ def upload_twin(endpoint, prefix, root):
     asyncio.run(put_all())
 
 
-def report(args, rtts, workloads, writers, results, failed):
-    names = {"direct": "zarr-python direct (obstore)", "shardfs": "shardfs mount", "rclone": "rclone mount "
-             "--vfs-cache-mode writes", "s3fs": "s3fs-fuse"}
+def report(args, wheres, workloads, writers, results, failed):
+    names = {"direct": "zarr-python direct (obstore; local: LocalStore)", "shardfs": "shardfs mount",
+             "rclone": "rclone mount --vfs-cache-mode writes", "s3fs": "s3fs-fuse",
+             "plain": "zarr-python writing it unsharded, plain chunk files (local only)"}
     what = {"bulk": f"bulk: new {args.scale * 256:.0f} MiB float32, 4 MiB chunks, 64 MiB shards",
             "tiles": "tiles: new 4096x4096 uint8, 256x256 zstd chunks, 2048x2048 shards",
             "append": "append: 64 appends to a sharded array",
@@ -360,8 +434,8 @@ def report(args, rtts, workloads, writers, results, failed):
              + f"; median of {args.runs} run(s), each on a fresh mount and prefix, verified by reading the "
              "array back; times include the unmount; (requests, MiB sent to the server"
              + ", shardfs's peak RSS)." + (f" shardfs mounted with `{args.mount_args}`." if args.mount_args else ""),
-             "", "| workload | writer | " + " | ".join(f"RTT {r:g} ms" for r in rtts) + " |",
-             "|---|---|" + "---|" * len(rtts)]
+             "", "| workload | writer | " + " | ".join(wheres) + " |",
+             "|---|---|" + "---|" * len(wheres)]
     median = {}
     for key, runs in results.items():
         t = statistics.median(r[0] for r in runs)
@@ -369,27 +443,31 @@ def report(args, rtts, workloads, writers, results, failed):
     for kind in workloads:
         for writer in writers:
             cells = []
-            for rtt in rtts:
-                m = median.get((kind, writer, rtt))
+            for where in wheres:
+                m = median.get((kind, writer, where))
                 if m is None:
-                    cells.append(f"failed ({failed[(kind, writer, rtt)]})" if (kind, writer, rtt) in failed else "-")
+                    cells.append(f"failed ({failed[(kind, writer, where)]})" if (kind, writer, where) in failed else "-")
                     continue
                 extra = f", {m[3]:.0f} MiB RSS" if m[3] else ""
                 cells.append(f"{m[0]:.2f} s ({m[1]}, {m[2]:.0f} MiB{extra})")
             lines.append(f"| {what[kind]} | {names[writer]} | " + " | ".join(cells) + " |")
     lines.append("")
-    for rtt in rtts:
+    for where in wheres:
         for kind in workloads:
-            d, s = median.get((kind, "direct", rtt)), median.get((kind, "shardfs", rtt))
+            d, s = median.get((kind, "direct", where)), median.get((kind, "shardfs", where))
             if d and s:
-                peers = [f"{p} {median[(kind, p, rtt)][0] / s[0]:.2f}x" for p in ("rclone", "s3fs")
-                         if (kind, p, rtt) in median]
-                lines.append(f"- RTT {rtt:g} ms, {kind}: shardfs / direct = {s[0] / d[0]:.2f}x the time, "
+                peers = [f"{p} {median[(kind, p, where)][0] / s[0]:.2f}x" for p in ("rclone", "s3fs")
+                         if (kind, p, where) in median]
+                lines.append(f"- {where}, {kind}: shardfs / direct = {s[0] / d[0]:.2f}x the time, "
                              f"{s[2] / max(d[2], 1e-9):.2f}x the bytes sent"
                              + (f"; peers' time / shardfs's: {', '.join(peers)}" if peers else ""))
-        if ("eight", "shardfs", rtt) in median and ("region", "shardfs", rtt) in median:
-            e, r = median[("eight", "shardfs", rtt)], median[("region", "shardfs", rtt)]
-            lines.append(f"- RTT {rtt:g} ms: eight mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x")
+            p = median.get((kind, "plain", where))
+            if p and s and d:
+                lines.append(f"- {where}, {kind}: plain chunk files / direct = {p[0] / d[0]:.2f}x, "
+                             f"shardfs / plain chunk files = {s[0] / p[0]:.2f}x")
+        if ("eight", "shardfs", where) in median and ("region", "shardfs", where) in median:
+            e, r = median[("eight", "shardfs", where)], median[("region", "shardfs", where)]
+            lines.append(f"- {where}: eight mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x")
     if args.out:
         with open(args.out, "w") as out:
             out.write("\n".join(lines) + "\n")

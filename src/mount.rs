@@ -193,6 +193,7 @@ pub fn filesystem_showing(
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
 pub fn run(config: &MountConfig) -> Result<(), String> {
+    give_large_blocks_back();
     let store = open_store(config.store.clone())?;
     // A store that cannot be written (BLZ data, a zip file, a web server) is mounted read-only.
     let settings =
@@ -213,6 +214,16 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
     // do not survive fork.
     drop(store);
     daemonize(config)
+}
+
+/// Has glibc allocate blocks of 256 KiB and more (chunks being written, shard parts going up)
+/// with mmap, and unmap them when freed. Left to itself glibc raises that threshold to the size
+/// of the largest block freed, and every later 4 MiB chunk comes from heaps that keep what they
+/// once held: writing 256 MiB through an object store mount peaked at 423 MiB resident with it,
+/// 233 MiB with this.
+fn give_large_blocks_back() {
+    // SAFETY: mallopt only changes the allocator's settings; called before threads start.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10) };
 }
 
 /// The store whose `__shardfs/` a clean unmount tidies: a writable mount's. A read-only mount

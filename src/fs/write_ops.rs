@@ -326,7 +326,14 @@ impl ShardFs {
             Target::Stored(key) => Ok(self.ns.store().discard(&key)?),
             Target::Document(path) => {
                 self.creates_documents(&path)?;
-                Ok(self.ns.store().delete(&self.document_key(&path)?)?)
+                let key = self.document_key(&path)?;
+                // What was written to the array goes first, deletions too (`rm -r` of an array
+                // unlinks its chunks, then its document): once the document is gone, pending
+                // chunks no longer belong to an array and could not be committed any more.
+                if let Some(dir) = self.ns.source().array_dir(&key) {
+                    self.pending()?.commit_below(&self.ns, &dir)?;
+                }
+                Ok(self.ns.store().delete(&key)?)
             }
             Target::ChunkOutside(array, coords) => self.publish(&array, &coords, PendingChunk::Deleted),
             Target::ChunkDir(..) => Err(Error::IsADirectory),
@@ -378,7 +385,12 @@ impl ShardFs {
                 pending.remove_dir(&array, &dir);
                 Ok(())
             }
-            Target::Stored(key) => Ok(self.ns.store().remove_dir(&key)?),
+            Target::Stored(key) => {
+                // Shards below whose every chunk was deleted through the view go (and with them
+                // their directories) before the directory does, or it would not be empty.
+                pending.commit_below(&self.ns, &key)?;
+                Ok(self.ns.store().remove_dir(&key)?)
+            }
             Target::Chunk(..) | Target::ChunkOutside(..) | Target::Document(_) | Target::Consolidated(_) => {
                 Err(Error::NotADirectory)
             }

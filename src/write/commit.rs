@@ -147,8 +147,10 @@ fn rebuild(specs: &[IndexSpec], blob: Option<Vec<u8>>, changes: &NestedChanges) 
     Ok(chunks.iter().any(Option::is_some).then(|| crate::format::shard_index::assemble_shard(spec, &chunks)))
 }
 
-/// How often a commit reads the shard again when another writer replaced it meanwhile.
-const ATTEMPTS: u32 = 8;
+/// How often a commit reads the shard again when another writer replaced it meanwhile: eight
+/// mounts committing to one shard at once (each machine's unmount) take turns, the last of them
+/// after seven others got there first.
+const ATTEMPTS: u32 = 16;
 
 /// Runs `attempt` (which takes the shard's lock, reads the shard and writes over the version
 /// read) again when the shard changed between reading it and writing it (another program writing

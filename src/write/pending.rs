@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::commit::{CommitError, NestedChanges, commit_levels};
+use super::commit::{CommitError, NestedChanges, Outcome, commit_levels};
 use super::own_commits::OwnCommits;
 use crate::store::Stamp;
 use crate::view::array::ShardedArray;
@@ -377,6 +377,9 @@ impl Pending {
         match result {
             Ok(committed) => {
                 self.committed.lock().insert(key.to_string());
+                if committed.outcome == Outcome::Deleted {
+                    remove_empty_dirs_above(ns.store(), key, &array.dir);
+                }
                 if let Some(versions) = committed.replaced {
                     let changed = carried.iter().map(|(coords, ..)| coords.clone()).collect();
                     self.own.record(key, &array, versions, changed);
@@ -418,6 +421,16 @@ impl Pending {
     /// own doing, which the kernel's caches already reflect.
     pub fn take_committed(&self) -> HashSet<String> {
         std::mem::take(&mut *self.committed.lock())
+    }
+
+    /// Commits every pending chunk of the shards below store directory `dir`.
+    pub fn commit_below(&self, ns: &Namespace, dir: &str) -> Result<(), CommitError> {
+        let below = format!("{dir}/");
+        let keys: Vec<String> = self.shards.lock().keys().filter(|k| k.starts_with(&below)).cloned().collect();
+        for key in keys {
+            self.commit_shard(ns, &key)?;
+        }
+        Ok(())
     }
 
     /// Hands the shards idle for at least the policy's interval to the background committers
@@ -488,6 +501,16 @@ impl Overlay for Pending {
         let enc = &array.view_keys;
         let inside = |dir: &&String| enc.decode_dir(dir, array.rank()).is_some_and(|prefix| array.in_bounds(&prefix));
         self.dirs.lock().get(&array.dir).map(|d| d.iter().filter(inside).cloned().collect()).unwrap_or_default()
+    }
+}
+
+/// Removes the directories between the shard at `key`, just deleted, and its array's directory
+/// `top`, as far up as they are empty: nothing is shown there, and a directory removed through the
+/// view (`rm -r` of the array) must find nothing left of its shards.
+fn remove_empty_dirs_above(store: &dyn crate::store::Store, key: &str, top: &str) {
+    let mut dir = crate::store::parent_key(key);
+    while dir.len() > top.len() && store.remove_dir(dir).is_ok() {
+        dir = crate::store::parent_key(dir);
     }
 }
 

@@ -595,24 +595,39 @@ impl Fetcher {
         segment
     }
 
-    /// A read's own bytes, fetched for it alone (no budget).
+    /// A read's own bytes, fetched for it alone (no budget): a reply cut short, running long or
+    /// failing on the way is asked again, up to [`TRIES`] times in all, and never served.
     fn read_directly(&self, reader: &Reader, wanted: Range<u64>, buf: &mut [u8]) -> Result<usize> {
         let inner = &self.inner;
-        let bytes = self.runtime.block_on(async {
-            let _permit = inner.requests.clone().acquire_owned().await;
-            let mut stream = (reader.get)(wanted.clone()).await?;
-            let mut all = Vec::with_capacity(buf.len());
-            while let Some(piece) = stream.next().await {
-                all.extend_from_slice(&piece?);
+        let mut attempt = 1;
+        loop {
+            let fetched = self.runtime.block_on(async {
+                let _permit = inner.requests.clone().acquire_owned().await;
+                let mut stream = (reader.get)(wanted.clone()).await?;
+                let mut all = Vec::with_capacity(buf.len());
+                while let Some(piece) = stream.next().await {
+                    all.extend_from_slice(&piece?);
+                }
+                if all.len() != buf.len() {
+                    let wrong = io::Error::new(io::ErrorKind::InvalidData, "a read came back of the wrong length");
+                    return Err(Error::Io { place: reader.version.key.clone(), source: wrong });
+                }
+                Ok::<_, Error>(all)
+            });
+            match fetched {
+                Ok(bytes) => {
+                    buf.copy_from_slice(&bytes);
+                    return Ok(buf.len());
+                }
+                Err(e @ (Error::Changed(_) | Error::NotFound(_))) => return Err(e),
+                Err(e) if attempt >= TRIES => return Err(e),
+                Err(e) => {
+                    log::debug!("{}: try {attempt} of {TRIES}: {e}", reader.version.key);
+                    std::thread::sleep(crate::store::backoff(attempt as u32));
+                    attempt += 1;
+                }
             }
-            Ok::<_, Error>(all)
-        })?;
-        if bytes.len() != buf.len() {
-            let wrong = io::Error::new(io::ErrorKind::InvalidData, "a read came back of the wrong length");
-            return Err(Error::Io { place: reader.version.key.clone(), source: wrong });
         }
-        buf.copy_from_slice(&bytes);
-        Ok(buf.len())
     }
 }
 
@@ -1328,6 +1343,21 @@ mod tests {
             calls.iter().any(|r| r.start == 3 * PIECE),
             "the rest asked from where the first GET stopped: {calls:?}"
         );
+    }
+
+    #[test]
+    fn a_read_fetched_for_itself_alone_asks_again_when_a_reply_runs_long_and_never_serves_it() {
+        let rt = runtime();
+        // No budget: each read its own GET. The first three replies fail on the way, then every
+        // reply runs long: none is ever served.
+        let fetcher = Fetcher::new(0, 16, rt.handle().clone());
+        let flaky = Arc::new(Fake { failures: AtomicUsize::new(3), ..Default::default() });
+        read(&fetcher, &flaky.reader(1, 1 << 20), 1, 100..5000).unwrap();
+        assert_eq!(flaky.calls().len(), 4, "tried again after each failure");
+        let long = Arc::new(Fake { surplus: Some(64), ..Default::default() });
+        let mut buf = vec![0; 4900];
+        assert!(fetcher.read(&long.reader(1, 1 << 20), 100..5000, &mut buf).is_err());
+        assert_eq!(long.calls().len(), TRIES, "given up after {TRIES} tries");
     }
 
     #[test]
