@@ -204,6 +204,57 @@ fn a_real_s3_server_passes_the_store_conformance_checks() {
     }
 }
 
+/// The ETag of object `key` of bucket `bucket` on the S3 server at `endpoint`, asked directly.
+fn e_tag_of(endpoint: &str, bucket: &str, key: &str) -> String {
+    use object_store::ObjectStoreExt;
+    let client = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let meta = runtime.block_on(client.head(&object_store::path::Path::from(key))).unwrap();
+    meta.e_tag.expect("an ETag").trim_matches('"').to_string()
+}
+
+#[test]
+fn a_large_shard_goes_up_in_parts_under_the_conditions_the_server_honours_there() {
+    let Some(endpoint) = s3_endpoint("multipart uploads") else { return };
+    let name = format!("multipart-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint.clone()), ..Default::default() };
+    let store = s3::open(&format!("s3://{name}/p"), &options, Caching::default()).unwrap();
+    // Asks the server which conditions it honours on a completion: moto refuses one where an
+    // object is (If-None-Match: *) and ignores If-Match there.
+    store.check_writes().unwrap();
+    let shard: Vec<u8> = (0..21u32 << 20).map(|i| (i % 251) as u8).collect();
+    let (head, tail) = shard.split_at(7 << 20);
+    store.put("shard", &[head, tail], PutMode::Create).unwrap();
+    let e_tag = e_tag_of(&endpoint, &name, "p/shard");
+    assert!(e_tag.ends_with("-5"), "five parts of 5 MiB at most: {e_tag}");
+    let fresh = || s3::open(&format!("s3://{name}/p"), &options, Caching::default()).unwrap();
+    assert!(fresh().read("shard").unwrap() == shard, "the parts in order, every byte");
+    assert!(
+        matches!(store.put("shard", &[&shard], PutMode::Create), Err(store::Error::Changed(_))),
+        "a new shard goes up only where there is none, in parts too"
+    );
+    // An update under If-Match, which moto does not honour on a completion: one PUT, whose
+    // condition it does honour.
+    let stale = fresh().attr("shard").unwrap().stamp;
+    let replaced: Vec<u8> = shard.iter().map(|b| b.wrapping_add(1)).collect();
+    store.put("shard", &[&replaced], PutMode::Update(stale)).unwrap();
+    assert!(!e_tag_of(&endpoint, &name, "p/shard").contains('-'), "a single PUT");
+    assert!(
+        matches!(fresh().put("shard", &[&shard], PutMode::Update(stale)), Err(store::Error::Changed(_))),
+        "never over another version"
+    );
+    assert!(fresh().read("shard").unwrap() == replaced);
+}
+
 /// One inner chunk of the arrays of `mib_array`: 1 MiB, each unlike the others.
 fn mib_chunk(i: u8) -> Vec<u8> {
     (0..1u32 << 20).map(|j| (j % 253) as u8 ^ i).collect()

@@ -163,7 +163,7 @@ fn emptying_a_shard_deletes_it() {
     setup(dir.path(), &spec(IndexLocation::End), &old_chunks());
     let changes: Changes = (0..8).map(|i| (i, None)).collect();
     let committed = commit(&store, KEY, &spec(IndexLocation::End), &changes).unwrap();
-    assert_eq!(committed, Outcome::Deleted.into());
+    assert_eq!((committed.outcome, committed.replaced), (Outcome::Deleted, None));
     assert!(!dir.path().join(KEY).exists());
 }
 

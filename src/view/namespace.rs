@@ -318,6 +318,18 @@ impl Namespace {
         &*self.store
     }
 
+    /// Remembers the outermost index of the shard at `key` as a commit of this mount wrote it
+    /// (version `stamp`, `len` bytes long).
+    pub fn remember_index(
+        &self,
+        key: &str,
+        len: u64,
+        stamp: Stamp,
+        index: Arc<crate::format::shard_index::ShardIndex>,
+    ) {
+        self.shards.remember_index(key, len, stamp, index);
+    }
+
     /// The sharded array whose directory is the store key `dir`, if the view shows one there, as
     /// its document is now.
     pub fn array_at(&self, dir: &str) -> Result<Option<Arc<ShardedArray>>> {

@@ -12,7 +12,7 @@ use super::read_ahead::ReadAhead;
 use super::sources::Sources;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
-use crate::store::{self, Attr, Kind, Object, Store, join, lock};
+use crate::store::{self, Attr, Kind, Object, Stamp, Store, join, lock};
 
 /// An inner chunk found in its shard.
 #[derive(Debug)]
@@ -140,6 +140,12 @@ pub enum Walk {
 impl Shards {
     pub fn new(cache: IndexCache) -> Self {
         Shards { cache: Arc::new(cache), read_ahead: ReadAhead::default() }
+    }
+
+    /// Remembers the outermost index of the shard at `key`, version `stamp`, `len` bytes long, as
+    /// a commit of this mount wrote it: its chunks' lookups need not read it back.
+    pub fn remember_index(&self, key: &str, len: u64, stamp: Stamp, index: Arc<ShardIndex>) {
+        self.cache.insert((key.to_string(), 0, len), stamp, Ok(index));
     }
 
     /// Takes note that a walk through the chunks of `shards` of `array` (a listing), shard by

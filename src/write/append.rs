@@ -63,5 +63,9 @@ pub(super) fn append(
     }
     let after = file.attr()?.stamp;
     journal::end(store, &record_key)?;
-    Ok(Committed { outcome: Outcome::Appended { old_len, new_len }, replaced: Some((current.stamp(), after)) })
+    Ok(Committed {
+        outcome: Outcome::Appended { old_len, new_len },
+        replaced: Some((current.stamp(), after)),
+        written: None,
+    })
 }

@@ -183,8 +183,8 @@ fn commit_over(
         if chunks.iter().all(Option::is_none) {
             return Ok(Outcome::Unchanged.into());
         }
-        rewrite::put_shard(store, key, spec, &chunks, None)?;
-        return Ok(Outcome::Created.into());
+        let written = rewrite::put_shard(store, key, spec, &chunks, None)?;
+        return Ok(Committed { outcome: Outcome::Created, replaced: None, written });
     };
     let kept = |i: u64| !changes.contains_key(&i) && current.entries[i as usize].is_some();
     let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
@@ -209,7 +209,8 @@ fn commit_over(
         });
     }
     let written = rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()))?;
-    Ok(Committed { outcome: Outcome::Rewritten, replaced: written.map(|after| (current.stamp(), after)) })
+    let replaced = written.as_ref().map(|after| (current.stamp(), after.stamp));
+    Ok(Committed { outcome: Outcome::Rewritten, replaced, written })
 }
 
 /// Rewrites the shard at `key` without unused space (replaced chunks and old indexes left by

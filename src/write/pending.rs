@@ -86,16 +86,18 @@ struct Shard {
 }
 
 impl Shard {
-    /// True when every chunk of the shard inside the array has a pending state: no later write
-    /// can add to what a commit now would store.
-    /// A chunk still open for writing (its buffer held by a file) is not settled yet.
+    /// True when every chunk of the shard has a pending state: no later write can add to what a
+    /// commit now would store. A chunk still open for writing (its buffer held by a file) is not
+    /// settled yet, and a shard the array's edge cuts is never complete: the array may grow into
+    /// it (zarr-python's `append` writes a chunk of it after each resize).
     fn is_complete(&self) -> bool {
         let settled = |e: &Entry| match &e.state {
             PendingChunk::Written(buffer) => Arc::strong_count(buffer) == 1,
             PendingChunk::Deleted => true,
         };
+        let whole: u64 = self.array.meta.sharding.chunks_per_shard().iter().product();
         let inside = self.entries.iter().filter(|(c, e)| self.array.in_bounds(c) && settled(e)).count() as u64;
-        inside == self.array.chunks_in_shard(&self.coords)
+        inside == whole && self.array.chunks_in_shard(&self.coords) == whole
     }
 
     /// The error that drops the pending chunks, which the array's document no longer describes;
@@ -190,8 +192,9 @@ impl Pending {
             shard.entries.clear();
             shard.bytes = 0;
             shard.error = None;
-            shard.array = array.clone();
         }
+        // The array as it is now (resized, perhaps): whether the shard is complete is of its shape.
+        shard.array = array.clone();
         let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
         let old_bytes = old.map_or(0, |e| e.bytes);
         shard.bytes = shard.bytes + bytes - old_bytes;
@@ -379,6 +382,9 @@ impl Pending {
                 self.committed.lock().insert(key.to_string());
                 if committed.outcome == Outcome::Deleted {
                     remove_empty_dirs_above(ns.store(), key, &array.dir);
+                }
+                if let Some(written) = committed.written.as_ref().filter(|_| array.meta.sharding.levels.len() == 1) {
+                    ns.remember_index(key, written.len, written.stamp, written.index.clone());
                 }
                 if let Some(versions) = committed.replaced {
                     let changed = carried.iter().map(|(coords, ..)| coords.clone()).collect();

@@ -4,7 +4,9 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
+use crate::format::shard_index::ShardIndex;
 use crate::store::{self, Object, Stamp};
 
 /// New content per index entry: `Some(bytes)` stores, `None` empties the entry. The bytes are
@@ -34,17 +36,28 @@ pub enum Outcome {
 
 /// What a commit did, and the shard versions it went from and to when the store could name the
 /// one it wrote: every chunk the commit did not change has the same bytes in both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Committed {
     pub outcome: Outcome,
     pub replaced: Option<(Stamp, Stamp)>,
+    /// The shard written whole, when the store named its version: its index is known without
+    /// reading it back.
+    pub written: Option<Written>,
+}
+
+/// A shard a commit wrote whole: its version, length and index.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub stamp: Stamp,
+    pub len: u64,
+    pub index: Arc<ShardIndex>,
 }
 
 impl From<Outcome> for Committed {
     /// A commit with no pair of versions to name: it made the first version, deleted the last,
     /// changed nothing, or replaced a whole chunk file (no other chunk is in it).
     fn from(outcome: Outcome) -> Self {
-        Committed { outcome, replaced: None }
+        Committed { outcome, replaced: None, written: None }
     }
 }
 

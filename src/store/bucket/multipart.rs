@@ -5,9 +5,11 @@
 //! is its upload: the CompleteMultipartUpload request carries `If-Match` or `If-None-Match: *`,
 //! which S3 honours since 2024. object_store sends the parts but cannot add those headers to the
 //! completion, so that one request is signed and sent here, with object_store's own signer,
-//! credentials and HTTP client. Whether the server refuses a completion over another version is
-//! asked once, when the mount is checked for writes ([`Multipart::probe`]); a server that does
-//! not (moto ignores `If-Match` there) gets single PUTs instead, slower but never lost.
+//! credentials and HTTP client. Whether the server refuses a completion over an object, and one
+//! over another version, is asked once, when the mount is checked for writes
+//! ([`Multipart::probe`]); an upload under a condition the server does not honour there (moto
+//! ignores `If-Match` on a completion, and honours `If-None-Match: *`) is a single PUT instead,
+//! slower but never lost.
 //!
 //! Each part is copied out of the shard's pieces when its upload starts, so an upload holds at
 //! most [`PARTS_AT_ONCE`] parts in memory, never the whole shard. A completion whose answer was
@@ -68,8 +70,10 @@ pub struct Multipart {
     /// The bucket's URL, objects' paths below it.
     bucket_url: String,
     region: String,
-    /// The server refuses a completion over another version (asked once, by [`Multipart::probe`]).
-    conditional: AtomicBool,
+    /// The server refuses a completion over an object (`If-None-Match: *`), and one over another
+    /// version (`If-Match`): asked once, by [`Multipart::probe`].
+    creates: AtomicBool,
+    updates: AtomicBool,
     /// Parts in flight, across the store.
     parts: tokio::sync::Semaphore,
 }
@@ -85,30 +89,38 @@ impl Multipart {
             http,
             bucket_url: bucket_url.trim_end_matches('/').to_string(),
             region: region.to_string(),
-            conditional: AtomicBool::new(false),
+            creates: AtomicBool::new(false),
+            updates: AtomicBool::new(false),
             parts: tokio::sync::Semaphore::new(PARTS_AT_ONCE),
         })
     }
 
     /// True when an upload under `condition` of `size` bytes should go up in parts.
     pub fn fits(&self, size: u64, condition: Condition) -> bool {
-        size >= SMALLEST && (matches!(condition, Condition::None) || self.conditional.load(Ordering::Relaxed))
+        let honoured = match condition {
+            Condition::None => true,
+            Condition::Absent => self.creates.load(Ordering::Relaxed),
+            Condition::ETag(_) => self.updates.load(Ordering::Relaxed),
+        };
+        size >= SMALLEST && honoured
     }
 
-    /// Asks the server, with an upload to `path` (where an object with ETag `e_tag` is), whether
-    /// it refuses to complete an upload over another version; uploads under conditions go up in
-    /// parts from then on only if it does.
+    /// Asks the server, with uploads to `path` (where an object with ETag `e_tag` is), whether it
+    /// refuses to complete one where an object is and one over another version; uploads under
+    /// each condition go up in parts from then on only if it does.
     pub async fn probe(&self, path: &Path, e_tag: &str) {
         let bogus = format!("\"not-{}\"", e_tag.trim_matches('"'));
-        let refused = match self.upload(path, &[b"probe"], Condition::ETag(&bogus)).await {
-            Err(Failed::Refused) => true,
-            Ok(_) => false,
-            Err(Failed::Other(e)) => {
-                log::info!("multipart uploads under conditions cannot be checked ({e}); shards go up whole");
-                false
-            }
-        };
-        self.conditional.store(refused, Ordering::Relaxed);
+        for (condition, honoured) in [(Condition::Absent, &self.creates), (Condition::ETag(&bogus), &self.updates)] {
+            let refused = match self.upload(path, &[b"probe"], condition).await {
+                Err(Failed::Refused) => true,
+                Ok(_) => false,
+                Err(Failed::Other(e)) => {
+                    log::info!("multipart uploads under conditions cannot be checked ({e}); shards go up whole");
+                    false
+                }
+            };
+            honoured.store(refused, Ordering::Relaxed);
+        }
     }
 
     /// Uploads `pieces`, back to back, as the object at `path`, under `condition`.
