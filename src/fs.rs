@@ -18,6 +18,7 @@ pub mod error;
 mod freshness;
 mod inode_number;
 mod inode_table;
+mod interned;
 mod unopened;
 mod write_ops;
 
@@ -41,7 +42,7 @@ use crate::view::sources::Sources;
 use crate::write::pending::{COMMITTERS, Pending, Policy};
 use freshness::{Change, Freshness, Unwatched};
 use inode_number::path_ino;
-use inode_table::{Bound, Inode, InodeTable};
+use inode_table::{Bound, InodeTable};
 use unopened::Unopened;
 
 pub use error::{Error, Result};
@@ -224,7 +225,7 @@ impl ShardFs {
     }
 
     fn node(&self, ino: u64) -> Result<Node> {
-        self.inodes.lock().get(ino).map(|i| i.node.clone()).ok_or(Error::BadHandle)
+        self.inodes.lock().node(ino).ok_or(Error::BadHandle)
     }
 
     /// Finds `name` in directory `parent`; the kernel now holds one more reference to it.
@@ -281,26 +282,14 @@ impl ShardFs {
         if !pending.kept_by_own_commits(&array, coords, from, to) {
             return false;
         }
-        let mut inodes = self.inodes.lock();
-        match inodes.get_mut(ino).and_then(|inode| inode.bound.as_mut()) {
-            Some(bound) if bound.stamp == from || bound.stamp == to => {
-                bound.stamp = to;
-                true
-            }
-            // Bound to yet another version meanwhile, or written through this mount: asked again.
-            _ => false,
-        }
+        // Bound to yet another version meanwhile, or written through this mount: asked again.
+        self.inodes.lock().rebound(ino, from, to)
     }
 
     /// Marks inode `ino` written through this mount: from now on it shows whatever the view holds.
     /// A computed file cannot be written (EROFS): it stays bound to its version.
     fn unbind(&self, ino: u64) {
-        if let Some(inode) = self.inodes.lock().get_mut(ino)
-            && !matches!(inode.node, Node::Consolidated(_))
-        {
-            inode.bound = None;
-            inode.written = true;
-        }
+        self.inodes.lock().unbind(ino);
     }
 
     /// True once a document was stored through the view since the last call: a pass of the
@@ -341,29 +330,29 @@ impl ShardFs {
         let changed = self.freshness.changed(stamp_of, classify);
         let unwatched = self.freshness.take_unwatched();
         let inodes = self.inodes.lock();
-        let entry_of = |inode: &Inode| {
-            let (parent, name) = inode.path.rsplit_once('/').unwrap_or(("", &inode.path));
+        let entry_of = |path: &str| {
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
             inodes.find(parent).map(|p| (p, name.to_string()))
         };
         let changed = changed.into_iter().filter_map(|(ino, document_changed)| {
-            let inode = inodes.get(ino)?;
+            let path = inodes.path(ino)?;
             // Files go with their names, which may now stand for nothing or for another file.
             // So does every entry whose metadata document changed: its path may now be a chunk
             // of a new array, or a plain file, and the next lookup classifies it afresh. Store
             // directories otherwise keep their names, so that the kernel does not drop all it
             // holds below one each time a file is added to it.
             // A file bound to a version goes too: its name now leads to the new version's inode.
-            let goes = document_changed || !matches!(inode.node, Node::Stored(_)) || inode.bound.is_some();
-            Some(Stale { ino, entry: goes.then(|| entry_of(inode)).flatten(), content: Dropped::Everything })
+            let goes = document_changed || !inodes.is_stored(ino) || inodes.bound(ino).is_some();
+            Some(Stale { ino, entry: goes.then(|| entry_of(&path)).flatten(), content: Dropped::Everything })
         });
         let unwatched = unwatched.into_iter().filter_map(|(ino, what)| {
-            let inode = inodes.get(ino)?;
+            let path = inodes.path(ino)?;
             match what {
                 // Only while the name still leads to it: once looked up again to a newer inode,
                 // dropping the name would cost that inode its pages and, were the kernel to
                 // forget it, the file held open for its reads.
-                Unwatched::Name if inodes.find(&inode.path) == Some(ino) => {
-                    Some(Stale { ino, entry: Some(entry_of(inode)?), content: Dropped::Nothing })
+                Unwatched::Name if inodes.find(&path) == Some(ino) => {
+                    Some(Stale { ino, entry: Some(entry_of(&path)?), content: Dropped::Nothing })
                 }
                 Unwatched::Name => None,
                 Unwatched::Attributes => Some(Stale { ino, entry: None, content: Dropped::Everything }),
@@ -413,11 +402,10 @@ impl ShardFs {
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let node = self.node(ino)?;
         let answer = self.ns.answer(&node)?;
-        let own = self
-            .inodes
-            .lock()
-            .get(ino)
-            .and_then(|inode| Some((inode.own_version(&answer)?, inode.bound.as_ref()?.stamp)));
+        let own = {
+            let inodes = self.inodes.lock();
+            inodes.own_version(ino, &answer).zip(inodes.bound(ino).map(|b| b.stamp))
+        };
         if let Some((own, stamp)) = own
             && !self.catch_up(ino, &node, stamp, answer.content)
         {
@@ -433,8 +421,7 @@ impl ShardFs {
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let (node, path) = {
             let inodes = self.inodes.lock();
-            let inode = inodes.get(ino).ok_or(Error::BadHandle)?;
-            (inode.node.clone(), inode.path.clone())
+            (inodes.node(ino).ok_or(Error::BadHandle)?, inodes.path(ino).ok_or(Error::BadHandle)?)
         };
         let sources = Sources::default();
         let listing = self.ns.list_from(&node, &sources)?;
@@ -574,7 +561,7 @@ impl ShardFs {
     /// pages the kernel holds for that inode: through the file opened at its lookup while that is
     /// held, else opened now (ESTALE once that version was replaced).
     pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let bound = self.inodes.lock().get(ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
+        let bound = self.inodes.lock().bound(ino).map(|b| b.stamp);
         let held = bound.and_then(|stamp| self.unopened.get(ino, stamp));
         let reading = match held {
             Some(reading) => reading,

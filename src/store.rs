@@ -53,7 +53,7 @@ pub const PRIVATE_DIR: &str = "__shardfs";
 pub const SCRATCH_DIR: &str = "__shardfs/scratch";
 
 /// File type of a store entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     File,
     Dir,
@@ -93,7 +93,7 @@ impl Stamp {
 }
 
 /// What the view needs to know of one store entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Attr {
     pub kind: Kind,
     pub size: u64,

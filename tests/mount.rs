@@ -359,3 +359,64 @@ fn kill_9_loses_nothing_that_was_fsynced() {
         assert_eq!(read_all(&fs, ino), bytes, "{path} was fsync'd before the kill");
     }
 }
+
+/// A store whose array `a` has `n` chunk files of 4 bytes in one directory (`a/c/<i>`), shards of
+/// 4,096 written straight as files.
+fn many_chunks(n: u64) -> TempDir {
+    use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, assemble_shard};
+    let dir = TempDir::new("many");
+    let array = dir.path().join("a");
+    std::fs::create_dir_all(array.join("c")).unwrap();
+    std::fs::write(dir.path().join("zarr.json"), br#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    let doc = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [n * 4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4096 * 4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [4], "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]
+    });
+    std::fs::write(array.join("zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    let spec = IndexSpec { entries: 4096, endian: Endian::Little, checksum: true, location: IndexLocation::End };
+    for shard in 0..n.div_ceil(4096) {
+        let chunks: Vec<Option<Vec<u8>>> = (0..4096u64)
+            .map(|i| (shard * 4096 + i < n).then(|| (shard * 4096 + i).to_le_bytes()[..4].to_vec()))
+            .collect();
+        std::fs::write(array.join("c").join(shard.to_string()), assemble_shard(&spec, &chunks)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn inodes_the_kernel_forgets_mid_walk_are_forgotten_by_the_daemon_too() {
+    let Some(mnt) = mount_point() else { return };
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("*** SKIPPING the forget test: dropping the kernel's caches needs root ***");
+        return;
+    }
+    let store = many_chunks(20_000);
+    let mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
+    let drop_caches = || std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let chunks = mnt.path().join("a/c");
+    // A stat walk, as `ls -l` makes it: the kernel holds an inode for every file it stats.
+    let mut names: Vec<String> =
+        std::fs::read_dir(&chunks).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort_by_key(|n| n.parse::<u64>().unwrap());
+    assert_eq!(names.len(), 20_000);
+    let (first, rest) = names.split_at(10_000);
+    for name in first {
+        assert_eq!(std::fs::metadata(chunks.join(name)).unwrap().len(), 4);
+    }
+    let held = mounted.filesystem().known_inodes();
+    assert!(held >= 10_000, "the kernel holds what it stat'ed: {held}");
+    // The kernel drops its caches mid-walk, forgets its inodes, and the daemon with it.
+    drop_caches();
+    wait_for("the daemon to forget the inodes the kernel dropped", || mounted.filesystem().known_inodes() < 100);
+    for name in rest {
+        assert_eq!(std::fs::read(chunks.join(name)).unwrap(), name.parse::<u64>().unwrap().to_le_bytes()[..4]);
+    }
+    assert!(mounted.filesystem().known_inodes() >= 10_000);
+    drop_caches();
+    wait_for("the daemon to forget the rest", || mounted.filesystem().known_inodes() < 100);
+    drop(mounted);
+}

@@ -9,7 +9,7 @@ use super::error::Unsupported;
 use serde_json::Value;
 
 /// Which family of chunk keys an array uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyStyle {
     /// `"c"` then the coordinates, each after the separator.
     Default,
@@ -20,7 +20,7 @@ pub enum KeyStyle {
 }
 
 /// A chunk key encoding: style plus separator (`/` or `.`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChunkKeyEncoding {
     pub style: KeyStyle,
     pub separator: char,

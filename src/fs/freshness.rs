@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::interned::Interned;
 use crate::store::Stamp;
 
 /// The version of a watched file that the kernel's cached answers agree with.
@@ -61,25 +62,64 @@ pub enum Change {
     Document,
 }
 
+/// Key numbers, inline while they are few (a chunk's: its shard and its array's document).
+#[derive(Debug, Default)]
+struct Keys {
+    inline: [u32; 3],
+    len: u8,
+    more: Vec<u32>,
+}
+
+impl Keys {
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.inline[..self.len as usize].iter().copied().chain(self.more.iter().copied())
+    }
+
+    /// Adds `key`; false when it was there.
+    fn add(&mut self, key: u32) -> bool {
+        if self.iter().any(|k| k == key) {
+            return false;
+        }
+        match self.len {
+            len if (len as usize) < self.inline.len() => {
+                self.inline[len as usize] = key;
+                self.len += 1;
+            }
+            _ => self.more.push(key),
+        }
+        true
+    }
+}
+
+/// What is watched of one inode the kernel holds: when it was last told about it, and the keys
+/// its answers were read from.
+#[derive(Debug)]
+struct Record {
+    told: Instant,
+    answers: Keys,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    watched: HashMap<Arc<str>, Watched>,
-    /// The keys each inode's answers were read from, to forget them with the inode (a chunk's
-    /// shard cannot be worked out again once its array's geometry changed).
-    inode_keys: HashMap<u64, Vec<Arc<str>>>,
+    /// Each key's number, held once by every inode or listing read from it.
+    keys: Interned<Arc<str>>,
+    watched: HashMap<u32, Watched>,
+    /// The inodes the kernel was told about, with the keys their answers were read from (a
+    /// chunk's shard cannot be worked out again once its array's geometry changed).
+    records: HashMap<u64, Record>,
     /// The keys each cached listing was read from, to forget them with the directory.
-    listing_keys: HashMap<u64, HashSet<Arc<str>>>,
+    listing_keys: HashMap<u64, HashSet<u32>>,
     /// Inodes no longer watched, and what the kernel must drop of them at the next pass.
     unwatched: HashMap<u64, Unwatched>,
-    /// When the kernel was last told about each watched inode (its attributes or its listing).
-    told: HashMap<u64, Instant>,
 }
 
 impl Inner {
-    /// The entry of `key`, taking an answer read from version `stamp`.
-    fn entry(&mut self, key: &str, stamp: Option<Stamp>) -> &mut Watched {
+    /// The entry of `key` (its number, one more reference to it), taking an answer read from
+    /// version `stamp`.
+    fn entry(&mut self, key: &str, stamp: Option<Stamp>) -> (u32, &mut Watched) {
+        let n = self.keys.take_str(key);
         let seen = Baseline::Seen(stamp);
-        let w = self.watched.entry(key.into()).or_insert_with(|| Watched {
+        let w = self.watched.entry(n).or_insert_with(|| Watched {
             baseline: seen,
             inodes: HashSet::new(),
             listings: HashSet::new(),
@@ -88,37 +128,54 @@ impl Inner {
         if w.baseline != seen {
             w.baseline = Baseline::Mixed;
         }
-        w
+        (n, w)
     }
 
-    fn drop_if_unused(&mut self, key: &str) {
-        if self.watched.get(key).is_some_and(|w| w.inodes.is_empty() && w.listings.is_empty() && w.geometry.is_empty())
-        {
-            self.watched.remove(key);
+    /// Drops one reference to key `n`, and its entry once nothing is watched from it.
+    fn release(&mut self, n: u32) {
+        if self.watched.get(&n).is_some_and(|w| w.inodes.is_empty() && w.listings.is_empty() && w.geometry.is_empty()) {
+            self.watched.remove(&n);
         }
+        self.keys.release(n);
     }
 
-    /// The shared copy of `key`, which [`Inner::entry`] just made sure of.
-    fn key(&self, key: &str) -> Arc<str> {
-        self.watched.get_key_value(key).expect("just added").0.clone()
+    fn record(&mut self, ino: u64) -> &mut Record {
+        self.records.entry(ino).or_insert_with(|| Record { told: Instant::now(), answers: Keys::default() })
     }
 
     fn forget_inode(&mut self, ino: u64) {
-        for key in self.inode_keys.remove(&ino).unwrap_or_default() {
-            if let Some(w) = self.watched.get_mut(&key) {
+        let Some(record) = self.records.get_mut(&ino) else { return };
+        let keys: Vec<u32> = std::mem::take(&mut record.answers).iter().collect();
+        for n in keys {
+            if let Some(w) = self.watched.get_mut(&n) {
                 w.inodes.remove(&ino);
                 w.geometry.remove(&ino);
             }
-            self.drop_if_unused(&key);
+            self.release(n);
         }
     }
 
     fn forget_listing(&mut self, dir: u64) {
-        for key in self.listing_keys.remove(&dir).unwrap_or_default() {
-            if let Some(w) = self.watched.get_mut(&key) {
+        let Some(keys) = self.listing_keys.remove(&dir) else { return };
+        for n in keys.into_iter() {
+            if let Some(w) = self.watched.get_mut(&n) {
                 w.listings.remove(&dir);
             }
-            self.drop_if_unused(&key);
+            self.release(n);
+        }
+    }
+
+    /// Forgets everything of `ino`, and gives memory back once most was forgotten.
+    fn forget(&mut self, ino: u64) {
+        self.forget_inode(ino);
+        self.forget_listing(ino);
+        self.records.remove(&ino);
+        if self.records.capacity() > 4096 && self.records.len() < self.records.capacity() / 4 {
+            self.records.shrink_to(self.records.len() * 2);
+            for w in self.watched.values_mut() {
+                w.inodes.shrink_to_fit();
+                w.geometry.shrink_to_fit();
+            }
         }
     }
 }
@@ -135,19 +192,17 @@ impl Freshness {
     /// `geometry`, when given, is the array document the answer took its geometry from.
     pub fn watch(&self, ino: u64, sources: &[(String, Option<Stamp>)], geometry: Option<&(String, Stamp)>) {
         let mut inner = self.inner.lock();
-        inner.told.insert(ino, Instant::now());
+        inner.record(ino).told = Instant::now();
         let geometry = geometry.map(|(key, stamp)| (key, Some(*stamp), true));
         for (key, stamp, is_geometry) in sources.iter().map(|(k, s)| (k, *s, false)).chain(geometry) {
-            let w = inner.entry(key, stamp);
+            let (n, w) = inner.entry(key, stamp);
             if is_geometry {
                 w.geometry.insert(ino)
             } else {
                 w.inodes.insert(ino)
             };
-            let key = inner.key(key);
-            let keys = inner.inode_keys.entry(ino).or_default();
-            if !keys.contains(&key) {
-                keys.push(key);
+            if !inner.record(ino).answers.add(n) {
+                inner.keys.release(n);
             }
         }
     }
@@ -157,11 +212,13 @@ impl Freshness {
     /// files of every part count until the directory is forgotten.
     pub fn watch_listing(&self, dir: u64, sources: Vec<(String, Option<Stamp>)>) {
         let mut inner = self.inner.lock();
-        inner.told.insert(dir, Instant::now());
+        inner.record(dir).told = Instant::now();
         for (key, stamp) in sources {
-            inner.entry(&key, stamp).listings.insert(dir);
-            let key = inner.key(&key);
-            inner.listing_keys.entry(dir).or_default().insert(key);
+            let (n, w) = inner.entry(&key, stamp);
+            w.listings.insert(dir);
+            if !inner.listing_keys.entry(dir).or_default().insert(n) {
+                inner.keys.release(n);
+            }
         }
     }
 
@@ -169,20 +226,16 @@ impl Freshness {
     /// file).
     pub fn unwatch(&self, ino: u64) {
         let mut inner = self.inner.lock();
-        inner.forget_inode(ino);
-        inner.forget_listing(ino);
+        inner.forget(ino);
         inner.unwatched.remove(&ino);
-        inner.told.remove(&ino);
     }
 
     /// Stops watching `ino`, whose answers no longer say what it is, and has the next pass drop
     /// `what` of it: the kernel would otherwise keep it for the whole TTL.
     pub fn unwatch_until_dropped(&self, ino: u64, what: Unwatched) {
         let mut inner = self.inner.lock();
-        inner.forget_inode(ino);
-        inner.forget_listing(ino);
+        inner.forget(ino);
         inner.unwatched.insert(ino, what);
-        inner.told.remove(&ino);
     }
 
     /// Stops watching the inodes the kernel was last told about `after` ago or longer (it asks
@@ -190,16 +243,16 @@ impl Freshness {
     /// was watched: the kernel's copy of a listing is kept as long as it holds the directory.
     pub fn lapsed(&self, after: Duration) -> Vec<(u64, bool)> {
         let mut inner = self.inner.lock();
-        let old: Vec<u64> =
-            inner.told.iter().filter(|(_, told)| told.elapsed() >= after).map(|(ino, _)| *ino).collect();
-        let lapsed = old.into_iter().map(|ino| {
-            inner.told.remove(&ino);
-            let listed = inner.listing_keys.contains_key(&ino);
-            inner.forget_inode(ino);
-            inner.forget_listing(ino);
-            (ino, listed)
-        });
-        lapsed.collect()
+        let old: Vec<(u64, bool)> = inner
+            .records
+            .iter()
+            .filter(|(_, r)| r.told.elapsed() >= after)
+            .map(|(ino, _)| (*ino, inner.listing_keys.contains_key(ino)))
+            .collect();
+        for (ino, _) in &old {
+            inner.forget(*ino);
+        }
+        old
     }
 
     /// The inodes [`Freshness::unwatch_until_dropped`] named since the last call.
@@ -210,14 +263,18 @@ impl Freshness {
     /// Takes `stamp` as the version every cached answer about `key` agrees with: the file was
     /// changed by this mount, in a way the kernel already knows of.
     pub fn rebase(&self, key: &str, stamp: Option<Stamp>) {
-        if let Some(w) = self.inner.lock().watched.get_mut(key) {
+        let mut inner = self.inner.lock();
+        if let Some(n) = inner.keys.number_of_str(key)
+            && let Some(w) = inner.watched.get_mut(&n)
+        {
             w.baseline = Baseline::Seen(stamp);
         }
     }
 
     /// The keys of every watched file and directory.
     pub fn keys(&self) -> Vec<Arc<str>> {
-        self.inner.lock().watched.keys().cloned().collect()
+        let inner = self.inner.lock();
+        inner.watched.keys().filter_map(|n| inner.keys.get(*n).cloned()).collect()
     }
 
     /// Stats every watched file with `stamp_of` and returns the inodes answered from a version
@@ -229,12 +286,15 @@ impl Freshness {
         stamp_of: impl Fn(&str) -> Option<Stamp>,
         classify: impl Fn(&str, Option<Stamp>) -> Change,
     ) -> Vec<(u64, bool)> {
-        let keys: Vec<(Arc<str>, Baseline)> =
-            self.inner.lock().watched.iter().map(|(k, w)| (k.clone(), w.baseline)).collect();
+        let keys: Vec<(u32, Arc<str>, Baseline)> = {
+            let inner = self.inner.lock();
+            let named = |(n, w): (&u32, &Watched)| Some((*n, inner.keys.get(*n)?.clone(), w.baseline));
+            inner.watched.iter().filter_map(named).collect()
+        };
         // Stat (and classify the changes) without the lock: lookups keep being answered meanwhile.
-        let now: Vec<(Arc<str>, Baseline, Option<Stamp>, Change)> = keys
+        let now: Vec<(u32, Baseline, Option<Stamp>, Change)> = keys
             .into_iter()
-            .filter_map(|(key, baseline)| {
+            .filter_map(|(n, key, baseline)| {
                 let current = stamp_of(&key);
                 let before = match baseline {
                     Baseline::Seen(before) if before == current => return None,
@@ -242,13 +302,14 @@ impl Freshness {
                     Baseline::Mixed => None,
                 };
                 let change = classify(&key, before);
-                Some((key, baseline, current, change))
+                Some((n, baseline, current, change))
             })
             .collect();
         let mut stale = HashMap::new();
         let mut inner = self.inner.lock();
-        for (key, before, current, change) in now {
-            let Some(w) = inner.watched.get_mut(&key) else { continue };
+        for (n, before, current, change) in now {
+            // A number given to another key meanwhile is not this one's.
+            let Some(w) = inner.watched.get_mut(&n) else { continue };
             {
                 let geometry = w.geometry.iter().filter(|_| change != Change::Grew);
                 for ino in w.inodes.iter().chain(&w.listings).chain(geometry) {

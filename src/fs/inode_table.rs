@@ -1,31 +1,30 @@
-//! The inodes the kernel holds, by number and by path.
+//! The inodes the kernel holds, by number and by path, kept small: a walk over millions of chunk
+//! files leaves the kernel holding millions of inodes, and what the daemon keeps for each is what
+//! such a walk costs it.
 //!
 //! A number starts as the hash of the inode's first path (`inode_number.rs`), but the path of an
 //! inode changes with renames and one path can have several inodes (one per content version the
 //! kernel still holds, and files unlinked or replaced while open). So the path of an inode is
-//! never derived from its number: an index from path to the inodes reachable by that name is kept
-//! beside the table. An inode unlinked or replaced by a rename leaves the index (no lookup may
-//! answer it again) and stays in the table until the kernel forgets it.
+//! never derived from its number: an index from the hash of a path to the inodes reachable by that
+//! name is kept beside the table (the path itself is worked out from the inode's node, never
+//! stored twice). An inode unlinked or replaced by a rename leaves the index (no lookup may answer
+//! it again) and stays in the table until the kernel forgets it.
+//!
+//! What one inode costs: its node in a compact form (a chunk's array by number, its coordinates
+//! inline), its lookup count, and for an inode bound to a content version the version's number and
+//! the size the kernel was told: the version's stamp and attributes are kept once for every inode
+//! bound to it (a shard version's 4,096 chunks share one). About 120 bytes with the index, where a
+//! node, its path twice and a copy of the version's attributes took over 500.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use crate::store::{Attr, Stamp, join};
+use crate::view::array::ArrayPath;
 use crate::view::namespace::{Answer, Node};
 
 use super::inode_number::{next_probe, path_ino};
-
-#[derive(Debug)]
-pub(super) struct Inode {
-    pub node: Node,
-    pub path: String,
-    lookups: u64,
-    /// The version of the content the kernel may hold pages and a size of; `None` for
-    /// directories and files whose bytes are not a store version (pending, computed).
-    pub bound: Option<Bound>,
-    /// Written through this mount (opened for writing, created, truncated, renamed or linked
-    /// onto): never bound again, since the kernel's pages hold what was written.
-    pub written: bool,
-}
+use super::interned::Interned;
 
 /// A store version of a file's content, with the attributes the kernel was told for it.
 #[derive(Debug, Clone)]
@@ -34,72 +33,274 @@ pub(super) struct Bound {
     pub attr: Attr,
 }
 
-impl Inode {
-    /// True when this inode can stand for the content `bound` describes. An inode bound to a
-    /// version shows no other content, not even content of no version (a chunk written and not
-    /// yet committed): the kernel's pages of it hold the version's bytes.
-    fn shows(&self, bound: Option<&Bound>) -> bool {
-        match (&self.bound, bound) {
-            (None, _) => true,
-            (Some(mine), Some(new)) => mine.stamp == new.stamp,
-            (Some(_), None) => false,
+/// Chunk coordinates, inline while they are few and small (every chunk grid in practice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Coords {
+    Inline(u8, [u32; 4]),
+    Boxed(Box<[u64]>),
+}
+
+impl Coords {
+    fn of(coords: &[u64]) -> Self {
+        match coords.iter().all(|c| *c <= u64::from(u32::MAX)) && coords.len() <= 4 {
+            true => {
+                let mut inline = [0; 4];
+                for (slot, c) in inline.iter_mut().zip(coords) {
+                    *slot = *c as u32;
+                }
+                Coords::Inline(coords.len() as u8, inline)
+            }
+            false => Coords::Boxed(coords.into()),
         }
     }
 
-    /// The attributes of this inode's own version when `answer` is about another one.
-    pub fn own_version(&self, answer: &Answer) -> Option<Attr> {
-        self.bound.as_ref().filter(|b| answer.content != Some(b.stamp)).map(|b| b.attr)
+    fn to_vec(&self) -> Vec<u64> {
+        match self {
+            Coords::Inline(rank, inline) => inline[..*rank as usize].iter().map(|c| u64::from(*c)).collect(),
+            Coords::Boxed(coords) => coords.to_vec(),
+        }
     }
+}
+
+/// A node as the table keeps it: an array by its number in [`Arrays`].
+#[derive(Debug)]
+enum Kept {
+    Stored(Box<str>),
+    Document(Box<str>),
+    /// Few (directories): boxed, so that they cost the chunks nothing.
+    ChunkDir(Box<(u32, String, Vec<u64>)>),
+    Chunk {
+        array: u32,
+        coords: Coords,
+    },
+    Consolidated(&'static str),
+}
+
+#[derive(Debug)]
+struct Inode {
+    kept: Kept,
+    lookups: u32,
+    /// The number of the content version the kernel may hold pages and a size of ([`Versions`]);
+    /// 0 for directories and files whose bytes are not a store version (pending, computed).
+    version: u32,
+    /// The size the kernel was told for that version.
+    size: u64,
+    /// Written through this mount (opened for writing, created, truncated, renamed or linked
+    /// onto): never bound again, since the kernel's pages hold what was written.
+    written: bool,
+}
+
+/// The stamp and attributes of a bound version, less the size (which differs per chunk).
+type Version = (Stamp, Attr);
+
+/// The inodes a path leads to, oldest first (one, nearly always).
+#[derive(Debug)]
+enum Inos {
+    One(u64),
+    Many(Vec<u64>),
+}
+
+impl Inos {
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Inos::One(ino) => std::slice::from_ref(ino),
+            Inos::Many(inos) => inos,
+        }
+    }
+
+    fn push(&mut self, ino: u64) {
+        match self {
+            Inos::One(first) => *self = Inos::Many(vec![*first, ino]),
+            Inos::Many(inos) => inos.push(ino),
+        }
+    }
+
+    /// Removes `ino`; true when none is left.
+    fn remove(&mut self, ino: u64) -> bool {
+        match self {
+            Inos::One(only) => *only == ino,
+            Inos::Many(inos) => {
+                inos.retain(|&i| i != ino);
+                if let [only] = inos[..] {
+                    *self = Inos::One(only);
+                }
+                inos_empty(self)
+            }
+        }
+    }
+}
+
+fn inos_empty(inos: &Inos) -> bool {
+    matches!(inos, Inos::Many(v) if v.is_empty())
 }
 
 /// Every inode the kernel holds, and which of them each path leads to.
 #[derive(Debug)]
 pub(super) struct InodeTable {
     by_ino: HashMap<u64, Inode>,
-    /// The inodes a lookup of each path may answer, oldest first.
-    by_path: HashMap<String, Vec<u64>>,
+    /// The inodes a lookup of each path may answer, by the path's hash: an entry's inodes are
+    /// those whose path has that hash (two paths sharing one are told apart by their nodes).
+    by_path: HashMap<u64, Inos>,
+    arrays: Interned<ArrayPath>,
+    versions: Interned<Version>,
+    hasher: std::hash::RandomState,
 }
 
 impl InodeTable {
     /// A table holding the root, `root_ino`, forever.
     pub fn new(root_ino: u64, root: Node) -> Self {
-        let inode = Inode { node: root, path: String::new(), lookups: 1, bound: None, written: false };
-        InodeTable {
-            by_ino: HashMap::from([(root_ino, inode)]),
-            by_path: HashMap::from([(String::new(), vec![root_ino])]),
+        let mut table = InodeTable {
+            by_ino: HashMap::new(),
+            by_path: HashMap::new(),
+            arrays: Interned::default(),
+            versions: Interned::default(),
+            hasher: std::hash::RandomState::new(),
+        };
+        let kept = table.keep(&root);
+        table.by_ino.insert(root_ino, Inode { kept, lookups: 1, version: 0, size: 0, written: false });
+        let hash = table.hash("");
+        table.by_path.insert(hash, Inos::One(root_ino));
+        table
+    }
+
+    fn hash(&self, path: &str) -> u64 {
+        self.hasher.hash_one(path)
+    }
+
+    fn keep(&mut self, node: &Node) -> Kept {
+        match node {
+            Node::Stored(key) => Kept::Stored(key.as_str().into()),
+            Node::Document(path) => Kept::Document(path.as_str().into()),
+            Node::Consolidated(name) => Kept::Consolidated(name),
+            Node::ChunkDir { array, dir, prefix } => {
+                Kept::ChunkDir(Box::new((self.arrays.take(array), dir.clone(), prefix.clone())))
+            }
+            Node::Chunk { array, coords } => Kept::Chunk { array: self.arrays.take(array), coords: Coords::of(coords) },
         }
     }
 
-    pub fn get(&self, ino: u64) -> Option<&Inode> {
-        self.by_ino.get(&ino)
+    fn unkeep(&mut self, kept: &Kept) {
+        match kept {
+            Kept::ChunkDir(dir) => self.arrays.release(dir.0),
+            Kept::Chunk { array, .. } => self.arrays.release(*array),
+            Kept::Stored(_) | Kept::Document(_) | Kept::Consolidated(_) => {}
+        }
     }
 
-    pub fn get_mut(&mut self, ino: u64) -> Option<&mut Inode> {
-        self.by_ino.get_mut(&ino)
+    fn node_of(&self, kept: &Kept) -> Node {
+        let array = |n: u32| self.arrays.get(n).expect("arrays of kept nodes are kept").clone();
+        match kept {
+            Kept::Stored(key) => Node::Stored(key.to_string()),
+            Kept::Document(path) => Node::Document(path.to_string()),
+            Kept::Consolidated(name) => Node::Consolidated(name),
+            Kept::ChunkDir(dir) => Node::ChunkDir { array: array(dir.0), dir: dir.1.clone(), prefix: dir.2.clone() },
+            Kept::Chunk { array: n, coords } => Node::Chunk { array: array(*n), coords: coords.to_vec() },
+        }
+    }
+
+    fn path_of(&self, kept: &Kept) -> String {
+        match kept {
+            Kept::Stored(key) | Kept::Document(key) => key.to_string(),
+            Kept::Consolidated(name) => name.to_string(),
+            Kept::ChunkDir(_) | Kept::Chunk { .. } => self.node_of(kept).path(),
+        }
+    }
+
+    /// The node inode `ino` stands for.
+    pub fn node(&self, ino: u64) -> Option<Node> {
+        self.by_ino.get(&ino).map(|inode| self.node_of(&inode.kept))
+    }
+
+    /// The path inode `ino` was last known by.
+    pub fn path(&self, ino: u64) -> Option<String> {
+        self.by_ino.get(&ino).map(|inode| self.path_of(&inode.kept))
+    }
+
+    /// The version inode `ino` is bound to, with the attributes the kernel was told for it.
+    pub fn bound(&self, ino: u64) -> Option<Bound> {
+        let inode = self.by_ino.get(&ino)?;
+        let (stamp, attr) = self.versions.get(inode.version)?;
+        Some(Bound { stamp: *stamp, attr: Attr { size: inode.size, ..*attr } })
+    }
+
+    /// True when inode `ino` stands for a store file or directory shown as it is.
+    pub fn is_stored(&self, ino: u64) -> bool {
+        self.by_ino.get(&ino).is_some_and(|inode| matches!(inode.kept, Kept::Stored(_)))
+    }
+
+    /// Binds inode `ino`, bound to version `from` (or already to `to`), to version `to` of the
+    /// same content; false when it is bound to another version, or to none.
+    pub fn rebound(&mut self, ino: u64, from: Stamp, to: Stamp) -> bool {
+        let Some(bound) = self.bound(ino) else { return false };
+        if bound.stamp != from && bound.stamp != to {
+            return false;
+        }
+        let version = self.versions.take(&(to, Attr { size: 0, stamp: to, ..bound.attr }));
+        let inode = self.by_ino.get_mut(&ino).expect("bound above");
+        let old = std::mem::replace(&mut inode.version, version);
+        self.versions.release(old);
+        true
+    }
+
+    /// Marks inode `ino` written through this mount: from now on it shows whatever the view
+    /// holds, unless it is a computed file (which cannot be written).
+    pub fn unbind(&mut self, ino: u64) {
+        let Some(inode) = self.by_ino.get_mut(&ino) else { return };
+        if matches!(inode.kept, Kept::Consolidated(_)) {
+            return;
+        }
+        let old = std::mem::replace(&mut inode.version, 0);
+        inode.written = true;
+        self.versions.release(old);
+    }
+
+    /// The attributes of inode `ino`'s own version when `answer` is about another one.
+    pub fn own_version(&self, ino: u64, answer: &Answer) -> Option<Attr> {
+        self.bound(ino).filter(|b| answer.content != Some(b.stamp)).map(|b| b.attr)
     }
 
     pub fn len(&self) -> usize {
         self.by_ino.len()
     }
 
+    /// The inodes `path` leads to, oldest first.
+    fn at(&self, path: &str) -> Vec<u64> {
+        let Some(inos) = self.by_path.get(&self.hash(path)) else { return Vec::new() };
+        let here = |ino: &&u64| self.by_ino.get(ino).is_some_and(|inode| self.path_of(&inode.kept) == path);
+        inos.as_slice().iter().filter(here).copied().collect()
+    }
+
     /// The newest inode `path` leads to, if the kernel holds one.
     pub fn find(&self, path: &str) -> Option<u64> {
-        self.by_path.get(path).and_then(|inos| inos.last().copied())
+        self.at(path).last().copied()
     }
 
     /// The inode of `node` at content version `bound`, with one more kernel reference: one that
     /// its path leads to and that shows that content, or a new one.
     pub fn remember(&mut self, node: Node, bound: Option<Bound>) -> u64 {
         let path = node.path();
-        let found = self.by_path.get(&path).and_then(|inos| {
-            inos.iter().rev().copied().find(|ino| self.by_ino.get(ino).is_some_and(|i| i.shows(bound.as_ref())))
-        });
+        let shows = |inode: &Inode| match (inode.version, &bound) {
+            (0, _) => true,
+            (version, Some(new)) => self.versions.get(version).is_some_and(|(stamp, _)| *stamp == new.stamp),
+            (_, None) => false,
+        };
+        let found = self.at(&path).into_iter().rev().find(|ino| self.by_ino.get(ino).is_some_and(shows));
         if let Some(ino) = found {
+            let kept = self.keep(&node);
+            let version = match (&bound, self.by_ino[&ino].written) {
+                (Some(bound), false) => Some(self.version_of(bound)),
+                _ => None,
+            };
             let inode = self.by_ino.get_mut(&ino).expect("indexed inodes are in the table");
-            inode.lookups += 1;
-            inode.node = node;
-            if !inode.written && bound.is_some() {
-                inode.bound = bound;
+            inode.lookups = inode.lookups.saturating_add(1);
+            let old_kept = std::mem::replace(&mut inode.kept, kept);
+            let old_version = version.map(|(version, size)| {
+                inode.size = size;
+                std::mem::replace(&mut inode.version, version)
+            });
+            self.unkeep(&old_kept);
+            if let Some(old) = old_version {
+                self.versions.release(old);
             }
             return ino;
         }
@@ -109,27 +310,65 @@ impl InodeTable {
         while self.by_ino.contains_key(&ino) {
             ino = next_probe(ino);
         }
-        self.by_path.entry(path.clone()).or_default().push(ino);
-        self.by_ino.insert(ino, Inode { node, path, lookups: 1, bound, written: false });
+        let kept = self.keep(&node);
+        let (version, size) = bound.as_ref().map_or((0, 0), |b| self.version_of(b));
+        self.by_ino.insert(ino, Inode { kept, lookups: 1, version, size, written: false });
+        self.index(&path, ino);
         ino
+    }
+
+    /// The number of `bound`'s version (one more reference to it), and its size.
+    fn version_of(&mut self, bound: &Bound) -> (u32, u64) {
+        (self.versions.take(&(bound.stamp, Attr { size: 0, ..bound.attr })), bound.attr.size)
+    }
+
+    fn index(&mut self, path: &str, ino: u64) {
+        let hash = self.hash(path);
+        match self.by_path.get_mut(&hash) {
+            Some(inos) => inos.push(ino),
+            None => drop(self.by_path.insert(hash, Inos::One(ino))),
+        }
+    }
+
+    fn unindex(&mut self, path: &str, ino: u64) {
+        let hash = self.hash(path);
+        if self.by_path.get_mut(&hash).is_some_and(|inos| inos.remove(ino)) {
+            self.by_path.remove(&hash);
+        }
     }
 
     /// The kernel dropped `n` references to `ino`; true when that was its last.
     pub fn forget(&mut self, ino: u64, n: u64) -> bool {
         let Some(inode) = self.by_ino.get_mut(&ino) else { return false };
-        inode.lookups = inode.lookups.saturating_sub(n);
+        inode.lookups = inode.lookups.saturating_sub(n.min(u64::from(u32::MAX)) as u32);
         if inode.lookups > 0 {
             return false;
         }
         let inode = self.by_ino.remove(&ino).expect("just found");
-        self.unindex(&inode.path, ino);
+        let path = self.path_of(&inode.kept);
+        self.unindex(&path, ino);
+        self.unkeep(&inode.kept);
+        self.versions.release(inode.version);
+        self.shrink();
         true
+    }
+
+    /// Gives memory back once the kernel forgot most of what it held (hash tables keep their
+    /// largest size otherwise, and a walk repeated after the kernel dropped its caches would find
+    /// memory only ever growing).
+    fn shrink(&mut self) {
+        if self.by_ino.capacity() > 4096 && self.by_ino.len() < self.by_ino.capacity() / 4 {
+            self.by_ino.shrink_to(self.by_ino.len() * 2);
+            self.by_path.shrink_to(self.by_path.len() * 2);
+        }
     }
 
     /// `path` no longer leads to the inodes it led to (unlinked, or replaced by a rename): the
     /// kernel keeps them for handles still open, and a later file of that name gets a new inode.
     pub fn detach(&mut self, path: &str) {
-        self.by_path.remove(path);
+        for ino in self.at(path) {
+            self.unindex(path, ino);
+        }
     }
 
     /// After a rename of `from_path` to `to`: every inode of the name now stands for the file at
@@ -139,40 +378,107 @@ impl InodeTable {
         let to_path = to.path();
         self.detach(&to_path);
         let mut moved = Vec::new();
-        for ino in self.by_path.remove(from_path).unwrap_or_default() {
-            let Some(inode) = self.by_ino.get_mut(&ino) else { continue };
-            inode.node = to.clone();
-            inode.path = to_path.clone();
+        for ino in self.at(from_path) {
+            self.unindex(from_path, ino);
+            let kept = self.keep(to);
+            let inode = self.by_ino.get_mut(&ino).expect("indexed inodes are in the table");
+            let old_kept = std::mem::replace(&mut inode.kept, kept);
             // A rename changes the file's version (its ctime, or its ETag after a copy), never
             // the bytes the kernel holds of it.
-            inode.bound = None;
+            let old_version = std::mem::replace(&mut inode.version, 0);
             inode.written = true;
-            self.by_path.entry(to_path.clone()).or_default().push(ino);
+            self.unkeep(&old_kept);
+            self.versions.release(old_version);
+            self.index(&to_path, ino);
             moved.push(ino);
         }
         if is_dir {
             let below = format!("{from_path}/");
-            let paths: Vec<String> = self.by_path.keys().filter(|p| p.starts_with(&below)).cloned().collect();
-            for path in paths {
-                let new_path = join(&to_path, &path[below.len()..]);
-                for ino in self.by_path.remove(&path).unwrap_or_default() {
-                    let Some(inode) = self.by_ino.get_mut(&ino) else { continue };
-                    inode.path = new_path.clone();
-                    inode.node = inode.node.moved(from_path, &to_path);
-                    self.by_path.entry(new_path.clone()).or_default().push(ino);
-                    moved.push(ino);
+            let inside: Vec<(u64, String)> = self
+                .by_ino
+                .iter()
+                .map(|(ino, inode)| (*ino, self.path_of(&inode.kept)))
+                .filter(|(_, path)| path.starts_with(&below))
+                .collect();
+            for (ino, path) in inside {
+                if !self.at(&path).contains(&ino) {
+                    continue;
                 }
+                self.unindex(&path, ino);
+                let node = self.node(ino).expect("listed above").moved(from_path, &to_path);
+                let kept = self.keep(&node);
+                let inode = self.by_ino.get_mut(&ino).expect("listed above");
+                let old_kept = std::mem::replace(&mut inode.kept, kept);
+                self.unkeep(&old_kept);
+                self.index(&join(&to_path, &path[below.len()..]), ino);
+                moved.push(ino);
             }
         }
         moved
     }
+}
 
-    fn unindex(&mut self, path: &str, ino: u64) {
-        if let Some(inos) = self.by_path.get_mut(path) {
-            inos.retain(|&i| i != ino);
-            if inos.is_empty() {
-                self.by_path.remove(path);
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::chunk_key::ChunkKeyEncoding;
+
+    fn chunk(coords: &[u64]) -> Node {
+        let encoding = ChunkKeyEncoding::from_json(&serde_json::json!({"name": "default"})).unwrap();
+        let array = ArrayPath { dir: "a".into(), encoding };
+        Node::Chunk { array, coords: coords.to_vec() }
+    }
+
+    fn bound(stamp: u64, size: u64) -> Option<Bound> {
+        let stamp = Stamp::new([stamp, 0, 0, 0, 0]);
+        let attr = Attr {
+            kind: crate::store::Kind::File,
+            size,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            atime: std::time::UNIX_EPOCH,
+            mtime: std::time::UNIX_EPOCH,
+            ctime: std::time::UNIX_EPOCH,
+            stamp,
+        };
+        Some(Bound { stamp, attr })
+    }
+
+    #[test]
+    fn an_inode_is_found_by_its_path_and_its_version_and_forgotten_with_its_last_reference() {
+        let mut table = InodeTable::new(1, Node::Stored(String::new()));
+        let first = table.remember(chunk(&[3, 4]), bound(1, 10));
+        assert_eq!(table.remember(chunk(&[3, 4]), bound(1, 10)), first, "the same version: the same inode");
+        let newer = table.remember(chunk(&[3, 4]), bound(2, 12));
+        assert_ne!(newer, first, "another version: another inode");
+        assert_eq!(table.find(&chunk(&[3, 4]).path()), Some(newer));
+        assert_eq!(table.bound(first).map(|b| b.attr.size), Some(10));
+        assert_eq!(table.bound(newer).map(|b| (b.stamp, b.attr.size)), bound(2, 12).map(|b| (b.stamp, 12)));
+        assert!(!table.forget(first, 1) && table.forget(first, 1), "two references");
+        assert!(table.forget(newer, 1));
+        assert_eq!(table.len(), 1, "the root stays");
+        assert!(table.arrays.is_empty() && table.versions.is_empty(), "nothing shared is left");
+    }
+
+    #[test]
+    fn a_renamed_directory_takes_the_inodes_below_it_along() {
+        let mut table = InodeTable::new(1, Node::Stored(String::new()));
+        let dir = table.remember(Node::Stored("g".into()), None);
+        let file = table.remember(Node::Stored("g/x".into()), None);
+        let moved = table.rebind("g", &Node::Stored("h".into()), true);
+        assert_eq!(moved.len(), 2);
+        assert_eq!((table.find("h"), table.find("h/x")), (Some(dir), Some(file)));
+        assert_eq!(table.find("g/x"), None);
+        assert_eq!(table.path(file).as_deref(), Some("h/x"));
+    }
+
+    #[test]
+    fn large_coordinates_are_kept_as_they_are() {
+        let big = Coords::of(&[u64::MAX, 1]);
+        assert_eq!(big.to_vec(), [u64::MAX, 1]);
+        assert_eq!(Coords::of(&[1, 2, 3]).to_vec(), [1, 2, 3]);
+        assert_eq!(Coords::of(&[1, 2, 3, 4, 5]).to_vec(), [1, 2, 3, 4, 5]);
     }
 }

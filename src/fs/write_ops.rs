@@ -168,7 +168,7 @@ impl ShardFs {
     /// Opens `node` for reading at the version inode `ino` is bound to: ESTALE when that version
     /// was replaced, so that the kernel looks the name up again and finds the new version's inode.
     pub(super) fn open_reading(&self, ino: u64, node: Node) -> Result<Reading> {
-        let bound = self.inodes.lock().get(ino).and_then(|inode| inode.bound.as_ref().map(|b| b.stamp));
+        let bound = self.inodes.lock().bound(ino).map(|b| b.stamp);
         let reading = Reading::open(&self.ns, node.clone(), bound.is_some())?;
         match bound {
             Some(stamp) if reading.version() != Some(stamp) && !self.catch_up(ino, &node, stamp, reading.version()) => {

@@ -12,9 +12,15 @@ use crate::fs::ShardFs;
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     watcher: Option<watcher::Watcher>,
+    fs: Arc<ShardFs>,
 }
 
 impl Mounted {
+    /// The filesystem served (for what it holds: [`ShardFs::known_inodes`]).
+    pub fn filesystem(&self) -> &ShardFs {
+        &self.fs
+    }
+
     /// True once the session ended (unmounted from outside, or the connection was aborted).
     pub fn finished(&self) -> bool {
         self.session.as_ref().is_none_or(|s| s.guard.is_finished())
@@ -70,6 +76,6 @@ pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings
     let session = fuser::Session::new(Fuse(fs.clone()), mountpoint, &config)
         .and_then(|s| s.spawn())
         .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
-    let watcher = watcher::Watcher::start(fs, session.notifier());
-    Ok(Mounted { session: Some(session), watcher: Some(watcher) })
+    let watcher = watcher::Watcher::start(fs.clone(), session.notifier());
+    Ok(Mounted { session: Some(session), watcher: Some(watcher), fs })
 }

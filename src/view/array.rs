@@ -15,7 +15,7 @@ use crate::store::{SCRATCH_DIR, Stamp, join};
 /// read with. View entries keep this, never the array's geometry, which can change under them
 /// (a resize, or an array deleted and created again): every operation takes the array as its
 /// document is now ([`crate::view::namespace::Namespace::array`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ArrayPath {
     pub dir: Arc<str>,
     pub encoding: ChunkKeyEncoding,
