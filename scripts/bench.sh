@@ -2,7 +2,7 @@
 # Benchmark: shardfs against the same chunks as plain files (the speed limit) and packed into
 # archives served by established FUSE tools (squashfuse, fuse-zip, ratarmount), side by side in
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
-# ratios against plain files and writes it, with the machine and the versions, to BENCHMARKS.md.
+# ratios against plain files and writes it, with the machine and the versions, to target/bench-PROFILE.md (or --out FILE).
 #
 #   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|huge] [--runs N] [--out FILE] [--quick]
 #
@@ -29,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-profile=small runs=5 out=BENCHMARKS.md quick=()
+profile=small runs=5 out= quick=()
 while [ $# -gt 0 ]; do
   case $1 in
     --profile) profile=$2; shift 2 ;;
@@ -57,7 +57,7 @@ install_peers() {
 venv=target/venv-bench
 if [ "$profile" = zip ]; then
   install_peers
-  exec scripts/bench_zip.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-zip.md}"
+  exec scripts/bench_zip.sh --runs "$runs" --out "${out:-target/bench-zip.md}"
 fi
 if [ "$profile" = wan ]; then
   # The peers are Debian packages, installed here on demand (a benchmark's tools, not the tests').
@@ -65,11 +65,11 @@ if [ "$profile" = wan ]; then
     command -v "$tool" >/dev/null || { as_root apt-get install -y -qq "$tool" >/dev/null || { as_root apt-get update -qq && as_root apt-get install -y -qq "$tool" >/dev/null; }; }
   done
   scripts/setup.sh
-  exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out/#BENCHMARKS.md/target/bench-wan.md}"
+  exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-wan.md}"
 fi
 if [ "$profile" = huge ]; then
   sizes=(); [ ${#quick[@]} -gt 0 ] && sizes=(--chunks 98304 --flat 131072 --no-peers)
-  exec scripts/bench_huge.sh "${sizes[@]}" --out "${out/#BENCHMARKS.md/target/bench-huge.md}"
+  exec scripts/bench_huge.sh "${sizes[@]}" --out "${out:-target/bench-huge.md}"
 fi
 if [ "$profile" = wan-write ]; then
   for tool in s3fs rclone; do
@@ -78,20 +78,20 @@ if [ "$profile" = wan-write ]; then
   scripts/setup.sh
   # zarr-python 3.4 (its LocalStore writes a temporary file and renames it, as users' will).
   exec target/venv-newest/bin/python scripts/bench_wan_write.py --runs "$runs" "${quick[@]}" \
-    --out "${out/#BENCHMARKS.md/target/bench-wan-write.md}"
+    --out "${out:-target/bench-wan-write.md}"
 fi
 if [ "$profile" = blz ]; then
-  exec scripts/bench_blz.sh --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-blz.md}"
+  exec scripts/bench_blz.sh --runs "$runs" --out "${out:-target/bench-blz.md}"
 fi
 if [ "$profile" = s3 ]; then
   # Object stores: shardfs against s3fs-fuse on a local S3 server (its own script; see there).
   scripts/setup.sh
-  exec target/venv/bin/python scripts/bench_s3.py --runs "$runs" --out "${out/#BENCHMARKS.md/target/bench-s3.md}"
+  exec target/venv/bin/python scripts/bench_s3.py --runs "$runs" --out "${out:-target/bench-s3.md}"
 fi
 if [ "$profile" = azure ] || [ "$profile" = gcs ]; then
   scripts/setup.sh
   exec target/venv-cloud/bin/python scripts/bench_s3.py --service "$profile" --runs "$runs" \
-    --out "${out/#BENCHMARKS.md/target/bench-$profile.md}"
+    --out "${out:-target/bench-$profile.md}"
 fi
 build=release
 case $profile in
@@ -269,4 +269,4 @@ mount_ms "$big"; mt100k=$mount_time
   echo "Versions: $("$bin" --version), squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null), fuse-zip $(dpkg-query -W -f='${Version}' fuse-zip 2>/dev/null), $("$venv/bin/ratarmount" --version 2>/dev/null | head -1), $(hyperfine --version)."
 } > "$work/report.md"
 cat "$work/report.md"
-cp "$work/report.md" "$out"
+cp "$work/report.md" "${out:-target/bench-$profile.md}"

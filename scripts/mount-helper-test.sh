@@ -63,7 +63,7 @@ check "the daemon exits after umount" daemon_gone
 check "nothing left mounted" bash -c "! mountpoint -q $mnt"
 
 cat >"$work/fstab" <<EOF
-# A line as README shows it: the Zarr v2 view, mounted by hand.
+# A line as docs/cli.md shows it: the Zarr v2 view, mounted by hand.
 $store $mnt fuse.shardfs ro,noauto,zarr_format=2,max_index_size=1M 0 0
 EOF
 check "mount -T FSTAB MOUNTPOINT" mount -T "$work/fstab" "$mnt"
@@ -89,12 +89,12 @@ check "an unknown -o option: mount fails" bash -c "! mount -t fuse.shardfs $stor
 check "naming it" grep -q 'bogus: unknown mount option' "$work/err"
 check "nothing mounted after the failures" bash -c "! mountpoint -q $mnt"
 
-# The README's systemd unit, as systemd reads it (Where= must match the file name, and so on).
+# The systemd unit of docs/cli.md, as systemd reads it (Where= must match the file name, and so on).
 if command -v systemd-analyze >/dev/null; then
   mkdir "$work/units"
-  awk '/^# \/etc\/systemd\/system\/mnt-zarr.mount$/ {on=1; next} on && /^```/ {exit} on' README.md \
+  awk '/^# \/etc\/systemd\/system\/mnt-zarr.mount$/ {on=1; next} on && /^```/ {exit} on' docs/cli.md \
     >"$work/units/mnt-zarr.mount"
-  check "README's systemd unit is there" grep -q '^Type=fuse.shardfs$' "$work/units/mnt-zarr.mount"
+  check "docs/cli.md's systemd unit is there" grep -q '^Type=fuse.shardfs$' "$work/units/mnt-zarr.mount"
   check "and passes systemd-analyze verify" bash -c "cd $work/units && systemd-analyze verify ./mnt-zarr.mount"
 fi
 

@@ -73,7 +73,7 @@ const FIRST_WINDOW: u64 = 1 << 20;
 /// A reader going on in order gets the rest of the object as this many GETs at once, each of at
 /// least [`LANE`] bytes; a prefetch gets the first lane. A connection carries about 90 MB/s on
 /// S3, less at a long round trip: throughput comes from several at once (boto3 has ten). Where
-/// each connection carries 20 MB/s (BENCHMARKS.md), eight lanes of 16 MiB read `big` 2.5-3x
+/// each connection carries 20 MB/s (docs/benchmarks.md), eight lanes of 16 MiB read `big` 2.5-3x
 /// faster than four of 32 MiB, for more than twice the requests; ten of 12 MiB (seven of a
 /// 128 MiB shard's rest before) made `cat` as fast as boto3 instead of 1.20-1.32x its time, for
 /// about a seventh more requests.
