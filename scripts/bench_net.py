@@ -57,3 +57,25 @@ class Proxy:
         self.process.wait()
 
 
+
+
+def shardfs_binary(binary):
+    """`binary`, or a release build of this tree when none is given."""
+    if binary:
+        return binary
+    subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins"], cwd=ROOT, check=True)
+    return os.path.join(ROOT, "target/release/shardfs")
+
+
+def start_s3s_fs(work):
+    """An s3s-fs server (scripts/s3s_fs.sh builds it) over WORK/s3, with bucket BUCKET, and the
+    test keys in the environment: (its process, its port)."""
+    s3s_fs = subprocess.run([os.path.join(ROOT, "scripts/s3s_fs.sh")], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+    os.makedirs(os.path.join(work, "s3", BUCKET))
+    port = free_port()
+    server = subprocess.Popen([s3s_fs, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
+                               "--secret-key", "test", os.path.join(work, "s3")],
+                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
+    return server, port

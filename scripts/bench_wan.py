@@ -46,11 +46,9 @@ import boto3
 import numpy as np
 import zarr
 from bench_fetch import write_arrays
-from bench_net import BUCKET, KEYS, Proxy, free_port, wait_port
+from bench_net import BUCKET, KEYS, Proxy, shardfs_binary, start_s3s_fs, wait_port
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
 class Mounts:
@@ -153,19 +151,9 @@ def main():
         args.scale, args.runs, args.rtts = 0.25, 1, "0,20"
     rtts = [float(r) for r in args.rtts.split(",")]
     readers = args.readers.split(",")
-    s3s_fs = subprocess.run([os.path.join(ROOT, "scripts/s3s_fs.sh")], check=True, capture_output=True,
-                            text=True).stdout.strip()
-    binary = args.binary
-    if not binary:
-        subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins"], cwd=ROOT, check=True)
-        binary = os.path.join(ROOT, "target/release/shardfs")
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+    binary = shardfs_binary(args.binary)
     work = tempfile.mkdtemp(prefix="shardfs-bench-wan.")
-    os.makedirs(os.path.join(work, "s3", BUCKET))
-    port = free_port()
-    server = subprocess.Popen([s3s_fs, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
-                               "--secret-key", "test", os.path.join(work, "s3")],
-                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
+    server, port = start_s3s_fs(work)
     proxies, mounts = {}, Mounts(work, binary, args.mount_args.split())
     try:
         wait_port(port, "s3s-fs", server)

@@ -53,12 +53,11 @@ import time
 
 import numpy as np
 import zarr
-from bench_net import BUCKET, KEYS, Proxy, free_port, wait_port
+from bench_net import BUCKET, KEYS, Proxy, free_port, shardfs_binary, start_s3s_fs, wait_port
 from obstore.store import S3Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MIB = 1 << 20
 
 
@@ -235,19 +234,9 @@ def main():
         if tool in writers and not shutil.which(tool):
             print(f"bench wan-write: {tool} is not installed; left out", file=sys.stderr)
             writers.remove(tool)
-    s3s_fs = subprocess.run([os.path.join(ROOT, "scripts/s3s_fs.sh")], check=True, capture_output=True,
-                            text=True).stdout.strip()
-    binary = args.binary
-    if not binary:
-        subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins"], cwd=ROOT, check=True)
-        binary = os.path.join(ROOT, "target/release/shardfs")
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+    binary = shardfs_binary(args.binary)
     work = tempfile.mkdtemp(prefix="shardfs-bench-wan-write.")
-    os.makedirs(os.path.join(work, "s3", BUCKET))
-    port = free_port()
-    server = subprocess.Popen([s3s_fs, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
-                               "--secret-key", "test", os.path.join(work, "s3")],
-                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
+    server, port = start_s3s_fs(work)
     endpoint = f"http://127.0.0.1:{port}"
     mount_args = args.mount_args.split()
     proxies, live = {}, []
