@@ -4,6 +4,8 @@
 //! - [`codecs`]: undoing an inner chunk's codecs to tell whether its stored bytes are intact.
 //! - [`chunk_key`]: chunk coordinates <-> store keys for every key encoding.
 //! - [`draft`]: the draft sharding storage transformer layout of zarr-python 2.x.
+//! - [`kerchunk`]: kerchunk reference sets (JSON and parquet): keys to inline bytes or ranges of
+//!   files at URLs.
 //! - [`metadata`]: `zarr.json` documents and the unsharded view of a sharded array.
 //! - [`ome`]: OME-Zarr 0.5 group metadata in its 0.4 form (for the Zarr v2 view) and back.
 //! - [`sharding`]: the `sharding_indexed` codec configuration, possibly nested.
@@ -19,6 +21,7 @@ pub mod chunk_key;
 pub mod codecs;
 pub mod draft;
 pub mod error;
+pub mod kerchunk;
 pub mod metadata;
 pub mod ome;
 pub mod shard_index;
