@@ -11,8 +11,11 @@
 //!   this process is appending to.
 //! - [`unlisted`]: a store whose server answers lookups by name but cannot list (a plain web
 //!   server), with directories derived from the Zarr documents it holds.
+//! - [`read_only`]: the half of [`Store`] a store nothing can be written to implements (the
+//!   other half fails with EROFS).
 //! - [`zip`]: a zip file in another store (an OME-Zarr `.ozx`, zarr-python's `ZipStore`) as a
 //!   read-only store of its entries.
+//! - [`key_tree`]: the directories a flat set of keys implies (zip entries, references).
 //! - [`cache`]: a byte-bounded cache of values made from one file version.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
 //! - [`conformance`]: the checks every implementation passes.
@@ -28,8 +31,10 @@ pub mod bucket;
 pub mod cache;
 pub mod conformance;
 pub mod faulty;
+pub mod key_tree;
 pub mod local;
 pub mod lock;
+pub mod read_only;
 pub mod unlisted;
 pub mod zip;
 

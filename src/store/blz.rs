@@ -21,9 +21,8 @@ use super::cache::Cache;
 use arrays::{Array, carray_stamp, combine, read_blp, read_carray};
 use shard::{ChunkCache, ShardObject};
 
-use super::{
-    Attr, BytesObject, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, join,
-};
+use super::read_only::ReadOnlyStore;
+use super::{Attr, BytesObject, Error, Kind, Object, Result, Space, Stamp, join};
 use crate::format::blz::{bcolz, document};
 use crate::format::metadata::ZARR_JSON;
 
@@ -60,28 +59,24 @@ enum Node {
 /// A directory of BLZ data as a read-only sharded Zarr v3 store.
 #[derive(Debug)]
 pub struct BlzStore {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn super::Store>,
     arrays: Cache<String, Option<Arc<Array>>>,
     chunks: Arc<ChunkCache>,
 }
 
-fn erofs(place: String) -> Error {
-    Error::Io { place, source: std::io::Error::from_raw_os_error(libc::EROFS) }
-}
-
 /// True when the directory `dir` of `store` is a bcolz carray.
-fn is_carray(store: &dyn Store, dir: &str) -> bool {
+fn is_carray(store: &dyn super::Store, dir: &str) -> bool {
     store.attr(&join(dir, bcolz::SIZES)).is_ok_and(|a| a.kind == Kind::File)
 }
 
 /// True when the directory `dir` of `store` is a bcolz ctable.
-fn is_ctable(store: &dyn Store, dir: &str) -> bool {
+fn is_ctable(store: &dyn super::Store, dir: &str) -> bool {
     store.attr(&join(dir, bcolz::ROOTDIRS)).is_ok_and(|a| a.kind == Kind::File)
 }
 
 /// True when `store`, which has no `zarr.json` at its root, holds BLZ data at its root or in a
 /// directory just below it (its root listing and two stats per directory in it: never a walk).
-pub fn holds_blz(store: &dyn Store) -> bool {
+pub fn holds_blz(store: &dyn super::Store) -> bool {
     if is_carray(store, "") || is_ctable(store, "") {
         return true;
     }
@@ -100,7 +95,7 @@ fn shown_array(read: Result<Option<Arc<Array>>>) -> bool {
 }
 
 impl BlzStore {
-    pub fn new(inner: Arc<dyn Store>) -> Self {
+    pub fn new(inner: Arc<dyn super::Store>) -> Self {
         BlzStore { inner, arrays: Cache::new(DESCRIPTIONS_BUDGET), chunks: Arc::new(Cache::new(CHUNKS_BUDGET)) }
     }
 
@@ -280,7 +275,7 @@ impl BlzStore {
     }
 }
 
-impl Store for BlzStore {
+impl ReadOnlyStore for BlzStore {
     fn describe(&self, key: &str) -> String {
         match self.node(key) {
             Ok(Node::Shard(array, shard)) => self.inner.describe(&array.shard_file(shard)),
@@ -381,51 +376,8 @@ impl Store for BlzStore {
         self.inner.space()
     }
 
-    fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<Option<Stamp>> {
-        Err(erofs(self.inner.describe(key)))
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        Err(erofs(self.inner.describe(key)))
-    }
-
-    fn rename(&self, from: &str, _to: &str) -> Result<()> {
-        Err(erofs(self.inner.describe(from)))
-    }
-
-    fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
-        Err(erofs(self.inner.describe(key)))
-    }
-
-    fn make_dirs(&self, key: &str) -> Result<()> {
-        Err(erofs(self.inner.describe(key)))
-    }
-
-    fn remove_dir(&self, key: &str) -> Result<()> {
-        Err(erofs(self.inner.describe(key)))
-    }
-
-    fn can_append(&self) -> bool {
-        false
-    }
-
-    fn open_file(&self, key: &str, _how: OpenHow) -> Result<Box<dyn OpenFile>> {
-        Err(erofs(self.inner.describe(key)))
-    }
-
-    fn lock(&self, _slot: u64) -> Result<Box<dyn Lock>> {
-        Err(erofs(self.inner.describe("")))
-    }
-
-    fn check_writes(&self) -> Result<()> {
-        Err(erofs(self.inner.describe("")))
-    }
-
     fn synthesized(&self) -> bool {
         true
     }
 
-    fn read_only(&self) -> bool {
-        true
-    }
 }

@@ -18,16 +18,14 @@ pub mod directory;
 
 use std::io::Read;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use directory::{Directory, Failure, damaged};
 use parking_lot::Mutex;
 
 use super::cache::{Cache, Shared};
-use super::{
-    Attr, BytesObject, Error, Kind, Location, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store,
-};
+use super::read_only::{ReadOnlyStore, errno};
+use super::{Attr, BytesObject, Error, Kind, Location, Object, Result, Space, Stamp};
 use crate::format::zip::{DEFLATED, STORED};
 
 /// The largest entry inflated: a bigger deflated entry reads as EIO.
@@ -48,19 +46,11 @@ type LastRead = (Stamp, std::result::Result<Arc<Directory>, String>);
 /// A zip file as a read-only store.
 #[derive(Debug)]
 pub struct ZipStore {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn super::Store>,
     /// The zip file's key in `inner`.
     zip: String,
     last: Mutex<Option<LastRead>>,
     inflated: Cache<usize, std::result::Result<Shared, String>>,
-}
-
-fn erofs(place: String) -> Error {
-    Error::Io { place, source: std::io::Error::from_raw_os_error(libc::EROFS) }
-}
-
-fn errno(place: String, errno: i32) -> Error {
-    Error::Io { place, source: std::io::Error::from_raw_os_error(errno) }
 }
 
 /// `key` without empty components: a directory's key may end in `/`, or hold `//`, as a path of
@@ -82,7 +72,7 @@ enum Node {
 impl ZipStore {
     /// The zip file at `zip` in `inner`, its central directory read; the error is one line naming
     /// the zip file and why it cannot be read.
-    pub fn open(inner: Arc<dyn Store>, zip: &str) -> std::result::Result<Self, String> {
+    pub fn open(inner: Arc<dyn super::Store>, zip: &str) -> std::result::Result<Self, String> {
         let store =
             ZipStore { inner, zip: zip.to_string(), last: Mutex::new(None), inflated: Cache::new(INFLATED_BUDGET) };
         store.directory().map_err(|e| e.to_string())?;
@@ -176,7 +166,7 @@ impl ZipStore {
     }
 }
 
-impl Store for ZipStore {
+impl ReadOnlyStore for ZipStore {
     /// The zip file's name, then the entry's: `/data/image.ozx/0/zarr.json`.
     fn describe(&self, key: &str) -> String {
         super::join(&self.inner.describe(&self.zip), key)
@@ -232,56 +222,8 @@ impl Store for ZipStore {
         }
     }
 
-    fn read_link(&self, key: &str) -> Result<PathBuf> {
-        Err(errno(self.describe(key), libc::EINVAL))
-    }
-
     fn space(&self) -> Result<Space> {
         self.inner.space()
-    }
-
-    fn put(&self, key: &str, _pieces: &[&[u8]], _mode: PutMode) -> Result<Option<Stamp>> {
-        Err(erofs(self.describe(key)))
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        Err(erofs(self.describe(key)))
-    }
-
-    fn rename(&self, from: &str, _to: &str) -> Result<()> {
-        Err(erofs(self.describe(from)))
-    }
-
-    fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
-        Err(erofs(self.describe(key)))
-    }
-
-    fn make_dirs(&self, key: &str) -> Result<()> {
-        Err(erofs(self.describe(key)))
-    }
-
-    fn remove_dir(&self, key: &str) -> Result<()> {
-        Err(erofs(self.describe(key)))
-    }
-
-    fn can_append(&self) -> bool {
-        false
-    }
-
-    fn open_file(&self, key: &str, _how: OpenHow) -> Result<Box<dyn OpenFile>> {
-        Err(erofs(self.describe(key)))
-    }
-
-    fn lock(&self, _slot: u64) -> Result<Box<dyn Lock>> {
-        Err(erofs(self.describe("")))
-    }
-
-    fn check_writes(&self) -> Result<()> {
-        Err(erofs(self.describe("")))
-    }
-
-    fn read_only(&self) -> bool {
-        true
     }
 
     /// A stored entry's bytes are a range of the zip file; a deflated one's are nowhere as such.

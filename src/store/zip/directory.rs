@@ -7,6 +7,7 @@ use std::io;
 use std::sync::OnceLock;
 
 use crate::format::zip::{self, DirectoryPlace, End, Entry, LOCAL_LEN, TAIL_LEN, ZIP64_END_LEN, ZipError};
+use crate::store::key_tree::KeyTree;
 use crate::store::{self, Kind, Object, Stamp};
 
 /// The largest central directory read (about 10 million entries): a bigger one is refused rather
@@ -64,7 +65,13 @@ impl Directory {
         };
         let entries = zip::central_directory(&bytes, entries)?;
         let place = file.place();
-        let (files, dirs) = index(&entries, &place);
+        let names = entries.iter().enumerate().filter_map(|(n, entry)| {
+            if !entry.utf8 {
+                log::warn!("{place}: entry {:?} is not shown: its name is not UTF-8", entry.name);
+            }
+            entry.utf8.then_some((n, entry.name.as_str()))
+        });
+        let KeyTree { files, dirs } = KeyTree::of(names, &place);
         let starts = entries.iter().map(|_| OnceLock::new()).collect();
         Ok(Directory { file, entries, directory_at: range.start, files, dirs, starts })
     }
@@ -124,79 +131,4 @@ impl From<store::Error> for Failure {
 /// An error for a damaged entry or zip file: EIO, with its cause.
 pub fn damaged(place: String, why: impl Into<String>) -> store::Error {
     store::Error::Io { place, source: io::Error::other(why.into()) }
-}
-
-/// The file of each key and the listing of each directory. Names that cannot be keys (not UTF-8,
-/// absolute, with empty, `.` or `..` components) are left out, a file whose name a directory
-/// also takes is left out, and of two entries with one name the later counts, each with a log
-/// line naming the zip file `place`.
-fn index(entries: &[Entry], place: &str) -> (HashMap<String, usize>, HashMap<String, BTreeMap<String, Kind>>) {
-    let mut files = HashMap::new();
-    let mut dirs: HashMap<String, BTreeMap<String, Kind>> = HashMap::new();
-    dirs.insert(String::new(), BTreeMap::new());
-    for (n, entry) in entries.iter().enumerate() {
-        let (path, is_dir) = match entry.name.strip_suffix('/') {
-            Some(dir) => (dir, true),
-            None => (entry.name.as_str(), false),
-        };
-        let bad = |part: &str| part.is_empty() || part == "." || part == "..";
-        if !entry.utf8 || path.is_empty() && !is_dir || !path.is_empty() && path.split('/').any(bad) {
-            log::warn!("{place}: entry {:?} is not shown: its name cannot be a key", entry.name);
-            continue;
-        }
-        // Every directory above the entry, and the entry itself when it is one.
-        let parts: Vec<&str> = if path.is_empty() { Vec::new() } else { path.split('/').collect() };
-        let dir_parts = if is_dir { parts.len() } else { parts.len() - 1 };
-        for depth in 0..dir_parts {
-            let (parent, name, key) = (parts[..depth].join("/"), parts[depth], parts[..=depth].join("/"));
-            if files.remove(&key).is_some() {
-                log::warn!("{place}: entry {key} is not shown: a directory of the same name is");
-            }
-            dirs.entry(parent).or_default().insert(name.to_string(), Kind::Dir);
-            dirs.entry(key).or_default();
-        }
-        if !is_dir {
-            let (parent, name) = (parts[..parts.len() - 1].join("/"), parts[parts.len() - 1]);
-            if dirs.contains_key(path) {
-                log::warn!("{place}: entry {path} is not shown: a directory of the same name is");
-            } else if files.insert(path.to_string(), n).is_some() {
-                log::warn!("{place}: entry {path} is stored twice; the later one is shown");
-            } else {
-                dirs.entry(parent).or_default().insert(name.to_string(), Kind::File);
-            }
-        }
-    }
-    (files, dirs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(name: &str) -> Entry {
-        Entry {
-            name: name.into(),
-            utf8: true,
-            method: 0,
-            encrypted: false,
-            crc32: 0,
-            compressed_size: 0,
-            size: 0,
-            local_header: 0,
-        }
-    }
-
-    #[test]
-    fn directories_are_implied_and_bad_names_left_out() {
-        let names = ["zarr.json", "a/c/0/0", "b/", "a/zarr.json", "../x", "/abs", "a//y", "a/c/0/0", "a/c"];
-        let entries: Vec<Entry> = names.iter().map(|n| entry(n)).collect();
-        let (files, dirs) = index(&entries, "z.zip");
-        let mut keys: Vec<_> = files.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        keys.sort();
-        assert_eq!(keys, [("a/c/0/0", 7), ("a/zarr.json", 3), ("zarr.json", 0)]);
-        let root: Vec<_> = dirs[""].iter().map(|(n, k)| (n.as_str(), *k)).collect();
-        assert_eq!(root, [("a", Kind::Dir), ("b", Kind::Dir), ("zarr.json", Kind::File)]);
-        assert_eq!(dirs["a/c"].keys().collect::<Vec<_>>(), ["0"]);
-        assert!(dirs["b"].is_empty());
-    }
 }
