@@ -44,9 +44,11 @@ fn main() {
             let mut address = store.address();
             address.caching.metadata_ttl = std::time::Duration::ZERO;
             mount::open_store(address)
+                .and_then(|s| mount::check_zarr_format(&*s, *zarr_format).map(|()| s))
                 .and_then(|s| inspect::refs::refs_command(s, *zarr_format, &mut std::io::stdout().lock()))
         }
         Command::Info { store, zarr_format } => mount::open_store(store.address()).and_then(|s| {
+            mount::check_zarr_format(&*s, *zarr_format)?;
             let info = match zarr_format {
                 2 => inspect::info_v2_command(&*s),
                 _ => inspect::info_command(&*s, &Bar::new("scanning")),

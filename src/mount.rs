@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::format::kerchunk;
 use crate::format::metadata::ZARR_JSON;
 use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
@@ -19,6 +20,9 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
+use crate::store::references::ReferenceStore;
+use crate::store::references::catalog::Layout;
+use crate::store::references::targets::{OpenRoot, Targets};
 use crate::store::zip::{self, ZipStore};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
@@ -78,10 +82,20 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
             let (prefix, name) = zip_name(&shown).expect("just checked");
             Arc::new(ZipStore::open(open_bucket(prefix, &address)?, name)?)
         }
+        // A JSON reference file in an object store or on a web server.
+        Some(_) if is_reference_file(&shown) => {
+            let (prefix, name) = shown.rsplit_once('/').expect("a URL has a slash");
+            let inner = if shown.starts_with("http") {
+                http::open(prefix, address.caching.clone())?
+            } else {
+                open_bucket(prefix, &address)?
+            };
+            return open_references(inner, name, Layout::Json, prefix, &address);
+        }
         Some(("s3" | "gs", _)) => open_bucket(&shown, &address)?,
         // Before https: an Azure account's blob endpoint is an https:// URL.
         Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, &address)?,
-        Some(("http" | "https", _)) => http::open(&shown, address.caching)?,
+        Some(("http" | "https", _)) => http::open(&shown, address.caching.clone())?,
         Some((scheme, _)) => {
             return Err(format!(
                 "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http:// and local directories are)"
@@ -101,6 +115,13 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                     LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
                 let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
                 Arc::new(ZipStore::open(Arc::new(dir), name)?)
+            } else if meta.is_file() {
+                let path = address.location.canonicalize().map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+                let (parent, name) = (path.parent().unwrap_or(Path::new("/")), path.file_name().unwrap_or_default());
+                let dir =
+                    LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
+                let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
+                return open_references(Arc::new(dir), name, Layout::Json, &parent.to_string_lossy(), &address);
             } else if !meta.is_dir() {
                 return Err(format!("{shown}: not a directory nor a zip file, so not a Zarr v3 store"));
             } else {
@@ -109,9 +130,17 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         }
     };
     let doc = match store.read(ZARR_JSON) {
+        Err(crate::store::Error::NotFound(_)) if holds_parquet_references(&*store) => {
+            // The directory is the reference set, as a JSON file would be: relative URLs are
+            // taken from where it is.
+            let url = store.url("");
+            let base = url.trim_end_matches('/').rsplit_once('/').map_or("", |(parent, _)| parent);
+            let base = if base.is_empty() { "/" } else { base }.to_string();
+            return open_references(store, "", Layout::Parquet, &base, &address);
+        }
         Err(crate::store::Error::NotFound(_)) if blz::holds_blz(&*store) => return Ok(Arc::new(BlzStore::new(store))),
         found => found.map_err(|e| {
-            format!("{shown}: not a Zarr v3 store (nor BLZ data): cannot read {ZARR_JSON} at its root: {e}")
+            format!("{shown}: not a Zarr v3 store (nor BLZ data, nor kerchunk references): cannot read {ZARR_JSON} at its root: {e}")
         })?,
     };
     let doc: serde_json::Value =
@@ -120,6 +149,51 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
     Ok(store)
+}
+
+/// Checks that the view can show `store` as Zarr `zarr_format`: the v2 view is made from Zarr v3
+/// documents, so a store with none at its root (kerchunk references to a Zarr v2 store) is shown
+/// as it is, in the v3 view only.
+pub fn check_zarr_format(store: &dyn Store, zarr_format: u8) -> Result<(), String> {
+    match store.attr(ZARR_JSON) {
+        Err(crate::store::Error::NotFound(_)) if zarr_format == 2 => Err(format!(
+            "{}: holds no {ZARR_JSON} at its root, so the store is shown as it is (a Zarr v2 store already?); \
+             leave out --zarr-format 2",
+            store.describe("")
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// True when `location` names a kerchunk JSON reference file.
+fn is_reference_file(location: &str) -> bool {
+    location.to_ascii_lowercase().ends_with(".json")
+}
+
+/// True when the store holds a parquet reference set: a `.zmetadata` with a record size.
+fn holds_parquet_references(store: &dyn Store) -> bool {
+    let doc = store.read(kerchunk::parquet::METADATA).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    doc.is_some_and(|doc| kerchunk::parquet::is_reference_metadata(&doc))
+}
+
+/// The reference set at `at` in `inner` as a store, reading referenced files through stores
+/// opened as the mount's own is (object store options, caching but no disk cache); relative URLs
+/// are taken from `base`, the reference set's directory.
+fn open_references(
+    inner: Arc<dyn Store>,
+    at: &str,
+    layout: Layout,
+    base: &str,
+    address: &StoreAddress,
+) -> Result<Arc<dyn Store>, String> {
+    let address = StoreAddress { caching: Caching { disk: None, ..address.caching.clone() }, ..address.clone() };
+    let open_root: OpenRoot = Box::new(move |root: &str| match root.split_once("://") {
+        Some(("http" | "https", _)) => http::open(root, address.caching.clone()),
+        Some(_) => open_bucket(root, &address),
+        None => Ok(Arc::new(LocalStore::open(Path::new(root)).map_err(|e| format!("{root}: {e}"))?)),
+    });
+    let targets = Targets::new(base.to_string(), open_root);
+    Ok(Arc::new(ReferenceStore::open(inner, at, layout, targets)?))
 }
 
 /// The location holding a zip file and the zip file's name, when `location`'s last component
@@ -195,6 +269,7 @@ pub fn filesystem_showing(
 pub fn run(config: &MountConfig) -> Result<(), String> {
     give_large_blocks_back();
     let store = open_store(config.store.clone())?;
+    check_zarr_format(&*store, config.zarr_format)?;
     // A store that cannot be written (BLZ data, a zip file, a web server) is mounted read-only.
     let settings =
         MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };

@@ -15,6 +15,8 @@
 //!   other half fails with EROFS).
 //! - [`zip`]: a zip file in another store (an OME-Zarr `.ozx`, zarr-python's `ZipStore`) as a
 //!   read-only store of its entries.
+//! - [`references`]: a kerchunk reference set (JSON or parquet) as a read-only store of the keys
+//!   it describes, read from the files it refers to.
 //! - [`key_tree`]: the directories a flat set of keys implies (zip entries, references).
 //! - [`cache`]: a byte-bounded cache of values made from one file version.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
@@ -35,6 +37,7 @@ pub mod key_tree;
 pub mod local;
 pub mod lock;
 pub mod read_only;
+pub mod references;
 pub mod unlisted;
 pub mod zip;
 
@@ -430,16 +433,18 @@ pub trait Store: Send + Sync + Debug {
     /// entries) names that file and where the range starts, or says why no program could read
     /// them in place (a compressed entry).
     fn location(&self, key: &str) -> Result<Location> {
-        Ok(Location { url: self.url(key), start: None })
+        Ok(Location::At { url: self.url(key), start: None })
     }
 }
 
-/// Where the bytes of a store file are for another program (`shardfs refs`): a file at `url`,
-/// the whole of it, or, with `start`, its bytes from there on.
+/// Where the bytes of a store file are for another program (`shardfs refs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Location {
-    pub url: String,
-    pub start: Option<u64>,
+pub enum Location {
+    /// A file at `url`: the whole of it, or, with `start`, its bytes from there on.
+    At { url: String, start: Option<u64> },
+    /// In no file but the store's own (a reference set's inline values): a reference carries
+    /// the bytes themselves.
+    Inline,
 }
 
 /// The key of the directory holding `key` (`""`: the root).

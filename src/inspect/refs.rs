@@ -120,8 +120,11 @@ impl Refs<'_> {
                         Kind::Dir => self.dir(&child, &child_path)?,
                         Kind::File => {
                             let reference = match self.location(key)? {
-                                Location { url, start: None } => serde_json::json!([url]),
-                                Location { url, start: Some(start) } => serde_json::json!([url, start, attr.size]),
+                                Location::At { url, start: None } => serde_json::json!([url]),
+                                Location::At { url, start: Some(start) } => serde_json::json!([url, start, attr.size]),
+                                Location::Inline => {
+                                    inline(self.ns.store().read(key).map_err(|e| format!("{}: {e}", self.url(key)))?)
+                                }
                             };
                             self.entry(&child_path, reference)?
                         }
@@ -211,9 +214,15 @@ impl Refs<'_> {
                     };
                     match (if array.strip_crc32c { len.checked_sub(4) } else { Some(len) }, located) {
                         (_, Err(e)) => Err(e),
-                        (Some(len), Ok(Location { url, start })) => self.rely_on(shard, attr.stamp).and_then(|()| {
-                            self.entry(&path, serde_json::json!([url, start.unwrap_or(0) + range.start, len]))
-                        }),
+                        (Some(len), Ok(Location::At { url, start })) => {
+                            self.rely_on(shard, attr.stamp).and_then(|()| {
+                                self.entry(&path, serde_json::json!([url, start.unwrap_or(0) + range.start, len]))
+                            })
+                        }
+                        (_, Ok(Location::Inline)) => Err(format!(
+                            "{}: held in the store itself, so its chunks have no place",
+                            ns.store().url(shard)
+                        )),
                         (None, _) => Err(format!(
                             "{}: chunk {path} is {len} bytes, too short for its crc32c",
                             ns.store().url(shard)

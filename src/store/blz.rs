@@ -379,5 +379,4 @@ impl ReadOnlyStore for BlzStore {
     fn synthesized(&self) -> bool {
         true
     }
-
 }

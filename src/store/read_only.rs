@@ -34,13 +34,19 @@ pub trait ReadOnlyStore: Send + Sync + Debug {
 
     /// As [`Store::location`].
     fn location(&self, key: &str) -> Result<Location> {
-        Ok(Location { url: self.url(key), start: None })
+        Ok(Location::At { url: self.url(key), start: None })
     }
 }
 
 /// The error `errno` for `place`.
 pub fn errno(place: String, errno: i32) -> Error {
     Error::Io { place, source: std::io::Error::from_raw_os_error(errno) }
+}
+
+/// The error for an entry that cannot be read as stored (damaged, or pointing nowhere): EIO, with
+/// its cause.
+pub fn damaged(place: String, why: impl Into<String>) -> Error {
+    Error::Io { place, source: std::io::Error::other(why.into()) }
 }
 
 impl<T: ReadOnlyStore> Store for T {

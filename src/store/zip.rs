@@ -20,11 +20,11 @@ use std::io::Read;
 use std::ops::Range;
 use std::sync::Arc;
 
-use directory::{Directory, Failure, damaged};
+use directory::{Directory, Failure};
 use parking_lot::Mutex;
 
 use super::cache::{Cache, Shared};
-use super::read_only::{ReadOnlyStore, errno};
+use super::read_only::{ReadOnlyStore, damaged, errno};
 use super::{Attr, BytesObject, Error, Kind, Location, Object, Result, Space, Stamp};
 use crate::format::zip::{DEFLATED, STORED};
 
@@ -234,7 +234,7 @@ impl ReadOnlyStore for ZipStore {
         if entry.method != STORED || entry.encrypted {
             return Err(damaged(self.describe(key), "compressed in the zip file, so no range of it holds these bytes"));
         }
-        Ok(Location { url: self.inner.url(&self.zip), start: Some(directory.data_start(n)?) })
+        Ok(Location::At { url: self.inner.url(&self.zip), start: Some(directory.data_start(n)?) })
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use crate::format::zip::{self, DirectoryPlace, End, Entry, LOCAL_LEN, TAIL_LEN, ZIP64_END_LEN, ZipError};
 use crate::store::key_tree::KeyTree;
+use crate::store::read_only::damaged;
 use crate::store::{self, Kind, Object, Stamp};
 
 /// The largest central directory read (about 10 million entries): a bigger one is refused rather
@@ -126,9 +127,4 @@ impl From<store::Error> for Failure {
             e => Failure::Store(e),
         }
     }
-}
-
-/// An error for a damaged entry or zip file: EIO, with its cause.
-pub fn damaged(place: String, why: impl Into<String>) -> store::Error {
-    store::Error::Io { place, source: io::Error::other(why.into()) }
 }
