@@ -57,6 +57,19 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# kerchunk's writers and fsspec's reader of references (tests/interop/test_kerchunk.py): h5py
+# writes HDF5 files, kerchunk 0.2.10 makes JSON and parquet references (fastparquet), zarr-python
+# reads them through the mount.
+venv_kerchunk=target/venv-kerchunk
+stamp_kerchunk="$venv_kerchunk/.installed-kerchunk0.2.10-h5py3.16.0-fastparquet2026.9.0-zarr3.1.6-pytest9.2.0"
+if [ ! -f "$stamp_kerchunk" ]; then
+  echo "setup: creating $venv_kerchunk with kerchunk 0.2.10, h5py 3.16.0, fastparquet and zarr-python 3.1.6"
+  [ -x "$venv_kerchunk/bin/python" ] || python3 -m venv "$venv_kerchunk"
+  "$venv_kerchunk/bin/pip" install -q --disable-pip-version-check 'kerchunk==0.2.10' 'h5py==3.16.0' \
+    'fsspec==2026.9.0' 'zarr==3.1.6' 'fastparquet==2026.9.0' 'ujson==6.1.0' 'numpy>=2,<3' 'pytest==9.2.0'
+  touch "$stamp_kerchunk"
+fi
+
 venv2=target/venv2
 stamp2="$venv2/.installed-zarr2.16.1"
 if [ ! -f "$stamp2" ]; then

@@ -7,9 +7,10 @@
 # Zarr v2 view against zarr-python 2.18, of OME-Zarr 0.5 shown as 0.4 (ngff-zarr, ome-zarr-models,
 # ome-zarr 0.9 on zarr-python 2.18), of reference files (`shardfs refs`, no FUSE needed), of
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
-# target/venv-newest), of GDAL 3.12 (rasterio's wheels), and of BLZ data (Bloscpack, bcolz)
-# against zarr-python 3 and 2.18 and tensorstore. With SHARDFS_REQUIRE_FUSE=1 a machine without
-# usable FUSE fails the run instead of skipping the mount tests.
+# target/venv-newest), of GDAL 3.12 (rasterio's wheels), of BLZ data (Bloscpack, bcolz)
+# against zarr-python 3 and 2.18 and tensorstore, and of kerchunk references (kerchunk, h5py,
+# fsspec; tests/interop, pytest). With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails
+# the run instead of skipping the mount tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -115,6 +116,9 @@ timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 timed newest scripts/interop_gdal.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_blz.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_zip.py target/debug/shardfs
+# The interop tests as pytest (tests/interop), each file in its peers' venv.
+timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
+  tests/interop/test_kerchunk.py
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 timed scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md
 # The huge profile's small version (98,304 and 131,072 chunk files): every count and read checked.

@@ -210,8 +210,8 @@ impl ReferenceStore {
                 let target = self.target(key, url)?;
                 file(target.attr().size.saturating_sub(*start), target.attr().stamp)
             }
-            // It is there, and reading it fails.
-            Node::File(Reference::Bad(_)) => file(0, Stamp::new([0; 5])),
+            // It is there, and what it is cannot be known.
+            Node::File(Reference::Bad(why)) => return Err(self.unreadable(key, format!("not a reference: {why}"))),
         })
     }
 }

@@ -59,7 +59,10 @@ impl Catalog {
             Layout::Parquet => {
                 let metadata =
                     parquet::metadata(&bytes).map_err(|e| format!("not a parquet reference set's metadata: {e}"))?;
-                let documents = &metadata.documents;
+                // fsspec shows `.zmetadata` itself, a Zarr v2 consolidated metadata document.
+                let mut documents = metadata.documents;
+                documents.push((parquet::METADATA.to_string(), bytes));
+                let documents = &documents;
                 let tree = KeyTree::of(documents.iter().enumerate().map(|(n, (key, _))| (n, key.as_str())), &place);
                 // fsspec finds records of arrays below the root only: a chunk key has a directory.
                 let arrays = documents
@@ -70,7 +73,7 @@ impl Catalog {
                         (dir.to_string(), grid)
                     })
                     .collect();
-                let refs = metadata.documents.into_iter().map(|(_, doc)| Reference::Inline(doc.into())).collect();
+                let refs = documents.iter().map(|(_, doc)| Reference::Inline(doc.as_slice().into())).collect();
                 Ok(Catalog { attr, tree, refs, arrays, record_size: metadata.record_size })
             }
         }

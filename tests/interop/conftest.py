@@ -1,0 +1,87 @@
+"""What every interop test shares: the shardfs binary under test (``SHARDFS_BINARY``, else
+``target/debug/shardfs``) found by the project's own ``shardfs_mount`` fixture, the FUSE check
+(skipped loudly without ``/dev/fuse``, failed with ``SHARDFS_REQUIRE_FUSE=1``), and the servers,
+each started once per session and stopped however the run ends.
+
+Run by ``scripts/test.sh`` in the venv each peer needs; one case alone:
+``target/venv-kerchunk/bin/python -m pytest tests/interop/test_kerchunk.py -k parquet``.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+pytest_plugins = ["shardfs.pytest_plugin"]
+
+BINARY = Path(os.environ.get("SHARDFS_BINARY", ROOT / "target/debug/shardfs")).resolve()
+os.environ["PATH"] = f"{BINARY.parent}{os.pathsep}{os.environ['PATH']}"
+
+
+def fuse_usable() -> bool:
+    try:
+        os.close(os.open("/dev/fuse", os.O_RDWR))
+        return True
+    except OSError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if fuse_usable():
+        return
+    if os.environ.get("SHARDFS_REQUIRE_FUSE") == "1":
+        raise pytest.UsageError("SHARDFS_REQUIRE_FUSE=1 but /dev/fuse cannot be opened")
+    print("\n*** SKIPPING the mount tests: /dev/fuse cannot be opened on this machine ***", file=sys.stderr)
+    skip = pytest.mark.skip(reason="/dev/fuse cannot be opened")
+    for item in items:
+        if "shardfs_mount" in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    """A local S3 server (moto) that takes unsigned requests, as moto does."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+
+    def put(self, path: str, data: bytes = b"") -> None:
+        # Not urllib's default form type, which the server would parse as a form.
+        request = urllib.request.Request(f"{self.endpoint}/{path}", data=data, method="PUT",
+                                         headers={"Content-Type": "application/octet-stream"})
+        urllib.request.urlopen(request, timeout=10).close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto, from ``SHARDFS_MOTO`` (default ``target/venv/bin/moto_server``), with test
+    credentials in the environment for the daemons the tests start."""
+    moto = os.environ.get("SHARDFS_MOTO", str(ROOT / "target/venv/bin/moto_server"))
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    server = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
+        yield S3Server(f"http://127.0.0.1:{port}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
