@@ -115,7 +115,7 @@ fi
 # breaks the view fails scripts/interop.py, which scripts/test.sh runs in it too. zarr-python 3.2 and later and rasterio 1.5
 # (whose wheels bundle GDAL 3.12) need Python 3.12 or newer.
 venv_new=target/venv-newest
-stamp_new="$venv_new/.installed-zarr3.4.2-ts0.1.86-rasterio1.5.2-fsspec2026.9.0-pytest9.2.0-obstore0.12.1"
+stamp_new="$venv_new/.installed-zarr3.4.2-ts0.1.86-rasterio1.5.2-fsspec2026.9.0-pytest9.2.0-obstore0.12.1-icechunk2.3.0"
 if [ ! -f "$stamp_new" ]; then
   python_new=
   for candidate in python3.12 python3.13 "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3; do
@@ -136,12 +136,12 @@ if [ ! -f "$stamp_new" ]; then
   fi
 fi
 if [ ! -f "$stamp_new" ] && [ -n "${python_new:-}" ]; then
-  echo "setup: creating $venv_new with $python_new: zarr-python 3.4.2, tensorstore 0.1.86, rasterio 1.5.2"
+  echo "setup: creating $venv_new with $python_new: zarr-python 3.4.2, tensorstore 0.1.86, rasterio 1.5.2, icechunk 2.3.0"
   rm -rf "$venv_new"
   [ -x "$venv_new/bin/python" ] || "$python_new" -m venv "$venv_new"
   "$venv_new/bin/pip" install -q --disable-pip-version-check 'zarr==3.4.2' 'tensorstore==0.1.86' \
     'rasterio==1.5.2' 'fsspec==2026.9.0' 'numpy>=2,<3' 'pytest==9.2.0' 'pytest-asyncio==1.5.0' \
-    'obstore==0.12.1'
+    'obstore==0.12.1' 'icechunk==2.3.0'
   touch "$stamp_new"
 fi
 

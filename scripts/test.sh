@@ -9,8 +9,9 @@
 # the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
 # target/venv-newest), of GDAL 3.12 (rasterio's wheels), of BLZ data (Bloscpack, bcolz)
 # against zarr-python 3 and 2.18 and tensorstore, and of kerchunk references (kerchunk, h5py,
-# fsspec; tests/interop, pytest). With SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails
-# the run instead of skipping the mount tests.
+# fsspec) and of Icechunk repositories (icechunk 2.3; both in tests/interop, pytest). With
+# SHARDFS_REQUIRE_FUSE=1 a machine without usable FUSE fails the run instead of skipping the mount
+# tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -119,6 +120,7 @@ timed target/venv/bin/python scripts/interop_zip.py target/debug/shardfs
 # The interop tests as pytest (tests/interop), each file in its peers' venv.
 timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
   tests/interop/test_kerchunk.py
+timed newest -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/interop/test_icechunk.py
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 timed scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md
 # The huge profile's small version (98,304 and 131,072 chunk files): every count and read checked.

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+use crate::format::icechunk::Version;
 use crate::fs::WriteOptions;
 use crate::fuse::MountSettings;
-use crate::mount::{MountConfig, StoreAddress};
+use crate::mount::{MountConfig, RepositoryOptions, StoreAddress};
 use crate::store::bucket::Caching;
 use crate::store::bucket::azure::AzureOptions;
 use crate::store::bucket::disk_cache::DiskSettings;
@@ -152,7 +153,9 @@ pub struct StoreArgs {
     /// az://CONTAINER/PREFIX, with zarr.json at its root; or https://HOST/PATH (http:// too) on a
     /// web server, shown read-only; a zip file of one (FILE.zip, FILE.ozx, or
     /// s3://BUCKET/PREFIX/FILE.ozx), shown read-only; or a directory of BLZ data (Bloscpack files,
-    /// bcolz directories), shown read-only.
+    /// bcolz directories), shown read-only; an Icechunk repository (a directory or prefix), one
+    /// version shown read-only; or kerchunk references (FILE.json, or a parquet reference
+    /// directory), shown read-only.
     pub store: PathBuf,
     /// The object store's endpoint: S3's (a local or S3-compatible server: http://127.0.0.1:9000;
     /// default: AWS, or AWS_ENDPOINT_URL), GCS's base URL (an emulator: http://127.0.0.1:4443) or
@@ -186,6 +189,19 @@ pub struct StoreArgs {
     /// most 10G.
     #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]
     pub max_cache_size: Option<usize>,
+    /// An Icechunk repository: show the tip of this branch (default: main), followed as it moves.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["tag", "snapshot"])]
+    pub branch: Option<String>,
+    /// An Icechunk repository: show this tag.
+    #[arg(long, value_name = "NAME", conflicts_with = "snapshot")]
+    pub tag: Option<String>,
+    /// An Icechunk repository: show this snapshot (its ID, as `shardfs info` lists them).
+    #[arg(long, value_name = "ID")]
+    pub snapshot: Option<String>,
+    /// An Icechunk repository: read virtual chunks whose URL starts with PREFIX (file:///data/,
+    /// s3://bucket/nc/); others read as EIO. Repeatable, or comma-separated.
+    #[arg(long, value_name = "PREFIX", value_delimiter = ',')]
+    pub allow_virtual: Vec<String>,
 }
 
 impl StoreArgs {
@@ -208,6 +224,14 @@ impl StoreArgs {
                     max_bytes: self.max_cache_size.map(|n| n as u64),
                     server: String::new(),
                 }),
+            },
+            repository: RepositoryOptions {
+                version: match (&self.branch, &self.tag, &self.snapshot) {
+                    (_, Some(tag), _) => Some(Version::Tag(tag.clone())),
+                    (_, _, Some(id)) => Some(Version::Snapshot(id.clone())),
+                    (branch, _, _) => branch.clone().map(Version::Branch),
+                },
+                allow_virtual: self.allow_virtual.clone(),
             },
         }
     }

@@ -4,6 +4,8 @@
 //! - [`codecs`]: undoing an inner chunk's codecs to tell whether its stored bytes are intact.
 //! - [`chunk_key`]: chunk coordinates <-> store keys for every key encoding.
 //! - [`draft`]: the draft sharding storage transformer layout of zarr-python 2.x.
+//! - [`icechunk`]: Icechunk repositories (spec v1 and v2): branches and tags, a snapshot's nodes,
+//!   a chunk's place in a manifest, read with the `icechunk-format` crate.
 //! - [`kerchunk`]: kerchunk reference sets (JSON and parquet): keys to inline bytes or ranges of
 //!   files at URLs.
 //! - [`metadata`]: `zarr.json` documents and the unsharded view of a sharded array.
@@ -21,6 +23,7 @@ pub mod chunk_key;
 pub mod codecs;
 pub mod draft;
 pub mod error;
+pub mod icechunk;
 pub mod kerchunk;
 pub mod metadata;
 pub mod ome;

@@ -328,6 +328,17 @@ pub fn check_command(
     Ok(report.healthy())
 }
 
+/// `shardfs info` of an Icechunk repository, first: one line per branch and tag, with the
+/// snapshot it names (`branch main 1CECHNKREP0F1RSTCMT0`), each a version `shardfs mount` shows
+/// with `--branch`, `--tag` or `--snapshot`.
+pub fn print_repository_refs(refs: &crate::format::icechunk::Refs) {
+    for (kind, list) in [("branch", &refs.branches), ("tag", &refs.tags)] {
+        for (name, snapshot) in list {
+            println!("{kind} {name} {snapshot}");
+        }
+    }
+}
+
 /// `shardfs info`: one line per sharded array with its shard, chunk and byte counts.
 pub fn info_command(store: &dyn Store, progress: &dyn Progress) -> Result<(), store::Error> {
     let report = scan_reporting(store, progress)?;

@@ -49,6 +49,9 @@ fn main() {
         }
         Command::Info { store, zarr_format } => mount::open_store(store.address()).and_then(|s| {
             mount::check_zarr_format(&*s, *zarr_format)?;
+            if let Some(refs) = mount::repository_refs(&store.address())? {
+                inspect::print_repository_refs(&refs);
+            }
             let info = match zarr_format {
                 2 => inspect::info_v2_command(&*s),
                 _ => inspect::info_command(&*s, &Bar::new("scanning")),

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::format::icechunk::Version;
 use crate::format::kerchunk;
 use crate::format::metadata::ZARR_JSON;
 use crate::fs::{ShardFs, WriteOptions};
@@ -20,9 +21,10 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
+use crate::store::icechunk::{self, IcechunkStore};
 use crate::store::references::ReferenceStore;
 use crate::store::references::catalog::Layout;
-use crate::store::references::targets::{OpenRoot, Targets};
+use crate::store::targets::{OpenRoot, Targets};
 use crate::store::zip::{self, ZipStore};
 use crate::store::{LocalStore, Store};
 use crate::view::index_cache::IndexCache;
@@ -55,6 +57,16 @@ pub struct StoreAddress {
     pub azure: AzureOptions,
     pub gcs: GcsOptions,
     pub caching: Caching,
+    pub repository: RepositoryOptions,
+}
+
+/// Which version of an Icechunk repository to show, and what it may read.
+#[derive(Debug, Clone, Default)]
+pub struct RepositoryOptions {
+    /// `--branch`, `--tag` or `--snapshot`; none: branch `main`.
+    pub version: Option<Version>,
+    /// `--allow-virtual`: the URL prefixes virtual chunks may be read from.
+    pub allow_virtual: Vec<String>,
 }
 
 impl From<&Path> for StoreAddress {
@@ -129,6 +141,14 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
             }
         }
     };
+    if icechunk::spec_of(&*store).is_some() {
+        return open_repository(store, &address);
+    }
+    if address.repository.version.is_some() || !address.repository.allow_virtual.is_empty() {
+        return Err(format!(
+            "{shown}: --branch, --tag, --snapshot and --allow-virtual are for Icechunk repositories, which this is not"
+        ));
+    }
     let doc = match store.read(ZARR_JSON) {
         Err(crate::store::Error::NotFound(_)) if holds_parquet_references(&*store) => {
             // The directory is the reference set, as a JSON file would be: relative URLs are
@@ -176,9 +196,43 @@ fn holds_parquet_references(store: &dyn Store) -> bool {
     doc.is_some_and(|doc| kerchunk::parquet::is_reference_metadata(&doc))
 }
 
-/// The reference set at `at` in `inner` as a store, reading referenced files through stores
-/// opened as the mount's own is (object store options, caching but no disk cache); relative URLs
-/// are taken from `base`, the reference set's directory.
+/// The branches and tags of the Icechunk repository at `address`; `None` when it holds none.
+pub fn repository_refs(address: &StoreAddress) -> Result<Option<crate::format::icechunk::Refs>, String> {
+    let shown = address.location.display().to_string();
+    let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
+        Some(("s3" | "gs", _)) => open_bucket(&shown, address)?,
+        Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, address)?,
+        Some(_) => return Ok(None),
+        None if address.location.is_dir() => {
+            Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: {e}"))?)
+        }
+        None => return Ok(None),
+    };
+    let Some(spec) = icechunk::spec_of(&*store) else { return Ok(None) };
+    icechunk::refs(&*store, spec).map(Some).map_err(|e| e.to_string())
+}
+
+/// The version of the Icechunk repository in `store` that `address` names, as a store.
+fn open_repository(store: Arc<dyn Store>, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let options = &address.repository;
+    let version = options.version.clone().unwrap_or_else(|| Version::Branch("main".into()));
+    let targets = Targets::new(store.url(""), target_opener(address));
+    Ok(Arc::new(IcechunkStore::open(store, version, targets, options.allow_virtual.clone())?))
+}
+
+/// How the stores referenced files are in are opened: as the mount's own is (object store
+/// options, caching but no disk cache).
+fn target_opener(address: &StoreAddress) -> OpenRoot {
+    let address = StoreAddress { caching: Caching { disk: None, ..address.caching.clone() }, ..address.clone() };
+    Box::new(move |root: &str| match root.split_once("://") {
+        Some(("http" | "https", _)) => http::open(root, address.caching.clone()),
+        Some(_) => open_bucket(root, &address),
+        None => Ok(Arc::new(LocalStore::open(Path::new(root)).map_err(|e| format!("{root}: {e}"))?)),
+    })
+}
+
+/// The reference set at `at` in `inner` as a store; relative URLs are taken from `base`, the
+/// reference set's directory.
 fn open_references(
     inner: Arc<dyn Store>,
     at: &str,
@@ -186,13 +240,7 @@ fn open_references(
     base: &str,
     address: &StoreAddress,
 ) -> Result<Arc<dyn Store>, String> {
-    let address = StoreAddress { caching: Caching { disk: None, ..address.caching.clone() }, ..address.clone() };
-    let open_root: OpenRoot = Box::new(move |root: &str| match root.split_once("://") {
-        Some(("http" | "https", _)) => http::open(root, address.caching.clone()),
-        Some(_) => open_bucket(root, &address),
-        None => Ok(Arc::new(LocalStore::open(Path::new(root)).map_err(|e| format!("{root}: {e}"))?)),
-    });
-    let targets = Targets::new(base.to_string(), open_root);
+    let targets = Targets::new(base.to_string(), target_opener(address));
     Ok(Arc::new(ReferenceStore::open(inner, at, layout, targets)?))
 }
 

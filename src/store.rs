@@ -15,8 +15,12 @@
 //!   other half fails with EROFS).
 //! - [`zip`]: a zip file in another store (an OME-Zarr `.ozx`, zarr-python's `ZipStore`) as a
 //!   read-only store of its entries.
+//! - [`icechunk`]: one version (branch, tag or snapshot) of an Icechunk repository as a read-only
+//!   store: each node's `zarr.json`, each chunk inline, native or virtual.
 //! - [`references`]: a kerchunk reference set (JSON or parquet) as a read-only store of the keys
 //!   it describes, read from the files it refers to.
+//! - [`targets`]: the stores the files that references name are read from, by URL.
+//! - [`range`]: a range of another file as a file of its own.
 //! - [`key_tree`]: the directories a flat set of keys implies (zip entries, references).
 //! - [`cache`]: a byte-bounded cache of values made from one file version.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
@@ -33,11 +37,14 @@ pub mod bucket;
 pub mod cache;
 pub mod conformance;
 pub mod faulty;
+pub mod icechunk;
 pub mod key_tree;
 pub mod local;
 pub mod lock;
+pub mod range;
 pub mod read_only;
 pub mod references;
+pub mod targets;
 pub mod unlisted;
 pub mod zip;
 
@@ -227,6 +234,12 @@ pub trait Object: Send + Sync + Debug {
 
     /// How the file is named in messages.
     fn place(&self) -> String;
+
+    /// The version's entity tag as its server names it (an object's ETag), for references that
+    /// recorded one; `None` where the store has none.
+    fn e_tag(&self) -> Option<String> {
+        None
+    }
 
     /// A hint that `range` will be read soon (as posix_fadvise's WILLNEED): a store whose reads
     /// cost a round trip fetches all of it at the first read there. Reads are correct without it.

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sysconfig
 import tempfile
+import time
 
 __all__ = ["MountError", "binary", "mount"]
 
@@ -61,9 +62,16 @@ def _one_line(completed: subprocess.CompletedProcess, what: str) -> str:
 
 
 def _unmount(exe: str, mountpoint: str) -> None:
-    done = subprocess.run([exe, "unmount", mountpoint], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise MountError(_one_line(done, f"shardfs unmount {mountpoint}"))
+    # A reader still finishing (another thread of a program whose read failed) keeps the mount
+    # busy for a moment: asked again for up to 10 s before the mount is left for the caller.
+    for _ in range(100):
+        done = subprocess.run([exe, "unmount", mountpoint], capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        if "busy" not in (done.stderr or ""):
+            break
+        time.sleep(0.1)
+    raise MountError(_one_line(done, f"shardfs unmount {mountpoint}"))
 
 
 @contextlib.contextmanager

@@ -676,6 +676,10 @@ impl Object for BucketObject {
         self.store.0.fetcher.prefetch(&self.reader, range);
     }
 
+    fn e_tag(&self) -> Option<String> {
+        Some(self.reader.e_tag().to_string())
+    }
+
     fn place(&self) -> String {
         self.store.describe(&self.key)
     }

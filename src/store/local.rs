@@ -555,6 +555,15 @@ impl Object for LocalObject {
     fn place(&self) -> String {
         self.place.clone()
     }
+
+    /// As object_store's local store makes it (inode, modification time in microseconds, size),
+    /// which is what Icechunk records for local files.
+    fn e_tag(&self) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = self.file.metadata().ok()?;
+        let micros = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_micros();
+        Some(format!("{:x}-{micros:x}-{:x}", meta.ino(), meta.len()))
+    }
 }
 
 /// A file opened for writing in place.

@@ -13,22 +13,20 @@
 //! file that is not there holds no chunks, as fsspec reads it (writers leave out empty records).
 //!
 //! - [`catalog`]: one version of the reference set, indexed.
-//! - [`targets`]: the stores referenced URLs are read from.
 
 pub mod catalog;
-pub mod targets;
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use catalog::{Catalog, Layout};
 use parking_lot::Mutex;
-use targets::Targets;
 
 use super::cache::Cache;
+use super::range::RangeObject;
 use super::read_only::{ReadOnlyStore, damaged, errno};
+use super::targets::Targets;
 use super::{Attr, BytesObject, Error, Kind, Location, Object, Result, Space, Stamp, join};
 use crate::format::kerchunk::Reference;
 use crate::format::kerchunk::parquet::{self, ChunkGrid};
@@ -275,7 +273,7 @@ impl ReadOnlyStore for ReferenceStore {
                 };
                 let mut attr = self.attr_in(&catalog, key, &Node::File(Reference::Range { url, start, len }))?;
                 attr.size = end - start;
-                Ok(Box::new(RangeObject { attr, range: start..end, target, place }))
+                Ok(Box::new(RangeObject::new(attr, start..end, target, place)))
             }
         }
     }
@@ -299,54 +297,6 @@ impl ReadOnlyStore for ReferenceStore {
     }
 }
 
-/// A referenced range, opened: reads are reads of that range of the file version opened.
-#[derive(Debug)]
-struct RangeObject {
-    attr: Attr,
-    range: Range<u64>,
-    target: Box<dyn Object>,
-    place: String,
-}
-
-impl RangeObject {
-    /// The part of `len` bytes at `offset` that the range holds, as a range of the target.
-    fn in_target(&self, offset: u64, len: u64) -> Range<u64> {
-        let end = offset.saturating_add(len).min(self.attr.size);
-        self.range.start + offset.min(end)..self.range.start + end
-    }
-}
-
-impl Object for RangeObject {
-    fn attr(&self) -> &Attr {
-        &self.attr
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let range = self.in_target(offset, buf.len() as u64);
-        let n = (range.end - range.start) as usize;
-        let mut filled = 0;
-        while filled < n {
-            match self.target.read_at(&mut buf[filled..n], range.start + filled as u64)? {
-                0 => return Err(damaged(self.place.clone(), "the file it refers to is shorter than it was")),
-                read => filled += read,
-            }
-        }
-        Ok(n)
-    }
-
-    fn place(&self) -> String {
-        self.place.clone()
-    }
-
-    fn will_need(&self, range: Range<u64>) {
-        self.target.will_need(self.in_target(range.start, range.end.saturating_sub(range.start)));
-    }
-
-    fn prefetch(&self, range: Range<u64>) {
-        self.target.prefetch(self.in_target(range.start, range.end.saturating_sub(range.start)));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,7 +304,7 @@ mod tests {
 
     fn store_of(dir: &std::path::Path) -> ReferenceStore {
         let inner: Arc<dyn super::super::Store> = Arc::new(LocalStore::open(dir).unwrap());
-        let open_root: targets::OpenRoot = Box::new(|root: &str| {
+        let open_root: crate::store::targets::OpenRoot = Box::new(|root: &str| {
             let store: Arc<dyn super::super::Store> =
                 Arc::new(LocalStore::open(std::path::Path::new(root)).map_err(|e| e.to_string())?);
             Ok(store)

@@ -124,6 +124,11 @@ impl Reader {
         Reader { version: Arc::new(version), size, get, hinted: Mutex::new(None) }
     }
 
+    /// The ETag of the version read.
+    pub fn e_tag(&self) -> &str {
+        &self.version.e_tag
+    }
+
     /// The range hinted, when `wanted` is the first read since the hint and inside it.
     fn take_hint(&self, wanted: &Range<u64>) -> Option<Range<u64>> {
         let hinted = self.hinted.lock().take()?;

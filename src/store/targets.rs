@@ -1,4 +1,5 @@
-//! Where the files a reference set points into are: each URL resolved to a store and a key in it.
+//! Where the files that references point into are (a kerchunk reference set's, an Icechunk
+//! repository's virtual chunks): each URL resolved to a store and a key in it.
 //! A URL with a scheme (`s3://bucket/key`, `https://host/path`) is a key of the store at its
 //! scheme and authority; `file://PATH` and an absolute path are a file of the local directory
 //! holding it; a relative URL is resolved against the reference set's own location (fsspec would
