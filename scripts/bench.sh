@@ -4,9 +4,12 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to target/bench-PROFILE.md (or --out FILE).
 #
-#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|huge] [--runs N] [--out FILE] [--quick]
+#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]
 #
-# Profiles: huge = scripts/bench_huge.sh (stat walks over 10^8 chunk files and a directory of 2^20,
+# Profiles: icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount
+# against Icechunk's own Python reader, from the local disk and from s3s-fs behind the latency
+# proxy at 0 and 20 ms; its table goes to target/bench-icechunk.md unless --out names a file;
+# --quick: one run); huge = scripts/bench_huge.sh (stat walks over 10^8 chunk files and a directory of 2^20,
 # against plain files and squashfuse, the daemon's RSS beside; stores written once into
 # target/bench-huge/; its table goes to target/bench-huge.md unless --out names a file; --quick:
 # the test command's small version, 98,304 and 131,072 files); wan-write = scripts/bench_wan_write.py (zarr-python 3.4 writing sharded arrays to s3s-fs
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=(--quick); shift ;;
-    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
   esac
 done
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -66,6 +69,10 @@ if [ "$profile" = wan ]; then
   done
   scripts/setup.sh
   exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-wan.md}"
+fi
+if [ "$profile" = icechunk ]; then
+  scripts/setup.sh
+  exec target/venv-newest/bin/python scripts/bench_icechunk.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-icechunk.md}"
 fi
 if [ "$profile" = huge ]; then
   sizes=(); [ ${#quick[@]} -gt 0 ] && sizes=(--chunks 98304 --flat 131072 --no-peers)

@@ -318,6 +318,22 @@ pub trait Store: Send + Sync + Debug {
     /// Opens the current version of the file at `key` for reading.
     fn open(&self, key: &str) -> Result<Box<dyn Object>>;
 
+    /// The bytes `range` of the file at `key`, opened as a file of its own, for files that never
+    /// change once written (an Icechunk repository's chunk objects, named by ID): a store whose
+    /// every question costs a round trip asks nothing before the first read, and reads from
+    /// whatever version is there. A range past the file's end is an error (at open, or at the
+    /// read where the store finds it).
+    fn open_range(&self, key: &str, range: Range<u64>) -> Result<Box<dyn Object>> {
+        let file = self.open(key)?;
+        let place = self.describe(key);
+        if range.end > file.attr().size || range.start > range.end {
+            let why = format!("bytes {}..{} wanted of a file {} bytes long", range.start, range.end, file.attr().size);
+            return Err(read_only::damaged(place, why));
+        }
+        let attr = Attr { size: range.end - range.start, ..*file.attr() };
+        Ok(Box::new(range::RangeObject::new(attr, range, file, place)))
+    }
+
     /// About to ask for the attributes of every one of `keys`: a store whose every question
     /// costs a round trip and that can answer many at once (an object store listing below them)
     /// does so now, and [`Store::attr`] answers from that. A hint.

@@ -652,6 +652,8 @@ struct BucketObject {
     key: String,
     attr: Attr,
     reader: Reader,
+    /// Its reads are of the version whose ETag the reader holds (not [`Store::open_range`]'s).
+    pinned: bool,
 }
 
 impl Object for BucketObject {
@@ -677,7 +679,7 @@ impl Object for BucketObject {
     }
 
     fn e_tag(&self) -> Option<String> {
-        Some(self.reader.e_tag().to_string())
+        self.pinned.then(|| self.reader.e_tag().to_string())
     }
 
     fn place(&self) -> String {
@@ -762,7 +764,24 @@ impl Store for BucketStore {
             return Ok(Box::new(super::BytesObject { attr, bytes: kept.to_vec().into(), place: self.describe(key) }));
         }
         let reader = self.reader(key, &e_tag, attr.size);
-        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, reader }))
+        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, reader, pinned: true }))
+    }
+
+    /// No HEAD: the range is fetched as it is read, from whatever version is there.
+    fn open_range(&self, key: &str, range: Range<u64>) -> Result<Box<dyn Object>> {
+        let size = range.end.saturating_sub(range.start);
+        let head = Head { size, e_tag: None, version: None, modified: std::time::UNIX_EPOCH };
+        let attr = Attr { stamp: Stamp::computed((key, range.start, size)), ..self.attr_of_file(&head) };
+        let store = self.clone();
+        let (owned_key, base) = (key.to_string(), range.start);
+        let get: fetch::Get = Arc::new(move |wanted: Range<u64>| {
+            let (store, key) = (store.clone(), owned_key.clone());
+            Box::pin(async move { store.stream_range_async(&key, base + wanted.start..base + wanted.end).await })
+        });
+        // The fetcher tells versions apart by ETag: each range is a version of its own here.
+        let version = VersionId { key: key.to_string(), e_tag: format!("range {base}+{size}") };
+        let reader = Reader::new(version, size, get);
+        Ok(Box::new(BucketObject { store: self.clone(), key: key.to_string(), attr, reader, pinned: false }))
     }
 
     fn refresh(&self, keys: &[&str]) {

@@ -441,12 +441,15 @@ impl ReadOnlyStore for IcechunkStore {
             Node::Document(bytes) | Node::Chunk(Payload::Inline(bytes)) => {
                 return Ok(Box::new(BytesObject { attr, bytes, place }));
             }
+            // Chunk objects are named by ID and never change: no question of which version is
+            // there, where asking costs a round trip.
             Node::Chunk(Payload::Native { key: object, offset, length }) => {
-                let file = self.inner.open(&object).map_err(|e| match e {
+                let end = offset.checked_add(length).ok_or_else(|| self.unreadable(key, "a range past 2^64".into()))?;
+                let file = self.inner.open_range(&object, offset..end).map_err(|e| match e {
                     Error::NotFound(at) => self.unreadable(key, format!("{at}, its chunk object, is not there")),
-                    e => e,
+                    e => self.unreadable(key, e.to_string()),
                 })?;
-                (file, offset, length, self.inner.url(&object))
+                return Ok(Box::new(RangeObject::new(attr, 0..length, file, place)));
             }
             Node::Chunk(Payload::Virtual { url, offset, length, checksum }) => {
                 (self.virtual_file(key, &url, &checksum)?, offset, length, url)

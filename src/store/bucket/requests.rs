@@ -170,6 +170,29 @@ impl BucketStore {
         Ok(reply.into_stream().map(move |piece| piece.map_err(|e| store.error(&key, e))).boxed())
     }
 
+    /// The bytes `range` of `key`, whatever version is there, as they arrive: for objects that
+    /// never change once written (an Icechunk repository's chunk objects, named by ID), read with
+    /// no question of which version is there. An object that is not there is EIO: something
+    /// that names it says it is.
+    pub(super) async fn stream_range_async(&self, key: &str, range: Range<u64>) -> Result<ByteStream> {
+        let reply = self
+            .tried_async(key, FIRST_BYTE, || async {
+                let options = GetOptions { range: Some(GetRange::Bounded(range.clone())), ..Default::default() };
+                self.0.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match self.0.objects.get_opts(&self.path(key), options).await {
+                    Ok(reply) => Ok(reply),
+                    Err(object_store::Error::NotFound { .. }) => Err(Failed::Final(Error::Io {
+                        place: self.describe(key),
+                        source: io::Error::other("not there, though it is named as a file that never changes"),
+                    })),
+                    Err(e) => Err(self.failed(key, e)),
+                }
+            })
+            .await?;
+        let (store, key) = (self.clone(), key.to_string());
+        Ok(reply.into_stream().map(move |piece| piece.map_err(|e| store.error(&key, e))).boxed())
+    }
+
     /// One GET of `range` (the whole object when `None`) of version `e_tag` of `key`, its reply's
     /// headers checked: that version, or the version's absence or replacement as a final answer.
     async fn get_of_version(

@@ -1,0 +1,154 @@
+"""The icechunk profile of scripts/bench.sh: reading an Icechunk repository through a shardfs mount
+against Icechunk's own Python reader, on the local disk and from an object store at cloud latency.
+
+    target/venv-newest/bin/python scripts/bench_icechunk.py [--rtts 0,20] [--runs R] [--quick]
+                                                            [--binary SHARDFS] [--out FILE]
+
+Icechunk 2.3 writes one repository (spec v2) into the directory an s3s-fs server serves, so the
+same objects are read from disk and through the bucket: `big`, 256 MiB of float32 in 1 MiB
+chunks (native chunk objects, uncompressed), and `tiles`, 8192x8192 uint8 in 256x256 chunks.
+Readers, each on a fresh session or mount: zarr-python on Icechunk's session store (its own
+reader, Rust underneath), and zarr-python on the files of a shardfs mount of the repository
+(release build). Workloads: all of `big`; 256 tiles picked at random (the same for both), read by
+8 threads. Object store reads go through scripts/latency_proxy.py (the RTT added to each turn,
+20 MB/s per connection), which counts the requests. Every read is compared with what was written.
+Not a test: nothing here asserts a speed.
+"""
+
+import argparse
+import concurrent.futures
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import icechunk as ic
+import numpy as np
+import zarr
+from bench_net import BUCKET, Proxy, shardfs_binary, start_s3s_fs, wait_port
+
+warnings.simplefilter("ignore")
+
+
+def write_repository(path):
+    repo = ic.Repository.create(ic.local_filesystem_storage(path))
+    session = repo.writable_session("main")
+    root = zarr.group(store=session.store)
+    big = np.random.default_rng(1).random(64 << 20, dtype="f4")
+    root.create_array("big", shape=big.shape, chunks=(1 << 18,), dtype="f4", compressors=None)[...] = big
+    tiles = np.random.default_rng(2).integers(0, 255, (8192, 8192), dtype="u1")
+    root.create_array("tiles", shape=tiles.shape, chunks=(256, 256), dtype="u1", compressors=None)[...] = tiles
+    session.commit("bench")
+    return {"big": big, "tiles": tiles}
+
+
+def read_big(group, want):
+    got = group["big"][...]
+    assert np.array_equal(got, want["big"]), "big read wrong"
+
+
+def read_tiles(group, want, picks):
+    arr = group["tiles"]
+
+    def one(ij):
+        i, j = ij
+        got = arr[i * 256:(i + 1) * 256, j * 256:(j + 1) * 256]
+        assert np.array_equal(got, want["tiles"][i * 256:(i + 1) * 256, j * 256:(j + 1) * 256]), "tile read wrong"
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, picks))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rtts", default="0,20", help="round trips to add, ms, comma-separated")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="--runs 1")
+    parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
+    binary = shardfs_binary(args.binary)
+    work = tempfile.mkdtemp(prefix="shardfs-bench-icechunk.")
+    server, port = start_s3s_fs(work)
+    proxies, mounts = {}, []
+    try:
+        wait_port(port, "s3s-fs", server)
+        repo_dir = os.path.join(work, "s3", BUCKET, "repo")
+        start = time.perf_counter()
+        want = write_repository(repo_dir)
+        print(f"bench icechunk: repository written in {time.perf_counter() - start:.1f} s", flush=True)
+        picks = [(r.randrange(32), r.randrange(32)) for r in [random.Random(42)] for _ in range(256)]
+        places = ["local"] + [float(r) for r in args.rtts.split(",")]
+        for rtt in places[1:]:
+            proxies[rtt] = Proxy(port, rtt, 20.0)
+
+        def icechunk_group(place):
+            if place == "local":
+                storage = ic.local_filesystem_storage(repo_dir)
+            else:
+                storage = ic.s3_storage(bucket=BUCKET, prefix="repo", endpoint_url=proxies[place].endpoint,
+                                        allow_http=True, region="us-east-1", access_key_id="test",
+                                        secret_access_key="test", force_path_style=True)
+            return zarr.open_group(ic.Repository.open(storage).readonly_session("main").store, mode="r")
+
+        def shardfs_group(place):
+            mnt = tempfile.mkdtemp(prefix="mnt-", dir=work)
+            source = repo_dir if place == "local" else f"s3://{BUCKET}/repo"
+            endpoint = [] if place == "local" else ["--endpoint-url", proxies[place].endpoint]
+            subprocess.run([binary, "mount", source, mnt, *endpoint], check=True)
+            mounts.append(mnt)
+            return zarr.open_group(mnt, mode="r")
+
+        workloads = {"big, all (256 MiB)": lambda g: read_big(g, want),
+                     "tiles, 256 random": lambda g: read_tiles(g, want, picks)}
+        readers = {"icechunk": icechunk_group, "shardfs": shardfs_group}
+        results = {}
+        for _ in range(runs):
+            for place in places:
+                for workload, run in workloads.items():
+                    for reader, open_group in readers.items():
+                        proxy = proxies.get(place)
+                        before = proxy.counts()["requests"] if proxy else 0
+                        start = time.perf_counter()
+                        group = open_group(place)
+                        run(group)
+                        elapsed = time.perf_counter() - start
+                        requests = proxy.counts()["requests"] - before if proxy else None
+                        results.setdefault((workload, place, reader), []).append((elapsed, requests))
+                        while mounts:
+                            subprocess.run([binary, "unmount", mounts.pop()], check=True)
+        lines = ["| workload | where | Icechunk's reader | shardfs mount | ratio |", "|---|---|---|---|---|"]
+        for workload in workloads:
+            for place in places:
+                cells = []
+                for reader in readers:
+                    measured = sorted(results[(workload, place, reader)])
+                    elapsed, requests = measured[len(measured) // 2]
+                    cells.append((elapsed, requests))
+                shown = [f"{t:.2f} s" + (f" ({n} req)" if n is not None else "") for t, n in cells]
+                where = place if place == "local" else f"{place:g} ms"
+                lines.append(f"| {workload} | {where} | {shown[0]} | {shown[1]} | {cells[1][0] / cells[0][0]:.2f}x |")
+        table = "\n".join(lines)
+        print(table)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(f"Icechunk {ic.__version__}, zarr-python {zarr.__version__}; medians of {runs} runs\n\n")
+                f.write(table + "\n")
+    finally:
+        for mnt in mounts:
+            subprocess.run([binary, "unmount", mnt], check=False)
+        for proxy in proxies.values():
+            proxy.stop()
+        server.terminate()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
