@@ -199,8 +199,8 @@ pub struct StoreArgs {
     #[arg(long, value_name = "ID")]
     pub snapshot: Option<String>,
     /// An Icechunk repository: read virtual chunks whose URL starts with PREFIX (file:///data/,
-    /// s3://bucket/nc/); others read as EIO. Repeatable, or comma-separated.
-    #[arg(long, value_name = "PREFIX", value_delimiter = ',')]
+    /// s3://bucket/nc/); others read as EIO. Repeatable.
+    #[arg(long, value_name = "PREFIX")]
     pub allow_virtual: Vec<String>,
 }
 
@@ -464,7 +464,7 @@ mod tests {
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
                        write_buffer_size=3M,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
-                       cache=/var/cache/shardfs,max_cache_size=2G";
+                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
         let config = cli.command.mount_config(cli.verbose).unwrap();
@@ -487,6 +487,16 @@ mod tests {
         assert_eq!(config.log_file, Some(PathBuf::from("/tmp/l")));
         assert!(config.foreground && config.settings.read_only);
         assert_eq!(config.settings.options, ["fsname=s3://b/p", "allow_other"]);
+        assert_eq!(config.store.repository.version, Some(Version::Branch("dev".into())));
+        assert_eq!(config.store.repository.allow_virtual, ["file:///d/"]);
+        // One version at a time: --tag and --snapshot each alone.
+        for (option, version) in
+            [("tag=v1", Version::Tag("v1".into())), ("snapshot=ID", Version::Snapshot("ID".into()))]
+        {
+            let cli = Cli::try_parse_from(helper(&["shardfs", "s", "m", "-o", option])).unwrap();
+            assert_eq!(cli.command.mount_config(0).unwrap().store.repository.version, Some(version));
+        }
+        let options = format!("{options},tag,snapshot");
         let named = Cli::try_parse_from(helper(&["shardfs", "s", "m", "-o", "fsname=data"])).unwrap();
         assert_eq!(named.command.mount_config(0).unwrap().settings.options, ["fsname=data"]);
         // Every flag of `shardfs mount`, so that a new one cannot miss its -o spelling.

@@ -127,7 +127,7 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                     LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
                 let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
                 Arc::new(ZipStore::open(Arc::new(dir), name)?)
-            } else if meta.is_file() {
+            } else if meta.is_file() && (is_reference_file(&shown) || starts_as_json(&address.location)) {
                 let path = address.location.canonicalize().map_err(|e| format!("{shown}: cannot open store: {e}"))?;
                 let (parent, name) = (path.parent().unwrap_or(Path::new("/")), path.file_name().unwrap_or_default());
                 let dir =
@@ -135,7 +135,9 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
                 return open_references(Arc::new(dir), name, Layout::Json, &parent.to_string_lossy(), &address);
             } else if !meta.is_dir() {
-                return Err(format!("{shown}: not a directory nor a zip file, so not a Zarr v3 store"));
+                return Err(format!(
+                    "{shown}: not a directory, a zip file nor a kerchunk reference file, so not a Zarr store"
+                ));
             } else {
                 Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
             }
@@ -160,7 +162,7 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         }
         Err(crate::store::Error::NotFound(_)) if blz::holds_blz(&*store) => return Ok(Arc::new(BlzStore::new(store))),
         found => found.map_err(|e| {
-            format!("{shown}: not a Zarr v3 store (nor BLZ data, nor kerchunk references): cannot read {ZARR_JSON} at its root: {e}")
+            format!("{shown}: not a Zarr v3 store (nor an Icechunk repository, BLZ data or kerchunk references): cannot read {ZARR_JSON} at its root: {e}")
         })?,
     };
     let doc: serde_json::Value =
@@ -261,6 +263,13 @@ fn open_bucket(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, Stri
         _ if azure::is_azure_url(url) => Arc::new(azure::open(url, &address.azure, caching)?),
         _ => return Err(format!("{url}: not an object store URL (s3://, gs://, az://)")),
     })
+}
+
+/// True when the local file at `path` starts as a JSON object does.
+fn starts_as_json(path: &Path) -> bool {
+    let mut start = [0; 64];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut start)).unwrap_or(0);
+    start[..read].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// True when the local file at `path` starts with a zip file's signature.

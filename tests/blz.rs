@@ -255,5 +255,8 @@ fn a_directory_without_blz_data_or_zarr_json_is_refused() {
     let dir = TempDir::new("plain");
     std::fs::write(dir.path().join("notes.txt"), b"hello").unwrap();
     let error = shardfs::mount::open_store(dir.path()).unwrap_err();
-    assert!(error.contains("not a Zarr v3 store (nor BLZ data)"), "{error}");
+    assert!(
+        error.contains("not a Zarr v3 store (nor an Icechunk repository, BLZ data or kerchunk references)"),
+        "{error}"
+    );
 }
