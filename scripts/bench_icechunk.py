@@ -9,7 +9,7 @@ same objects are read from disk and through the bucket: `big`, 256 MiB of float3
 chunks (native chunk objects, uncompressed), and `tiles`, 8192x8192 uint8 in 256x256 chunks.
 Readers, each on a fresh session or mount: zarr-python on Icechunk's session store (its own
 reader, Rust underneath), and zarr-python on the files of a shardfs mount of the repository
-(release build). Workloads: all of `big`; 256 tiles picked at random (the same for both), read by
+(release build), zarr-python's thread pool and concurrency at 16 for both. Workloads: all of `big`; 256 tiles picked at random (the same for both), read by
 8 threads. Object store reads go through scripts/latency_proxy.py (the RTT added to each turn,
 20 MB/s per connection), which counts the requests. Every read is compared with what was written.
 Not a test: nothing here asserts a speed.
@@ -33,6 +33,9 @@ import zarr
 from bench_net import BUCKET, Proxy, shardfs_binary, start_s3s_fs, wait_port
 
 warnings.simplefilter("ignore")
+# zarr-python reads files on a thread pool of cores + 4 threads (6 here), which bounds reads of a
+# mount at latency; Icechunk's reader fetches from Rust, unbounded by it. 16 for both.
+zarr.config.set({"threading.max_workers": 16, "async.concurrency": 16})
 
 
 def write_repository(path):

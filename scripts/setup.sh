@@ -48,12 +48,12 @@ if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1 || [ ! 
 fi
 
 venv=target/venv
-stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5-fsspec2026.9.0"
+stamp="$venv/.installed-zarr3.1.6-ts0.1.86-moto5.2.5-fsspec2026.9.0-pytest9.2.0"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating $venv with zarr-python 3, tensorstore, and moto (a local S3 server) with obstore"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' \
-    'moto[server]==5.2.5' 'obstore==0.12.1' 'fsspec==2026.9.0'
+    'moto[server]==5.2.5' 'obstore==0.12.1' 'fsspec==2026.9.0' 'pytest==9.2.0'
   touch "$stamp"
 fi
 
