@@ -114,10 +114,10 @@ timed target/venv-cloud/bin/python scripts/interop_s3.py --service gcs target/de
 timed target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
 timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
-timed newest scripts/interop_gdal.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_zip.py target/debug/shardfs
 # The interop tests as pytest (tests/interop), each file in its peers' venv.
 timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_blz.py
+timed newest -m pytest -q -p no:cacheprovider tests/interop/test_gdal.py
 timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
   tests/interop/test_kerchunk.py
 timed newest -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/interop/test_icechunk.py
