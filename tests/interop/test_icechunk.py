@@ -8,14 +8,17 @@ fail the paths concerned and nothing else.
 
 import datetime
 import errno
+import hashlib
 import os
 import shutil
 from pathlib import Path
 
 import icechunk as ic
 import numpy as np
+import obstore
 import pytest
 import zarr
+from obstore.store import S3Store
 
 from shardfs import MountError
 
@@ -202,3 +205,41 @@ def test_a_repository_in_a_bucket(s3_server, virtual_dir, shardfs_mount):
             view = shardfs_mount(f"s3://icechunk/repo{spec}", endpoint_url=s3_server.endpoint,
                                  allow_virtual=f"file://{virtual_dir}/", **options)
             assert_version_reads_alike(view, repo, version, virtual_dir)
+
+
+def test_virtual_chunks_in_a_bucket_are_read_while_their_etag_stands(s3_server, shardfs_mount, tmp_path):
+    """Virtual chunks in S3 objects, recorded with the objects' ETags: read exactly while the
+    objects stand; once one is rewritten, its chunk reads EIO, as Icechunk's reader refuses it."""
+    s3_server.put("virtual")
+    raw = np.arange(50, dtype="<i4").tobytes()
+    s3_server.put("virtual/raw.bin", raw)
+    # A single PUT's ETag on S3 (and moto) is the MD5 of the bytes.
+    etag = f'"{hashlib.md5(raw).hexdigest()}"'
+    prefix = "s3://virtual/"
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(ic.VirtualChunkContainer(prefix, ic.s3_store(
+        endpoint_url=s3_server.endpoint, allow_http=True, region="us-east-1", s3_compatible=True,
+        force_path_style=True)))
+    credentials = ic.s3_credentials(access_key_id="test", secret_access_key="test")
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(tmp_path / "repo")), config=config,
+                                authorize_virtual_chunk_access=ic.containers_credentials({prefix: credentials}))
+    session = repo.writable_session("main")
+    zarr.group(store=session.store).create_array("virt", shape=(50,), chunks=(25,), dtype="<i4",
+                                                  compressors=None, filters=None)
+    session.store.set_virtual_refs("virt", [
+        ic.VirtualChunkSpec(index=[i], location=f"{prefix}raw.bin", offset=100 * i, length=100, etag_checksum=etag)
+        for i in range(2)])
+    session.commit("virtual")
+    view = Path(shardfs_mount(tmp_path / "repo", endpoint_url=s3_server.endpoint, allow_virtual=prefix))
+    expected = zarr.open_array(repo.readonly_session("main").store, path="virt", mode="r")[...]
+    np.testing.assert_array_equal(zarr.open_array(view / "virt", mode="r")[...], expected)
+    np.testing.assert_array_equal(expected, np.arange(50))
+    # The object rewritten (signed: moto refuses an anonymous overwrite), so its ETag changed:
+    # refused by both readers.
+    bucket = S3Store("virtual", endpoint=s3_server.endpoint, region="us-east-1", access_key_id="test",
+                     secret_access_key="test", client_options={"allow_http": True})
+    obstore.put(bucket, "raw.bin", np.arange(1, 51, dtype="<i4").tobytes())
+    view = Path(shardfs_mount(tmp_path / "repo", endpoint_url=s3_server.endpoint, allow_virtual=prefix))
+    assert read_errno(view / "virt/c/0") == errno.EIO
+    with pytest.raises(Exception):
+        zarr.open_array(repo.readonly_session("main").store, path="virt", mode="r")[...]
