@@ -102,7 +102,6 @@ timed newest scripts/interop_store_suite.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 # Shards rewritten underneath mounts while they are read: 100,000 reads, none a mix of versions.
 timed target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs
-timed target/venv2/bin/python scripts/interop_draft.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # Web servers: nginx with WebDAV listings and without (about 20 s).
 timed target/venv/bin/python scripts/interop_http.py target/debug/shardfs
@@ -117,6 +116,7 @@ timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 timed target/venv/bin/python scripts/interop_zip.py target/debug/shardfs
 # The interop tests as pytest (tests/interop), each file in its peers' venv.
 timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_blz.py
+timed target/venv2/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_draft.py
 timed newest -m pytest -q -p no:cacheprovider tests/interop/test_gdal.py
 timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
   tests/interop/test_kerchunk.py

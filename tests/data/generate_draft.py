@@ -5,7 +5,7 @@ zarr-python 2.16.1 (ZARR_V3_EXPERIMENTAL_API=1, ZARR_V3_SHARDING=1).
 
 OUT_DIR/sharded and OUT_DIR/unsharded hold the same arrays at the same paths, sharded and not;
 shardfs's view of OUT_DIR/sharded must equal OUT_DIR/unsharded. The committed copy under
-tests/data/golden_draft was made by this script; scripts/interop_draft.py runs it again.
+tests/data/golden_draft was made by this script; tests/interop/test_draft.py runs it again.
 """
 
 import json

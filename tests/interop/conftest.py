@@ -1,6 +1,6 @@
 """What every interop test shares: the shardfs binary under test (``SHARDFS_BINARY``, else
 ``target/debug/shardfs``) found by the project's own ``shardfs_mount`` fixture, the FUSE check
-(skipped loudly without ``/dev/fuse``, failed with ``SHARDFS_REQUIRE_FUSE=1``), and the servers,
+(every case skipped loudly without ``/dev/fuse``, failed with ``SHARDFS_REQUIRE_FUSE=1``), and the servers,
 each started once per session and stopped however the run ends.
 
 Run by ``scripts/test.sh`` in the venv each peer needs; one case alone:
@@ -39,10 +39,10 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("SHARDFS_REQUIRE_FUSE") == "1":
         raise pytest.UsageError("SHARDFS_REQUIRE_FUSE=1 but /dev/fuse cannot be opened")
     print("\n*** SKIPPING the mount tests: /dev/fuse cannot be opened on this machine ***", file=sys.stderr)
+    # Every case here mounts, through the fixture or shardfs.mount.
     skip = pytest.mark.skip(reason="/dev/fuse cannot be opened")
     for item in items:
-        if "shardfs_mount" in getattr(item, "fixturenames", ()):
-            item.add_marker(skip)
+        item.add_marker(skip)
 
 
 def free_port() -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import shardfs
 import tensorstore as ts
 import zarr
 from conftest import ROOT
@@ -90,8 +91,6 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def view(data, tmp_path_factory):
     """The v3 view, its log in the log file; no --read-only: BLZ mounts are read-only anyway."""
-    import shardfs
-
     log = tmp_path_factory.mktemp("blz-log") / "shardfs.log"
     with shardfs.mount(data.store, log_file=log) as mnt:
         yield Path(mnt), log

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import shardfs
 import rasterio
 import zarr
 from conftest import ROOT
@@ -46,8 +47,6 @@ def sharded(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def view(sharded):
-    import shardfs
-
     with shardfs.mount(sharded, read_only=True) as mnt:
         yield Path(mnt)
 
