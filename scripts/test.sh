@@ -78,7 +78,7 @@ kill $s3_pid $az_pid
 # by hand: scripts/fuzz.sh 3600).
 timed scripts/fuzz.sh 10
 # Reference files are for machines without FUSE: their interop test needs none.
-timed target/venv/bin/python scripts/interop_refs.py target/debug/shardfs
+timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_refs.py
 # The wan benchmark's latency proxy: the round trip it adds and the bytes it carries (a few s).
 timed python3 scripts/latency_proxy.py --self-check
 

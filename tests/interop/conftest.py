@@ -1,6 +1,7 @@
 """What every interop test shares: the shardfs binary under test (``SHARDFS_BINARY``, else
 ``target/debug/shardfs``) found by the project's own ``shardfs_mount`` fixture, the FUSE check
-(every case skipped loudly without ``/dev/fuse``, failed with ``SHARDFS_REQUIRE_FUSE=1``), and the servers,
+(every case but those marked ``no_fuse`` skipped loudly without ``/dev/fuse``, failed with
+``SHARDFS_REQUIRE_FUSE=1``), and the servers,
 each started once per session and stopped however the run ends.
 
 Run by ``scripts/test.sh`` in the venv each peer needs; one case alone:
@@ -33,16 +34,21 @@ def fuse_usable() -> bool:
         return False
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_fuse: the case mounts nothing (shardfs refs), and runs without FUSE")
+
+
 def pytest_collection_modifyitems(config, items):
     if fuse_usable():
         return
     if os.environ.get("SHARDFS_REQUIRE_FUSE") == "1":
         raise pytest.UsageError("SHARDFS_REQUIRE_FUSE=1 but /dev/fuse cannot be opened")
     print("\n*** SKIPPING the mount tests: /dev/fuse cannot be opened on this machine ***", file=sys.stderr)
-    # Every case here mounts, through the fixture or shardfs.mount.
+    # Every other case mounts, through the fixture or shardfs.mount.
     skip = pytest.mark.skip(reason="/dev/fuse cannot be opened")
     for item in items:
-        item.add_marker(skip)
+        if item.get_closest_marker("no_fuse") is None:
+            item.add_marker(skip)
 
 
 def free_port() -> int:
