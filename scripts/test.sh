@@ -116,10 +116,10 @@ timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 # The interop tests as pytest (tests/interop), each file in its peers' venv.
 timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_blz.py tests/interop/test_zip.py
 timed target/venv2/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_draft.py
-timed newest -m pytest -q -p no:cacheprovider tests/interop/test_gdal.py
 timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
   tests/interop/test_kerchunk.py
-timed newest -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/interop/test_icechunk.py
+timed newest -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/interop/test_icechunk.py \
+  tests/interop/test_gdal.py
 # The benchmark on its smallest profile, so that it keeps working (its figures are not checked).
 timed scripts/bench.sh --profile tiny --runs 2 --out target/bench-tiny.md
 # The huge profile's small version (98,304 and 131,072 chunk files): every count and read checked.

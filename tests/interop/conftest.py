@@ -8,6 +8,7 @@ Run by ``scripts/test.sh`` in the venv each peer needs; one case alone:
 ``target/venv-kerchunk/bin/python -m pytest tests/interop/test_kerchunk.py -k parquet``.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,3 +93,42 @@ def s3_server(tmp_path_factory):
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def read_errno(path):
+    """The error number reading the file at `path` fails with, or None when it reads."""
+    try:
+        Path(path).read_bytes()
+    except OSError as e:
+        return e.errno
+    return None
+
+
+V2_PYTHON = ROOT / "target/venv-v2/bin/python"
+
+# Run by zarr-python 2.18: each array of argv[1] against the .npy files in argv[2].
+V2_READER = r"""
+import json, sys, numpy as np, zarr
+mnt, expected = sys.argv[1], sys.argv[2]
+result = {}
+for n, path in enumerate(json.load(open(expected + "/arrays.json"))):
+    want = np.load(f"{expected}/{n}.npy")
+    try:
+        result[path] = bool(np.array_equal(zarr.open_array(f"{mnt}/{path}", mode="r")[...], want))
+    except Exception as e:
+        result[path] = repr(e)
+print(json.dumps(result))
+"""
+
+
+def zarr2_reads(view, arrays, work):
+    """Which of `arrays` (path -> what it holds) zarr-python 2.18 (target/venv-v2) reads exactly
+    from the Zarr v2 store at `view`: path -> True, or the reader's error. `work`: a directory
+    for the expected arrays."""
+    work = Path(work)
+    for n, data in enumerate(arrays.values()):
+        np.save(work / f"{n}.npy", data)
+    (work / "arrays.json").write_text(json.dumps(list(arrays)))
+    run = subprocess.run([V2_PYTHON, "-c", V2_READER, view, work], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-800:]
+    return json.loads(run.stdout)

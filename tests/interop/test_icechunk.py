@@ -20,6 +20,7 @@ import pytest
 import zarr
 from obstore.store import S3Store
 
+from conftest import read_errno
 from shardfs import MountError
 
 ARRAYS = ("grp/big", "small", "sharded", "virt")
@@ -126,14 +127,6 @@ def test_info_lists_branches_and_tags(local_repo):
     assert f"tag v1.0 {first}" in listed
     assert f"branch main {repo.lookup_branch('main')}" in listed
     assert f"branch dev {repo.lookup_branch('dev')}" in listed
-
-
-def read_errno(path):
-    try:
-        Path(path).read_bytes()
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def test_virtual_chunks_read_only_where_authorized_and_unchanged(local_repo, virtual_dir, shardfs_mount):

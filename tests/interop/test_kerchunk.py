@@ -19,6 +19,7 @@ import zarr
 from kerchunk.df import refs_to_dataframe
 from kerchunk.hdf import SingleHdf5ToZarr
 
+from conftest import read_errno
 from shardfs import MountError
 
 DATASETS = ("temp", "x", "flag", "names")
@@ -132,14 +133,6 @@ def test_references_in_a_bucket_read_from_the_bucket(hdf5, shardfs_mount, s3_ser
             s3_server.put(f"refs/sets/refs.parq/{path.relative_to(local)}", path.read_bytes())
     view = shardfs_mount("s3://refs/sets/refs.parq", endpoint_url=s3_server.endpoint)
     assert_reads_as_h5py(view, work / "data.h5")
-
-
-def read_errno(path):
-    try:
-        Path(path).read_bytes()
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def test_hostile_references_fail_the_keys_concerned_and_nothing_else(hdf5, shardfs_mount, tmp_path):

@@ -28,7 +28,7 @@ import fsspec
 import numpy as np
 import pytest
 import zarr
-from conftest import BINARY, ROOT
+from conftest import BINARY, ROOT, V2_PYTHON
 from zarr.storage import FsspecStore
 
 sys.path.insert(0, str(ROOT / "tests/data"))
@@ -37,7 +37,6 @@ import generate  # noqa: E402
 import interop_v2  # noqa: E402
 
 warnings.filterwarnings("ignore", message="Consolidated metadata")
-V2_PYTHON = ROOT / "target/venv-v2/bin/python"
 NEWEST_PYTHON = ROOT / "target/venv-newest/bin/python"
 pytestmark = pytest.mark.no_fuse
 
