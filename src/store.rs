@@ -122,6 +122,29 @@ pub struct Attr {
     pub stamp: Stamp,
 }
 
+impl Attr {
+    /// A directory inside the file these attributes are of (a zip's, a reference set's, a
+    /// repository's): readable and enterable wherever the file is readable, its version derived
+    /// from the file's and `part`.
+    pub fn dir_inside(&self, part: impl std::hash::Hash) -> Attr {
+        let readable = self.perm & 0o444;
+        Attr {
+            kind: Kind::Dir,
+            size: 0,
+            perm: readable | (readable >> 2),
+            nlink: 2,
+            stamp: self.stamp.derived(part),
+            ..*self
+        }
+    }
+
+    /// A file of `size` bytes inside the file these attributes are of, read-only, its version
+    /// derived from the file's and `part`.
+    pub fn file_inside(&self, size: u64, part: impl std::hash::Hash) -> Attr {
+        Attr { kind: Kind::File, size, perm: self.perm & 0o444, nlink: 1, stamp: self.stamp.derived(part), ..*self }
+    }
+}
+
 /// Space figures of the filesystem under the store, for `statfs`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Space {

@@ -342,24 +342,9 @@ impl IcechunkStore {
 
     fn attr_in(&self, catalog: &Catalog, key: &str, node: &Node) -> Attr {
         let snapshot = catalog.attr;
-        let file = |size: u64| Attr {
-            kind: Kind::File,
-            size,
-            perm: snapshot.perm & 0o444,
-            nlink: 1,
-            stamp: snapshot.stamp.derived(key),
-            ..snapshot
-        };
+        let file = |size: u64| snapshot.file_inside(size, key);
         match node {
-            // Directories can be entered wherever the repository can be read.
-            Node::Dir => Attr {
-                kind: Kind::Dir,
-                size: 0,
-                perm: (snapshot.perm & 0o444) | ((snapshot.perm & 0o444) >> 2),
-                nlink: 2,
-                stamp: snapshot.stamp.derived(key),
-                ..snapshot
-            },
+            Node::Dir => snapshot.dir_inside(key),
             Node::Document(bytes) => file(bytes.len() as u64),
             Node::Chunk(Payload::Inline(bytes)) => file(bytes.len() as u64),
             Node::Chunk(Payload::Native { length, .. } | Payload::Virtual { length, .. }) => file(*length),

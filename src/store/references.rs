@@ -183,24 +183,9 @@ impl ReferenceStore {
 
     fn attr_in(&self, catalog: &Catalog, key: &str, node: &Node) -> Result<Attr> {
         let set = catalog.attr;
-        let file = |size: u64, part: Stamp| Attr {
-            kind: Kind::File,
-            size,
-            perm: set.perm & 0o444,
-            nlink: 1,
-            stamp: set.stamp.derived((key, part)),
-            ..set
-        };
+        let file = |size: u64, part: Stamp| set.file_inside(size, (key, part));
         Ok(match node {
-            // Directories can be entered wherever the reference set can be read.
-            Node::Dir => Attr {
-                kind: Kind::Dir,
-                size: 0,
-                perm: (set.perm & 0o444) | ((set.perm & 0o444) >> 2),
-                nlink: 2,
-                stamp: set.stamp.derived(key),
-                ..set
-            },
+            Node::Dir => set.dir_inside(key),
             Node::File(Reference::Inline(bytes)) => file(bytes.len() as u64, Stamp::new([0; 5])),
             Node::File(Reference::Range { len: Some(len), .. }) => file(*len, Stamp::new([0; 5])),
             // Its size is the file's, from where it starts.

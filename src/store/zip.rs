@@ -118,23 +118,8 @@ impl ZipStore {
     fn attr_in(&self, directory: &Directory, key: &str) -> Result<Attr> {
         let zip = *directory.file.attr();
         Ok(match self.node(directory, key)? {
-            Node::Dir => Attr {
-                kind: Kind::Dir,
-                size: 0,
-                // Directories can be entered wherever the zip file can be read.
-                perm: (zip.perm & 0o666) | ((zip.perm & 0o444) >> 2),
-                nlink: 2,
-                stamp: zip.stamp.derived(key),
-                ..zip
-            },
-            Node::File(n) => Attr {
-                kind: Kind::File,
-                size: directory.entries[n].size,
-                perm: zip.perm & 0o666,
-                nlink: 1,
-                stamp: zip.stamp.derived(n),
-                ..zip
-            },
+            Node::Dir => zip.dir_inside(key),
+            Node::File(n) => zip.file_inside(directory.entries[n].size, n),
         })
     }
 
