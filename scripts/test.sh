@@ -98,7 +98,7 @@ timed target/venv/bin/python scripts/interop.py target/debug/shardfs
 # is caught: about 10 s.
 timed newest scripts/interop.py target/debug/shardfs
 # zarr-python's own store conformance suite in a writable mount, against a plain directory.
-timed newest scripts/interop_store_suite.py target/debug/shardfs
+timed newest -m pytest -q -p no:cacheprovider tests/interop/test_store_suite.py
 timed target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 # Shards rewritten underneath mounts while they are read: 100,000 reads, none a mix of versions.
 timed target/venv/bin/python scripts/interop_overwrite.py target/debug/shardfs

@@ -1,6 +1,6 @@
 """zarr-python's own store conformance suite (zarr.testing.store.StoreTests) for a LocalStore
 rooted at SHARDFS_SUITE_ROOT: a directory inside a writable shardfs mount, or a plain directory
-(the control run). Run by scripts/interop_store_suite.py, which compares the two runs."""
+(the control run). Run by tests/interop/test_store_suite.py, which compares the two runs."""
 
 import os
 import pathlib
