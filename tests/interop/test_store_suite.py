@@ -46,8 +46,9 @@ REFUSED = {
 def run_suite(root, report):
     """Runs the suite with its stores below `root`: {test id: passed, failed or skipped}."""
     env = dict(os.environ, SHARDFS_SUITE_ROOT=str(root))
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto",
-                    "--junitxml", report, SUITE], env=env, check=False, capture_output=True)
+    # --noconftest: this directory's conftest.py is for the suite around it, not the one inside.
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
+                    "-o", "asyncio_mode=auto", "--junitxml", report, SUITE], env=env, check=False, capture_output=True)
     results = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         outcome = "passed"
