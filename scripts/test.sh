@@ -99,9 +99,9 @@ timed target/venv/bin/python scripts/interop.py target/debug/shardfs
 timed newest scripts/interop.py target/debug/shardfs
 # zarr-python's own store conformance suite in a writable mount, against a plain directory.
 timed newest -m pytest -q -p no:cacheprovider tests/interop/test_store_suite.py
-timed target/venv/bin/python scripts/interop_changes.py target/debug/shardfs
 # Shards rewritten underneath mounts while they are read: 100,000 reads, none a mix of versions.
-timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_overwrite.py
+timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_changes.py \
+  tests/interop/test_overwrite.py
 timed target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # Web servers: nginx with WebDAV listings and without (about 20 s).
 timed target/venv/bin/python scripts/interop_http.py target/debug/shardfs
