@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzing with cargo-fuzz (libFuzzer): the metadata parser, the chunk-key decoder, the shard-index
 # decoder, a whole-shard read through the view, and the BLZ parsers (Bloscpack header, metadata,
-# offsets and chunk walk; bcolz metadata, chunk headers and blosc decoding), and a zip file's end
-# records, central directory and local headers. Seeds come from the golden stores (one zipped by
-# Python's zipfile, once stored and once deflated) and tests/data/blz.
+# offsets and chunk walk; bcolz metadata, chunk headers and blosc decoding), a zip file's end
+# records, central directory and local headers, and kerchunk reference sets (JSON with templates
+# and gen, .zmetadata, .zarray). Seeds come from the golden stores (one zipped by
+# Python's zipfile, once stored and once deflated), tests/data/blz, and two reference sets written here.
 #
 #   scripts/fuzz.sh [SECONDS-PER-TARGET] [TARGET...]     (default: 20 s, every target)
 #
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read blz_bloscpack blz_bcolz zip_directory)
+[ ${#targets[@]} -gt 0 ] || targets=(metadata chunk_key shard_index shard_read blz_bloscpack blz_bcolz zip_directory kerchunk)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 seed() { # seed TARGET FILES...: copies FILES into the target's corpus, named by content
@@ -43,6 +44,16 @@ for name, method in (("seed-stored", zipfile.ZIP_STORED), ("seed-deflated", zipf
             for f in sorted(files):
                 z.write(os.path.join(d, f), os.path.relpath(os.path.join(d, f), root))
 PY
+mkdir -p fuzz/corpus/kerchunk
+cat >fuzz/corpus/kerchunk/seed-json <<'JSON'
+{"version": 1, "templates": {"u": "data.h5"}, "gen": [{"key": "x/{{i}}.{{j}}", "url": "{{u}}",
+ "offset": "{{(i * 3 + j) * 100 - 7 // 2 % 5}}", "length": 100, "dimensions": {"i": {"stop": 4},
+ "j": [0, 1, 2]}}], "refs": {".zgroup": "{\"zarr_format\": 2}", "x/.zarray": {"shape": [4, 3],
+ "chunks": [1, 1], "dimension_separator": "."}, "a": "base64:AAE=", "b": ["{{u}}", 0, 9], "c": ["s3://b/k"]}}
+JSON
+cat >fuzz/corpus/kerchunk/seed-zmetadata <<'JSON'
+{"metadata": {".zgroup": {"zarr_format": 2}, "x/.zarray": {"shape": [10, 6], "chunks": [4, 4], "dimension_separator": "."}}, "record_size": 4}
+JSON
 cargo fuzz build -s none 2>&1 | tail -1
 for target in "${targets[@]}"; do
   log=$(mktemp)

@@ -4,6 +4,7 @@
 //! - [`codecs`]: undoing an inner chunk's codecs to tell whether its stored bytes are intact.
 //! - [`chunk_key`]: chunk coordinates <-> store keys for every key encoding.
 //! - [`draft`]: the draft sharding storage transformer layout of zarr-python 2.x.
+//! - [`foreign`]: other crates' parsers run with their panics caught.
 //! - [`icechunk`]: Icechunk repositories (spec v1 and v2): branches and tags, a snapshot's nodes,
 //!   a chunk's place in a manifest, read with the `icechunk-format` crate.
 //! - [`kerchunk`]: kerchunk reference sets (JSON and parquet): keys to inline bytes or ranges of
@@ -23,6 +24,7 @@ pub mod chunk_key;
 pub mod codecs;
 pub mod draft;
 pub mod error;
+pub mod foreign;
 pub mod icechunk;
 pub mod kerchunk;
 pub mod metadata;

@@ -20,6 +20,8 @@ use icechunk_format::repo_info::RepoInfo;
 use icechunk_format::snapshot::{NodeData, Snapshot};
 use icechunk_format::{ChunkIndices, IcechunkFormatErrorKind, ManifestId, NodeId, SnapshotId};
 
+use super::foreign::caught;
+
 pub use icechunk_format::manifest::{Checksum, ManifestExtents};
 
 /// The file of a spec v2 repository's branches, tags and snapshots.
@@ -39,11 +41,9 @@ fn bad(why: impl Into<String>) -> IcechunkError {
     IcechunkError(why.into())
 }
 
-/// Runs a parser of the `icechunk-format` crate on bytes from disk or network, whose panics (it
-/// trusts what its verifier passed) become errors here rather than a dead daemon.
+/// Runs a parser of the `icechunk-format` crate, its panic an error of the file it was reading.
 fn guarded<T>(what: &str, parse: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
-        .unwrap_or_else(|_| Err(bad(format!("{what}: the Icechunk reader failed on it"))))
+    caught(parse).unwrap_or_else(|| Err(bad(format!("{what}: the Icechunk reader failed on it"))))
 }
 
 /// The key of snapshot `id`'s file.
