@@ -168,50 +168,52 @@ impl IcechunkStore {
             None => Stamp::computed(0u8),
         };
         let mut last = self.last.lock();
-        let place = self.inner.describe(naming.as_deref().unwrap_or(""));
         if let Some((seen, read)) = &*last
             && *seen == stamp
         {
-            return read.clone().map_err(|why| damaged(place, why));
+            return read.clone().map_err(|why| damaged(self.describe(""), why));
         }
-        let read = self.read_catalog(naming.as_deref());
-        let read = match read {
-            Ok(catalog) => Ok(Arc::new(catalog)),
-            Err(Error::Io { place, source }) if source.raw_os_error().is_none() => {
-                log::warn!("{place}: {source}");
-                Err(format!("{}: {source}", place))
-            }
-            Err(e) => return Err(e),
-        };
+        // A store's failure (the network) is not kept: the next question asks again. What the
+        // repository's files say (damaged, or naming what is not there) is kept for this version.
+        let read = self.read_catalog(naming.as_deref())?.map(Arc::new);
+        if let Err(why) = &read {
+            log::warn!("{}: {why}", self.describe(""));
+        }
         *last = Some((stamp, read.clone()));
         read.map_err(|why| damaged(self.describe(""), why))
     }
 
-    fn read_catalog(&self, naming: Option<&str>) -> Result<Catalog> {
+    /// The snapshot `naming` (or the snapshot ID shown) names, indexed; the inner error says what
+    /// in the repository's files keeps it from being read.
+    fn read_catalog(&self, naming: Option<&str>) -> Result<std::result::Result<Catalog, String>> {
+        let in_file = |key: &str, e: icechunk::IcechunkError| format!("{}: {e}", self.inner.describe(key));
         let snapshot = match (naming, self.spec) {
-            (None, _) => icechunk::snapshot_id(self.version_id()).map_err(|e| damaged(self.describe(""), e.0))?,
-            (Some(key), Spec::V2) => {
-                let refs =
-                    icechunk::repo_refs(&self.inner.read(key)?).map_err(|e| damaged(self.inner.describe(key), e.0))?;
-                refs.resolve(&self.version).map_err(|e| damaged(self.inner.describe(key), e.0))?
-            }
-            (Some(key), Spec::V1) => {
-                let bytes = match self.inner.read(key) {
-                    Err(Error::NotFound(_)) => {
-                        return Err(damaged(self.describe(""), format!("no {}", self.version)));
-                    }
-                    found => found?,
-                };
-                icechunk::ref_json(&bytes).map_err(|e| damaged(self.inner.describe(key), e.0))?
-            }
+            (None, _) => icechunk::snapshot_id(self.version_id()).map_err(|e| e.0),
+            (Some(key), Spec::V2) => match icechunk::repo_refs(&self.inner.read(key)?) {
+                Ok(refs) => refs.resolve(&self.version).map_err(|e| e.0),
+                Err(e) => Err(in_file(key, e)),
+            },
+            (Some(key), Spec::V1) => match self.inner.read(key) {
+                Err(Error::NotFound(_)) => Err(format!("no {}", self.version)),
+                found => icechunk::ref_json(&found?).map_err(|e| in_file(key, e)),
+            },
+        };
+        let snapshot = match snapshot {
+            Ok(snapshot) => snapshot,
+            Err(why) => return Ok(Err(why)),
         };
         let key = snapshot_key(&snapshot);
-        let file = self.inner.open(&key).map_err(|e| match e {
-            Error::NotFound(place) => damaged(place, format!("snapshot {snapshot} of {} is not there", self.version)),
-            e => e,
-        })?;
+        let file = match self.inner.open(&key) {
+            Err(Error::NotFound(place)) => {
+                return Ok(Err(format!("{place}: snapshot {snapshot} of {} is not there", self.version)));
+            }
+            found => found?,
+        };
         let bytes = file.read_exact_at(0, file.attr().size)?;
-        let nodes = icechunk::snapshot_nodes(&bytes).map_err(|e| damaged(self.inner.describe(&key), e.0))?;
+        let nodes = match icechunk::snapshot_nodes(&bytes) {
+            Ok(nodes) => nodes,
+            Err(e) => return Ok(Err(in_file(&key, e))),
+        };
         let names: Vec<String> = nodes.iter().map(|node| join(&node.path, ZARR_JSON)).collect();
         let tree = KeyTree::of(names.iter().enumerate().map(|(n, name)| (n, name.as_str())), &self.describe(""));
         let mut documents = Vec::with_capacity(nodes.len());
@@ -229,7 +231,7 @@ impl IcechunkStore {
             }
             documents.push(node.zarr_json);
         }
-        Ok(Catalog { snapshot: snapshot.to_string(), attr: *file.attr(), tree, documents, arrays })
+        Ok(Ok(Catalog { snapshot: snapshot.to_string(), attr: *file.attr(), tree, documents, arrays }))
     }
 
     fn version_id(&self) -> &str {

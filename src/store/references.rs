@@ -85,8 +85,10 @@ impl ReferenceStore {
         {
             return read.clone().map_err(|why| damaged(place, why));
         }
+        // A store's failure is not kept (the next question asks again); what the file says is.
         let file = self.inner.open(&version_file)?;
-        let read = Catalog::read(&*file, self.layout).map(Arc::new);
+        let bytes = file.read_exact_at(0, file.attr().size)?;
+        let read = Catalog::parse(bytes, *file.attr(), &place, self.layout).map(Arc::new);
         if let Err(why) = &read {
             log::warn!("{place}: {why}");
         }

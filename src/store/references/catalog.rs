@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use crate::format::kerchunk::parquet::{self, ChunkGrid};
 use crate::format::kerchunk::{self, Reference};
+use crate::store::Attr;
 use crate::store::key_tree::KeyTree;
-use crate::store::{Attr, Object};
 
 /// How the reference set is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,16 +43,13 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// The catalog of `file`, the version file of a reference set in `layout`; the error says why
-    /// it is not one.
-    pub fn read(file: &dyn Object, layout: Layout) -> Result<Catalog, String> {
-        let attr = *file.attr();
-        let bytes = file.read_exact_at(0, attr.size).map_err(|e| e.to_string())?;
-        let place = file.place();
+    /// The catalog of `bytes`, the version file of a reference set in `layout` (whose attributes
+    /// are `attr`, named `place` in messages); the error says why it is not one.
+    pub fn parse(bytes: Vec<u8>, attr: Attr, place: &str, layout: Layout) -> Result<Catalog, String> {
         match layout {
             Layout::Json => {
                 let refs = kerchunk::parse_json(&bytes).map_err(|e| format!("not a kerchunk reference file: {e}"))?;
-                let tree = KeyTree::of(refs.iter().enumerate().map(|(n, (key, _))| (n, key.as_str())), &place);
+                let tree = KeyTree::of(refs.iter().enumerate().map(|(n, (key, _))| (n, key.as_str())), place);
                 let refs = refs.into_iter().map(|(_, reference)| reference).collect();
                 Ok(Catalog { attr, tree, refs, arrays: HashMap::new(), record_size: 0 })
             }
@@ -63,7 +60,7 @@ impl Catalog {
                 let mut documents = metadata.documents;
                 documents.push((parquet::METADATA.to_string(), bytes));
                 let documents = &documents;
-                let tree = KeyTree::of(documents.iter().enumerate().map(|(n, (key, _))| (n, key.as_str())), &place);
+                let tree = KeyTree::of(documents.iter().enumerate().map(|(n, (key, _))| (n, key.as_str())), place);
                 // fsspec finds records of arrays below the root only: a chunk key has a directory.
                 let arrays = documents
                     .iter()
