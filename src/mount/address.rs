@@ -1,0 +1,253 @@
+//! Which store is at an address, and how it is shown: a Zarr v3 directory or object store
+//! prefix, a web server path, a zip file, BLZ data, an Icechunk repository (one version of it), or
+//! kerchunk references; the store opened as the kind found, with the checks that fail before
+//! anything is mounted. `mount`, `check`, `info`, `compact` and `refs` all open stores here.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::format::icechunk::{Refs, Version};
+use crate::format::kerchunk;
+use crate::format::metadata::ZARR_JSON;
+use crate::store::blz::{self, BlzStore};
+use crate::store::bucket::Caching;
+use crate::store::bucket::azure::{self, AzureOptions};
+use crate::store::bucket::gcs::{self, GcsOptions};
+use crate::store::bucket::http;
+use crate::store::bucket::s3::{self, S3Options};
+use crate::store::icechunk::{self, IcechunkStore};
+use crate::store::references::ReferenceStore;
+use crate::store::references::catalog::Layout;
+use crate::store::targets::{OpenRoot, Targets};
+use crate::store::zip::{self, ZipStore};
+use crate::store::{LocalStore, Store};
+
+/// Where a store is: a local directory or an object store URL, and how to reach the latter.
+#[derive(Debug, Clone, Default)]
+pub struct StoreAddress {
+    pub location: PathBuf,
+    pub s3: S3Options,
+    pub azure: AzureOptions,
+    pub gcs: GcsOptions,
+    pub caching: Caching,
+    pub repository: RepositoryOptions,
+}
+
+/// Which version of an Icechunk repository to show, and what it may read.
+#[derive(Debug, Clone, Default)]
+pub struct RepositoryOptions {
+    /// `--branch`, `--tag` or `--snapshot`; none: branch `main`.
+    pub version: Option<Version>,
+    /// `--allow-virtual`: the URL prefixes virtual chunks may be read from.
+    pub allow_virtual: Vec<String>,
+}
+
+impl From<&Path> for StoreAddress {
+    fn from(path: &Path) -> Self {
+        StoreAddress { location: path.to_path_buf(), ..Default::default() }
+    }
+}
+
+impl From<&PathBuf> for StoreAddress {
+    fn from(path: &PathBuf) -> Self {
+        path.as_path().into()
+    }
+}
+
+/// Opens the store at `address` after checking that it is a Zarr v3 store, or a directory of BLZ
+/// data with no `zarr.json` at its root (shown through [`BlzStore`]). A zip file (its name ends
+/// in `.zip` or `.ozx`, or a local file starts as one does) is opened as a [`ZipStore`] over the
+/// store of the directory or prefix holding it.
+pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, String> {
+    let address = address.into();
+    let shown = address.location.display().to_string();
+    let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
+        // A zip file in an object store: its entries, over the store of the prefix holding it.
+        Some(_) if zip_name(&shown).is_some() && !shown.starts_with("http") => {
+            let (prefix, name) = zip_name(&shown).expect("just checked");
+            Arc::new(ZipStore::open(open_bucket(prefix, &address)?, name)?)
+        }
+        // A JSON reference file in an object store or on a web server.
+        Some(_) if is_reference_file(&shown) => {
+            let (prefix, name) = shown.rsplit_once('/').expect("a URL has a slash");
+            let inner = if shown.starts_with("http") {
+                http::open(prefix, address.caching.clone())?
+            } else {
+                open_bucket(prefix, &address)?
+            };
+            return open_references(inner, name, Layout::Json, prefix, &address);
+        }
+        Some(("s3" | "gs", _)) => open_bucket(&shown, &address)?,
+        // Before https: an Azure account's blob endpoint is an https:// URL.
+        Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, &address)?,
+        Some(("http" | "https", _)) => http::open(&shown, address.caching.clone())?,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http:// and local directories are)"
+            ));
+        }
+        None if address.caching.disk.is_some() => {
+            return Err(format!(
+                "{shown}: --cache is for object stores (s3://...); a local store is read from its own disk"
+            ));
+        }
+        None => {
+            let meta = std::fs::metadata(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+            if meta.is_file() && (zip_name(&shown).is_some() || starts_as_zip(&address.location)) {
+                let path = address.location.canonicalize().map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+                let (parent, name) = (path.parent().unwrap_or(Path::new("/")), path.file_name().unwrap_or_default());
+                let dir =
+                    LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
+                let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
+                Arc::new(ZipStore::open(Arc::new(dir), name)?)
+            } else if meta.is_file() && (is_reference_file(&shown) || starts_as_json(&address.location)) {
+                let path = address.location.canonicalize().map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+                let (parent, name) = (path.parent().unwrap_or(Path::new("/")), path.file_name().unwrap_or_default());
+                let dir =
+                    LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
+                let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
+                return open_references(Arc::new(dir), name, Layout::Json, &parent.to_string_lossy(), &address);
+            } else if !meta.is_dir() {
+                return Err(format!(
+                    "{shown}: not a directory, a zip file nor a kerchunk reference file, so not a Zarr store"
+                ));
+            } else {
+                Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
+            }
+        }
+    };
+    if icechunk::spec_of(&*store).is_some() {
+        return open_repository(store, &address);
+    }
+    if address.repository.version.is_some() || !address.repository.allow_virtual.is_empty() {
+        return Err(format!(
+            "{shown}: --branch, --tag, --snapshot and --allow-virtual are for Icechunk repositories, which this is not"
+        ));
+    }
+    let doc = match store.read(ZARR_JSON) {
+        Err(crate::store::Error::NotFound(_)) if holds_parquet_references(&*store) => {
+            // The directory is the reference set, as a JSON file would be: relative URLs are
+            // taken from where it is.
+            let url = store.url("");
+            let base = url.trim_end_matches('/').rsplit_once('/').map_or("", |(parent, _)| parent);
+            let base = if base.is_empty() { "/" } else { base }.to_string();
+            return open_references(store, "", Layout::Parquet, &base, &address);
+        }
+        Err(crate::store::Error::NotFound(_)) if blz::holds_blz(&*store) => return Ok(Arc::new(BlzStore::new(store))),
+        found => found.map_err(|e| {
+            format!("{shown}: not a Zarr v3 store (nor an Icechunk repository, BLZ data or kerchunk references): cannot read {ZARR_JSON} at its root: {e}")
+        })?,
+    };
+    let doc: serde_json::Value =
+        serde_json::from_slice(&doc).map_err(|e| format!("{}: not a Zarr v3 store: {e}", store.describe(ZARR_JSON)))?;
+    if crate::format::recognise(&doc).is_none() {
+        return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
+    }
+    Ok(store)
+}
+
+/// Checks that the view can show `store` as Zarr `zarr_format`: the v2 view is made from Zarr v3
+/// documents, so a store with none at its root (kerchunk references to a Zarr v2 store) is shown
+/// as it is, in the v3 view only.
+pub fn check_zarr_format(store: &dyn Store, zarr_format: u8) -> Result<(), String> {
+    match store.attr(ZARR_JSON) {
+        Err(crate::store::Error::NotFound(_)) if zarr_format == 2 => Err(format!(
+            "{}: holds no {ZARR_JSON} at its root, so the store is shown as it is (a Zarr v2 store already?); \
+             leave out --zarr-format 2",
+            store.describe("")
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// True when `location` names a kerchunk JSON reference file.
+fn is_reference_file(location: &str) -> bool {
+    location.to_ascii_lowercase().ends_with(".json")
+}
+
+/// True when the store holds a parquet reference set: a `.zmetadata` with a record size.
+fn holds_parquet_references(store: &dyn Store) -> bool {
+    let doc = store.read(kerchunk::parquet::METADATA).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    doc.is_some_and(|doc| kerchunk::parquet::is_reference_metadata(&doc))
+}
+
+/// The branches and tags of the Icechunk repository at `address`; `None` when it holds none.
+pub fn repository_refs(address: &StoreAddress) -> Result<Option<Refs>, String> {
+    let shown = address.location.display().to_string();
+    let store: Arc<dyn Store> = match address.location.to_str().and_then(|l| l.split_once("://")) {
+        Some(("s3" | "gs", _)) => open_bucket(&shown, address)?,
+        Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, address)?,
+        Some(_) => return Ok(None),
+        None if address.location.is_dir() => {
+            Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: {e}"))?)
+        }
+        None => return Ok(None),
+    };
+    let Some(spec) = icechunk::spec_of(&*store) else { return Ok(None) };
+    icechunk::refs(&*store, spec).map(Some).map_err(|e| e.to_string())
+}
+
+/// The version of the Icechunk repository in `store` that `address` names, as a store.
+fn open_repository(store: Arc<dyn Store>, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let options = &address.repository;
+    let version = options.version.clone().unwrap_or_else(|| Version::Branch("main".into()));
+    let targets = Targets::new(store.url(""), target_opener(address));
+    Ok(Arc::new(IcechunkStore::open(store, version, targets, options.allow_virtual.clone())?))
+}
+
+/// How the stores referenced files are in are opened: as the mount's own is (object store
+/// options, caching but no disk cache).
+fn target_opener(address: &StoreAddress) -> OpenRoot {
+    let address = StoreAddress { caching: Caching { disk: None, ..address.caching.clone() }, ..address.clone() };
+    Box::new(move |root: &str| match root.split_once("://") {
+        Some(("http" | "https", _)) => http::open(root, address.caching.clone()),
+        Some(_) => open_bucket(root, &address),
+        None => Ok(Arc::new(LocalStore::open(Path::new(root)).map_err(|e| format!("{root}: {e}"))?)),
+    })
+}
+
+/// The reference set at `at` in `inner` as a store; relative URLs are taken from `base`, the
+/// reference set's directory.
+fn open_references(
+    inner: Arc<dyn Store>,
+    at: &str,
+    layout: Layout,
+    base: &str,
+    address: &StoreAddress,
+) -> Result<Arc<dyn Store>, String> {
+    let targets = Targets::new(base.to_string(), target_opener(address));
+    Ok(Arc::new(ReferenceStore::open(inner, at, layout, targets)?))
+}
+
+/// The location holding a zip file and the zip file's name, when `location`'s last component
+/// ends in a zip suffix (`.zip`, `.ozx`; any case).
+fn zip_name(location: &str) -> Option<(&str, &str)> {
+    let (parent, name) = location.trim_end_matches('/').rsplit_once('/').unwrap_or((".", location));
+    let lower = name.to_ascii_lowercase();
+    zip::SUFFIXES.iter().any(|suffix| lower.len() > suffix.len() && lower.ends_with(suffix)).then_some((parent, name))
+}
+
+/// The object store (S3, GCS, Azure) at `url`, reached as `address` says.
+fn open_bucket(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let caching = address.caching.clone();
+    Ok(match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("s3") => Arc::new(s3::open(url, &address.s3, caching)?),
+        Some("gs") => Arc::new(gcs::open(url, &address.gcs, caching)?),
+        _ if azure::is_azure_url(url) => Arc::new(azure::open(url, &address.azure, caching)?),
+        _ => return Err(format!("{url}: not an object store URL (s3://, gs://, az://)")),
+    })
+}
+
+/// True when the local file at `path` starts as a JSON object does.
+fn starts_as_json(path: &Path) -> bool {
+    let mut start = [0; 64];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut start)).unwrap_or(0);
+    start[..read].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// True when the local file at `path` starts with a zip file's signature.
+fn starts_as_zip(path: &Path) -> bool {
+    let mut start = [0; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut start)).is_ok() && zip::MAGIC.contains(&&start[..])
+}
