@@ -111,10 +111,10 @@ timed target/venv-cloud/bin/python scripts/interop_s3.py --service azure target/
 timed target/venv-cloud/bin/python scripts/interop_s3.py --service gcs target/debug/shardfs
 # The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
 timed target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
-timed target/venv/bin/python scripts/interop_v2.py target/debug/shardfs
 timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 # The interop tests as pytest (tests/interop), each file in its peers' venv.
-timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_blz.py tests/interop/test_zip.py
+timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_v2.py tests/interop/test_blz.py \
+  tests/interop/test_zip.py
 timed target/venv2/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_draft.py
 timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
   tests/interop/test_kerchunk.py

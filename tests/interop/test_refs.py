@@ -2,7 +2,7 @@
 
 No mount: this is what machines without FUSE do. zarr-python 3 and tensorstore write every layout
 of tests/data/generate.py afresh (gzip, zstd, crc32c, big-endian data, nested sharding, index at
-start and end, every key encoding), and zarr-python 3 the extra arrays of scripts/interop_v2.py
+start and end, every key encoding), and zarr-python 3 the extra arrays of v2_arrays.py
 (blosc, bool, NaN fill value, inner chunks ending in a crc32c, F order, unsharded arrays, one
 ending in a crc32c, and two compressors). `shardfs refs` writes a v3 and a v2 reference file of the
 store; then, through fsspec's ReferenceFileSystem,
@@ -21,7 +21,6 @@ Runs in target/venv; needs no FUSE. One part alone:
 import json
 import os
 import subprocess
-import sys
 import warnings
 
 import fsspec
@@ -29,12 +28,8 @@ import numpy as np
 import pytest
 import zarr
 from conftest import BINARY, ROOT, V2_PYTHON
+from v2_arrays import write_store
 from zarr.storage import FsspecStore
-
-sys.path.insert(0, str(ROOT / "tests/data"))
-sys.path.insert(0, str(ROOT / "scripts"))
-import generate  # noqa: E402
-import interop_v2  # noqa: E402
 
 warnings.filterwarnings("ignore", message="Consolidated metadata")
 NEWEST_PYTHON = ROOT / "target/venv-newest/bin/python"
@@ -90,12 +85,9 @@ class Store:
     the v3 references and arrays-v2.json for the v2 ones), and its two reference files."""
 
     def __init__(self, work):
-        generate.generate(str(work))
-        self.sharded, self.expected = work / "sharded", work / "expected"
-        zarr.open_group(self.sharded / "v2", mode="w")
-        made, self.left_out = interop_v2.extra_arrays(str(self.sharded))
+        self.sharded, self.v2_arrays, self.left_out = write_store(work)
+        self.expected = work / "expected"
         self.expected.mkdir()
-        self.v2_arrays = [p for p, *_ in generate.zarr_python_arrays() + generate.tensorstore_arrays()] + sorted(made)
         # The v3 view shows the arrays a v2 view leaves out too (unsharded ones as stored).
         self.v3_arrays = self.v2_arrays + self.left_out
         for path in self.v3_arrays:
