@@ -14,6 +14,7 @@
 //! found: reads through it come from that version or fail. Files written through this mount are
 //! not bound to a version: the kernel's pages hold what was written.
 
+mod chunk_groups;
 pub mod error;
 mod freshness;
 mod inode_number;
@@ -40,9 +41,10 @@ use crate::view::presentation::Presentation;
 use crate::view::reading::Reading;
 use crate::view::sources::Sources;
 use crate::write::pending::{COMMITTERS, Pending, Policy};
+use chunk_groups::{chunk_number, is_computed};
 use freshness::{Change, Freshness, Unwatched};
 use inode_number::path_ino;
-use inode_table::{Bound, InodeTable};
+use inode_table::{Bound, InodeTable, watch_number};
 use unopened::Unopened;
 
 pub use error::{Error, Result};
@@ -91,6 +93,11 @@ fn chunk_cursor(offset: u64) -> ChunkCursor {
         return ChunkCursor::default();
     }
     ChunkCursor { shard: ((offset & !CHUNK_OFFSETS) >> 32) as usize, skip: offset & 0xffff_ffff }
+}
+
+/// `watched`, by what each inode or group is watched as, for each inode the kernel may hold.
+fn each_member<T: Copy>(inodes: &InodeTable, watched: Vec<(u64, T)>) -> Vec<(u64, T)> {
+    watched.into_iter().flat_map(|(n, what)| inodes.members(n).into_iter().map(move |ino| (ino, what))).collect()
 }
 
 /// An inode whose cached answers in the kernel are out of date.
@@ -208,7 +215,8 @@ impl ShardFs {
     }
 
     fn build(ns: Namespace, pending: Option<Arc<Pending>>) -> Self {
-        let inodes = InodeTable::new(ROOT_INO, ns.root());
+        // Chunk inodes go by group where no rename can move them (`chunk_groups.rs`).
+        let inodes = InodeTable::new(ROOT_INO, ns.root(), pending.is_none());
         ShardFs {
             ns: Arc::new(ns),
             pending,
@@ -260,16 +268,22 @@ impl ShardFs {
     /// inode is bound to the version of the content the answer describes.
     fn remember_told(&self, node: Node, answer: &Answer) -> u64 {
         let bound = answer.content.map(|stamp| Bound { stamp, attr: answer.attr });
-        let ino = self.remember(node, bound);
-        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
+        let ino = self.inodes.lock().remember(node, bound, answer.place.as_ref());
+        self.watch(ino, answer);
         ino
+    }
+
+    /// Watches the store files `answer` about `ino` was read from (its group's, for a chunk kept
+    /// by group).
+    fn watch(&self, ino: u64, answer: &Answer) {
+        self.freshness.watch(watch_number(ino), &answer.sources, answer.geometry.as_ref());
     }
 
     /// [`ShardFs::remember_told`] for a file written through this mount.
     fn remember_written(&self, node: Node, answer: &Answer) -> u64 {
         let ino = self.remember(node, None);
         self.unbind(ino);
-        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
+        self.watch(ino, answer);
         ino
     }
 
@@ -304,15 +318,7 @@ impl ShardFs {
     /// them that long): their inodes stop being watched, their attributes and listings dropped.
     pub fn stale(&self, told_within: Duration) -> Vec<Stale> {
         // Collected first: the keys only lapsed inodes were read from are not asked about below.
-        let lapsed: Vec<Stale> = self
-            .freshness
-            .lapsed(told_within)
-            .into_iter()
-            .map(|(ino, listed)| {
-                let content = if listed { Dropped::Everything } else { Dropped::Attributes };
-                Stale { ino, entry: None, content }
-            })
-            .collect();
+        let lapsed: Vec<(u64, bool)> = self.freshness.lapsed(told_within);
         let stamp_of = |key: &str| self.ns.store().attr(key).ok().map(|a| a.stamp);
         // This mount's own commits change no byte the kernel holds: invalidating every cached
         // chunk of a committed shard would only cost lookups (and contend with the writer).
@@ -334,7 +340,7 @@ impl ShardFs {
             let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
             inodes.find(parent).map(|p| (p, name.to_string()))
         };
-        let changed = changed.into_iter().filter_map(|(ino, document_changed)| {
+        let changed = each_member(&inodes, changed).into_iter().filter_map(|(ino, document_changed)| {
             let path = inodes.path(ino)?;
             // Files go with their names, which may now stand for nothing or for another file.
             // So does every entry whose metadata document changed: its path may now be a chunk
@@ -345,25 +351,30 @@ impl ShardFs {
             let goes = document_changed || !inodes.is_stored(ino) || inodes.bound(ino).is_some();
             Some(Stale { ino, entry: goes.then(|| entry_of(&path)).flatten(), content: Dropped::Everything })
         });
-        let unwatched = unwatched.into_iter().filter_map(|(ino, what)| {
+        let unwatched = each_member(&inodes, unwatched).into_iter().filter_map(|(ino, what)| {
             let path = inodes.path(ino)?;
             match what {
                 // Only while the name still leads to it: once looked up again to a newer inode,
                 // dropping the name would cost that inode its pages and, were the kernel to
-                // forget it, the file held open for its reads.
-                Unwatched::Name if inodes.find(&path) == Some(ino) => {
+                // forget it, the file held open for its reads. A chunk kept by group cannot be
+                // told from a newer one by its name: its name goes (costing the newer its pages).
+                Unwatched::Name if inodes.find(&path) == Some(ino) || is_computed(ino) => {
                     Some(Stale { ino, entry: Some(entry_of(&path)?), content: Dropped::Nothing })
                 }
                 Unwatched::Name => None,
                 Unwatched::Attributes => Some(Stale { ino, entry: None, content: Dropped::Everything }),
             }
         });
+        let lapsed = each_member(&inodes, lapsed).into_iter().map(|(ino, listed)| {
+            let content = if listed { Dropped::Everything } else { Dropped::Attributes };
+            Stale { ino, entry: None, content }
+        });
         changed.chain(unwatched).chain(lapsed).collect()
     }
 
     /// The inode of `node` at content version `bound`, with one more kernel reference.
     fn remember(&self, node: Node, bound: Option<Bound>) -> u64 {
-        self.inodes.lock().remember(node, bound)
+        self.inodes.lock().remember(node, bound, None)
     }
 
     /// After a rename, the kernel knows the renamed file by its old inode under the new name, and
@@ -372,7 +383,7 @@ impl ShardFs {
     /// the next pass has it do.
     fn rebind(&self, from_path: &str, to: &Node, is_dir: bool) {
         for ino in self.inodes.lock().rebind(from_path, to, is_dir) {
-            self.freshness.unwatch_until_dropped(ino, Unwatched::Attributes);
+            self.freshness.unwatch_until_dropped(watch_number(ino), Unwatched::Attributes);
         }
     }
 
@@ -384,15 +395,23 @@ impl ShardFs {
     /// The kernel dropped `n` references to `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
         let mut inodes = self.inodes.lock();
-        if ino != ROOT_INO && inodes.forget(ino, n) {
-            // Under the table's lock: once the number is free, a lookup of the same path takes it
-            // for a new inode, whose watch and held file must not go with the old one's.
-            self.freshness.unwatch(ino);
+        if ino == ROOT_INO {
+            return;
+        }
+        let forgotten = inodes.forget(ino, n);
+        // Under the table's lock: once the number is free, a lookup of the same path takes it
+        // for a new inode, whose watch and held file must not go with the old one's. (The kernel
+        // forgets a chunk inode of a group all at once, though the group stays.)
+        if let Some(watched) = forgotten {
+            self.freshness.unwatch(watched);
+        }
+        if forgotten.is_some() || is_computed(ino) {
             self.unopened.forget(ino);
         }
     }
 
-    /// Number of inodes the kernel holds references to.
+    /// Number of inodes the kernel holds references to (of references, for chunk inodes kept by
+    /// group).
     pub fn known_inodes(&self) -> usize {
         self.inodes.lock().len()
     }
@@ -409,10 +428,10 @@ impl ShardFs {
         if let Some((own, stamp)) = own
             && !self.catch_up(ino, &node, stamp, answer.content)
         {
-            self.freshness.unwatch_until_dropped(ino, Unwatched::Name);
+            self.freshness.unwatch_until_dropped(watch_number(ino), Unwatched::Name);
             return Ok(own);
         }
-        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
+        self.watch(ino, &answer);
         Ok(answer.attr)
     }
 
@@ -475,8 +494,17 @@ impl ShardFs {
                 return Ok(());
             }
         }
-        self.chunk_files(&dir, offset, |name, _, _, next| {
-            let entry = DirEntry { ino: path_ino(&join(&dir.path, name)), name: name.to_string(), kind: Kind::File };
+        let grouped = self.is_read_only();
+        self.chunk_files(&dir, offset, |name, node, answer, next| {
+            // The number a lookup will give it.
+            let grouped = match (grouped, &node, answer) {
+                (true, Node::Chunk { array, coords }, Ok(Answer { content: Some(stamp), place: Some(place), .. })) => {
+                    chunk_number(array, &stamp, &place, coords)
+                }
+                _ => None,
+            };
+            let ino = grouped.unwrap_or_else(|| path_ino(&join(&dir.path, name)));
+            let entry = DirEntry { ino, name: name.to_string(), kind: Kind::File };
             if add(&entry, next) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         });
         Ok(())

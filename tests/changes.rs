@@ -332,3 +332,43 @@ fn a_consolidated_file_refused_for_writing_stays_bound_to_its_build() {
     resize_stored(store.path(), ARRAY, &[40, 18]);
     assert_ne!(lookup(&fs, ".zmetadata").unwrap(), zmetadata, "the new build is another version");
 }
+
+#[test]
+fn chunk_inodes_of_a_read_only_mount_are_numbered_by_shard_version() {
+    let store = sharded_copy();
+    let fs = fs_of(store.path());
+    let row = lookup(&fs, &format!("{ARRAY}/c/1")).unwrap();
+    let baseline = fs.known_inodes();
+    let fh = fs.opendir(row).unwrap();
+    let mut listed = Vec::new();
+    fs.readdir(fh, 0, |e, _| {
+        listed.push(e.clone());
+        false
+    })
+    .unwrap();
+    fs.releasedir(fh);
+    let chunks: Vec<_> = listed.iter().filter(|e| e.name != "." && e.name != "..").collect();
+    assert!(chunks.len() > 1);
+    let mut held = Vec::new();
+    for entry in &chunks {
+        let (ino, attr) = fs.lookup(row, &entry.name).unwrap();
+        assert_eq!(ino, entry.ino, "{}: a listing numbers a chunk as its lookup does", entry.name);
+        held.push((ino, attr));
+    }
+    assert_eq!(fs.known_inodes(), baseline + chunks.len());
+    // c/1/0 lies in shard c/0/0: rewritten, it is another version, with other numbers.
+    let (old, old_attr) = held[0];
+    replace_stored(&store.path().join(ARRAY).join("c/0/0"));
+    let (new, new_attr) = fs.lookup(row, "0").unwrap();
+    assert_ne!(new, old, "another version: another inode");
+    assert_eq!(new_attr.size, old_attr.size);
+    assert_eq!(fs.getattr(old).unwrap().stamp, old_attr.stamp, "the old inode keeps its version's attributes");
+    let stale = fs.stale(CACHE_TTL);
+    assert!(stale.iter().any(|s| s.ino == old && s.entry.is_some()), "the old inode's name goes: {stale:?}");
+    assert_eq!(read_chunk(&fs, new).unwrap(), twin(&format!("{ARRAY}/c/1/0")));
+    held.push((new, new_attr));
+    for (ino, _) in held {
+        fs.forget(ino, 1);
+    }
+    assert_eq!(fs.known_inodes(), baseline, "each group goes with its last reference");
+}

@@ -12,9 +12,12 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::ROOT_INO;
+use super::chunk_groups::COMPUTED;
 
 /// Set in every number but the root's: keeps clear of 0 (invalid) and 1 (the root).
 const HIGH: u64 = 1 << 63;
+/// The bits a hashed number may use: clear of [`HIGH`] and of the computed chunk numbers.
+const LOW: u64 = !(HIGH | COMPUTED);
 
 /// The inode number of a view path, before collisions (see [`next_probe`]).
 pub fn path_ino(path: &str) -> u64 {
@@ -23,16 +26,16 @@ pub fn path_ino(path: &str) -> u64 {
     }
     let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
     match numbered(name) {
-        // Wraps within the 63 low bits: a run of numbers crosses the top once in 2^63 / n bases.
-        Some((stem, n)) => (hash(&(parent, stem, Numbered)).wrapping_add(n) & !HIGH) | HIGH,
-        None => hash(path) | HIGH,
+        // Wraps within the 62 low bits: a run of numbers crosses the top once in 2^62 / n bases.
+        Some((stem, n)) => (hash(&(parent, stem, Numbered)).wrapping_add(n) & LOW) | HIGH,
+        None => (hash(path) & LOW) | HIGH,
     }
 }
 
 /// The number to try after `ino` when another path holds it: a fresh hash, never `ino + 1`, which
 /// is the next numbered file's own number.
 pub fn next_probe(ino: u64) -> u64 {
-    hash(&ino) | HIGH
+    (hash(&ino) & LOW) | HIGH
 }
 
 /// Marks the hash of a numbered run's base apart from the hash of any path.
@@ -65,10 +68,10 @@ mod tests {
     fn numbered_files_of_a_directory_are_numbered_in_order() {
         let base = path_ino("a/c/0/0");
         for n in 1..1000u64 {
-            assert_eq!(path_ino(&format!("a/c/0/{n}")), (base.wrapping_add(n) & !HIGH) | HIGH);
+            assert_eq!(path_ino(&format!("a/c/0/{n}")), (base.wrapping_add(n) & LOW) | HIGH);
         }
         let dotted = path_ino("a/c.3.0");
-        assert_eq!(path_ino("a/c.3.41"), (dotted.wrapping_add(41) & !HIGH) | HIGH);
+        assert_eq!(path_ino("a/c.3.41"), (dotted.wrapping_add(41) & LOW) | HIGH);
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //! stored twice). An inode unlinked or replaced by a rename leaves the index (no lookup may answer
 //! it again) and stays in the table until the kernel forgets it.
 //!
-//! What one inode costs: its node in a compact form (a chunk's array by number, its coordinates
+//! On a read-only mount the chunk files bound to a shard version are not kept here but in their
+//! shard version's group (`chunk_groups.rs`), 8 bytes each; this table keeps the rest.
+//!
+//! What one inode of the table costs: its node in a compact form (a chunk's array by number, its coordinates
 //! inline), its lookup count, and for an inode bound to a content version the version's number and
 //! the size the kernel was told: the version's stamp and attributes are kept once for every inode
 //! bound to it (a shard version's 4,096 chunks share one). About 120 bytes with the index, where a
@@ -20,11 +23,17 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 use crate::store::{Attr, Stamp, join};
-use crate::view::array::ArrayPath;
+use crate::view::array::{ArrayPath, ShardPlace};
 use crate::view::namespace::{Answer, Node};
 
+use super::chunk_groups::{ChunkGroups, chunk_number, group_number, is_computed};
 use super::inode_number::{next_probe, path_ino};
 use super::interned::Interned;
+
+/// What the watch of inode `ino` is kept under: its group, for a chunk kept by group.
+pub fn watch_number(ino: u64) -> u64 {
+    group_number(ino).unwrap_or(ino)
+}
 
 /// A store version of a file's content, with the attributes the kernel was told for it.
 #[derive(Debug, Clone)]
@@ -144,17 +153,21 @@ pub(super) struct InodeTable {
     arrays: Interned<ArrayPath>,
     versions: Interned<Version>,
     hasher: std::hash::RandomState,
+    /// The chunk inodes kept by group (read-only mounts).
+    groups: Option<ChunkGroups>,
 }
 
 impl InodeTable {
-    /// A table holding the root, `root_ino`, forever.
-    pub fn new(root_ino: u64, root: Node) -> Self {
+    /// A table holding the root, `root_ino`, forever; `grouped`: chunk inodes bound to a version
+    /// are kept by group.
+    pub fn new(root_ino: u64, root: Node, grouped: bool) -> Self {
         let mut table = InodeTable {
             by_ino: HashMap::new(),
             by_path: HashMap::new(),
             arrays: Interned::default(),
             versions: Interned::default(),
             hasher: std::hash::RandomState::new(),
+            groups: grouped.then(ChunkGroups::default),
         };
         let kept = table.keep(&root);
         table.by_ino.insert(root_ino, Inode { kept, lookups: 1, version: 0, size: 0, written: false });
@@ -208,19 +221,40 @@ impl InodeTable {
 
     /// The node inode `ino` stands for.
     pub fn node(&self, ino: u64) -> Option<Node> {
+        if is_computed(ino) {
+            let member = self.groups.as_ref()?.member(ino)?;
+            let array = self.arrays.get(member.array)?.clone();
+            return Some(Node::Chunk { array, coords: member.coords });
+        }
         self.by_ino.get(&ino).map(|inode| self.node_of(&inode.kept))
     }
 
     /// The path inode `ino` was last known by.
     pub fn path(&self, ino: u64) -> Option<String> {
+        if is_computed(ino) {
+            return self.node(ino).map(|node| node.path());
+        }
         self.by_ino.get(&ino).map(|inode| self.path_of(&inode.kept))
     }
 
     /// The version inode `ino` is bound to, with the attributes the kernel was told for it.
     pub fn bound(&self, ino: u64) -> Option<Bound> {
-        let inode = self.by_ino.get(&ino)?;
-        let (stamp, attr) = self.versions.get(inode.version)?;
-        Some(Bound { stamp: *stamp, attr: Attr { size: inode.size, ..*attr } })
+        let (version, size) = match is_computed(ino) {
+            true => self.groups.as_ref()?.member(ino).map(|m| (m.version, m.size))?,
+            false => self.by_ino.get(&ino).map(|inode| (inode.version, inode.size))?,
+        };
+        let (stamp, attr) = self.versions.get(version)?;
+        Some(Bound { stamp: *stamp, attr: Attr { size, ..*attr } })
+    }
+
+    /// The inodes the kernel may hold that are watched as `watched` (an inode, or a group of
+    /// chunk inodes).
+    pub fn members(&self, watched: u64) -> Vec<u64> {
+        match (is_computed(watched), &self.groups) {
+            (true, Some(groups)) => groups.members(watched),
+            (true, None) => Vec::new(),
+            (false, _) => vec![watched],
+        }
     }
 
     /// True when inode `ino` stands for a store file or directory shown as it is.
@@ -260,7 +294,7 @@ impl InodeTable {
     }
 
     pub fn len(&self) -> usize {
-        self.by_ino.len()
+        self.by_ino.len() + self.groups.as_ref().map_or(0, ChunkGroups::len)
     }
 
     /// The inodes `path` leads to, oldest first.
@@ -276,8 +310,12 @@ impl InodeTable {
     }
 
     /// The inode of `node` at content version `bound`, with one more kernel reference: one that
-    /// its path leads to and that shows that content, or a new one.
-    pub fn remember(&mut self, node: Node, bound: Option<Bound>) -> u64 {
+    /// its path leads to and that shows that content, or a new one. `place`: where a chunk lies
+    /// in its shard.
+    pub fn remember(&mut self, node: Node, bound: Option<Bound>, place: Option<&ShardPlace>) -> u64 {
+        if let Some(ino) = self.remember_grouped(&node, bound.as_ref(), place) {
+            return ino;
+        }
         let path = node.path();
         let shows = |inode: &Inode| match (inode.version, &bound) {
             (0, _) => true,
@@ -317,6 +355,23 @@ impl InodeTable {
         ino
     }
 
+    /// [`InodeTable::remember`] of a chunk bound to a version, in its group; `None` when it is
+    /// not kept so.
+    fn remember_grouped(&mut self, node: &Node, bound: Option<&Bound>, place: Option<&ShardPlace>) -> Option<u64> {
+        let (Node::Chunk { array, coords }, Some(bound), Some(place)) = (node, bound, place) else { return None };
+        self.groups.as_ref()?;
+        let ino = chunk_number(array, &bound.stamp, place, coords)?;
+        let array_number = self.arrays.take(array);
+        let (version, size) = self.version_of(bound);
+        let groups = self.groups.as_mut().expect("checked above");
+        let existed = groups.remember(ino, array_number, version, place, size);
+        if existed != Some(false) {
+            self.arrays.release(array_number);
+            self.versions.release(version);
+        }
+        existed.map(|_| ino)
+    }
+
     /// The number of `bound`'s version (one more reference to it), and its size.
     fn version_of(&mut self, bound: &Bound) -> (u32, u64) {
         (self.versions.take(&(bound.stamp, Attr { size: 0, ..bound.attr })), bound.attr.size)
@@ -337,12 +392,19 @@ impl InodeTable {
         }
     }
 
-    /// The kernel dropped `n` references to `ino`; true when that was its last.
-    pub fn forget(&mut self, ino: u64, n: u64) -> bool {
-        let Some(inode) = self.by_ino.get_mut(&ino) else { return false };
+    /// The kernel dropped `n` references to `ino`. Returns what was watched as (`ino`, or its
+    /// group) when that was its last reference (its group's, for a chunk kept by group).
+    pub fn forget(&mut self, ino: u64, n: u64) -> Option<u64> {
+        if is_computed(ino) {
+            let (array, version) = self.groups.as_mut()?.forget(ino, n)?;
+            self.arrays.release(array);
+            self.versions.release(version);
+            return Some(watch_number(ino));
+        }
+        let inode = self.by_ino.get_mut(&ino)?;
         inode.lookups = inode.lookups.saturating_sub(n.min(u64::from(u32::MAX)) as u32);
         if inode.lookups > 0 {
-            return false;
+            return None;
         }
         let inode = self.by_ino.remove(&ino).expect("just found");
         let path = self.path_of(&inode.kept);
@@ -350,7 +412,7 @@ impl InodeTable {
         self.unkeep(&inode.kept);
         self.versions.release(inode.version);
         self.shrink();
-        true
+        Some(ino)
     }
 
     /// Gives memory back once the kernel forgot most of what it held (hash tables keep their
@@ -448,25 +510,25 @@ mod tests {
 
     #[test]
     fn an_inode_is_found_by_its_path_and_its_version_and_forgotten_with_its_last_reference() {
-        let mut table = InodeTable::new(1, Node::Stored(String::new()));
-        let first = table.remember(chunk(&[3, 4]), bound(1, 10));
-        assert_eq!(table.remember(chunk(&[3, 4]), bound(1, 10)), first, "the same version: the same inode");
-        let newer = table.remember(chunk(&[3, 4]), bound(2, 12));
+        let mut table = InodeTable::new(1, Node::Stored(String::new()), false);
+        let first = table.remember(chunk(&[3, 4]), bound(1, 10), None);
+        assert_eq!(table.remember(chunk(&[3, 4]), bound(1, 10), None), first, "the same version: the same inode");
+        let newer = table.remember(chunk(&[3, 4]), bound(2, 12), None);
         assert_ne!(newer, first, "another version: another inode");
         assert_eq!(table.find(&chunk(&[3, 4]).path()), Some(newer));
         assert_eq!(table.bound(first).map(|b| b.attr.size), Some(10));
         assert_eq!(table.bound(newer).map(|b| (b.stamp, b.attr.size)), bound(2, 12).map(|b| (b.stamp, 12)));
-        assert!(!table.forget(first, 1) && table.forget(first, 1), "two references");
-        assert!(table.forget(newer, 1));
+        assert!(table.forget(first, 1).is_none() && table.forget(first, 1) == Some(first), "two references");
+        assert_eq!(table.forget(newer, 1), Some(newer));
         assert_eq!(table.len(), 1, "the root stays");
         assert!(table.arrays.is_empty() && table.versions.is_empty(), "nothing shared is left");
     }
 
     #[test]
     fn a_renamed_directory_takes_the_inodes_below_it_along() {
-        let mut table = InodeTable::new(1, Node::Stored(String::new()));
-        let dir = table.remember(Node::Stored("g".into()), None);
-        let file = table.remember(Node::Stored("g/x".into()), None);
+        let mut table = InodeTable::new(1, Node::Stored(String::new()), false);
+        let dir = table.remember(Node::Stored("g".into()), None, None);
+        let file = table.remember(Node::Stored("g/x".into()), None, None);
         let moved = table.rebind("g", &Node::Stored("h".into()), true);
         assert_eq!(moved.len(), 2);
         assert_eq!((table.find("h"), table.find("h/x")), (Some(dir), Some(file)));

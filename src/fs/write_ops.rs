@@ -303,7 +303,7 @@ impl ShardFs {
             (Node::Consolidated(_), _) => return Err(Error::ReadOnly),
         }
         let answer = self.ns.answer(&node)?;
-        self.freshness.watch(ino, &answer.sources, answer.geometry.as_ref());
+        self.watch(ino, &answer);
         Ok(answer.attr)
     }
 

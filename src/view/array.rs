@@ -21,6 +21,41 @@ pub struct ArrayPath {
     pub encoding: ChunkKeyEncoding,
 }
 
+/// Where an inner chunk lies in its shard: the shard's first chunk, and how many chunks the shard
+/// spans along each dimension. Chunks of one shard version share everything but their offset, so
+/// the filesystem numbers them from it (`fs/chunk_groups.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ShardPlace {
+    pub origin: Vec<u64>,
+    pub per_shard: Vec<u64>,
+}
+
+impl ShardPlace {
+    /// The position of the chunk at `coords` in the shard, in C order; `None` outside it.
+    pub fn offset(&self, coords: &[u64]) -> Option<u64> {
+        if coords.len() != self.origin.len() {
+            return None;
+        }
+        let mut offset: u64 = 0;
+        for ((c, o), n) in coords.iter().zip(&self.origin).zip(&self.per_shard) {
+            let within = c.checked_sub(*o).filter(|w| w < n)?;
+            offset = offset.checked_mul(*n)?.checked_add(within)?;
+        }
+        Some(offset)
+    }
+
+    /// The coordinates of the chunk at position `offset` ([`ShardPlace::offset`]'s inverse).
+    pub fn coords(&self, mut offset: u64) -> Vec<u64> {
+        let mut coords = vec![0; self.origin.len()];
+        for d in (0..coords.len()).rev() {
+            let n = self.per_shard[d].max(1);
+            coords[d] = self.origin[d] + offset % n;
+            offset /= n;
+        }
+        coords
+    }
+}
+
 /// A sharded array found at `dir` (a store key), shown unsharded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardedArray {
@@ -77,6 +112,14 @@ impl ShardedArray {
     /// True when the chunk (or the leading coordinates of one) lies inside the array.
     pub fn in_bounds(&self, coords: &[u64]) -> bool {
         coords.iter().zip(&self.grid).all(|(c, g)| c < g)
+    }
+
+    /// Where the chunk at `coords` lies in its shard.
+    pub fn place_of(&self, coords: &[u64]) -> Option<ShardPlace> {
+        let per_shard = self.meta.sharding.chunks_per_shard();
+        let origin =
+            coords.iter().zip(&per_shard).map(|(c, n)| c.checked_div(*n).map(|s| s * n)).collect::<Option<_>>()?;
+        Some(ShardPlace { origin, per_shard })
     }
 
     /// How many inner chunks of the array shard `shard` holds (fewer at the array's far edges).

@@ -14,7 +14,7 @@ use std::ops::{ControlFlow, Range};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use super::array::{ArrayPath, ShardedArray};
+use super::array::{ArrayPath, ShardPlace, ShardedArray};
 use super::consolidated::Consolidated;
 use super::documents::{ArrayState, Documents, source_of};
 use super::error::{Error, Result};
@@ -178,17 +178,24 @@ pub struct Answer {
     /// geometry was taken from: the entry is out of date when the document changes in any way
     /// but growing the array.
     pub geometry: Option<(String, Stamp)>,
+    /// For a stored chunk, where it lies in its shard.
+    pub place: Option<ShardPlace>,
 }
 
 impl Answer {
     fn of_file(key: &str, attr: Attr) -> Self {
         let content = (attr.kind != Kind::Dir).then_some(attr.stamp);
-        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))], content, geometry: None }
+        Answer { attr, sources: vec![(key.to_string(), Some(attr.stamp))], content, geometry: None, place: None }
     }
 
     /// An answer about `array`'s chunk key space: its document is a source too.
     fn in_array(array: &ShardedArray, attr: Attr, first: (String, Option<Stamp>), content: Option<Stamp>) -> Self {
-        Answer { attr, sources: vec![first], content, geometry: array.document.clone() }
+        Answer { attr, sources: vec![first], content, geometry: array.document.clone(), place: None }
+    }
+
+    /// [`Answer::in_array`] for the stored chunk at `coords`, of shard version `stamp`.
+    fn of_chunk(array: &ShardedArray, coords: &[u64], attr: Attr, shard: String, stamp: Stamp) -> Self {
+        Answer { place: array.place_of(coords), ..Answer::in_array(array, attr, (shard, Some(stamp)), Some(stamp)) }
     }
 }
 
@@ -562,7 +569,13 @@ impl Namespace {
                 let attr = self.store.attr(&root)?;
                 let built = self.consolidated.get(&*self.store, &self.documents)?;
                 let attr = Attr { size: built.bytes.len() as u64, ..attr };
-                Ok(Answer { attr, sources: built.sources.clone(), content: Some(built.stamp), geometry: None })
+                Ok(Answer {
+                    attr,
+                    sources: built.sources.clone(),
+                    content: Some(built.stamp),
+                    geometry: None,
+                    place: None,
+                })
             }
         }
     }
@@ -612,7 +625,7 @@ impl Namespace {
                     Error::Damaged(format!("{}: chunk {} too short for its crc32c", shard, array.chunk_key(coords)))
                 })?;
                 let attr = Attr { size, nlink: 1, ..found.shard };
-                Ok(Answer::in_array(array, attr, (shard, Some(found.shard.stamp)), Some(found.shard.stamp)))
+                Ok(Answer::of_chunk(array, coords, attr, shard, found.shard.stamp))
             }
         }
     }
@@ -770,8 +783,7 @@ impl Namespace {
                         {
                             let size = shown_size(array, range.end - range.start).unwrap_or_default();
                             let attr = Attr { size, nlink: 1, ..*shard_attr };
-                            let first = (array.shard_key(shard), Some(shard_attr.stamp));
-                            Ok(Answer::in_array(array, attr, first, Some(shard_attr.stamp)))
+                            Ok(Answer::of_chunk(array, coords, attr, array.shard_key(shard), shard_attr.stamp))
                         }
                         _ => Err(Error::Damaged(format!("{}: chunk of a damaged shard", array.shard_key(shard)))),
                     };

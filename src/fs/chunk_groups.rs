@@ -1,0 +1,213 @@
+//! Inodes of chunk files numbered from where they live, so that one costs the daemon 8 bytes: a
+//! walk over 10^8 chunk files leaves the kernel holding millions of inodes, and a table entry for
+//! each (its node, path index and watch, about 400 bytes) made such a walk cost gigabytes.
+//!
+//! The chunk files of one shard version the kernel was told about form a group: the shard's
+//! place, the array and the version are kept once for all of them. A chunk's number is its group's
+//! number (a hash of the array, the shard's place and the version) and its offset in the shard, so
+//! its node and version are worked out from the number, and a listing gives each chunk the number
+//! a lookup will (`d_ino` agrees with `st_ino`, and runs of chunks are numbered in order, as
+//! `inode_number.rs` explains). What stays per inode is the size the kernel was told (for the
+//! attributes of an inode whose version was replaced since), which also names the chunks the
+//! kernel may hold. The kernel's references are counted per group (a forget names the inode, so
+//! its group), and the group goes with the last. Two groups whose numbers collide cannot both be
+//! held: the second one's chunks are kept in the table.
+//!
+//! Only read-only mounts number chunks so: a rename through the mount moves the inodes the
+//! kernel holds to other paths, which a number worked out from the place cannot follow.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::store::Stamp;
+use crate::view::array::{ArrayPath, ShardPlace};
+
+/// Set in every computed number; clear in every number of the table (`inode_number.rs`).
+pub const COMPUTED: u64 = 1 << 62;
+/// Bits of a number that hold the chunk's offset in its shard.
+const OFFSET_BITS: u32 = 24;
+/// The offset that stands for the group itself (its watch), never a chunk's.
+const GROUP_OFFSET: u64 = (1 << OFFSET_BITS) - 1;
+/// Group numbers are below this (38 bits).
+const GROUPS: u64 = 1 << (62 - OFFSET_BITS);
+
+/// One shard version's chunk files that the kernel holds.
+#[derive(Debug)]
+struct Group {
+    /// The array's number in the table's interned arrays.
+    array: u32,
+    /// The version's number in the table's interned versions.
+    version: u32,
+    place: ShardPlace,
+    /// The kernel's references to all of the group's inodes.
+    lookups: u64,
+    /// The offsets of the chunks the kernel was told about, sorted, each with the size told.
+    told: Vec<(u32, u32)>,
+}
+
+/// The groups the kernel holds inodes of, by number.
+#[derive(Debug, Default)]
+pub(super) struct ChunkGroups {
+    groups: HashMap<u64, Group>,
+}
+
+/// The number of the chunk at `coords`, at `place` in version `stamp` of its shard, of `array`;
+/// `None` when its offset does not fit.
+pub fn chunk_number(array: &ArrayPath, stamp: &Stamp, place: &ShardPlace, coords: &[u64]) -> Option<u64> {
+    let offset = place.offset(coords).filter(|o| *o < GROUP_OFFSET)?;
+    let mut hasher = DefaultHasher::new();
+    (array, stamp, &place.origin).hash(&mut hasher);
+    Some(number(hasher.finish() % GROUPS, offset))
+}
+
+/// A chunk inode's group and offset.
+fn split(ino: u64) -> Option<(u64, u64)> {
+    is_computed(ino).then_some(((ino & !(1 << 63) & !COMPUTED) >> OFFSET_BITS, ino & GROUP_OFFSET))
+}
+
+fn number(group: u64, offset: u64) -> u64 {
+    (1 << 63) | COMPUTED | (group << OFFSET_BITS) | offset
+}
+
+/// The number a group is watched by.
+pub fn group_number(ino: u64) -> Option<u64> {
+    split(ino).map(|(group, _)| number(group, GROUP_OFFSET))
+}
+
+/// True for a number of this scheme (a chunk's, or a group's watch).
+pub fn is_computed(ino: u64) -> bool {
+    ino & COMPUTED != 0
+}
+
+/// What a chunk inode stands for: its array's and version's numbers, its coordinates, and the
+/// size the kernel was told.
+pub(super) struct Member {
+    pub array: u32,
+    pub version: u32,
+    pub coords: Vec<u64>,
+    pub size: u64,
+}
+
+impl ChunkGroups {
+    /// Chunk number `ino` ([`chunk_number`]), `size` bytes, of array number `array` at version
+    /// number `version` (interned, each taken once for this call) at `place`, with one more kernel
+    /// reference; `None` when the chunk cannot be kept so (too large, or another group holds the
+    /// number), and the caller keeps it. `Some(true)` when the group existed, in which case the
+    /// caller releases its two numbers.
+    pub fn remember(&mut self, ino: u64, array: u32, version: u32, place: &ShardPlace, size: u64) -> Option<bool> {
+        let (id, offset) = split(ino)?;
+        let size = u32::try_from(size).ok()?;
+        let existed = match self.groups.get(&id) {
+            Some(g) if (g.array, g.version, &g.place) == (array, version, place) => true,
+            Some(_) => return None,
+            None => {
+                self.groups.insert(id, Group { array, version, place: place.clone(), lookups: 0, told: Vec::new() });
+                false
+            }
+        };
+        let group = self.groups.get_mut(&id).expect("just found or made");
+        group.lookups += 1;
+        let offset = offset as u32;
+        match group.told.binary_search_by_key(&offset, |(o, _)| *o) {
+            Ok(at) => group.told[at].1 = size,
+            Err(at) => group.told.insert(at, (offset, size)),
+        }
+        Some(existed)
+    }
+
+    /// What chunk inode `ino` stands for.
+    pub fn member(&self, ino: u64) -> Option<Member> {
+        let (id, offset) = split(ino)?;
+        let group = self.groups.get(&id)?;
+        let at = group.told.binary_search_by_key(&(offset as u32), |(o, _)| *o).ok()?;
+        Some(Member {
+            array: group.array,
+            version: group.version,
+            coords: group.place.coords(offset),
+            size: u64::from(group.told[at].1),
+        })
+    }
+
+    /// The chunk inodes of the group watched as `watched` (a group's number) the kernel may hold.
+    pub fn members(&self, watched: u64) -> Vec<u64> {
+        let Some((id, _)) = split(watched) else { return Vec::new() };
+        let Some(group) = self.groups.get(&id) else { return Vec::new() };
+        group.told.iter().map(|(offset, _)| number(id, u64::from(*offset))).collect()
+    }
+
+    /// The kernel dropped `n` references to `ino`: the array's and version's numbers to release
+    /// when that was its group's last.
+    pub fn forget(&mut self, ino: u64, n: u64) -> Option<(u32, u32)> {
+        let (id, _) = split(ino)?;
+        let group = self.groups.get_mut(&id)?;
+        group.lookups = group.lookups.saturating_sub(n);
+        if group.lookups > 0 {
+            return None;
+        }
+        let group = self.groups.remove(&id).expect("just found");
+        if self.groups.capacity() > 1024 && self.groups.len() < self.groups.capacity() / 4 {
+            self.groups.shrink_to(self.groups.len() * 2);
+        }
+        Some((group.array, group.version))
+    }
+
+    /// How many references to chunk inodes the kernel holds (the number of inodes, but for the
+    /// few it looked up more than once).
+    pub fn len(&self) -> usize {
+        self.groups.values().map(|g| g.lookups as usize).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::chunk_key::ChunkKeyEncoding;
+
+    fn place(origin: &[u64]) -> ShardPlace {
+        ShardPlace { origin: origin.to_vec(), per_shard: vec![4, 8] }
+    }
+
+    fn array() -> ArrayPath {
+        ArrayPath {
+            dir: "a".into(),
+            encoding: ChunkKeyEncoding::from_json(&serde_json::json!({"name": "default"})).unwrap(),
+        }
+    }
+
+    fn stamp(n: u64) -> Stamp {
+        Stamp::new([n, 0, 0, 0, 0])
+    }
+
+    #[test]
+    fn a_chunk_is_found_again_from_its_number_until_its_group_is_forgotten() {
+        let mut groups = ChunkGroups::default();
+        let a = chunk_number(&array(), &stamp(1), &place(&[4, 8]), &[5, 9]).unwrap();
+        assert!(is_computed(a));
+        assert_eq!(groups.remember(a, 1, 1, &place(&[4, 8]), 100), Some(false));
+        let b = chunk_number(&array(), &stamp(1), &place(&[4, 8]), &[7, 15]).unwrap();
+        assert_eq!(b - a, 2 * 8 + 6, "numbered by offset in the shard");
+        assert_eq!(groups.remember(b, 1, 1, &place(&[4, 8]), 7), Some(true));
+        let member = groups.member(b).unwrap();
+        assert_eq!((member.coords, member.size), (vec![7, 15], 7));
+        assert_eq!(groups.members(group_number(a).unwrap()), [a, b]);
+        let other = chunk_number(&array(), &stamp(2), &place(&[4, 8]), &[5, 9]).unwrap();
+        assert_ne!(group_number(other), group_number(a), "another version: another group");
+        assert_eq!(groups.forget(a, 1), None);
+        assert_eq!(groups.forget(b, 1), Some((1, 1)), "the group's last reference");
+        assert!(groups.member(a).is_none() && groups.members(group_number(a).unwrap()).is_empty());
+        assert_eq!(groups.len(), 0);
+    }
+
+    #[test]
+    fn chunks_that_cannot_be_numbered_are_left_to_the_table() {
+        let mut groups = ChunkGroups::default();
+        let a = chunk_number(&array(), &stamp(1), &place(&[0, 0]), &[0, 0]).unwrap();
+        assert_eq!(groups.remember(a, 1, 1, &place(&[0, 0]), 1 << 32), None, "too large");
+        assert_eq!(chunk_number(&array(), &stamp(1), &place(&[0, 0]), &[4, 0]), None, "outside the shard");
+        assert_eq!(groups.remember(a, 1, 1, &place(&[0, 0]), 1), Some(false));
+        assert_eq!(groups.remember(a, 1, 2, &place(&[0, 0]), 1), None, "a number another group holds");
+        let wide = ShardPlace { origin: vec![0], per_shard: vec![1 << 30] };
+        assert_eq!(chunk_number(&array(), &stamp(1), &wide, &[GROUP_OFFSET]), None);
+        assert!(chunk_number(&array(), &stamp(1), &wide, &[GROUP_OFFSET - 1]).is_some());
+    }
+}
