@@ -44,7 +44,7 @@ use crate::write::pending::{COMMITTERS, Pending, Policy};
 use chunk_groups::{chunk_number, is_computed};
 use freshness::{Change, Freshness, Unwatched};
 use inode_number::path_ino;
-use inode_table::{Bound, InodeTable, watch_number};
+use inode_table::{Bound, InodeTable};
 use unopened::Unopened;
 
 pub use error::{Error, Result};
@@ -215,8 +215,7 @@ impl ShardFs {
     }
 
     fn build(ns: Namespace, pending: Option<Arc<Pending>>) -> Self {
-        // Chunk inodes go by group where no rename can move them (`chunk_groups.rs`).
-        let inodes = InodeTable::new(ROOT_INO, ns.root(), pending.is_none());
+        let inodes = InodeTable::new(ROOT_INO, ns.root());
         ShardFs {
             ns: Arc::new(ns),
             pending,
@@ -276,7 +275,8 @@ impl ShardFs {
     /// Watches the store files `answer` about `ino` was read from (its group's, for a chunk kept
     /// by group).
     fn watch(&self, ino: u64, answer: &Answer) {
-        self.freshness.watch(watch_number(ino), &answer.sources, answer.geometry.as_ref());
+        let watched = self.inodes.lock().watched_as(ino);
+        self.freshness.watch(watched, &answer.sources, answer.geometry.as_ref());
     }
 
     /// [`ShardFs::remember_told`] for a file written through this mount.
@@ -383,7 +383,7 @@ impl ShardFs {
     /// the next pass has it do.
     fn rebind(&self, from_path: &str, to: &Node, is_dir: bool) {
         for ino in self.inodes.lock().rebind(from_path, to, is_dir) {
-            self.freshness.unwatch_until_dropped(watch_number(ino), Unwatched::Attributes);
+            self.freshness.unwatch_until_dropped(ino, Unwatched::Attributes);
         }
     }
 
@@ -428,7 +428,8 @@ impl ShardFs {
         if let Some((own, stamp)) = own
             && !self.catch_up(ino, &node, stamp, answer.content)
         {
-            self.freshness.unwatch_until_dropped(watch_number(ino), Unwatched::Name);
+            let watched = self.inodes.lock().watched_as(ino);
+            self.freshness.unwatch_until_dropped(watched, Unwatched::Name);
             return Ok(own);
         }
         self.watch(ino, &answer);
@@ -494,11 +495,10 @@ impl ShardFs {
                 return Ok(());
             }
         }
-        let grouped = self.is_read_only();
         self.chunk_files(&dir, offset, |name, node, answer, next| {
             // The number a lookup will give it.
-            let grouped = match (grouped, &node, answer) {
-                (true, Node::Chunk { array, coords }, Ok(Answer { content: Some(stamp), place: Some(place), .. })) => {
+            let grouped = match (&node, answer) {
+                (Node::Chunk { array, coords }, Ok(Answer { content: Some(stamp), place: Some(place), .. })) => {
                     chunk_number(array, &stamp, &place, coords)
                 }
                 _ => None,

@@ -1,4 +1,4 @@
-//! Inodes of chunk files numbered from where they live, so that one costs the daemon 8 bytes: a
+//! Inodes of chunk files numbered from where they live, so that one costs the daemon 12 bytes: a
 //! walk over 10^8 chunk files leaves the kernel holding millions of inodes, and a table entry for
 //! each (its node, path index and watch, about 400 bytes) made such a walk cost gigabytes.
 //!
@@ -7,14 +7,14 @@
 //! number (a hash of the array, the shard's place and the version) and its offset in the shard, so
 //! its node and version are worked out from the number, and a listing gives each chunk the number
 //! a lookup will (`d_ino` agrees with `st_ino`, and runs of chunks are numbered in order, as
-//! `inode_number.rs` explains). What stays per inode is the size the kernel was told (for the
-//! attributes of an inode whose version was replaced since), which also names the chunks the
-//! kernel may hold. The kernel's references are counted per group (a forget names the inode, so
-//! its group), and the group goes with the last. Two groups whose numbers collide cannot both be
+//! `inode_number.rs` explains). What stays per inode is its offset, the size the kernel was told
+//! (for the attributes of an inode whose version was replaced since) and the kernel's references
+//! to it. The group goes with its last reference. Two groups whose numbers collide cannot both be
 //! held: the second one's chunks are kept in the table.
 //!
-//! Only read-only mounts number chunks so: a rename through the mount moves the inodes the
-//! kernel holds to other paths, which a number worked out from the place cannot follow.
+//! An inode that stops being what its number says (written through the mount, or moved by a
+//! rename) leaves its group for the table, under the same number, with its references
+//! ([`ChunkGroups::take`]).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -41,8 +41,23 @@ struct Group {
     place: ShardPlace,
     /// The kernel's references to all of the group's inodes.
     lookups: u64,
-    /// The offsets of the chunks the kernel was told about, sorted, each with the size told.
-    told: Vec<(u32, u32)>,
+    /// The chunks the kernel was told about, by offset, sorted.
+    told: Vec<Told>,
+}
+
+/// A chunk the kernel was told about.
+#[derive(Debug, Clone, Copy)]
+struct Told {
+    offset: u32,
+    size: u32,
+    /// The kernel's references to it (0: it was forgotten, or left the group).
+    lookups: u32,
+}
+
+impl Group {
+    fn at(&self, offset: u64) -> Result<usize, usize> {
+        self.told.binary_search_by_key(&offset, |t| u64::from(t.offset))
+    }
 }
 
 /// The groups the kernel holds inodes of, by number.
@@ -107,10 +122,13 @@ impl ChunkGroups {
         };
         let group = self.groups.get_mut(&id).expect("just found or made");
         group.lookups += 1;
-        let offset = offset as u32;
-        match group.told.binary_search_by_key(&offset, |(o, _)| *o) {
-            Ok(at) => group.told[at].1 = size,
-            Err(at) => group.told.insert(at, (offset, size)),
+        match group.at(offset) {
+            Ok(at) => {
+                let told = &mut group.told[at];
+                told.size = size;
+                told.lookups = told.lookups.saturating_add(1);
+            }
+            Err(at) => group.told.insert(at, Told { offset: offset as u32, size, lookups: 1 }),
         }
         Some(existed)
     }
@@ -119,12 +137,12 @@ impl ChunkGroups {
     pub fn member(&self, ino: u64) -> Option<Member> {
         let (id, offset) = split(ino)?;
         let group = self.groups.get(&id)?;
-        let at = group.told.binary_search_by_key(&(offset as u32), |(o, _)| *o).ok()?;
-        Some(Member {
+        let told = group.told[group.at(offset).ok()?];
+        (told.lookups > 0).then(|| Member {
             array: group.array,
             version: group.version,
             coords: group.place.coords(offset),
-            size: u64::from(group.told[at].1),
+            size: u64::from(told.size),
         })
     }
 
@@ -132,13 +150,44 @@ impl ChunkGroups {
     pub fn members(&self, watched: u64) -> Vec<u64> {
         let Some((id, _)) = split(watched) else { return Vec::new() };
         let Some(group) = self.groups.get(&id) else { return Vec::new() };
-        group.told.iter().map(|(offset, _)| number(id, u64::from(*offset))).collect()
+        group.told.iter().filter(|t| t.lookups > 0).map(|t| number(id, u64::from(t.offset))).collect()
+    }
+
+    /// The chunk inodes the kernel holds of the arrays (by number) `of` accepts.
+    pub fn held(&self, of: impl Fn(u32) -> bool) -> Vec<u64> {
+        let groups = self.groups.iter().filter(|(_, g)| of(g.array));
+        groups
+            .flat_map(|(id, g)| g.told.iter().filter(|t| t.lookups > 0).map(|t| number(*id, u64::from(t.offset))))
+            .collect()
+    }
+
+    /// Takes chunk inode `ino` out of its group, to be kept elsewhere under the same number: its
+    /// references, and whether that left the group empty (then its array's and version's numbers
+    /// are the caller's to release).
+    pub fn take(&mut self, ino: u64) -> Option<(u32, Option<(u32, u32)>)> {
+        let (id, offset) = split(ino)?;
+        let group = self.groups.get_mut(&id)?;
+        let at = group.at(offset).ok()?;
+        let lookups = std::mem::take(&mut group.told[at].lookups);
+        (lookups > 0).then_some(())?;
+        Some((lookups, self.drop_references(id, u64::from(lookups))))
     }
 
     /// The kernel dropped `n` references to `ino`: the array's and version's numbers to release
     /// when that was its group's last.
     pub fn forget(&mut self, ino: u64, n: u64) -> Option<(u32, u32)> {
-        let (id, _) = split(ino)?;
+        let (id, offset) = split(ino)?;
+        let group = self.groups.get_mut(&id)?;
+        let at = group.at(offset).ok()?;
+        let told = &mut group.told[at].lookups;
+        let n = n.min(u64::from(*told));
+        *told -= n as u32;
+        self.drop_references(id, n)
+    }
+
+    /// Drops `n` of group `id`'s references: its array's and version's numbers when they were
+    /// its last, and the group with them.
+    fn drop_references(&mut self, id: u64, n: u64) -> Option<(u32, u32)> {
         let group = self.groups.get_mut(&id)?;
         group.lookups = group.lookups.saturating_sub(n);
         if group.lookups > 0 {

@@ -10,8 +10,9 @@
 //! stored twice). An inode unlinked or replaced by a rename leaves the index (no lookup may answer
 //! it again) and stays in the table until the kernel forgets it.
 //!
-//! On a read-only mount the chunk files bound to a shard version are not kept here but in their
-//! shard version's group (`chunk_groups.rs`), 8 bytes each; this table keeps the rest.
+//! The chunk files bound to a shard version are not kept here but in their shard version's group
+//! (`chunk_groups.rs`), 12 bytes each; this table keeps the rest, and those that left their group
+//! (written through the mount, or moved by a rename) under the numbers they had.
 //!
 //! What one inode of the table costs: its node in a compact form (a chunk's array by number, its coordinates
 //! inline), its lookup count, and for an inode bound to a content version the version's number and
@@ -29,11 +30,6 @@ use crate::view::namespace::{Answer, Node};
 use super::chunk_groups::{ChunkGroups, chunk_number, group_number, is_computed};
 use super::inode_number::{next_probe, path_ino};
 use super::interned::Interned;
-
-/// What the watch of inode `ino` is kept under: its group, for a chunk kept by group.
-pub fn watch_number(ino: u64) -> u64 {
-    group_number(ino).unwrap_or(ino)
-}
 
 /// A store version of a file's content, with the attributes the kernel was told for it.
 #[derive(Debug, Clone)]
@@ -153,21 +149,20 @@ pub(super) struct InodeTable {
     arrays: Interned<ArrayPath>,
     versions: Interned<Version>,
     hasher: std::hash::RandomState,
-    /// The chunk inodes kept by group (read-only mounts).
-    groups: Option<ChunkGroups>,
+    /// The chunk inodes kept by group.
+    groups: ChunkGroups,
 }
 
 impl InodeTable {
-    /// A table holding the root, `root_ino`, forever; `grouped`: chunk inodes bound to a version
-    /// are kept by group.
-    pub fn new(root_ino: u64, root: Node, grouped: bool) -> Self {
+    /// A table holding the root, `root_ino`, forever.
+    pub fn new(root_ino: u64, root: Node) -> Self {
         let mut table = InodeTable {
             by_ino: HashMap::new(),
             by_path: HashMap::new(),
             arrays: Interned::default(),
             versions: Interned::default(),
             hasher: std::hash::RandomState::new(),
-            groups: grouped.then(ChunkGroups::default),
+            groups: ChunkGroups::default(),
         };
         let kept = table.keep(&root);
         table.by_ino.insert(root_ino, Inode { kept, lookups: 1, version: 0, size: 0, written: false });
@@ -219,10 +214,15 @@ impl InodeTable {
         }
     }
 
+    /// True when inode `ino` is kept by its group.
+    fn grouped(&self, ino: u64) -> bool {
+        is_computed(ino) && !self.by_ino.contains_key(&ino)
+    }
+
     /// The node inode `ino` stands for.
     pub fn node(&self, ino: u64) -> Option<Node> {
-        if is_computed(ino) {
-            let member = self.groups.as_ref()?.member(ino)?;
+        if self.grouped(ino) {
+            let member = self.groups.member(ino)?;
             let array = self.arrays.get(member.array)?.clone();
             return Some(Node::Chunk { array, coords: member.coords });
         }
@@ -231,7 +231,7 @@ impl InodeTable {
 
     /// The path inode `ino` was last known by.
     pub fn path(&self, ino: u64) -> Option<String> {
-        if is_computed(ino) {
+        if self.grouped(ino) {
             return self.node(ino).map(|node| node.path());
         }
         self.by_ino.get(&ino).map(|inode| self.path_of(&inode.kept))
@@ -239,21 +239,64 @@ impl InodeTable {
 
     /// The version inode `ino` is bound to, with the attributes the kernel was told for it.
     pub fn bound(&self, ino: u64) -> Option<Bound> {
-        let (version, size) = match is_computed(ino) {
-            true => self.groups.as_ref()?.member(ino).map(|m| (m.version, m.size))?,
+        let (version, size) = match self.grouped(ino) {
+            true => self.groups.member(ino).map(|m| (m.version, m.size))?,
             false => self.by_ino.get(&ino).map(|inode| (inode.version, inode.size))?,
         };
         let (stamp, attr) = self.versions.get(version)?;
         Some(Bound { stamp: *stamp, attr: Attr { size, ..*attr } })
     }
 
+    /// What the watch of inode `ino` is kept under: its group, for a chunk kept by group.
+    pub fn watched_as(&self, ino: u64) -> u64 {
+        match self.grouped(ino) {
+            true => group_number(ino).unwrap_or(ino),
+            false => ino,
+        }
+    }
+
     /// The inodes the kernel may hold that are watched as `watched` (an inode, or a group of
     /// chunk inodes).
     pub fn members(&self, watched: u64) -> Vec<u64> {
-        match (is_computed(watched), &self.groups) {
-            (true, Some(groups)) => groups.members(watched),
-            (true, None) => Vec::new(),
-            (false, _) => vec![watched],
+        match self.grouped(watched) {
+            true => self.groups.members(watched),
+            false => vec![watched],
+        }
+    }
+
+    /// Moves chunk inode `ino` from its group into the table, under the same number and with its
+    /// references: it is about to stop being what its number says.
+    fn ungroup(&mut self, ino: u64) {
+        if !self.grouped(ino) {
+            return;
+        }
+        let (Some(node), Some(bound)) = (self.node(ino), self.bound(ino)) else { return };
+        let Some((lookups, emptied)) = self.groups.take(ino) else { return };
+        let kept = self.keep(&node);
+        let (version, size) = self.version_of(&bound);
+        self.by_ino.insert(ino, Inode { kept, lookups, version, size, written: false });
+        self.index(&node.path(), ino);
+        if let Some((array, version)) = emptied {
+            self.arrays.release(array);
+            self.versions.release(version);
+        }
+    }
+
+    /// [`InodeTable::ungroup`] of every chunk inode at `path`, or below it for a directory.
+    fn ungroup_at(&mut self, path: &str, is_dir: bool) {
+        let below = format!("{path}/");
+        let arrays = &self.arrays;
+        let near = |n: u32| {
+            arrays.get(n).is_some_and(|a| {
+                let dir = format!("{}/", a.dir);
+                dir.starts_with(&below) || below.starts_with(&dir)
+            })
+        };
+        for ino in self.groups.held(near) {
+            let Some(at) = self.path(ino) else { continue };
+            if at == path || (is_dir && at.starts_with(&below)) {
+                self.ungroup(ino);
+            }
         }
     }
 
@@ -265,6 +308,7 @@ impl InodeTable {
     /// Binds inode `ino`, bound to version `from` (or already to `to`), to version `to` of the
     /// same content; false when it is bound to another version, or to none.
     pub fn rebound(&mut self, ino: u64, from: Stamp, to: Stamp) -> bool {
+        self.ungroup(ino);
         let Some(bound) = self.bound(ino) else { return false };
         if bound.stamp != from && bound.stamp != to {
             return false;
@@ -279,6 +323,7 @@ impl InodeTable {
     /// Marks inode `ino` written through this mount: from now on it shows whatever the view
     /// holds, unless it is a computed file (which cannot be written).
     pub fn unbind(&mut self, ino: u64) {
+        self.ungroup(ino);
         let Some(inode) = self.by_ino.get_mut(&ino) else { return };
         if matches!(inode.kept, Kept::Consolidated(_)) {
             return;
@@ -294,7 +339,7 @@ impl InodeTable {
     }
 
     pub fn len(&self) -> usize {
-        self.by_ino.len() + self.groups.as_ref().map_or(0, ChunkGroups::len)
+        self.by_ino.len() + self.groups.len()
     }
 
     /// The inodes `path` leads to, oldest first.
@@ -313,9 +358,6 @@ impl InodeTable {
     /// its path leads to and that shows that content, or a new one. `place`: where a chunk lies
     /// in its shard.
     pub fn remember(&mut self, node: Node, bound: Option<Bound>, place: Option<&ShardPlace>) -> u64 {
-        if let Some(ino) = self.remember_grouped(&node, bound.as_ref(), place) {
-            return ino;
-        }
         let path = node.path();
         let shows = |inode: &Inode| match (inode.version, &bound) {
             (0, _) => true,
@@ -342,6 +384,9 @@ impl InodeTable {
             }
             return ino;
         }
+        if let Some(ino) = self.remember_grouped(&node, bound.as_ref(), place) {
+            return ino;
+        }
         // The path's own number when free; another version of its content, or another path with
         // the same hash, takes another.
         let mut ino = path_ino(&path);
@@ -359,12 +404,11 @@ impl InodeTable {
     /// not kept so.
     fn remember_grouped(&mut self, node: &Node, bound: Option<&Bound>, place: Option<&ShardPlace>) -> Option<u64> {
         let (Node::Chunk { array, coords }, Some(bound), Some(place)) = (node, bound, place) else { return None };
-        self.groups.as_ref()?;
-        let ino = chunk_number(array, &bound.stamp, place, coords)?;
+        // A number that left its group stands for what the table says.
+        let ino = chunk_number(array, &bound.stamp, place, coords).filter(|ino| !self.by_ino.contains_key(ino))?;
         let array_number = self.arrays.take(array);
         let (version, size) = self.version_of(bound);
-        let groups = self.groups.as_mut().expect("checked above");
-        let existed = groups.remember(ino, array_number, version, place, size);
+        let existed = self.groups.remember(ino, array_number, version, place, size);
         if existed != Some(false) {
             self.arrays.release(array_number);
             self.versions.release(version);
@@ -395,11 +439,12 @@ impl InodeTable {
     /// The kernel dropped `n` references to `ino`. Returns what was watched as (`ino`, or its
     /// group) when that was its last reference (its group's, for a chunk kept by group).
     pub fn forget(&mut self, ino: u64, n: u64) -> Option<u64> {
-        if is_computed(ino) {
-            let (array, version) = self.groups.as_mut()?.forget(ino, n)?;
+        if self.grouped(ino) {
+            let watched = self.watched_as(ino);
+            let (array, version) = self.groups.forget(ino, n)?;
             self.arrays.release(array);
             self.versions.release(version);
-            return Some(watch_number(ino));
+            return Some(watched);
         }
         let inode = self.by_ino.get_mut(&ino)?;
         inode.lookups = inode.lookups.saturating_sub(n.min(u64::from(u32::MAX)) as u32);
@@ -437,6 +482,7 @@ impl InodeTable {
     /// its new place, and, for a directory, every inode below it too, since the kernel moves a
     /// directory's cached names along with it. Returns the inodes moved.
     pub fn rebind(&mut self, from_path: &str, to: &Node, is_dir: bool) -> Vec<u64> {
+        self.ungroup_at(from_path, is_dir);
         let to_path = to.path();
         self.detach(&to_path);
         let mut moved = Vec::new();
@@ -510,7 +556,7 @@ mod tests {
 
     #[test]
     fn an_inode_is_found_by_its_path_and_its_version_and_forgotten_with_its_last_reference() {
-        let mut table = InodeTable::new(1, Node::Stored(String::new()), false);
+        let mut table = InodeTable::new(1, Node::Stored(String::new()));
         let first = table.remember(chunk(&[3, 4]), bound(1, 10), None);
         assert_eq!(table.remember(chunk(&[3, 4]), bound(1, 10), None), first, "the same version: the same inode");
         let newer = table.remember(chunk(&[3, 4]), bound(2, 12), None);
@@ -526,7 +572,7 @@ mod tests {
 
     #[test]
     fn a_renamed_directory_takes_the_inodes_below_it_along() {
-        let mut table = InodeTable::new(1, Node::Stored(String::new()), false);
+        let mut table = InodeTable::new(1, Node::Stored(String::new()));
         let dir = table.remember(Node::Stored("g".into()), None, None);
         let file = table.remember(Node::Stored("g/x".into()), None, None);
         let moved = table.rebind("g", &Node::Stored("h".into()), true);
