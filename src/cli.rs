@@ -15,6 +15,7 @@ use crate::store::bucket::azure::AzureOptions;
 use crate::store::bucket::disk_cache::DiskSettings;
 use crate::store::bucket::gcs::GcsOptions;
 use crate::store::bucket::s3::S3Options;
+use crate::store::memory_budget::MemoryBudget;
 use crate::write::pending::Policy;
 
 pub mod generate;
@@ -66,9 +67,10 @@ pub enum Command {
         /// Worker threads serving the kernel's requests.
         #[arg(long, default_value_t = default_threads())]
         threads: usize,
-        /// Memory for decoded shard indexes, in bytes (suffixes K, M, G).
-        #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
-        cache_size: usize,
+        /// Memory for decoded shard indexes, in bytes (suffixes K, M, G); default: a sixteenth of
+        /// --memory-limit.
+        #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+        cache_size: Option<usize>,
         /// Show an array unsharded only if one shard's index needs at most this many bytes of
         /// memory (K, M, G; at most the default, 2^24 entries); bigger ones are shown as stored.
         #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
@@ -78,9 +80,10 @@ pub enum Command {
         /// written or it is left alone.
         #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
         commit_bytes: usize,
-        /// Memory for chunk writes not yet committed (K, M, G): past it writers wait for commits.
-        #[arg(long, value_parser = parse_size, default_value = "128M", value_name = "BYTES")]
-        write_buffer_size: usize,
+        /// Memory for chunk writes not yet committed (K, M, G): past it writers wait for commits;
+        /// default: an eighth of --memory-limit.
+        #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+        write_buffer_size: Option<usize>,
         /// Store arrays created through the view sharded, with K inner chunks per shard along
         /// each dimension (or one K per dimension: 2,2,8); without it they are stored as written.
         #[arg(long, value_delimiter = ',', value_name = "K")]
@@ -172,10 +175,15 @@ pub struct StoreArgs {
     /// for again, in milliseconds: changes by others show within this long.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub metadata_ttl: u64,
+    /// The memory the caches may use altogether (K, M, G): each cache's size defaults to its
+    /// share of it (docs/cli.md, "Memory"); the state of the inodes the kernel holds is apart.
+    #[arg(long, value_parser = parse_size, default_value = "1G", value_name = "BYTES")]
+    pub memory_limit: usize,
     /// Memory for an object store's fetched bytes, ahead of readers and shared between them, in
-    /// bytes (K, M, G; 0: each read fetches just its own bytes, nothing is kept).
-    #[arg(long, value_parser = parse_size, default_value = "256M", value_name = "BYTES")]
-    pub read_ahead_size: usize,
+    /// bytes (K, M, G; 0: each read fetches just its own bytes, nothing is kept); default: a
+    /// quarter of --memory-limit.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub read_ahead_size: Option<usize>,
     /// GETs an object store mount has bringing bytes at once (reads and read-ahead together; a
     /// GET fetched ahead that waits for its reader keeps its connection but not its request).
     #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
@@ -205,6 +213,11 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// `--memory-limit`, to be shared between the caches.
+    pub fn memory(&self) -> MemoryBudget {
+        MemoryBudget { limit: self.memory_limit }
+    }
+
     pub fn address(&self) -> StoreAddress {
         StoreAddress {
             location: self.store.clone(),
@@ -217,7 +230,7 @@ impl StoreArgs {
             gcs: GcsOptions { endpoint_url: self.endpoint_url.clone() },
             caching: Caching {
                 metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
-                read_ahead_bytes: self.read_ahead_size,
+                read_ahead_bytes: self.read_ahead_size.unwrap_or(self.memory().read_ahead()),
                 max_requests: self.max_requests.into(),
                 disk: self.cache.as_ref().map(|dir| DiskSettings {
                     dir: dir.clone(),
@@ -233,6 +246,7 @@ impl StoreArgs {
                 },
                 allow_virtual: self.allow_virtual.clone(),
             },
+            memory: self.memory(),
         }
     }
 }
@@ -388,13 +402,13 @@ impl Command {
                 threads: *threads,
                 read_only: *read_only,
             },
-            cache_bytes: *cache_size,
+            cache_bytes: cache_size.unwrap_or(store.memory().indexes()),
             max_index_bytes: *max_index_size as u64,
             writes: WriteOptions {
                 policy: Policy {
                     shard_bytes: *commit_bytes,
                     idle: std::time::Duration::from_millis(*commit_idle_ms),
-                    memory: *write_buffer_size,
+                    memory: write_buffer_size.unwrap_or(store.memory().write_buffer()),
                 },
                 shard_new: shard_new.clone(),
             },
@@ -437,6 +451,19 @@ mod tests {
         assert_eq!(config.cache_bytes, DEFAULT_BUDGET);
     }
 
+    #[test]
+    fn the_memory_limit_sizes_each_cache_unless_it_is_sized_itself() {
+        let config = |args: &[&str]| Cli::try_parse_from(helper(args)).unwrap().command.mount_config(0).unwrap();
+        let limited = config(&["shardfs", "s", "m", "-o", "memory_limit=512M"]);
+        assert_eq!(limited.cache_bytes, 32 << 20);
+        assert_eq!(limited.writes.policy.memory, 64 << 20);
+        assert_eq!(limited.store.caching.read_ahead_bytes, 128 << 20);
+        assert_eq!(limited.store.memory.manifests(), 128 << 20);
+        let sized = config(&["shardfs", "s", "m", "-o", "memory_limit=512M,cache_size=1M,read_ahead_size=0"]);
+        assert_eq!((sized.cache_bytes, sized.store.caching.read_ahead_bytes), (1 << 20, 0));
+        assert_eq!(config(&["shardfs", "s", "m"]).writes.policy.memory, 128 << 20);
+    }
+
     fn helper(args: &[&str]) -> Vec<String> {
         let args = helper_form(args.iter().map(OsString::from));
         args.into_iter().map(|a| a.into_string().unwrap()).collect()
@@ -462,7 +489,7 @@ mod tests {
     fn every_mount_flag_has_an_o_spelling() {
         let options = "cache_size=1M,threads=3,zarr_format=2,endpoint_url=http://127.0.0.1:9000,region=eu-west-1,\
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
-                       write_buffer_size=3M,\
+                       write_buffer_size=3M,memory_limit=2G,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
                        cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
@@ -484,6 +511,7 @@ mod tests {
         assert_eq!(config.writes.policy.memory, 3 << 20);
         assert_eq!(config.writes.shard_new, Some(vec![4, 2]));
         assert_eq!(config.max_index_bytes, 1 << 20);
+        assert_eq!(config.store.memory.limit, 2 << 30);
         assert_eq!(config.log_file, Some(PathBuf::from("/tmp/l")));
         assert!(config.foreground && config.settings.read_only);
         assert_eq!(config.settings.options, ["fsname=s3://b/p", "allow_other"]);

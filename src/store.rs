@@ -41,6 +41,7 @@ pub mod icechunk;
 pub mod key_tree;
 pub mod local;
 pub mod lock;
+pub mod memory_budget;
 pub mod range;
 pub mod read_only;
 pub mod references;

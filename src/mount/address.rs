@@ -17,6 +17,7 @@ use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::icechunk::{self, IcechunkStore};
+use crate::store::memory_budget::MemoryBudget;
 use crate::store::references::ReferenceStore;
 use crate::store::references::catalog::Layout;
 use crate::store::targets::{OpenRoot, Targets};
@@ -32,6 +33,8 @@ pub struct StoreAddress {
     pub gcs: GcsOptions,
     pub caching: Caching,
     pub repository: RepositoryOptions,
+    /// `--memory-limit`, for the caches of the stores opened.
+    pub memory: MemoryBudget,
 }
 
 /// Which version of an Icechunk repository to show, and what it may read.
@@ -134,7 +137,7 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
             let base = if base.is_empty() { "/" } else { base }.to_string();
             return open_references(store, "", Layout::Parquet, &base, &address);
         }
-        Err(crate::store::Error::NotFound(_)) if blz::holds_blz(&*store) => return Ok(Arc::new(BlzStore::new(store))),
+        Err(crate::store::Error::NotFound(_)) if blz::holds_blz(&*store) => return Ok(Arc::new(BlzStore::new(store, address.memory.blz()))),
         found => found.map_err(|e| {
             format!("{shown}: not a Zarr v3 store (nor an Icechunk repository, BLZ data or kerchunk references): cannot read {ZARR_JSON} at its root: {e}")
         })?,
@@ -193,7 +196,13 @@ fn open_repository(store: Arc<dyn Store>, address: &StoreAddress) -> Result<Arc<
     let options = &address.repository;
     let version = options.version.clone().unwrap_or_else(|| Version::Branch("main".into()));
     let targets = Targets::new(store.url(""), target_opener(address));
-    Ok(Arc::new(IcechunkStore::open(store, version, targets, options.allow_virtual.clone())?))
+    Ok(Arc::new(IcechunkStore::open(
+        store,
+        version,
+        targets,
+        options.allow_virtual.clone(),
+        address.memory.manifests(),
+    )?))
 }
 
 /// How the stores referenced files are in are opened: as the mount's own is (object store
@@ -217,7 +226,7 @@ fn open_references(
     address: &StoreAddress,
 ) -> Result<Arc<dyn Store>, String> {
     let targets = Targets::new(base.to_string(), target_opener(address));
-    Ok(Arc::new(ReferenceStore::open(inner, at, layout, targets)?))
+    Ok(Arc::new(ReferenceStore::open(inner, at, layout, targets, address.memory.records())?))
 }
 
 /// The location holding a zip file and the zip file's name, when `location`'s last component

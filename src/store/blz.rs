@@ -29,12 +29,6 @@ use crate::format::metadata::ZARR_JSON;
 /// The suffix of Bloscpack files.
 pub const BLP: &str = ".blp";
 
-/// Memory for array descriptions (the chunk tables of Bloscpack files).
-pub const DESCRIPTIONS_BUDGET: usize = 64 << 20;
-
-/// Memory for verified and decoded chunks.
-pub const CHUNKS_BUDGET: usize = 64 << 20;
-
 /// What a key of the store is.
 #[derive(Debug)]
 enum Node {
@@ -95,8 +89,10 @@ fn shown_array(read: Result<Option<Arc<Array>>>) -> bool {
 }
 
 impl BlzStore {
-    pub fn new(inner: Arc<dyn super::Store>) -> Self {
-        BlzStore { inner, arrays: Cache::new(DESCRIPTIONS_BUDGET), chunks: Arc::new(Cache::new(CHUNKS_BUDGET)) }
+    /// The BLZ data in `inner`, with `cache_bytes` of memory for array descriptions (the chunk
+    /// tables of Bloscpack files) and as much for verified and decoded chunks.
+    pub fn new(inner: Arc<dyn super::Store>, cache_bytes: usize) -> Self {
+        BlzStore { inner, arrays: Cache::new(cache_bytes), chunks: Arc::new(Cache::new(cache_bytes)) }
     }
 
     /// The array of the Bloscpack file `file`, as it is now; `None` when refused.

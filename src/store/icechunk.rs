@@ -31,9 +31,6 @@ use crate::format::icechunk::{
 };
 use crate::format::metadata::ZARR_JSON;
 
-/// Memory for parsed manifests.
-pub const MANIFEST_BUDGET: usize = 256 << 20;
-
 /// How a repository keeps its branches and tags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spec {
@@ -133,16 +130,18 @@ pub struct IcechunkStore {
 }
 
 impl IcechunkStore {
-    /// `version` of the repository in `inner`, read; the error is one line naming the repository
+    /// `version` of the repository in `inner`, read, its parsed manifests kept in
+    /// `manifest_bytes` of memory; the error is one line naming the repository
     /// and why that version cannot be shown.
     pub fn open(
         inner: Arc<dyn super::Store>,
         version: Version,
         targets: Targets,
         allowed: Vec<String>,
+        manifest_bytes: usize,
     ) -> std::result::Result<Self, String> {
         let spec = spec_of(&*inner).ok_or_else(|| format!("{}: not an Icechunk repository", inner.describe("")))?;
-        let manifests = Cache::new(MANIFEST_BUDGET);
+        let manifests = Cache::new(manifest_bytes);
         let store = IcechunkStore { inner, spec, version, targets, allowed, last: Mutex::new(None), manifests };
         store.catalog().map_err(|e| e.to_string())?;
         Ok(store)

@@ -31,9 +31,6 @@ use super::{Attr, BytesObject, Error, Kind, Location, Object, Result, Space, Sta
 use crate::format::kerchunk::Reference;
 use crate::format::kerchunk::parquet::{self, ChunkGrid};
 
-/// Memory for the rows of parquet record files.
-pub const RECORD_BUDGET: usize = 64 << 20;
-
 /// The rows of one record file, or why it cannot be read.
 type Rows = std::result::Result<Arc<[Option<Reference>]>, String>;
 
@@ -60,15 +57,17 @@ enum Node {
 }
 
 impl ReferenceStore {
-    /// The reference set at `at` in `inner`, read; relative URLs are taken from `targets`' base.
+    /// The reference set at `at` in `inner`, read; relative URLs are taken from `targets`' base,
+    /// and parquet record files kept in `record_bytes` of memory.
     /// The error is one line naming the reference file and why it cannot be read.
     pub fn open(
         inner: Arc<dyn super::Store>,
         at: &str,
         layout: Layout,
         targets: Targets,
+        record_bytes: usize,
     ) -> std::result::Result<Self, String> {
-        let records = Cache::new(RECORD_BUDGET);
+        let records = Cache::new(record_bytes);
         let store = ReferenceStore { inner, at: at.to_string(), layout, targets, last: Mutex::new(None), records };
         store.catalog().map_err(|e| e.to_string())?;
         Ok(store)
@@ -297,7 +296,7 @@ mod tests {
             Ok(store)
         });
         let targets = Targets::new(dir.to_string_lossy().into_owned(), open_root);
-        ReferenceStore::open(inner, "refs.json", Layout::Json, targets).unwrap()
+        ReferenceStore::open(inner, "refs.json", Layout::Json, targets, 1 << 20).unwrap()
     }
 
     fn read(store: &ReferenceStore, key: &str) -> Result<Vec<u8>> {

@@ -100,7 +100,7 @@ impl IndexCache {
 }
 
 /// The budget used when none is given: 64 MiB holds the indexes of 4 million inner chunks.
-pub const DEFAULT_BUDGET: usize = 64 << 20;
+pub const DEFAULT_BUDGET: usize = crate::store::memory_budget::MemoryBudget::DEFAULT.indexes();
 
 /// The largest index of one shard shown unsharded when no limit is given: the format layer's own
 /// ceiling of 2^24 entries, 16 bytes each.
