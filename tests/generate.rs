@@ -51,7 +51,13 @@ fn man_pages_for_shardfs_and_each_command_render() {
     assert!(top.contains("mount -t fuse.shardfs"), "shardfs.1 lacks the mount(8) helper form");
     let mount = run("man", &["--warnings", "-l", "shardfs-mount.1"], &man);
     assert!(mount.contains("shardfs-mount - Mount STORE at MOUNTPOINT"), "{mount}");
-    for flag in ["--memory-limit <BYTES> [default: 1G]", "--cache-size <BYTES>", "--zarr-format <N>", "--endpoint-url <URL>", "--foreground"] {
+    for flag in [
+        "--memory-limit <BYTES> [default: 1G]",
+        "--cache-size <BYTES>",
+        "--zarr-format <N>",
+        "--endpoint-url <URL>",
+        "--foreground",
+    ] {
         assert!(mount.contains(flag), "shardfs-mount.1 lacks {flag}:\n{mount}");
     }
     let check = run("man", &["--warnings", "-l", "shardfs-check.1"], &man);
