@@ -66,8 +66,9 @@ from obstore.store import AzureStore, GCSStore, S3Store
 from zarr.storage import ObjectStore
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "interop"))
 import generate  # noqa: E402
-from interop import chunk_files, peers_write_regions  # noqa: E402
+from peers import chunk_files, peers_write_regions  # noqa: E402
 from checks import Checks
 
 warnings.filterwarnings("ignore", message="Consolidated metadata")

@@ -20,7 +20,7 @@ command -v fusermount3 >/dev/null 2>&1 || apt_install fuse3
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_install python3-venv
 # GDAL from Debian (3.6: Zarr v2 only), a reader of the Zarr v2 view.
 command -v gdal_translate >/dev/null 2>&1 || apt_install gdal-bin
-# nginx from Debian with its WebDAV PROPFIND module, the web server of scripts/interop_http.py
+# nginx from Debian with its WebDAV PROPFIND module, the web server of tests/interop/test_http.py
 # (run there as this user with its own configuration; the package's service is not used).
 if ! command -v nginx >/dev/null 2>&1 || [ ! -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ]; then
   apt_install nginx-light libnginx-mod-http-dav-ext
@@ -81,16 +81,16 @@ make_venv target/venv2 python3 "zarr-python 2.16.1" 'zarr==2.16.1' 'numcodecs<0.
 make_venv target/venv-v2 python3 "zarr-python 2.18.7 and xarray (the Zarr v2 view's readers)" \
   'zarr==2.18.7' 'numcodecs==0.15.2' 'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0'
 
-# OME-Zarr (scripts/interop_ome.py): ngff-zarr writes OME-Zarr 0.5 with sharding, ome-zarr-models
+# OME-Zarr (tests/interop/test_ome.py): ngff-zarr writes OME-Zarr 0.5 with sharding, ome-zarr-models
 # validates 0.4 and 0.5 (1.7: 1.8 needs Python 3.12); ome-zarr 0.9.0 on zarr-python 2.18.7 is the
 # 0.4 reader, in a venv of its own.
 make_venv target/venv-ome python3 "ngff-zarr 0.50.0, ome-zarr-models 1.7 and zarr-python 3.1.6" \
-  'ngff-zarr==0.50.0' 'ome-zarr-models==1.7' 'zarr==3.1.6' 'numpy>=2,<3'
+  'ngff-zarr==0.50.0' 'ome-zarr-models==1.7' 'zarr==3.1.6' 'numpy>=2,<3' 'pytest==9.2.0'
 make_venv target/venv-ome04 python3 "ome-zarr 0.9.0 on zarr-python 2.18.7 (an OME-Zarr 0.4 reader)" \
   'ome-zarr==0.9.0' 'zarr==2.18.7' 'numcodecs==0.15.2'
 
 # The newest releases on PyPI, pinned (bump them here when a new one comes out): a release that
-# breaks the view fails scripts/interop.py, which scripts/test.sh runs in it too. zarr-python 3.2
+# breaks the view fails tests/interop/test_peers.py, which scripts/test.sh runs in it too. zarr-python 3.2
 # and later, rasterio 1.5 (whose wheels bundle GDAL 3.12) and Icechunk 2.3 need Python 3.12 or
 # newer.
 python_new=$(find_python '>= (3, 12)' python3.12 python3.13 "$HOME"/.pyenv/versions/3.1[23]*/bin/python3)

@@ -6,7 +6,7 @@
 # a fault-injecting proxy), Azurite (Azure Blob Storage) and fake-gcs-server (GCS, read-only), of the
 # Zarr v2 view against zarr-python 2.18, of OME-Zarr 0.5 shown as 0.4 (ngff-zarr, ome-zarr-models,
 # ome-zarr 0.9 on zarr-python 2.18), of reference files (`shardfs refs`, no FUSE needed), of
-# the newest releases of zarr-python and tensorstore (scripts/interop.py again, in
+# the newest releases of zarr-python and tensorstore (tests/interop/test_peers.py again, in
 # target/venv-newest), of GDAL 3.12 (rasterio's wheels), of BLZ data (Bloscpack, bcolz)
 # against zarr-python 3 and 2.18 and tensorstore, and of kerchunk references (kerchunk, h5py,
 # fsspec) and of Icechunk repositories (icechunk 2.3; both in tests/interop, pytest). With
@@ -93,10 +93,10 @@ fi
 timed scripts/shell-test.sh target/debug/shardfs
 timed scripts/mount-helper-test.sh target/debug/shardfs
 timed scripts/package-test.sh
-timed target/venv/bin/python scripts/interop.py target/debug/shardfs
+timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_peers.py
 # The same with the newest releases (pinned in setup.sh), so that a release that breaks the view
 # is caught: about 10 s.
-timed newest scripts/interop.py target/debug/shardfs
+timed newest -m pytest -q -p no:cacheprovider tests/interop/test_peers.py
 # zarr-python's own store conformance suite in a writable mount, against a plain directory.
 timed newest -m pytest -q -p no:cacheprovider tests/interop/test_store_suite.py
 # Shards rewritten underneath mounts while they are read: 100,000 reads, none a mix of versions.
@@ -104,18 +104,18 @@ timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test
   tests/interop/test_overwrite.py
 timed target/venv/bin/python scripts/interop_s3.py target/debug/shardfs
 # Web servers: nginx with WebDAV listings and without (about 20 s).
-timed target/venv/bin/python scripts/interop_http.py target/debug/shardfs
+timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_http.py
 # The same on Azure Blob Storage (Azurite) and, read-only, on GCS (fake-gcs-server takes no XML
 # PUT): the script starts and stops each server itself. About 50 s and 15 s.
 timed target/venv-cloud/bin/python scripts/interop_s3.py --service azure target/debug/shardfs
 timed target/venv-cloud/bin/python scripts/interop_s3.py --service gcs target/debug/shardfs
 # The same kind of server behind a fault-injecting proxy of our own (scripts/fault_proxy.py).
 timed target/venv/bin/python scripts/interop_faults.py target/debug/shardfs
-timed target/venv-ome/bin/python scripts/interop_ome.py target/debug/shardfs
 # The interop tests as pytest (tests/interop), each file in its peers' venv.
 timed target/venv/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_v2.py tests/interop/test_blz.py \
   tests/interop/test_zip.py
 timed target/venv2/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_draft.py
+timed target/venv-ome/bin/python -m pytest -q -p no:cacheprovider tests/interop/test_ome.py
 timed target/venv-kerchunk/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
   tests/interop/test_kerchunk.py
 timed newest -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/interop/test_icechunk.py \

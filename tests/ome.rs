@@ -2,7 +2,7 @@
 //! metadata is its `.zattrs` in 0.4 form (and in `.zmetadata`), a group 0.4 cannot express keeps
 //! its 0.5 form, a `.zattrs` written back is stored in 0.5 form, exactly as it was when unchanged,
 //! and `shardfs info --zarr-format 2` names each group. The field's own tools check the same on a
-//! mount in scripts/interop_ome.py.
+//! mount in tests/interop/test_ome.py.
 
 mod common;
 

@@ -8,7 +8,7 @@ by the same library as unsharded arrays with the inner chunk shape and inner cod
 view of OUT_DIR/sharded must equal OUT_DIR/unsharded: the same chunk files with the same bytes,
 and the same zarr.json documents (as JSON values). Both roots carry consolidated metadata.
 
-The committed copy under tests/data/golden was made by this script; scripts/interop.py runs it
+The committed copy under tests/data/golden was made by this script; tests/interop/test_peers.py runs it
 again with the peers installed by the test script.
 """
 

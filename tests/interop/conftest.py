@@ -1,8 +1,8 @@
 """What every interop test shares: the shardfs binary under test (``SHARDFS_BINARY``, else
 ``target/debug/shardfs``) found by the project's own ``shardfs_mount`` fixture, the FUSE check
 (every case but those marked ``no_fuse`` skipped loudly without ``/dev/fuse``, failed with
-``SHARDFS_REQUIRE_FUSE=1``), and the servers,
-each started once per session and stopped however the run ends.
+``SHARDFS_REQUIRE_FUSE=1``), and the servers (moto,
+nginx), each started once per session and stopped however the run ends.
 
 Run by ``scripts/test.sh`` in the venv each peer needs; one case alone:
 ``target/venv-kerchunk/bin/python -m pytest tests/interop/test_kerchunk.py -k parquet``.
@@ -95,6 +95,71 @@ def s3_server(tmp_path_factory):
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+DAV_EXT = "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so"
+
+
+class Nginx:
+    """nginx (Debian's, installed by scripts/setup.sh) serving `root` on three loopback ports:
+    `dav` lists with WebDAV's PROPFIND (the dav_ext module), `plain` does not (it answers PROPFIND
+    405), and `no_etag` neither lists nor gives ETags (only Last-Modified)."""
+
+    def __init__(self, root: Path, work: Path):
+        self.root = root
+        self.dav, self.plain, self.no_etag = free_port(), free_port(), free_port()
+        conf = work / "nginx.conf"
+        temp = "\n".join(f"  {kind}_temp_path {work}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        # Workers of a root master would run as nobody, which cannot read the temporary directory.
+        user = "user root;" if os.geteuid() == 0 else ""
+        conf.write_text(f"""daemon off;
+{user}
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log;
+load_module {DAV_EXT};
+events {{}}
+http {{
+  access_log off;
+{temp}
+  server {{ listen 127.0.0.1:{self.dav}; root {root}; dav_ext_methods PROPFIND OPTIONS; }}
+  server {{ listen 127.0.0.1:{self.plain}; root {root}; }}
+  server {{ listen 127.0.0.1:{self.no_etag}; root {root}; etag off; }}
+}}
+""")
+        self.process = subprocess.Popen(["nginx", "-c", conf, "-e", f"{work}/nginx-error.log"])
+        deadline = time.monotonic() + 10
+        while not all(self.listening(p) for p in (self.dav, self.plain, self.no_etag)):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"nginx did not start: {(work / 'nginx-error.log').read_text()}")
+            time.sleep(0.05)
+
+    @staticmethod
+    def listening(port):
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory):
+    """nginx serving the directory ``nginx.root`` (empty at first: tests put what they serve
+    there), stopped however the run ends."""
+    work = tmp_path_factory.mktemp("nginx")
+    (work / "root").mkdir()
+    server = Nginx(work / "root", work)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def read_errno(path):
