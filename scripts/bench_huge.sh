@@ -69,11 +69,13 @@ trap cleanup EXIT
 drop_caches() { sync; as_root sh -c "echo 3 >/proc/sys/vm/drop_caches"; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 peak_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
-# mount_store STORE NAME: a read-only shardfs mount of STORE in the foreground (its pid in $pid),
-# its mount point in $m.
+# mount_store STORE NAME [writable]: a shardfs mount of STORE in the foreground (its pid in $pid),
+# its mount point in $m; read-only unless `writable` is given.
 mount_store() {
+  local flags=(--read-only)
+  if [ "${3:-}" = writable ]; then flags=(); fi
   m=$work/$2; mkdir -p "$m"; mounts+=("$m")
-  "$bin" mount -f --read-only "$1" "$m" 2>>"$work/daemon.log" & pid=$!
+  "$bin" mount -f "${flags[@]}" "$1" "$m" 2>>"$work/daemon.log" & pid=$!
   until mountpoint -q "$m"; do kill -0 "$pid"; sleep 0.05; done
 }
 unmount_store() { "$bin" unmount "$m"; wait "$pid" || true; }
@@ -115,6 +117,12 @@ for walk in "ls -l" "du -s"; do
   row "$walk of it again, warm" "$warm s" "$plain_warm s" "$sq_warm"
 done
 
+# ls -l on a writable mount: its chunk inodes are kept by group too.
+drop_caches; mount_store "$flat_store" m-writable writable
+timed bash -c "ls -l '$m/a/c/0' >/dev/null"; writable_peak=$(peak_kib "$pid")
+unmount_store
+row "ls -l of it on a writable mount, cold" "$took s, $(mib "$writable_peak") peak RSS" - -
+
 # du -s over 2 x 10^6 chunk files of `big` (fewer when it holds fewer).
 dirs=$((chunks / per_dir < 488 ? chunks / per_dir : 488))
 drop_caches; mount_store "$big" m-du
@@ -142,7 +150,7 @@ row "RSS after ls -l, after the kernel dropped its caches, after ls -l again" \
 {
   echo "Huge profile: \`big\` is $(printf "%'d" "$chunks") chunk files of 4 bytes ($((chunks / per_dir)) directories of 4,096, one"
   echo "shard each); the flat directory $(printf "%'d" "$flat") chunk files, beside as many plain files (ext4) and a"
-  echo "squashfs image of them. Read-only mounts, each fresh, the kernel's caches dropped before each cold"
+  echo "squashfs image of them. Read-only mounts but one, each fresh, the kernel's caches dropped before each cold"
   echo "walk; peak RSS is the daemon's VmHWM. Reproduce: \`scripts/bench.sh --profile huge\`."
   echo
   echo "| walk | shardfs | plain files | squashfuse |"

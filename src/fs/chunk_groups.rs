@@ -1,4 +1,4 @@
-//! Inodes of chunk files numbered from where they live, so that one costs the daemon 12 bytes: a
+//! Inodes of chunk files numbered from where they live, so that one costs the daemon about 20 bytes: a
 //! walk over 10^8 chunk files leaves the kernel holding millions of inodes, and a table entry for
 //! each (its node, path index and watch, about 400 bytes) made such a walk cost gigabytes.
 //!
@@ -9,14 +9,15 @@
 //! a lookup will (`d_ino` agrees with `st_ino`, and runs of chunks are numbered in order, as
 //! `inode_number.rs` explains). What stays per inode is its offset, the size the kernel was told
 //! (for the attributes of an inode whose version was replaced since) and the kernel's references
-//! to it. The group goes with its last reference. Two groups whose numbers collide cannot both be
-//! held: the second one's chunks are kept in the table.
+//! to it, in a B-tree by offset (a shard's chunks may be looked up in any order), until the
+//! kernel forgets it. The group goes with its last reference. Two groups whose numbers collide
+//! cannot both be held: the second one's chunks are kept in the table.
 //!
 //! An inode that stops being what its number says (written through the mount, or moved by a
 //! rename) leaves its group for the table, under the same number, with its references
 //! ([`ChunkGroups::take`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::store::Stamp;
@@ -41,23 +42,17 @@ struct Group {
     place: ShardPlace,
     /// The kernel's references to all of the group's inodes.
     lookups: u64,
-    /// The chunks the kernel was told about, by offset, sorted.
-    told: Vec<Told>,
+    /// The chunks the kernel holds, by offset.
+    told: BTreeMap<u32, Told>,
 }
 
-/// A chunk the kernel was told about.
+/// A chunk the kernel holds.
 #[derive(Debug, Clone, Copy)]
 struct Told {
-    offset: u32,
+    /// The size it was told.
     size: u32,
-    /// The kernel's references to it (0: it was forgotten, or left the group).
+    /// Its references (never 0: a chunk forgotten, or that left the group, is no longer here).
     lookups: u32,
-}
-
-impl Group {
-    fn at(&self, offset: u64) -> Result<usize, usize> {
-        self.told.binary_search_by_key(&offset, |t| u64::from(t.offset))
-    }
 }
 
 /// The groups the kernel holds inodes of, by number.
@@ -116,20 +111,16 @@ impl ChunkGroups {
             Some(g) if (g.array, g.version, &g.place) == (array, version, place) => true,
             Some(_) => return None,
             None => {
-                self.groups.insert(id, Group { array, version, place: place.clone(), lookups: 0, told: Vec::new() });
+                let told = BTreeMap::new();
+                self.groups.insert(id, Group { array, version, place: place.clone(), lookups: 0, told });
                 false
             }
         };
         let group = self.groups.get_mut(&id).expect("just found or made");
         group.lookups += 1;
-        match group.at(offset) {
-            Ok(at) => {
-                let told = &mut group.told[at];
-                told.size = size;
-                told.lookups = told.lookups.saturating_add(1);
-            }
-            Err(at) => group.told.insert(at, Told { offset: offset as u32, size, lookups: 1 }),
-        }
+        let told = group.told.entry(offset as u32).or_insert(Told { size, lookups: 0 });
+        told.size = size;
+        told.lookups = told.lookups.saturating_add(1);
         Some(existed)
     }
 
@@ -137,8 +128,8 @@ impl ChunkGroups {
     pub fn member(&self, ino: u64) -> Option<Member> {
         let (id, offset) = split(ino)?;
         let group = self.groups.get(&id)?;
-        let told = group.told[group.at(offset).ok()?];
-        (told.lookups > 0).then(|| Member {
+        let told = group.told.get(&(offset as u32))?;
+        Some(Member {
             array: group.array,
             version: group.version,
             coords: group.place.coords(offset),
@@ -150,15 +141,13 @@ impl ChunkGroups {
     pub fn members(&self, watched: u64) -> Vec<u64> {
         let Some((id, _)) = split(watched) else { return Vec::new() };
         let Some(group) = self.groups.get(&id) else { return Vec::new() };
-        group.told.iter().filter(|t| t.lookups > 0).map(|t| number(id, u64::from(t.offset))).collect()
+        group.told.keys().map(|offset| number(id, u64::from(*offset))).collect()
     }
 
     /// The chunk inodes the kernel holds of the arrays (by number) `of` accepts.
     pub fn held(&self, of: impl Fn(u32) -> bool) -> Vec<u64> {
         let groups = self.groups.iter().filter(|(_, g)| of(g.array));
-        groups
-            .flat_map(|(id, g)| g.told.iter().filter(|t| t.lookups > 0).map(|t| number(*id, u64::from(t.offset))))
-            .collect()
+        groups.flat_map(|(id, g)| g.told.keys().map(|offset| number(*id, u64::from(*offset)))).collect()
     }
 
     /// Takes chunk inode `ino` out of its group, to be kept elsewhere under the same number: its
@@ -166,10 +155,7 @@ impl ChunkGroups {
     /// are the caller's to release).
     pub fn take(&mut self, ino: u64) -> Option<(u32, Option<(u32, u32)>)> {
         let (id, offset) = split(ino)?;
-        let group = self.groups.get_mut(&id)?;
-        let at = group.at(offset).ok()?;
-        let lookups = std::mem::take(&mut group.told[at].lookups);
-        (lookups > 0).then_some(())?;
+        let lookups = self.groups.get_mut(&id)?.told.remove(&(offset as u32))?.lookups;
         Some((lookups, self.drop_references(id, u64::from(lookups))))
     }
 
@@ -178,10 +164,12 @@ impl ChunkGroups {
     pub fn forget(&mut self, ino: u64, n: u64) -> Option<(u32, u32)> {
         let (id, offset) = split(ino)?;
         let group = self.groups.get_mut(&id)?;
-        let at = group.at(offset).ok()?;
-        let told = &mut group.told[at].lookups;
-        let n = n.min(u64::from(*told));
-        *told -= n as u32;
+        let told = group.told.get_mut(&(offset as u32))?;
+        let n = n.min(u64::from(told.lookups));
+        told.lookups -= n as u32;
+        if told.lookups == 0 {
+            group.told.remove(&(offset as u32));
+        }
         self.drop_references(id, n)
     }
 

@@ -11,7 +11,7 @@
 //! it again) and stays in the table until the kernel forgets it.
 //!
 //! The chunk files bound to a shard version are not kept here but in their shard version's group
-//! (`chunk_groups.rs`), 12 bytes each; this table keeps the rest, and those that left their group
+//! (`chunk_groups.rs`), about 20 bytes each; this table keeps the rest, and those that left their group
 //! (written through the mount, or moved by a rename) under the numbers they had.
 //!
 //! What one inode of the table costs: its node in a compact form (a chunk's array by number, its coordinates

@@ -6,7 +6,7 @@
 //! replaces its share.
 //!
 //! Not counted: what the kernel decides the daemon holds, the state of the inodes it holds
-//! (12 bytes for a chunk file, about 400 for any other file or directory, until it forgets them)
+//! (about 20 bytes for a chunk file, about 400 for any other file or directory, until it forgets them)
 //! and files written to an object store until they are stored.
 
 /// A memory limit, and each cache's share of it.
