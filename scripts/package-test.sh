@@ -64,7 +64,7 @@ installed=1
 check "dpkg -i" dpkg -i "$deb"
 check "shardfs --version from /usr/bin" same "/usr/bin/shardfs --version" "echo shardfs $version"
 check "man finds shardfs(1)" same "man -w shardfs" "echo /usr/share/man/man1/shardfs.1.gz"
-check "man shardfs-mount documents its flags" bash -c "MANWIDTH=200 man shardfs-mount 2>&1 | grep -q -- '--cache-size <BYTES> \[default: 64M\]'"
+check "man shardfs-mount documents its flags" bash -c "MANWIDTH=200 man shardfs-mount 2>&1 | grep -q -- '--memory-limit <BYTES> \[default: 1G\]'"
 check "bash-completion loads the completion" bash -c "source /usr/share/bash-completion/bash_completion && __load_completion shardfs && complete -p shardfs | grep -q _shardfs"
 check "fish finds the completion" same "fish -c \"complete -C 'shardfs mount --max-c'\" | cut -f1" "echo --max-cache-size"
 check "zsh finds the completion on its fpath" \
