@@ -339,14 +339,7 @@ fn chunk_inodes_of_a_read_only_mount_are_numbered_by_shard_version() {
     let fs = fs_of(store.path());
     let row = lookup(&fs, &format!("{ARRAY}/c/1")).unwrap();
     let baseline = fs.known_inodes();
-    let fh = fs.opendir(row).unwrap();
-    let mut listed = Vec::new();
-    fs.readdir(fh, 0, |e, _| {
-        listed.push(e.clone());
-        false
-    })
-    .unwrap();
-    fs.releasedir(fh);
+    let listed = list(&fs, row);
     let chunks: Vec<_> = listed.iter().filter(|e| e.name != "." && e.name != "..").collect();
     assert!(chunks.len() > 1);
     let mut held = Vec::new();

@@ -106,16 +106,24 @@ fn walk_view_dir(fs: &ShardFs, ino: u64, path: &str, files: &mut BTreeMap<String
     }
 }
 
-/// Every entry of directory `ino` with the attributes readdirplus gives it, fetched a few entries
-/// per call as the kernel's small reply buffers do; the listing must equal plain readdir's.
-pub fn list_plus(fs: &ShardFs, ino: u64) -> Vec<(DirEntry, Option<Attr>)> {
+/// Every entry of directory `ino` as plain readdir gives it, `.` and `..` included.
+pub fn list(fs: &ShardFs, ino: u64) -> Vec<DirEntry> {
     let fh = fs.opendir(ino).unwrap();
-    let mut plain = Vec::new();
+    let mut entries = Vec::new();
     fs.readdir(fh, 0, |e, _| {
-        plain.push(e.clone());
+        entries.push(e.clone());
         false
     })
     .unwrap();
+    fs.releasedir(fh);
+    entries
+}
+
+/// Every entry of directory `ino` with the attributes readdirplus gives it, fetched a few entries
+/// per call as the kernel's small reply buffers do; the listing must equal plain readdir's.
+pub fn list_plus(fs: &ShardFs, ino: u64) -> Vec<(DirEntry, Option<Attr>)> {
+    let plain = list(fs, ino);
+    let fh = fs.opendir(ino).unwrap();
     let mut entries: Vec<(DirEntry, Option<Attr>)> = Vec::new();
     let mut offset = 0;
     loop {
