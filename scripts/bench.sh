@@ -42,16 +42,10 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
   esac
 done
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+source scripts/lib.sh
 # install_peers: hyperfine and the FUSE peers (apt-get), ratarmount in target/venv-bench.
 install_peers() {
-  need=()
-  for tool in hyperfine mksquashfs squashfuse fuse-zip zip; do command -v "$tool" >/dev/null || need+=("$tool"); done
-  if [ ${#need[@]} -gt 0 ]; then
-    pkgs=$(printf '%s\n' "${need[@]}" | sed 's/^mksquashfs$/squashfs-tools/' | sort -u | tr '\n' ' ')
-    echo "bench: installing $pkgs with apt-get"
-    as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq $pkgs >/dev/null
-  fi
+  need_tools hyperfine:hyperfine squashfs-tools:mksquashfs squashfuse:squashfuse fuse-zip:fuse-zip zip:zip
   if [ ! -x "$venv/bin/ratarmount" ]; then
     echo "bench: installing ratarmount in $venv"
     python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check ratarmount
@@ -64,9 +58,7 @@ if [ "$profile" = zip ]; then
 fi
 if [ "$profile" = wan ]; then
   # The peers are Debian packages, installed here on demand (a benchmark's tools, not the tests').
-  for tool in s3fs rclone; do
-    command -v "$tool" >/dev/null || { as_root apt-get install -y -qq "$tool" >/dev/null || { as_root apt-get update -qq && as_root apt-get install -y -qq "$tool" >/dev/null; }; }
-  done
+  need_tools s3fs:s3fs rclone:rclone
   scripts/setup.sh
   exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-wan.md}"
 fi
@@ -79,9 +71,7 @@ if [ "$profile" = huge ]; then
   exec scripts/bench_huge.sh "${sizes[@]}" --out "${out:-target/bench-huge.md}"
 fi
 if [ "$profile" = wan-write ]; then
-  for tool in s3fs rclone; do
-    command -v "$tool" >/dev/null || { as_root apt-get install -y -qq "$tool" >/dev/null || { as_root apt-get update -qq && as_root apt-get install -y -qq "$tool" >/dev/null; }; }
-  done
+  need_tools s3fs:s3fs rclone:rclone
   scripts/setup.sh
   # zarr-python 3.4 (its LocalStore writes a temporary file and renames it, as users' will).
   exec target/venv-newest/bin/python scripts/bench_wan_write.py --runs "$runs" "${quick[@]}" \
@@ -97,7 +87,7 @@ if [ "$profile" = s3 ]; then
 fi
 if [ "$profile" = azure ] || [ "$profile" = gcs ]; then
   scripts/setup.sh
-  exec target/venv-cloud/bin/python scripts/bench_s3.py --service "$profile" --runs "$runs" \
+  exec target/venv/bin/python scripts/bench_s3.py --service "$profile" --runs "$runs" \
     --out "${out:-target/bench-$profile.md}"
 fi
 build=release
@@ -115,18 +105,7 @@ out_dir=$PWD/target/$([ "$build" = dev ] && echo debug || echo release)
 bin=$out_dir/shardfs
 reads=$out_dir/examples/random_reads
 
-work=$(mktemp -d -t shardfs-bench.XXXXXX)
-mounts=()
-cleanup() {
-  for m in "${mounts[@]}"; do
-    if mountpoint -q "$m"; then fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; fi
-  done
-  # Never delete through a mount that is still there.
-  if grep -q " $work/" /proc/mounts; then echo "bench: mounts left under $work, not removing it" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-# mkmnt NAME: a fresh mount point in $m, remembered for cleanup (no subshell, so the list sticks).
-mkmnt() { m=$work/$1; mkdir -p "$m"; mounts+=("$m"); }
+scratch bench
 
 echo "bench: profile $profile: $total chunks of $bytes bytes in $shards shards"
 python3 scripts/bench_store.py "$work/gen" --shards "$shards" --chunks-per-shard "$per" --chunk-bytes "$bytes"
@@ -168,8 +147,7 @@ measure() { # measure TITLE COMMAND  ({} the system's mount, {c} its chunk direc
     command=${template//\{c\}/${chunks[$s]}}
     args+=(-n "$s" "${command//\{\}/${dir[$s]}}")
   done
-  hyperfine -N --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null 2>&1 ||
-    hyperfine --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null
+  hyperfine_json "$work/h.json" "${args[@]}"
   python3 - "$title" "$work/h.json" >>"$results" <<'PY'
 import json, sys
 title, data = sys.argv[1], json.load(open(sys.argv[2]))["results"]
@@ -186,23 +164,7 @@ measure "cat of every chunk, warm" "bash -c 'find {} -type f -print0 | xargs -0 
 measure "10,000 random reads, 1 thread" "$reads {c} 10000 1 $total"
 measure "10,000 random reads, 8 threads" "$reads {c} 10000 8 $total"
 
-# Cold cat: every run on a fresh mount with the kernel's caches dropped (hyperfine cannot
-# remount between runs of one command, so this loop keeps the same rules: median of $runs).
-cold_cells=()
-for s in "${systems[@]}"; do
-  times=()
-  for ((run = 0; run < runs; run++)); do
-    unserve "$s"; sync; as_root sh -c "echo 3 >/proc/sys/vm/drop_caches"; serve "$s"
-    start=$(date +%s%N); find "${dir[$s]}" -type f -print0 | xargs -0 cat >/dev/null; end=$(date +%s%N)
-    times+=("$(((end - start) / 1000))")
-  done
-  cold_cells+=("$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(((runs + 1) / 2))p")")
-done
-python3 - "${cold_cells[@]}" >>"$results" <<'PY'
-import sys
-us = [int(x) for x in sys.argv[1:]]
-print("| cat of every chunk, cold (fresh mount, caches dropped) | " + " | ".join(f"{u/1000:.1f} ms ({u/us[0]:.2f}x)" for u in us) + " |")
-PY
+cold_cat_row "cat of every chunk, cold (fresh mount, caches dropped)" "" >>"$results"
 
 # Writes: cp -r of new chunk files into a writable view (committed by shardfs unmount) and into
 # plain files (then sync), three fresh runs each; then the index and unused bytes cp -r left.

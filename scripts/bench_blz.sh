@@ -20,14 +20,10 @@ scripts/setup.sh
 command -v hyperfine >/dev/null || { echo "bench-blz: needs hyperfine (scripts/bench.sh installs it)" >&2; exit 1; }
 cargo build --release --locked -q --bins
 bin=$PWD/target/release/shardfs
-work=$(mktemp -d -t shardfs-bench-blz.XXXXXX)
-mnt=$work/mnt
-cleanup() {
-  if mountpoint -q "$mnt"; then "$bin" unmount "$mnt" 2>/dev/null || umount -l "$mnt"; fi
-  if grep -q " $work/" /proc/mounts; then echo "bench-blz: mounts left under $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-mkdir -p "$work/src" "$mnt"
+source scripts/lib.sh
+scratch bench-blz
+mkmnt mnt; mnt=$m
+mkdir -p "$work/src"
 target/venv-blz/bin/python - "$work/src" "$rows" <<'PY'
 import collections, collections.abc, sys
 collections.MutableMapping = collections.abc.MutableMapping

@@ -20,7 +20,6 @@ Not a test: nothing here asserts a speed.
 import argparse
 import os
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ import zarr
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
-from bench_net import BUCKET, free_port
+from bench_net import BUCKET, free_port, remove_unless_mounted
 
 class Server:
     """moto in a process of its own, with its request log in a file."""
@@ -154,8 +153,7 @@ def main():
         if mounted:
             subprocess.run(["umount", "-l", mnt], check=False)
         server.stop()
-        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_unless_mounted(work)
     mib = args.scale * 512
     print(f"`big`: {mib:.0f} MiB float32, 4 MiB chunks, 128 MiB shards; `tiles`: 8192x8192 uint8, 256x256 "
           f"chunks, 2048x2048 shards. moto on loopback, median of {args.runs} runs, a fresh mount each.\n")

@@ -37,13 +37,8 @@ per_dir=4096
 if [ $((chunks % per_dir)) -ne 0 ] || [ $((flat % 4096)) -ne 0 ]; then
   echo "bench huge: --chunks and --flat must be multiples of 4096" >&2; exit 2
 fi
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-for tool in mksquashfs squashfuse; do
-  command -v "$tool" >/dev/null || {
-    as_root apt-get install -y -qq squashfs-tools squashfuse >/dev/null ||
-      { as_root apt-get update -qq && as_root apt-get install -y -qq squashfs-tools squashfuse >/dev/null; }
-  }
-done
+source scripts/lib.sh
+need_tools squashfs-tools:mksquashfs squashfuse:squashfuse
 cargo build --release --locked -q --bins --examples
 bin=$PWD/target/release/shardfs
 gen=$PWD/target/release/examples/huge_store
@@ -56,17 +51,7 @@ mkdir -p "$stores"
 [ -d "$plain/c" ] || { rm -rf "$plain"; "$gen" plain "$plain" --files "$flat"; }
 [ "$peers" = 0 ] || [ -f "$sqfs" ] || mksquashfs "$plain" "$sqfs" -noappend -quiet -no-progress -no-duplicates >/dev/null
 
-work=$(mktemp -d -t shardfs-bench-huge.XXXXXX)
-mounts=()
-cleanup() {
-  for m in "${mounts[@]}"; do
-    if mountpoint -q "$m"; then fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; fi
-  done
-  if grep -q " $work/" /proc/mounts; then echo "bench huge: mounts left under $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-drop_caches() { sync; as_root sh -c "echo 3 >/proc/sys/vm/drop_caches"; }
+scratch bench-huge
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 peak_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 # mount_store STORE NAME [writable]: a shardfs mount of STORE in the foreground (its pid in $pid),
@@ -74,7 +59,7 @@ peak_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 mount_store() {
   local flags=(--read-only)
   if [ "${3:-}" = writable ]; then flags=(); fi
-  m=$work/$2; mkdir -p "$m"; mounts+=("$m")
+  mkmnt "$2"
   "$bin" mount -f "${flags[@]}" "$1" "$m" 2>>"$work/daemon.log" & pid=$!
   until mountpoint -q "$m"; do kill -0 "$pid"; sleep 0.05; done
 }
@@ -98,7 +83,7 @@ rate=$(python3 -c "print(f'{$chunks / $took:,.0f}')")
 row "find -type f over $(printf "%'d" "$chunks") chunk files ($rate files/s)" "$took s, $(mib "$find_peak") peak RSS" - -
 
 # ls -l and du -s of the flat directory, cold, against plain files and squashfuse.
-sq=$work/sq; mkdir -p "$sq"; mounts+=("$sq")
+mkmnt sq; sq=$m
 for walk in "ls -l" "du -s"; do
   drop_caches; mount_store "$flat_store" m-flat
   timed bash -c "$walk '$m/a/c/0' >/dev/null"; cold=$took cold_peak=$(peak_kib "$pid")

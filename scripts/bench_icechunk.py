@@ -20,7 +20,6 @@ import concurrent.futures
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -1,10 +1,11 @@
-"""What the object-store benchmarks share: the bucket's name and keys, free ports, and
-scripts/latency_proxy.py run as a process of its own with its counts. Needs only the standard
-library, so that every venv's benchmark can import it.
+"""What the Python benchmarks share: the bucket's name and keys, free ports, scripts/latency_proxy.py
+run as a process of its own with its counts, removing a scratch directory, and writing the
+report. Needs only the standard library, so that every venv's benchmark can import it.
 """
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,12 +14,8 @@ import time
 BUCKET = "bench"
 KEYS = dict(access_key_id="test", secret_access_key="test")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
+from ports import free_port  # noqa: E402
 
 
 def wait_port(port, what, process):
@@ -79,3 +76,18 @@ def start_s3s_fs(work):
                                "--secret-key", "test", os.path.join(work, "s3")],
                               stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
     return server, port
+
+
+def publish(lines, out):
+    """Prints the report's `lines`, and writes them to the file `out` when one is named."""
+    print("\n".join(lines))
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def remove_unless_mounted(work):
+    """Removes the directory `work`, unless something is still mounted below it (never delete
+    through a mount)."""
+    if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)

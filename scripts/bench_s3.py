@@ -1,12 +1,12 @@
 """The s3 profile of scripts/bench.sh: shardfs over sharded objects against s3fs-fuse over the same
 chunks stored one object each, on one local S3 server (moto), side by side in one run. With
 `--service azure` or `gcs` (the azure and gcs profiles), shardfs alone on Azurite or
-fake-gcs-server (the servers and clients of scripts/interop_s3.py, with their access logs on):
+fake-gcs-server (the servers and clients of tests/interop/object_stores.py, with their access logs on):
 s3fs-fuse speaks only S3.
 
     target/venv/bin/python scripts/bench_s3.py [--shards N] [--chunks-per-shard M] [--chunk-bytes B]
                                                [--runs R] [--out FILE]
-    target/venv-cloud/bin/python scripts/bench_s3.py --service azure|gcs [same options]
+    target/venv/bin/python scripts/bench_s3.py --service azure|gcs [same options]
 
 Measured for each (median of R runs, each on a fresh mount so that nothing is cached, except the
 warm repeat): `find` + `cat` of every chunk, cold; the same again on the same mount, warm; 10,000
@@ -19,7 +19,6 @@ asserts a speed. Writes a markdown table to FILE (default: print only).
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,36 +27,27 @@ import time
 
 import numpy as np
 import zarr
-from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
 BUCKET = "bench"
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
+import object_stores  # noqa: E402
+import ports  # noqa: E402
+from bench_net import publish, remove_unless_mounted  # noqa: E402
 
 
 class Server:
     """moto in a process of its own, with its request log in a file."""
 
     def __init__(self, work):
-        self.port = free_port()
+        self.port = ports.free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = os.path.join(work, "moto.log")
         moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
         self.process = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(self.port)],
                                         stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("moto did not start")
+        ports.wait_for_port(self.port, "moto")
 
     def requests(self):
         with open(self.log) as f:
@@ -69,15 +59,11 @@ class Server:
 
 
 class Emulator:
-    """A server of scripts/interop_s3.py for another service, with its access log on: each
-    request is one line carrying its status."""
+    """A server of tests/interop/object_stores.py for another service, with its access log on:
+    each request is one line carrying its status."""
 
-    def __init__(self, service):
-        sys.path.insert(0, os.path.join(ROOT, "scripts"))
-        import interop_s3
-
-        self.interop = interop_s3
-        base = interop_s3.SERVICES[service]
+    def __init__(self, service, work):
+        base = object_stores.SERVICES[service]
         quiet = {"--silent"}
 
         class Logged(base):
@@ -86,10 +72,10 @@ class Emulator:
                 return [("info" if c == "error" and command[i - 1] == "-log-level" else c) for i, c in enumerate(command)]
 
         self.server = Logged()
-        self.server.setup()
+        os.environ.update(self.server.environment(work))
         self.server.start()
         self.endpoint, self.scheme = self.server.endpoint, self.server.scheme
-        self.server.make_bucket(interop_s3.BUCKET)
+        self.server.make_bucket(object_stores.BUCKET)
 
     def requests(self):
         with open(os.path.join(self.server.data, "server.log"), errors="replace") as f:
@@ -186,28 +172,13 @@ def main():
         systems = [System(name, server, work, binary) for name in ("shardfs", "s3fs")]
         for system in systems:
             rows[system.name] = measure(system, server, reads, total, args.runs)
-        store = ObjectStore(S3Store(BUCKET, prefix="sharded", endpoint=server.endpoint, region="us-east-1",
-                                    access_key_id="test", secret_access_key="test", client_options={"allow_http": True}))
-        direct, through = [], []
-        shardfs = systems[0]
-        for _ in range(args.runs):
-            before, start = server.requests(), time.perf_counter()
-            want = zarr.open_array(store, path="a", mode="r")[...]
-            direct.append((time.perf_counter() - start, server.requests() - before))
-            shardfs.mount()
-            before, start = server.requests(), time.perf_counter()
-            got = zarr.open_array(os.path.join(shardfs.mnt, "a"), mode="r")[...]
-            through.append((time.perf_counter() - start, server.requests() - before))
-            shardfs.unmount()
-            assert np.array_equal(want, got), "zarr-python read different data through the mount"
-        med = lambda v: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v))  # noqa: E731
-        zp_direct, zp_through = med(direct), med(through)
+        store = ObjectStore(object_stores.s3_objects(server.endpoint, "sharded", BUCKET))
+        zp_direct, zp_through = zarr_reads(server, store, systems[0], args.runs)
     finally:
         for system in systems:
             system.unmount()
         server.stop()
-        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_unless_mounted(work)
     s, f = rows["shardfs"], rows["s3fs"]
     lines = [
         f"S3 profile: {total} chunks of {args.chunk_bytes} bytes in {args.shards} shards on a local moto server, "
@@ -227,10 +198,7 @@ def main():
         f"| directly from the bucket (obstore) | {zp_direct[0]:.2f} s | {zp_direct[1]} |",
         f"| through the shardfs mount | {zp_through[0]:.2f} s | {zp_through[1]} |",
     ]
-    print("\n".join(lines))
-    if args.out:
-        with open(args.out, "w") as out:
-            out.write("\n".join(lines) + "\n")
+    publish(lines, args.out)
     return 0
 
 
@@ -248,6 +216,23 @@ def measure(system, server, reads, total, runs):
     return {k: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v)) for k, v in results.items()}
 
 
+def zarr_reads(server, store, shardfs, runs):
+    """Medians (time, requests) of zarr-python reading the whole array directly from `store`, and
+    through a fresh mount of `shardfs`; the two reads must agree."""
+    direct, through = [], []
+    for _ in range(runs):
+        before, start = server.requests(), time.perf_counter()
+        want = zarr.open_array(store, path="a", mode="r")[...]
+        direct.append((time.perf_counter() - start, server.requests() - before))
+        shardfs.mount()
+        before, start = server.requests(), time.perf_counter()
+        got = zarr.open_array(os.path.join(shardfs.mnt, "a"), mode="r")[...]
+        through.append((time.perf_counter() - start, server.requests() - before))
+        shardfs.unmount()
+        assert np.array_equal(want, got), "zarr-python read different data through the mount"
+    return tuple((statistics.median(t for t, _ in v), statistics.median(r for _, r in v)) for v in (direct, through))
+
+
 def bench_emulator(args):
     """shardfs alone over the sharded objects on Azurite or fake-gcs-server."""
     subprocess.run(["cargo", "build", "--release", "--locked", "-q", "--bins", "--examples"], cwd=ROOT, check=True)
@@ -255,34 +240,21 @@ def bench_emulator(args):
     reads = os.path.join(ROOT, "target/release/examples/random_reads")
     total = args.shards * args.chunks_per_shard
     work = tempfile.mkdtemp(prefix=f"shardfs-bench-{args.service}.")
-    server = Emulator(args.service)
-    shardfs = System("shardfs", server, work, binary, f"{server.scheme}://{server.interop.BUCKET}/sharded")
+    server = Emulator(args.service, work)
+    shardfs = System("shardfs", server, work, binary, f"{server.scheme}://{object_stores.BUCKET}/sharded")
     try:
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/bench_store.py"), os.path.join(work, "gen"),
                         "--shards", str(args.shards), "--chunks-per-shard", str(args.chunks_per_shard),
                         "--chunk-bytes", str(args.chunk_bytes)], check=True)
-        server.interop.upload(server.server, os.path.join(work, "gen/sharded"), "sharded")
+        object_stores.upload(server.server, os.path.join(work, "gen/sharded"), "sharded")
         print(f"bench {args.service}: {total} chunks of {args.chunk_bytes} bytes, {args.shards} shards, {args.runs} runs")
         row = measure(shardfs, server, reads, total, args.runs)
-        store = server.interop.zarr_store(server.server, "sharded")
-        direct, through = [], []
-        for _ in range(args.runs):
-            before, start = server.requests(), time.perf_counter()
-            want = zarr.open_array(store, path="a", mode="r")[...]
-            direct.append((time.perf_counter() - start, server.requests() - before))
-            shardfs.mount()
-            before, start = server.requests(), time.perf_counter()
-            got = zarr.open_array(os.path.join(shardfs.mnt, "a"), mode="r")[...]
-            through.append((time.perf_counter() - start, server.requests() - before))
-            shardfs.unmount()
-            assert np.array_equal(want, got), "zarr-python read different data through the mount"
-        med = lambda v: (statistics.median(t for t, _ in v), statistics.median(r for _, r in v))  # noqa: E731
-        zp_direct, zp_through = med(direct), med(through)
+        store = object_stores.zarr_store(server.server, "sharded")
+        zp_direct, zp_through = zarr_reads(server, store, shardfs, args.runs)
     finally:
         shardfs.unmount()
         server.stop()
-        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_unless_mounted(work)
     name = {"azure": "Azure profile (Azurite)", "gcs": "GCS profile (fake-gcs-server)"}[args.service]
     lines = [
         f"{name}: {total} chunks of {args.chunk_bytes} bytes in {args.shards} shards, median of {args.runs} runs, "
@@ -301,10 +273,7 @@ def bench_emulator(args):
         f"| directly from the {'container' if args.service == 'azure' else 'bucket'} (obstore) | {zp_direct[0]:.2f} s | {zp_direct[1]} |",
         f"| through the shardfs mount | {zp_through[0]:.2f} s | {zp_through[1]} |",
     ]
-    print("\n".join(lines))
-    if args.out:
-        with open(args.out, "w") as out:
-            out.write("\n".join(lines) + "\n")
+    publish(lines, args.out)
     return 0
 
 

@@ -35,7 +35,6 @@ import argparse
 import concurrent.futures
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ import boto3
 import numpy as np
 import zarr
 from bench_fetch import write_arrays
-from bench_net import BUCKET, KEYS, Proxy, shardfs_binary, start_s3s_fs, wait_port
+from bench_net import BUCKET, KEYS, Proxy, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs, wait_port
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
@@ -275,8 +274,7 @@ def main():
             proxy.stop()
         server.terminate()
         server.wait()
-        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_unless_mounted(work)
 
     names = {"direct": "zarr-python direct (obstore)", "shardfs": "shardfs mount", "s3fs": "s3fs-fuse",
              "rclone": "rclone mount", "boto3": "boto3 download_fileobj of the shards",
@@ -314,10 +312,7 @@ def main():
             s, b = median[(cat_what, "shardfs", rtt)], median[(cat_what, "boto3", rtt)]
             lines.append(f"- RTT {rtt:g} ms, cat of every chunk through shardfs / boto3's download of the shards: "
                          f"{s[0] / b[0]:.2f}x the time (target: at most 1x)")
-    print("\n".join(lines))
-    if args.out:
-        with open(args.out, "w") as out:
-            out.write("\n".join(lines) + "\n")
+    publish(lines, args.out)
     return 0
 
 

@@ -53,7 +53,8 @@ import time
 
 import numpy as np
 import zarr
-from bench_net import BUCKET, KEYS, Proxy, free_port, shardfs_binary, start_s3s_fs, wait_port
+from bench_net import (BUCKET, KEYS, Proxy, free_port, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs,
+                       wait_port)
 from obstore.store import S3Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
@@ -389,9 +390,8 @@ def main():
             proxy.stop()
         server.terminate()
         server.wait()
-        if subprocess.run(["grep", "-q", work, "/proc/mounts"]).returncode != 0:
-            shutil.rmtree(work, ignore_errors=True)
-    print("\n".join(report(args, [p.label for p in places], workloads, writers, results, failed)))
+        remove_unless_mounted(work)
+    publish(report(args, [p.label for p in places], workloads, writers, results, failed), args.out)
     return 0
 
 
@@ -459,9 +459,6 @@ def report(args, wheres, workloads, writers, results, failed):
         if ("eight", "shardfs", where) in median and ("region", "shardfs", where) in median:
             e, r = median[("eight", "shardfs", where)], median[("region", "shardfs", where)]
             lines.append(f"- {where}: eight mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x")
-    if args.out:
-        with open(args.out, "w") as out:
-            out.write("\n".join(lines) + "\n")
     return lines
 
 

