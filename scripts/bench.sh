@@ -125,14 +125,6 @@ serve() {
     ratarmount) "$venv/bin/ratarmount" "$work/store.tar" "${dir[$1]}" >/dev/null ;;
   esac
 }
-# unserve SYSTEM: unmounts it.
-unserve() {
-  case $1 in
-    plain) ;;
-    shardfs | shardfs-v2) "$bin" unmount "${dir[$1]}" ;;
-    *) fusermount3 -u "${dir[$1]}" ;;
-  esac
-}
 systems=(plain shardfs shardfs-v2 squashfuse fuse-zip ratarmount)
 for s in "${systems[@]:1}"; do mkmnt "m-$s"; dir[$s]=$m; serve "$s"; done
 # Where each system shows chunk n (the v2 view names it without the v3 "c/" prefix).

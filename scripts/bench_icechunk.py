@@ -29,7 +29,7 @@ import warnings
 import icechunk as ic
 import numpy as np
 import zarr
-from bench_net import BUCKET, Proxy, shardfs_binary, start_s3s_fs, wait_port
+from bench_net import BUCKET, Proxy, shardfs_binary, start_s3s_fs
 
 warnings.simplefilter("ignore")
 # zarr-python reads files on a thread pool of cores + 4 threads (6 here), which bounds reads of a
@@ -80,7 +80,6 @@ def main():
     server, port = start_s3s_fs(work)
     proxies, mounts = {}, []
     try:
-        wait_port(port, "s3s-fs", server)
         repo_dir = os.path.join(work, "s3", BUCKET, "repo")
         start = time.perf_counter()
         want = write_repository(repo_dir)

@@ -9,25 +9,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 BUCKET = "bench"
 KEYS = dict(access_key_id="test", secret_access_key="test")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
-from ports import free_port  # noqa: E402
-
-
-def wait_port(port, what, process):
-    for _ in range(300):
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{what} did not start")
+from ports import free_port, wait_for_port  # noqa: E402
 
 
 class Proxy:
@@ -66,7 +53,7 @@ def shardfs_binary(binary):
 
 def start_s3s_fs(work):
     """An s3s-fs server (scripts/s3s_fs.sh builds it) over WORK/s3, with bucket BUCKET, and the
-    test keys in the environment: (its process, its port)."""
+    test keys in the environment, once it listens: (its process, its port)."""
     s3s_fs = subprocess.run([os.path.join(ROOT, "scripts/s3s_fs.sh")], check=True, capture_output=True,
                             text=True).stdout.strip()
     os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1")
@@ -75,6 +62,11 @@ def start_s3s_fs(work):
     server = subprocess.Popen([s3s_fs, "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
                                "--secret-key", "test", os.path.join(work, "s3")],
                               stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "s3s-fs.log"), "w"))
+    try:
+        wait_for_port(port, "s3s-fs", server)
+    except BaseException:
+        server.kill()
+        raise
     return server, port
 
 

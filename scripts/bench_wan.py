@@ -45,7 +45,7 @@ import boto3
 import numpy as np
 import zarr
 from bench_fetch import write_arrays
-from bench_net import BUCKET, KEYS, Proxy, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs, wait_port
+from bench_net import BUCKET, KEYS, Proxy, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
@@ -155,7 +155,6 @@ def main():
     server, port = start_s3s_fs(work)
     proxies, mounts = {}, Mounts(work, binary, args.mount_args.split())
     try:
-        wait_port(port, "s3s-fs", server)
         endpoint = f"http://127.0.0.1:{port}"
         start = time.perf_counter()
         store = write_arrays(endpoint, args.scale)

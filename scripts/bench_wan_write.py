@@ -53,8 +53,7 @@ import time
 
 import numpy as np
 import zarr
-from bench_net import (BUCKET, KEYS, Proxy, free_port, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs,
-                       wait_port)
+from bench_net import BUCKET, KEYS, Proxy, free_port, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs
 from obstore.store import S3Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
@@ -320,7 +319,6 @@ def main():
     failed = {}  # (kind, writer, where) -> why a peer could not do it
     places = []
     try:
-        wait_port(port, "s3s-fs", server)
         for rtt in rtts:
             if rtt == "local":
                 places.append(Local(os.path.join(work, "local")))

@@ -57,13 +57,6 @@ serve() {
     ratarmount) "$ratarmount" "$work/store.ozx" "${dir[$1]}" >/dev/null ;;
   esac
 }
-unserve() {
-  case $1 in
-    plain) ;;
-    shardfs | shardfs-dir) "$bin" unmount "${dir[$1]}" ;;
-    *) fusermount3 -u "${dir[$1]}" ;;
-  esac
-}
 for s in "${systems[@]:1}"; do mkmnt "m-$s"; dir[$s]=$m; serve "$s"; done
 # `cat` reads a/c in each: chunk files (plain, shardfs, shardfs-dir) or shard files (the zip peers).
 count=$(find "${dir[shardfs]}/a/c" -type f | wc -l)

@@ -45,6 +45,16 @@ hyperfine_json() {
     hyperfine --style none --warmup 1 --runs "$runs" --export-json "$json" "$@" >/dev/null
 }
 
+# unserve SYSTEM: unmounts what the benchmark's serve mounted at ${dir[SYSTEM]} (plain files:
+# nothing; shardfs with `shardfs unmount`, which waits for its daemon).
+unserve() {
+  case $1 in
+    plain) ;;
+    shardfs*) "$bin" unmount "${dir[$1]}" ;;
+    *) fusermount3 -u "${dir[$1]}" ;;
+  esac
+}
+
 # cold_cat_row TITLE SUBPATH: a markdown row of `cat` of every file below each system's
 # ${dir[SYSTEM]}/SUBPATH, each of $runs runs on a fresh mount (the caller's unserve and serve) with
 # the kernel's caches dropped, the median against the first system's. hyperfine cannot remount

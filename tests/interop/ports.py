@@ -11,9 +11,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for_port(port, what):
-    """Returns once something listens on `port`; fails naming `what` after 30 s."""
+def wait_for_port(port, what, process=None):
+    """Returns once something listens on `port`; fails naming `what` after 30 s, or at once when
+    its `process` (a Popen) has ended."""
     for _ in range(300):
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
