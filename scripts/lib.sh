@@ -1,5 +1,8 @@
-# What the shell scripts share, sourced by them: root rights, Debian packages, and a benchmark's
-# scratch directory with the mounts in it, cleaned up however the script ends.
+# What the shell scripts share, sourced by them from the repository's root: root rights, Debian
+# packages, and a benchmark's scratch directory with the mounts in it, cleaned up however the
+# script ends. The benchmark functions read the caller's $runs (how many runs), $bin (the shardfs
+# binary), `systems` (the systems compared, the baseline first), `dir` (each one's mount point or
+# directory) and its `serve SYSTEM` (mounts it).
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 

@@ -113,7 +113,7 @@ class Child:
         self.log = open(os.path.join(self.data, "server.log"), "ab")
         self.process = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        wait_for_port(self.port, self.command()[0])
+        wait_for_port(self.port, self.command()[0], self.process)
 
     def stop(self):
         if self.process:
