@@ -20,7 +20,6 @@ Not a test: nothing here asserts a speed.
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,41 +32,19 @@ import zarr
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
-from bench_net import BUCKET, free_port, remove_unless_mounted
+from bench_net import BUCKET, LoggedMoto, remove_unless_mounted
 
-class Server:
-    """moto in a process of its own, with its request log in a file."""
-
-    def __init__(self, work):
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log = os.path.join(work, "moto.log")
-        moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
-        self.process = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("moto did not start")
-
+class Server(LoggedMoto):
     def requests(self):
         """(all requests, GETs) logged so far."""
         total = gets = 0
-        with open(self.log) as f:
-            for line in f:
-                # moto colours some lines: "\x1b[35m\x1b[1mGET /... HTTP/1.1\x1b[0m" 206
-                m = re.search(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) [^"]*" [2345]\d\d', line)
-                if m:
-                    total += 1
-                    gets += m.group(1) == "GET" and "list-type" not in line
+        for line in self.log_lines():
+            # moto colours some lines: "\x1b[35m\x1b[1mGET /... HTTP/1.1\x1b[0m" 206
+            m = re.search(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) [^"]*" [2345]\d\d', line)
+            if m:
+                total += 1
+                gets += m.group(1) == "GET" and "list-type" not in line
         return total, gets
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait()
 
 
 def write_arrays(endpoint, scale):

@@ -17,6 +17,28 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
 from ports import free_port, wait_for_port  # noqa: E402
 
 
+class LoggedMoto:
+    """moto (this venv's moto_server) in a process of its own, each request a line of its log."""
+
+    def __init__(self, work):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log = os.path.join(work, "moto.log")
+        moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(self.port)],
+                                            stdout=subprocess.DEVNULL, stderr=log)
+        wait_for_port(self.port, "moto", self.process)
+
+    def log_lines(self):
+        with open(self.log, errors="replace") as f:
+            return f.readlines()
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait()
+
+
 class Proxy:
     """scripts/latency_proxy.py in a process of its own, with its request counts."""
 

@@ -33,29 +33,12 @@ BUCKET = "bench"
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
 import object_stores  # noqa: E402
-import ports  # noqa: E402
-from bench_net import publish, remove_unless_mounted  # noqa: E402
+from bench_net import LoggedMoto, publish, remove_unless_mounted  # noqa: E402
 
 
-class Server:
-    """moto in a process of its own, with its request log in a file."""
-
-    def __init__(self, work):
-        self.port = ports.free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log = os.path.join(work, "moto.log")
-        moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
-        self.process = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
-        ports.wait_for_port(self.port, "moto")
-
+class Server(LoggedMoto):
     def requests(self):
-        with open(self.log) as f:
-            return sum(1 for line in f if '" 2' in line or '" 3' in line or '" 4' in line)
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait()
+        return sum(1 for line in self.log_lines() if '" 2' in line or '" 3' in line or '" 4' in line)
 
 
 class Emulator:
