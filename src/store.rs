@@ -36,6 +36,7 @@ pub mod blz;
 pub mod bucket;
 pub mod cache;
 pub mod conformance;
+pub mod exchange;
 pub mod faulty;
 pub mod icechunk;
 pub mod key_tree;
@@ -430,6 +431,12 @@ pub trait Store: Send + Sync + Debug {
 
     /// True when files can be opened for writing in place ([`Store::open_file`]) and appended to.
     fn can_append(&self) -> bool;
+
+    /// Where many machines writing this store take turns, when its own locks reach no further
+    /// than this process and its server can make writes conditional (an object store).
+    fn exchange(&self) -> Option<&dyn exchange::Exchange> {
+        None
+    }
 
     /// Opens the file at `key` for writing in place.
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>>;

@@ -4,6 +4,8 @@
 //! - [`commit`]: one shard update, and the choice of strategy.
 //! - [`append`]: new chunk bytes and a fresh index appended after the shard's end, journaled.
 //! - [`rewrite`]: a whole new shard written atomically over the version read.
+//! - [`shared_commit`]: commits into shards other machines write at once, taking turns through
+//!   a lease and folding the others' [`delta`]s in.
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
 //! - [`document`]: storing a `zarr.json` written through the view, translated back to its sharding.
 //! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
@@ -15,6 +17,7 @@
 
 pub mod append;
 pub mod commit;
+pub mod delta;
 pub mod document;
 pub mod error;
 pub mod journal;
@@ -22,3 +25,4 @@ pub mod own_commits;
 pub mod pending;
 pub mod rewrite;
 pub mod shard;
+pub mod shared_commit;

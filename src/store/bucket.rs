@@ -42,6 +42,7 @@
 
 pub mod azure;
 pub mod disk_cache;
+mod exchange;
 pub mod fetch;
 pub mod gcs;
 pub mod http;
@@ -518,6 +519,12 @@ impl BucketStore {
 impl BucketStore {
     /// [`Store::put`] in the bucket, with what it did known to the metadata cache.
     fn put_unstaged(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
+        self.put_with_note(key, pieces, mode, "")
+    }
+
+    /// [`BucketStore::put_unstaged`] with `note` (when not empty) stored as the object's
+    /// user metadata ([`exchange::NOTE`]), in the same PUT.
+    fn put_with_note(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>> {
         self.writable(key)?;
         let mode = match mode {
             PutMode::Overwrite => object_store::PutMode::Overwrite,
@@ -526,7 +533,7 @@ impl BucketStore {
         };
         let size: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         let uploaded = match &self.0.multipart {
-            Some(multipart) if condition_of(&mode).is_some_and(|c| multipart.fits(size, c)) => {
+            Some(multipart) if note.is_empty() && condition_of(&mode).is_some_and(|c| multipart.fits(size, c)) => {
                 let condition = condition_of(&mode).expect("checked");
                 self.block_on(multipart.upload(&self.path(key), pieces, condition)).map_err(|e| match e {
                     multipart::Failed::Refused => Error::Changed(self.describe(key)),
@@ -537,7 +544,11 @@ impl BucketStore {
             }
             _ => {
                 let payload: PutPayload = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
-                self.put_verified(key, payload, PutOptions { mode, ..Default::default() })
+                let attributes = match note.is_empty() {
+                    true => Default::default(),
+                    false => object_store::Attributes::from_iter([(exchange::note_attribute(), note.to_string())]),
+                };
+                self.put_verified(key, payload, PutOptions { mode, attributes, ..Default::default() })
             }
         };
         let put = match uploaded {
@@ -978,6 +989,10 @@ impl Store for BucketStore {
 
     fn can_append(&self) -> bool {
         false
+    }
+
+    fn exchange(&self) -> Option<&dyn super::exchange::Exchange> {
+        self.own_exchange()
     }
 
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {

@@ -16,15 +16,21 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub use super::error::CommitError;
+use super::rewrite::Note;
 use super::shard::Current;
 pub use super::shard::{Changes, Committed, Outcome};
-use super::{append, rewrite};
+use super::{append, rewrite, shared_commit};
 use crate::format::shard_index::{IndexLocation, IndexSpec, ShardIndex};
 use crate::store::{self, PutMode, Store, lock};
 
 /// Reads the shard at `key` laid out as `spec`: `None` when there is none; damage is
 /// [`CommitError::Damaged`] with the reason followed by `refusal` ("not writing over it").
-fn read_current(store: &dyn Store, key: &str, spec: &IndexSpec, refusal: &str) -> Result<Option<Current>, CommitError> {
+pub(super) fn read_current(
+    store: &dyn Store,
+    key: &str,
+    spec: &IndexSpec,
+    refusal: &str,
+) -> Result<Option<Current>, CommitError> {
     let file = match store.open(key) {
         Ok(file) => file,
         Err(store::Error::NotFound(_)) => return Ok(None),
@@ -49,7 +55,7 @@ pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes)
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, spec, "not writing over it")?;
-        commit_over(store, key, spec, current, changes)
+        commit_over(store, key, spec, current, changes, None)
     })
 }
 
@@ -67,33 +73,51 @@ pub fn commit_levels(
     changes: &NestedChanges,
 ) -> Result<Committed, CommitError> {
     let Some(outer_spec) = specs.first() else { return commit_whole(store, key, changes) };
-    let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
-    for (path, content) in changes {
-        by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
+    if let Some(exchange) = store.exchange() {
+        return shared_commit::commit(store, exchange, key, specs, changes);
     }
     // Each attempt rebuilds the inner shards from the very version it then writes over.
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, outer_spec, "not writing over it")?;
-        let mut outer = Changes::new();
-        for (entry, inner) in &by_outer {
-            let mut inner = inner.clone();
-            if specs.len() == 1 {
-                outer.insert(*entry, inner.remove(&Vec::new()).flatten());
-                continue;
-            }
-            let blob = match &current {
-                Some(current) => current.chunk(*entry as usize)?,
-                None => None,
-            };
-            let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
-                let shard = store.describe(key);
-                CommitError::Damaged(format!("{shard}: inner shard {entry}: {reason}; not writing over it"))
-            })?;
-            outer.insert(*entry, rebuilt.map(Cow::Owned));
-        }
-        commit_over(store, key, outer_spec, current, &outer)
+        apply_levels(store, key, specs, current, changes, None)
     })
+}
+
+/// Applies `changes` over `current`, the shard as read laid out as `specs` say (`None`: there is
+/// none): each inner shard that holds a changed chunk is rebuilt whole from it, and then
+/// committed as an outer chunk like any other. With `note`, the version written carries that
+/// note through the exchange.
+pub(super) fn apply_levels(
+    store: &dyn Store,
+    key: &str,
+    specs: &[IndexSpec],
+    current: Option<Current>,
+    changes: &NestedChanges,
+    note: Option<Note>,
+) -> Result<Committed, CommitError> {
+    let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
+    for (path, content) in changes {
+        by_outer.entry(path[0]).or_default().insert(path[1..].to_vec(), content.clone());
+    }
+    let mut outer = Changes::new();
+    for (entry, inner) in &by_outer {
+        let mut inner = inner.clone();
+        if specs.len() == 1 {
+            outer.insert(*entry, inner.remove(&Vec::new()).flatten());
+            continue;
+        }
+        let blob = match &current {
+            Some(current) => current.chunk(*entry as usize)?,
+            None => None,
+        };
+        let rebuilt = rebuild(&specs[1..], blob, &inner).map_err(|reason| {
+            let shard = store.describe(key);
+            CommitError::Damaged(format!("{shard}: inner shard {entry}: {reason}; not writing over it"))
+        })?;
+        outer.insert(*entry, rebuilt.map(Cow::Owned));
+    }
+    commit_over(store, key, &specs[0], current, &outer, note)
 }
 
 /// Commits the one chunk of an unsharded array's chunk file (a sharding of no levels): the file
@@ -176,6 +200,7 @@ fn commit_over(
     spec: &IndexSpec,
     current: Option<Current>,
     changes: &Changes,
+    note: Option<Note>,
 ) -> Result<Committed, CommitError> {
     let Some(current) = current else {
         let chunks: Vec<Option<Cow<[u8]>>> =
@@ -183,19 +208,19 @@ fn commit_over(
         if chunks.iter().all(Option::is_none) {
             return Ok(Outcome::Unchanged.into());
         }
-        let written = rewrite::put_shard(store, key, spec, &chunks, None)?;
+        let written = rewrite::put_shard(store, key, spec, &chunks, None, note)?;
         return Ok(Committed { outcome: Outcome::Created, replaced: None, written });
     };
     let kept = |i: u64| !changes.contains_key(&i) && current.entries[i as usize].is_some();
     let stays_empty = (0..spec.entries).all(|i| !kept(i) && changes.get(&i).is_none_or(Option::is_none));
     if stays_empty {
-        if store.delete_version(key, &current.stamp())? {
+        if note.is_none() && store.delete_version(key, &current.stamp())? {
             return Ok(Outcome::Deleted.into());
         }
         // A store that cannot delete only this version keeps a shard of empty entries, which
         // every reader takes for a shard with no chunk.
         let empty: Vec<Option<&[u8]>> = vec![None; spec.entries as usize];
-        rewrite::put_shard(store, key, spec, &empty, Some(current.stamp()))?;
+        rewrite::put_shard(store, key, spec, &empty, Some(current.stamp()), note)?;
         return Ok(Outcome::Emptied.into());
     }
     if spec.location == IndexLocation::End && store.can_append() {
@@ -208,7 +233,7 @@ fn commit_over(
             None => current.chunk(i as usize)?.map(Cow::Owned),
         });
     }
-    let written = rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()))?;
+    let written = rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()), note)?;
     let replaced = written.as_ref().map(|after| (current.stamp(), after.stamp));
     Ok(Committed { outcome: Outcome::Rewritten, replaced, written })
 }
@@ -226,6 +251,6 @@ pub fn compact(store: &dyn Store, key: &str, spec: &IndexSpec) -> Result<Outcome
     }
     let chunks: Vec<Option<Vec<u8>>> =
         (0..current.entries.len()).map(|i| current.chunk(i)).collect::<Result<_, _>>()?;
-    rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()))?;
+    rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()), None)?;
     Ok(Outcome::Compacted { old_len, new_len })
 }

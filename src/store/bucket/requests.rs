@@ -27,8 +27,8 @@ use futures_util::StreamExt;
 use md5::{Digest, Md5};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetRange, GetResult, ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
-    PutResult,
+    Attributes, GetOptions, GetRange, GetResult, ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions,
+    PutPayload, PutResult,
 };
 
 use super::fetch::ByteStream;
@@ -239,6 +239,19 @@ impl BucketStore {
         self.tried(key, FIRST_BYTE, || async {
             match self.0.objects.head(&path).await {
                 Ok(meta) => Ok(Some(head_of(&meta))),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(self.failed(key, e)),
+            }
+        })
+    }
+
+    /// The HEAD of `key` from the server with the object's attributes (its user metadata among
+    /// them), within the time limit; `None`: no such object.
+    pub(super) fn head_with_attributes(&self, key: &str) -> Result<Option<(Head, Attributes)>> {
+        let path = self.path(key);
+        self.tried(key, FIRST_BYTE, || async {
+            match self.0.objects.get_opts(&path, GetOptions { head: true, ..Default::default() }).await {
+                Ok(got) => Ok(Some((head_of(&got.meta), got.attributes))),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(self.failed(key, e)),
             }

@@ -1,0 +1,90 @@
+//! The [`Exchange`] of an object store: conditional PUTs (If-None-Match: *, If-Match: ETag),
+//! HEADs and listings sent to the server every time, and a version's note kept as the object's
+//! user metadata (`x-amz-meta-*`, `x-ms-meta-*`), which a PUT stores with the bytes at once.
+//! GCS names versions by generation where this names them by ETag: it has no exchange, and its
+//! commits take turns by conditional PUTs of whole shards alone.
+
+use object_store::{Attribute, PutMode as ObjectPutMode, PutOptions, PutPayload, UpdateVersion};
+
+use super::BucketStore;
+use crate::store::exchange::Exchange;
+use crate::store::{Error, PutMode, Result, Stamp, Store};
+
+/// The user-metadata name of a version's note (letters only: Azure's names must be identifiers,
+/// S3's are lowercased).
+pub const NOTE: &str = "shardfsnote";
+
+pub fn note_attribute() -> Attribute {
+    Attribute::Metadata(NOTE.into())
+}
+
+impl BucketStore {
+    /// The store's exchange, where its server can keep many machines' commits apart by ETag.
+    pub(super) fn own_exchange(&self) -> Option<&dyn Exchange> {
+        let service = &self.0.service;
+        (service.abilities.write && service.abilities.list && !service.updates_name_generation).then_some(self)
+    }
+
+    /// A PUT of a small exchange object in `mode`: its ETag, `None` when the condition failed.
+    fn put_small(&self, key: &str, bytes: &[u8], mode: ObjectPutMode) -> Result<Option<String>> {
+        let payload = PutPayload::from(bytes.to_vec());
+        match self.put_verified(key, payload, PutOptions { mode, ..Default::default() }) {
+            Ok(put) => put.e_tag.map(Some).ok_or_else(|| super::no_e_tag(&self.describe(key))),
+            Err(Error::Changed(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Exchange for BucketStore {
+    fn create(&self, key: &str, bytes: &[u8]) -> Result<Option<String>> {
+        self.put_small(key, bytes, ObjectPutMode::Create)
+    }
+
+    fn replace(&self, key: &str, bytes: &[u8], tag: &str) -> Result<Option<String>> {
+        let version = UpdateVersion { e_tag: Some(tag.to_string()), version: None };
+        self.put_small(key, bytes, ObjectPutMode::Update(version))
+    }
+
+    fn tag(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.head_request(key)?.and_then(|head| head.e_tag))
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let Some(head) = self.head_request(key)? else { return Ok(None) };
+        let e_tag = head.e_tag.ok_or_else(|| super::no_e_tag(&self.describe(key)))?;
+        match self.get_verified(key, &e_tag, None, head.size) {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
+        let found = self.list_request(dir, Some(&prefix))?;
+        Ok(found.objects.iter().filter_map(|meta| meta.location.filename().map(str::to_string)).collect())
+    }
+
+    fn remove(&self, key: &str) -> Result<()> {
+        match self.delete_request(key) {
+            Ok(()) | Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {
+        Ok(self.head_with_attributes(key)?.map(|(head, attributes)| {
+            let note = attributes.get(&note_attribute()).map(|v| v.to_string()).unwrap_or_default();
+            (head.stamp(), note)
+        }))
+    }
+
+    fn put_noted(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>> {
+        self.put_with_note(key, pieces, mode, note)
+    }
+
+    fn forget(&self, key: &str) {
+        self.0.metadata.forget(key);
+    }
+}

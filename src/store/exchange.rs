@@ -1,0 +1,47 @@
+//! Where many machines writing one store take turns: a few small objects beside the data, always
+//! asked of the server (never a cache), each change conditional, and a short note stored with a
+//! file version in the same atomic write as its bytes. The shared-commit protocol
+//! (`write::shared_commit`) is built of these; a store whose own locks reach every writer (a
+//! local directory) has none.
+//!
+//! Keys are the store's own keys below [`EXCHANGE_DIR`], which no reader of the data looks at.
+
+use super::{PutMode, Result, Stamp};
+
+/// The directory of the objects writers take turns with (below the private directory, which the
+/// view never shows and Zarr readers never open).
+pub const EXCHANGE_DIR: &str = "__shardfs/exchange";
+
+/// The conditional primitives of a store many machines write at once (an object store).
+pub trait Exchange: Send + Sync {
+    /// Stores `bytes` at `key` only where nothing is: its version tag, or `None` when something
+    /// was there first.
+    fn create(&self, key: &str, bytes: &[u8]) -> Result<Option<String>>;
+
+    /// Replaces what is at `key` only while it is at version `tag`: the new tag, or `None` when
+    /// it is at another version (or gone).
+    fn replace(&self, key: &str, bytes: &[u8], tag: &str) -> Result<Option<String>>;
+
+    /// The version tag of `key` as the server has it now; `None`: nothing there.
+    fn tag(&self, key: &str) -> Result<Option<String>>;
+
+    /// The bytes at `key` now; `None`: nothing there.
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// The names of the files directly in directory `dir` as the server lists them now.
+    fn list(&self, dir: &str) -> Result<Vec<String>>;
+
+    /// Removes `key`; nothing there is no error.
+    fn remove(&self, key: &str) -> Result<()>;
+
+    /// The note stored with the current version of the file at `key` (empty when it has none),
+    /// and that version; `None`: no such file. Asked of the server.
+    fn note(&self, key: &str) -> Result<Option<(Stamp, String)>>;
+
+    /// [`super::Store::put`] with `note` stored with the version written, in the same atomic
+    /// write.
+    fn put_noted(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>>;
+
+    /// Forgets what this process knows of the file at `key`: another machine changed it.
+    fn forget(&self, key: &str);
+}

@@ -1,0 +1,259 @@
+//! Commits into a shard that other machines write at the same time (an object store: every
+//! commit is a whole new shard, put only over the version read). Were each machine to read the
+//! shard, rewrite it and try again whenever another got there first, N machines would upload
+//! about N^2/2 shards and the last could wait through N failed tries. Instead they take turns
+//! through the store's [`Exchange`], in `__shardfs/exchange/<shard key>/`:
+//!
+//! - **lease**: a committer first creates `lease` (only where there is none). Its holder reads
+//!   the shard, folds in every waiting delta and its own changes, puts the shard over the version
+//!   read, removes the deltas it folded, and removes the lease. Uncontended, that is the commit of
+//!   old plus the lease's two requests and the two reads below.
+//! - **delta**: a committer that finds the lease held uploads its changes as an immutable
+//!   `delta-<time>-<n>` object (about its own chunks' bytes, never the shard) and waits. Its
+//!   commit is done when its delta is gone: a delta is removed only once a stored shard version
+//!   holds it. When the lease is gone it takes the lease itself; when the lease has not changed
+//!   for [`LEASE_TIMEOUT`] (its holder died or stalled) it takes it over, replacing it only at
+//!   the version it saw, so that one waiter does.
+//! - **note**: each shard version written here carries, in the same atomic PUT, a note naming the
+//!   deltas it holds that still existed. A holder killed between its PUT and its removals leaves
+//!   deltas the shard already holds; the next holder finds them in the note and removes them
+//!   rather than fold them again over newer writes. A holder reads the note before it lists the
+//!   deltas, so every delta named in the note and not listed is gone for good.
+//!
+//! Every shard version in the store is a whole valid shard, written by one conditional PUT: a
+//! reader that knows nothing of this sees the old shard or the new one. The lease only keeps
+//! machines from uploading shards in vain; correctness rests on the PUT's condition, so a holder
+//! that stalled past its lease and wakes loses its PUT and reads again. Contention costs time,
+//! never an error. Deltas are folded oldest first, and a holder's own changes last: a delta
+//! waiting in the store was written before the commit that finds it.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::commit::{CommitError, Committed, NestedChanges, Outcome, apply_levels, read_current};
+use super::delta;
+use super::shard::Current;
+use crate::format::shard_index::IndexSpec;
+use crate::store::exchange::{EXCHANGE_DIR, Exchange};
+use crate::store::{self, Store, join, lock};
+
+/// The lease's name in a shard's exchange directory.
+const LEASE: &str = "lease";
+/// How a delta's name starts.
+const DELTA: &str = "delta-";
+/// A lease whose version has not changed for this long is taken over: its holder died or stalled.
+pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a waiter asks whether its delta was folded.
+const POLL: Duration = Duration::from_millis(20);
+/// The most deltas one shard version takes in: their names make its note, which S3 limits to
+/// 2 KiB. More wait for the holder's next round.
+const MOST_FOLDED: usize = 40;
+
+/// Commits `changes` (innermost chunks by their entry at every level) into the shard at `key`,
+/// laid out as `specs` say, taking turns with other machines through `exchange`.
+pub fn commit(
+    store: &dyn Store,
+    exchange: &dyn Exchange,
+    key: &str,
+    specs: &[IndexSpec],
+    changes: &NestedChanges,
+) -> Result<Committed, CommitError> {
+    let turns = Turns { store, exchange, key, specs, dir: join(EXCHANGE_DIR, key) };
+    let lease = turns.lease();
+    match exchange.create(&lease, &unique_name("holder-").into_bytes())? {
+        Some(_) => turns.hold(Some(changes)),
+        None => turns.wait(changes),
+    }
+}
+
+/// What a holder reads before folding: the shard's note and the version it is of, the names in
+/// the shard's exchange directory, and the shard.
+type Seen = (Option<(store::Stamp, String)>, Vec<String>, Option<Current>);
+
+/// Deltas read: each name and bytes.
+type Deltas<'n> = Vec<(&'n str, Vec<u8>)>;
+
+/// One shard's turn-taking.
+struct Turns<'a> {
+    store: &'a dyn Store,
+    exchange: &'a dyn Exchange,
+    key: &'a str,
+    specs: &'a [IndexSpec],
+    /// The shard's exchange directory.
+    dir: String,
+}
+
+impl Turns<'_> {
+    fn lease(&self) -> String {
+        join(&self.dir, LEASE)
+    }
+
+    /// Folds as the lease's holder, then gives the lease up (a lease left behind by a failure
+    /// expires).
+    fn hold(&self, own: Option<&NestedChanges>) -> Result<Committed, CommitError> {
+        let result = self.fold(own);
+        if let Err(e) = self.exchange.remove(&self.lease()) {
+            log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key));
+        }
+        result
+    }
+
+    /// Uploads `changes` as a delta and waits until a stored shard version holds it, taking the
+    /// lease when it is free or expired.
+    fn wait(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
+        let name = unique_name(DELTA);
+        let delta_key = join(&self.dir, &name);
+        if self.exchange.create(&delta_key, &delta::encode(changes))?.is_none() {
+            return Err(store::Error::Changed(self.store.describe(&delta_key)).into());
+        }
+        let lease = self.lease();
+        let holder = unique_name("holder-").into_bytes();
+        let mut seen: Option<(String, Instant)> = None;
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            std::thread::sleep(POLL + store::backoff(polls.min(2)));
+            if self.exchange.tag(&delta_key)?.is_none() {
+                self.exchange.forget(self.key);
+                return Ok(Outcome::Rewritten.into());
+            }
+            let taken = match self.exchange.tag(&lease)? {
+                None => self.exchange.create(&lease, &holder)?,
+                Some(tag) => match &seen {
+                    Some((old, since)) if *old == tag && since.elapsed() >= LEASE_TIMEOUT => {
+                        log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
+                        self.exchange.replace(&lease, &holder, &tag)?
+                    }
+                    Some((old, _)) if *old == tag => None,
+                    _ => {
+                        seen = Some((tag, Instant::now()));
+                        None
+                    }
+                },
+            };
+            if taken.is_some() {
+                let mut committed = self.hold(None)?;
+                committed.replaced = None;
+                self.exchange.forget(self.key);
+                return Ok(committed);
+            }
+        }
+    }
+
+    /// Under the lease: folds the waiting deltas and `own` changes into the shard, in rounds of
+    /// at most [`MOST_FOLDED`] deltas until none is left, and removes the deltas folded.
+    fn fold(&self, mut own: Option<&NestedChanges>) -> Result<Committed, CommitError> {
+        let mut attempt = 0;
+        let mut last: Option<Committed> = None;
+        loop {
+            attempt += 1;
+            let lock = self.store.lock(lock::slot(self.key))?;
+            let (note, listed, current) = self.read()?;
+            let current_stamp = current.as_ref().map(Current::stamp);
+            if note.as_ref().map(|(stamp, _)| *stamp) != current_stamp {
+                // What this process knew of the shard was old, or it changed between the reads.
+                self.exchange.forget(self.key);
+                drop(lock);
+                std::thread::sleep(store::backoff(attempt.min(6)));
+                continue;
+            }
+            let held: HashSet<&str> = note.as_ref().map(|(_, n)| n.split(' ').collect()).unwrap_or_default();
+            let mut deltas: Vec<&str> = listed.iter().map(String::as_str).filter(|n| n.starts_with(DELTA)).collect();
+            deltas.sort_unstable();
+            let fresh: Vec<&str> = deltas.iter().copied().filter(|n| !held.contains(n)).take(MOST_FOLDED).collect();
+            let Some(read) = self.read_deltas(&fresh)? else { continue };
+            let mut merged = NestedChanges::new();
+            for (name, bytes) in &read {
+                match delta::decode(bytes, self.specs) {
+                    Ok(changes) => merged.extend(changes),
+                    Err(why) => {
+                        log::error!("{}: {why}; left out of the shard", self.store.describe(&join(&self.dir, name)))
+                    }
+                }
+            }
+            if let Some(own) = own {
+                merged.extend(own.iter().map(|(path, c)| (path.clone(), c.as_deref().map(Cow::Borrowed))));
+            }
+            let folded: Vec<&str> = deltas.iter().copied().filter(|n| held.contains(n) || fresh.contains(n)).collect();
+            let mut committed = match merged.is_empty() {
+                true => Committed::from(Outcome::Unchanged),
+                false => {
+                    let note = folded.join(" ");
+                    match apply_levels(self.store, self.key, self.specs, current, &merged, Some((self.exchange, &note)))
+                    {
+                        Ok(committed) => committed,
+                        Err(CommitError::Store(store::Error::Changed(_))) => {
+                            drop(lock);
+                            std::thread::sleep(store::backoff(attempt.min(6)));
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            drop(lock);
+            for name in &folded {
+                // Held by the version just written (or the one read): one left is removed by the next holder.
+                if let Err(e) = self.exchange.remove(&join(&self.dir, name)) {
+                    log::warn!("{e}; the next commit of the shard removes it");
+                }
+            }
+            if !read.is_empty() {
+                // Others' chunks changed too: the versions are not the mount's own change alone.
+                committed.replaced = None;
+            }
+            if own.is_some() || last.is_none() {
+                last = Some(committed);
+            }
+            own = None;
+            if deltas.len() == folded.len() {
+                return Ok(last.expect("set above"));
+            }
+            attempt = 0;
+        }
+    }
+
+    /// The shard's note, the exchange directory's names and the shard itself, read at once: the
+    /// note before the listing, so that every delta the note names and the listing does not is
+    /// gone for good.
+    fn read(&self) -> Result<Seen, CommitError> {
+        std::thread::scope(|scope| {
+            let noted = scope.spawn(|| -> Result<_, store::Error> {
+                let note = self.exchange.note(self.key)?;
+                Ok((note, self.exchange.list(&self.dir)?))
+            });
+            let current = read_current(self.store, self.key, &self.specs[0], "not writing over it");
+            let (note, listed) = noted.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            Ok((note, listed, current?))
+        })
+    }
+
+    /// The bytes of the deltas named; `None` when one is gone (a holder that stalled past its
+    /// lease folded and removed it): the shard is read again.
+    fn read_deltas<'n>(&self, names: &[&'n str]) -> Result<Option<Deltas<'n>>, CommitError> {
+        let mut read = Vec::with_capacity(names.len());
+        for name in names {
+            match self.exchange.read(&join(&self.dir, name))? {
+                Some(bytes) => read.push((*name, bytes)),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(read))
+    }
+}
+
+/// A name no other commit uses, that sorts after every name this process made before: `prefix`,
+/// the time in nanoseconds (kept rising here) and a random number.
+fn unique_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut time = now;
+    let _ = LAST.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+        time = now.max(last + 1);
+        Some(time)
+    });
+    format!("{prefix}{time:020}-{:016x}", RandomState::new().hash_one(time))
+}

@@ -1,0 +1,149 @@
+//! Commits of many machines into one shard of an object store (`write::shared_commit`), each
+//! machine a bucket store of its own over one object_store `InMemory` (whose conditional PUTs are
+//! atomic per key, and which keeps user metadata): nothing committed is lost, the turn-taking
+//! objects are gone afterwards, a delta a stored shard already holds is never folded again over
+//! newer chunks, a delta left waiting is folded before the changes of the commit that finds it,
+//! a damaged delta is left out, and an expired lease is taken over.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Barrier};
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex};
+use shardfs::store::bucket::{BucketStore, Caching};
+use shardfs::store::exchange::EXCHANGE_DIR;
+use shardfs::store::{PutMode, Store};
+use shardfs::write::commit::{NestedChanges, commit_levels};
+use shardfs::write::delta;
+
+const KEY: &str = "arr/c/0";
+const ENTRIES: u64 = 64;
+
+fn spec() -> IndexSpec {
+    IndexSpec { entries: ENTRIES, endian: Endian::Little, checksum: true, location: IndexLocation::End }
+}
+
+/// One machine: a store of its own (its own caches) over the shared bucket.
+fn machine(bucket: &Arc<InMemory>) -> BucketStore {
+    BucketStore::new(bucket.clone(), "p", "s3://bucket/p", Caching::default()).unwrap()
+}
+
+fn chunk(writer: u8, entry: u64) -> Vec<u8> {
+    vec![writer.wrapping_mul(41).wrapping_add(entry as u8); 100 + entry as usize]
+}
+
+fn changes(pairs: &[(u64, Vec<u8>)]) -> NestedChanges<'_> {
+    pairs.iter().map(|(entry, bytes)| (vec![*entry], Some(Cow::Borrowed(&bytes[..])))).collect()
+}
+
+/// The chunks of the shard as a reader that knows nothing of shardfs reads them.
+fn read_shard(bucket: &Arc<InMemory>) -> Vec<Option<Vec<u8>>> {
+    let store = machine(bucket);
+    let bytes = store.read(KEY).unwrap();
+    let range = spec().index_range(bytes.len() as u64).unwrap();
+    let index = ShardIndex::decode(&spec(), &bytes[range.start as usize..range.end as usize], bytes.len() as u64, 0)
+        .expect("every shard version decodes");
+    (0..ENTRIES).map(|i| index.chunk(i).unwrap().map(|r| bytes[r.start as usize..r.end as usize].to_vec())).collect()
+}
+
+/// The objects left in the shard's exchange directory.
+fn exchange_objects(bucket: &Arc<InMemory>) -> Vec<String> {
+    let prefix = Path::from(format!("p/{EXCHANGE_DIR}/{KEY}"));
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime
+        .block_on(bucket.list_with_delimiter(Some(&prefix)))
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|o| o.location.to_string())
+        .collect()
+}
+
+fn put_object(bucket: &Arc<InMemory>, key: &str, bytes: Vec<u8>) {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime.block_on(bucket.put(&Path::from(format!("p/{key}")), bytes.into())).unwrap();
+}
+
+fn delta_key(name: &str) -> String {
+    format!("{EXCHANGE_DIR}/{KEY}/{name}")
+}
+
+#[test]
+fn eight_machines_committing_disjoint_chunks_of_one_shard_at_once_lose_nothing() {
+    let bucket = Arc::new(InMemory::new());
+    let start = Arc::new(Barrier::new(8));
+    let threads: Vec<_> = (0..8u8)
+        .map(|writer| {
+            let (store, start) = (machine(&bucket), start.clone());
+            std::thread::spawn(move || {
+                // Two commits each: every entry i with i % 8 == writer, in two halves.
+                for half in 0..2 {
+                    let mine: Vec<(u64, Vec<u8>)> = (0..ENTRIES)
+                        .filter(|i| i % 8 == writer as u64 && (i / 8) % 2 == half)
+                        .map(|i| (i, chunk(writer, i)))
+                        .collect();
+                    start.wait();
+                    commit_levels(&store, KEY, &[spec()], &changes(&mine)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let chunks = read_shard(&bucket);
+    for (i, got) in chunks.iter().enumerate() {
+        assert_eq!(got.as_deref(), Some(&chunk((i % 8) as u8, i as u64)[..]), "entry {i}");
+    }
+    assert_eq!(exchange_objects(&bucket), Vec::<String>::new(), "lease and deltas are removed");
+}
+
+#[test]
+fn a_delta_the_shard_already_holds_is_not_folded_again_over_newer_chunks() {
+    let bucket = Arc::new(InMemory::new());
+    let store = machine(&bucket);
+    // A holder folded delta D (entry 1 = old) and was killed before removing it; then entry 1 was
+    // written again (new), the version carrying D in its note.
+    let old = vec![1u8; 10];
+    let new = vec![2u8; 10];
+    put_object(&bucket, &delta_key("delta-1"), delta::encode(&changes(&[(1, old)])));
+    let shard = shardfs::format::shard_index::assemble_shard(&spec(), &{
+        let mut chunks = vec![None; ENTRIES as usize];
+        chunks[1] = Some(new.clone());
+        chunks
+    });
+    let exchange = store.exchange().unwrap();
+    exchange.put_noted(KEY, &[&shard], PutMode::Create, "delta-1").unwrap();
+    commit_levels(&store, KEY, &[spec()], &changes(&[(2, vec![3; 10])])).unwrap();
+    let chunks = read_shard(&bucket);
+    assert_eq!(chunks[1].as_deref(), Some(&new[..]), "the delta was folded again");
+    assert_eq!(chunks[2].as_deref(), Some(&[3; 10][..]));
+    assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+}
+
+#[test]
+fn a_waiting_delta_is_folded_before_the_changes_of_the_commit_that_finds_it_and_a_damaged_one_is_left_out() {
+    let bucket = Arc::new(InMemory::new());
+    let store = machine(&bucket);
+    put_object(&bucket, &delta_key("delta-1"), delta::encode(&changes(&[(1, vec![1; 5]), (2, vec![1; 5])])));
+    put_object(&bucket, &delta_key("delta-2"), b"shardfs delta 1\n\x01\x00".to_vec());
+    commit_levels(&store, KEY, &[spec()], &changes(&[(2, vec![2; 5])])).unwrap();
+    let chunks = read_shard(&bucket);
+    assert_eq!(chunks[1].as_deref(), Some(&[1; 5][..]), "the waiting delta is folded");
+    assert_eq!(chunks[2].as_deref(), Some(&[2; 5][..]), "the committer's own change comes last");
+    assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+}
+
+#[test]
+fn a_lease_whose_holder_died_is_taken_over_once_it_expires() {
+    let bucket = Arc::new(InMemory::new());
+    let store = machine(&bucket);
+    put_object(&bucket, &delta_key("lease"), b"holder-dead".to_vec());
+    let began = std::time::Instant::now();
+    commit_levels(&store, KEY, &[spec()], &changes(&[(5, vec![5; 7])])).unwrap();
+    assert!(began.elapsed() >= shardfs::write::shared_commit::LEASE_TIMEOUT);
+    assert_eq!(read_shard(&bucket)[5].as_deref(), Some(&[5; 7][..]));
+    assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+}
