@@ -217,6 +217,9 @@ struct Shared {
     opening: Mutex<()>,
     /// Shown as every entry's owner: the user the daemon runs as.
     owner: (u32, u32),
+    /// The server keeps the notes of object versions (user metadata); false once
+    /// [`Store::check_writes`] found it does not, which turns the [`exchange`] off.
+    keeps_notes: std::sync::atomic::AtomicBool,
     /// Last, so that it is dropped after everything that may hold its tasks' handles.
     runtime: Runtime,
 }
@@ -268,6 +271,7 @@ impl BucketStore {
             multipart: None,
             opening: Mutex::default(),
             owner,
+            keeps_notes: true.into(),
             runtime: Runtime(Some(runtime)),
         })))
     }
@@ -1042,7 +1046,9 @@ impl Store for BucketStore {
         let key = format!("{}/probe/{}", super::PRIVATE_DIR, std::process::id());
         let path = self.path(&key);
         let put = |mode| self.probe_put(&path, mode);
-        let honoured = put(PutOptions::from(object_store::PutMode::Overwrite)).map_err(|e| {
+        let noted = object_store::Attributes::from_iter([(exchange::note_attribute(), "probe")]);
+        let first = PutOptions { attributes: noted, ..PutOptions::from(object_store::PutMode::Overwrite) };
+        let honoured = put(first).map_err(|e| {
             let why = format!("cannot write to the {} ({}); mount it --read-only", self.0.service.bucket, one_line(&e));
             Error::Io { place: self.describe(""), source: io::Error::other(why) }
         })?;
@@ -1053,6 +1059,13 @@ impl Store for BucketStore {
             version: Some(format!("{}0", honoured.version.unwrap_or_else(|| "1".into()))),
         };
         let update = put(PutOptions::from(object_store::PutMode::Update(bogus)));
+        // Commits of many machines take turns through notes kept with shard versions (see
+        // `exchange`); a server that keeps none has them take turns by whole shards alone.
+        let kept = self.head_with_attributes(&key).ok().flatten().map(|(_, a)| exchange::noted(&a) == "probe");
+        if kept == Some(false) {
+            log::warn!("{}: the server keeps no user metadata; many machines' commits take turns by whole shards", self.describe(""));
+            self.0.keeps_notes.store(false, Ordering::Relaxed);
+        }
         if let (Some(multipart), Some(e_tag)) = (&self.0.multipart, &honoured.e_tag) {
             self.block_on(multipart.probe(&path, e_tag));
         }

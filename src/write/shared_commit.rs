@@ -105,6 +105,7 @@ impl Turns<'_> {
     fn wait(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
         let name = unique_name(DELTA);
         let delta_key = join(&self.dir, &name);
+        log::info!("{}: its lease is held; waiting as {name}", self.store.describe(self.key));
         if self.exchange.create(&delta_key, &delta::encode(changes))?.is_none() {
             return Err(store::Error::Changed(self.store.describe(&delta_key)).into());
         }
@@ -150,7 +151,15 @@ impl Turns<'_> {
         loop {
             attempt += 1;
             let lock = self.store.lock(lock::slot(self.key))?;
-            let (note, listed, current) = self.read()?;
+            let (note, listed, current) = match self.read() {
+                Ok(seen) => seen,
+                // Replaced between its HEAD and the read of its index: read again.
+                Err(CommitError::Store(store::Error::Changed(_))) => {
+                    self.exchange.forget(self.key);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let current_stamp = current.as_ref().map(Current::stamp);
             if note.as_ref().map(|(stamp, _)| *stamp) != current_stamp {
                 // What this process knew of the shard was old, or it changed between the reads.
@@ -194,6 +203,13 @@ impl Turns<'_> {
                 }
             };
             drop(lock);
+            log::info!(
+                "{}: committed with {} of the {} waiting deltas{}",
+                self.store.describe(self.key),
+                read.len(),
+                deltas.len(),
+                if own.is_some() { " and this mount's own changes" } else { "" }
+            );
             for name in &folded {
                 // Held by the version just written (or the one read): one left is removed by the next holder.
                 if let Err(e) = self.exchange.remove(&join(&self.dir, name)) {

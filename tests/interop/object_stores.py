@@ -222,6 +222,38 @@ class GCS(Child):
         urllib.request.urlopen(request).read()
 
 
+class S3sFs(Child):
+    """s3s-fs over a directory (scripts/s3s_fs.sh builds it, patched so that writes to one key
+    take turns from the check of their condition to the ETag stored, as on S3): the S3 server for
+    many machines writing at once, where moto's conditional writes are not atomic."""
+
+    name, scheme, bucket_word, missing_bucket = "s3s", "s3", "bucket", "no such bucket"
+    takes_writes = True
+
+    def __init__(self):
+        super().__init__()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def command(self):
+        binary = subprocess.run([str(ROOT / "scripts/s3s_fs.sh")], check=True, capture_output=True,
+                                text=True).stdout.strip()
+        os.makedirs(os.path.join(self.data, "objects"), exist_ok=True)
+        return [binary, "--host", "127.0.0.1", "--port", str(self.port), "--access-key", "test", "--secret-key",
+                "test", os.path.join(self.data, "objects")]
+
+    def environment(self, work):
+        return S3.environment(self, work)
+
+    def make_bucket(self, name):
+        os.makedirs(os.path.join(self.data, "objects", name), exist_ok=True)
+
+    def objects(self, prefix=None, bucket=BUCKET):
+        return s3_objects(self.endpoint, prefix, bucket)
+
+    def ts_kvstore(self, path):
+        return None
+
+
 SERVICES = {service.name: service for service in (S3, Azure, GCS)}
 
 

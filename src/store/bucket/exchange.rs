@@ -4,7 +4,7 @@
 //! GCS names versions by generation where this names them by ETag: it has no exchange, and its
 //! commits take turns by conditional PUTs of whole shards alone.
 
-use object_store::{Attribute, PutMode as ObjectPutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{Attribute, Attributes, PutMode as ObjectPutMode, PutOptions, PutPayload, UpdateVersion};
 
 use super::BucketStore;
 use crate::store::exchange::Exchange;
@@ -18,11 +18,18 @@ pub fn note_attribute() -> Attribute {
     Attribute::Metadata(NOTE.into())
 }
 
+/// The note among an object's attributes (empty: none).
+pub fn noted(attributes: &Attributes) -> String {
+    attributes.get(&note_attribute()).map(|v| v.to_string()).unwrap_or_default()
+}
+
 impl BucketStore {
     /// The store's exchange, where its server can keep many machines' commits apart by ETag.
     pub(super) fn own_exchange(&self) -> Option<&dyn Exchange> {
         let service = &self.0.service;
-        (service.abilities.write && service.abilities.list && !service.updates_name_generation).then_some(self)
+        let keeps_notes = self.0.keeps_notes.load(std::sync::atomic::Ordering::Relaxed);
+        (service.abilities.write && service.abilities.list && !service.updates_name_generation && keeps_notes)
+            .then_some(self)
     }
 
     /// A PUT of a small exchange object in `mode`: its ETag, `None` when the condition failed.
@@ -74,10 +81,7 @@ impl Exchange for BucketStore {
     }
 
     fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {
-        Ok(self.head_with_attributes(key)?.map(|(head, attributes)| {
-            let note = attributes.get(&note_attribute()).map(|v| v.to_string()).unwrap_or_default();
-            (head.stamp(), note)
-        }))
+        Ok(self.head_with_attributes(key)?.map(|(head, attributes)| (head.stamp(), noted(&attributes))))
     }
 
     fn put_noted(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>> {
