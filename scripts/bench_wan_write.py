@@ -21,7 +21,8 @@ from the bucket directly and comparing it with what was written:
   turns per shard: two rewrites of one shard at once would lose a tile);
 - eight: eight mounts of the bucket (eight daemons) writing the 256 tiles of an existing array at
   once, tile i through mount i % 8 (every shard written by all eight), against `region`'s one
-  mount; direct: eight clients.
+  mount; direct: eight clients;
+- sixteen: the same through sixteen mounts.
 
 Writers: zarr-python 3 on the bucket directly (obstore; it writes shards, so a tile rewritten is a
 shard read and rewritten); zarr-python through a writable shardfs mount of the same sharded
@@ -51,6 +52,7 @@ import tempfile
 import threading
 import time
 
+import numcodecs
 import numpy as np
 import zarr
 from bench_net import BUCKET, KEYS, Proxy, free_port, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs
@@ -207,6 +209,8 @@ def tile_slices(i, j):
 
 
 TILES = [(i, j) for i in range(16) for j in range(16)]
+# The workloads of many mounts at once, and how many.
+MANY = {"eight": 8, "sixteen": 16}
 
 
 def main():
@@ -216,7 +220,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="bulk is SCALE x 256 MiB")
     parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,plain")
-    parser.add_argument("--workloads", default="bulk,tiles,append,region,eight")
+    parser.add_argument("--workloads", default="bulk,tiles,append,region,eight,sixteen")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="", help="more flags for the shardfs mounts, one string")
     parser.add_argument("--connection-mbs", type=float, default=20.0,
@@ -265,7 +269,7 @@ def main():
         name = {"bulk": "b", "append": "a"}.get(kind, "t")
         arr = zarr.create_array(store, name=name, shape=shape, chunks=chunks, shards=shards if sharded_here else None,
                                 dtype=dtype, compressors=compressors, fill_value=0)
-        if kind in ("region", "eight"):
+        if kind == "region" or kind in MANY:
             arr[...] = tiles
 
     def prepare(place, kind, prefix, sharded_here):
@@ -304,14 +308,14 @@ def main():
         elif kind == "region":
             arr = zarr.open_array(store, path="t", mode="r+")
             write_tiles(lambda t: arr, order, per_shard)
-        elif kind == "eight":
-            arrays = [zarr.open_array(store_of(k), path="t", mode="r+") for k in range(8)]
-            write_tiles(lambda t: arrays[t[0] % 8], order, per_shard)
+        elif kind in MANY:
+            arrays = [zarr.open_array(store_of(k), path="t", mode="r+") for k in range(MANY[kind])]
+            write_tiles(lambda t: arrays[t[0] % len(arrays)], order, per_shard)
 
     def verify(place, kind, prefix):
         store = place.store(prefix, proxied=False)
         name, want = {"bulk": ("b", bulk), "tiles": ("t", tiles), "append": ("a", appends),
-                      "region": ("t", rewritten), "eight": ("t", rewritten)}[kind]
+                      "region": ("t", rewritten), "eight": ("t", rewritten), "sixteen": ("t", rewritten)}[kind]
         got = zarr.open_array(store, path=name, mode="r")[...]
         return got.shape == want.shape and np.array_equal(got, want)
 
@@ -340,9 +344,9 @@ def main():
                             create(place.store(prefix), kind, False)
                         else:
                             prepare(place, kind, prefix, writer in ("direct", "shardfs"))
-                        count = 8 if kind == "eight" else 1
+                        count = MANY.get(kind, 1)
                         if writer in ("direct", "plain"):
-                            stores = [place.store(prefix) for _ in range(8)]
+                            stores = [place.store(prefix) for _ in range(count)]
                             mounts = []
                         else:
                             extra = mount_args if writer == "shardfs" else []
@@ -389,7 +393,10 @@ def main():
         server.terminate()
         server.wait()
         remove_unless_mounted(work)
-    publish(report(args, [p.label for p in places], workloads, writers, results, failed), args.out)
+    # What the many mounts' tiles are as stored: each tile zstd-compressed as the array's codec does.
+    zstd = numcodecs.Zstd(level=0)
+    compressed_mib = sum(len(zstd.encode(np.ascontiguousarray(rewritten[tile_slices(i, j)]))) for i, j in TILES) / MIB
+    publish(report(args, [p.label for p in places], workloads, writers, results, failed, compressed_mib), args.out)
     return 0
 
 
@@ -409,7 +416,7 @@ def upload_twin(endpoint, prefix, root):
     asyncio.run(put_all())
 
 
-def report(args, wheres, workloads, writers, results, failed):
+def report(args, wheres, workloads, writers, results, failed, compressed_mib):
     names = {"direct": "zarr-python direct (obstore; local: LocalStore)", "shardfs": "shardfs mount",
              "rclone": "rclone mount --vfs-cache-mode writes", "s3fs": "s3fs-fuse",
              "plain": "zarr-python writing it unsharded, plain chunk files (local only)"}
@@ -417,7 +424,8 @@ def report(args, wheres, workloads, writers, results, failed):
             "tiles": "tiles: new 4096x4096 uint8, 256x256 zstd chunks, 2048x2048 shards",
             "append": "append: 64 appends to a sharded array",
             "region": "region: 256 tiles rewritten, 8 threads",
-            "eight": "eight: 256 tiles rewritten through 8 mounts at once"}
+            "eight": "eight: 256 tiles rewritten through 8 mounts at once",
+            "sixteen": "sixteen: 256 tiles rewritten through 16 mounts at once"}
     lines = ["s3s-fs behind scripts/latency_proxy.py"
              + (f", each connection paced to {args.connection_mbs:g} MB/s" if args.connection_mbs else ", unpaced")
              + f"; median of {args.runs} run(s), each on a fresh mount and prefix, verified by reading the "
@@ -454,9 +462,12 @@ def report(args, wheres, workloads, writers, results, failed):
             if p and s and d:
                 lines.append(f"- {where}, {kind}: plain chunk files / direct = {p[0] / d[0]:.2f}x, "
                              f"shardfs / plain chunk files = {s[0] / p[0]:.2f}x")
-        if ("eight", "shardfs", where) in median and ("region", "shardfs", where) in median:
-            e, r = median[("eight", "shardfs", where)], median[("region", "shardfs", where)]
-            lines.append(f"- {where}: eight mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x")
+        for kind in MANY:
+            if (kind, "shardfs", where) in median and ("region", "shardfs", where) in median:
+                e, r = median[(kind, "shardfs", where)], median[("region", "shardfs", where)]
+                lines.append(f"- {where}: {kind} mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x the "
+                             f"time; they sent {e[2] / compressed_mib:.2f}x the compressed bytes of the tiles "
+                             f"({compressed_mib:.1f} MiB)")
     return lines
 
 

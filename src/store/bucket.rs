@@ -1063,7 +1063,10 @@ impl Store for BucketStore {
         // `exchange`); a server that keeps none has them take turns by whole shards alone.
         let kept = self.head_with_attributes(&key).ok().flatten().map(|(_, a)| exchange::noted(&a) == "probe");
         if kept == Some(false) {
-            log::warn!("{}: the server keeps no user metadata; many machines' commits take turns by whole shards", self.describe(""));
+            log::warn!(
+                "{}: the server keeps no user metadata; many machines' commits take turns by whole shards",
+                self.describe("")
+            );
             self.0.keeps_notes.store(false, Ordering::Relaxed);
         }
         if let (Some(multipart), Some(e_tag)) = (&self.0.multipart, &honoured.e_tag) {

@@ -61,9 +61,15 @@ pub fn commit(
     changes: &NestedChanges,
 ) -> Result<Committed, CommitError> {
     let turns = Turns { store, exchange, key, specs, dir: join(EXCHANGE_DIR, key) };
-    let lease = turns.lease();
-    match exchange.create(&lease, &unique_name("holder-").into_bytes())? {
-        Some(_) => turns.hold(Some(changes)),
+    let (lease, holder) = (turns.lease(), unique_name("holder-"));
+    // The lease is asked for while the shard is read: uncontended, it costs no round trip.
+    let (taken, seen) = std::thread::scope(|scope| {
+        let taken = scope.spawn(|| exchange.create(&lease, holder.as_bytes()));
+        let seen = turns.read();
+        (taken.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), seen)
+    });
+    match taken? {
+        Some(tag) => turns.hold(Lease { tag, renewed: Instant::now() }, Some(changes), Some(seen)),
         None => turns.wait(changes),
     }
 }
@@ -72,8 +78,14 @@ pub fn commit(
 /// the shard's exchange directory, and the shard.
 type Seen = (Option<(store::Stamp, String)>, Vec<String>, Option<Current>);
 
-/// Deltas read: each name and bytes.
-type Deltas<'n> = Vec<(&'n str, Vec<u8>)>;
+/// Deltas read: their bytes by name, in the order they are folded.
+type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
+
+/// The lease as its holder last stored it.
+struct Lease {
+    tag: String,
+    renewed: Instant,
+}
 
 /// One shard's turn-taking.
 struct Turns<'a> {
@@ -92,8 +104,13 @@ impl Turns<'_> {
 
     /// Folds as the lease's holder, then gives the lease up (a lease left behind by a failure
     /// expires).
-    fn hold(&self, own: Option<&NestedChanges>) -> Result<Committed, CommitError> {
-        let result = self.fold(own);
+    fn hold(
+        &self,
+        lease: Lease,
+        own: Option<&NestedChanges>,
+        seen: Option<Result<Seen, CommitError>>,
+    ) -> Result<Committed, CommitError> {
+        let result = self.fold(lease, own, seen);
         if let Err(e) = self.exchange.remove(&self.lease()) {
             log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key));
         }
@@ -134,8 +151,8 @@ impl Turns<'_> {
                     }
                 },
             };
-            if taken.is_some() {
-                let mut committed = self.hold(None)?;
+            if let Some(tag) = taken {
+                let mut committed = self.hold(Lease { tag, renewed: Instant::now() }, None, None)?;
                 committed.replaced = None;
                 self.exchange.forget(self.key);
                 return Ok(committed);
@@ -144,14 +161,20 @@ impl Turns<'_> {
     }
 
     /// Under the lease: folds the waiting deltas and `own` changes into the shard, in rounds of
-    /// at most [`MOST_FOLDED`] deltas until none is left, and removes the deltas folded.
-    fn fold(&self, mut own: Option<&NestedChanges>) -> Result<Committed, CommitError> {
+    /// at most [`MOST_FOLDED`] deltas until none is left, and removes the deltas folded. `seen`:
+    /// what was read already for the first round.
+    fn fold(
+        &self,
+        mut lease: Lease,
+        mut own: Option<&NestedChanges>,
+        mut seen: Option<Result<Seen, CommitError>>,
+    ) -> Result<Committed, CommitError> {
         let mut attempt = 0;
         let mut last: Option<Committed> = None;
         loop {
             attempt += 1;
             let lock = self.store.lock(lock::slot(self.key))?;
-            let (note, listed, current) = match self.read() {
+            let (note, mut listed, current) = match seen.take().unwrap_or_else(|| self.read()) {
                 Ok(seen) => seen,
                 // Replaced between its HEAD and the read of its index: read again.
                 Err(CommitError::Store(store::Error::Changed(_))) => {
@@ -168,11 +191,30 @@ impl Turns<'_> {
                 std::thread::sleep(store::backoff(attempt.min(6)));
                 continue;
             }
-            let held: HashSet<&str> = note.as_ref().map(|(_, n)| n.split(' ').collect()).unwrap_or_default();
+            let held: HashSet<String> =
+                note.as_ref().map(|(_, n)| n.split(' ').map(str::to_string).collect()).unwrap_or_default();
+            let fresh = |listed: &[String]| -> Vec<String> {
+                let mut fresh: Vec<String> =
+                    listed.iter().filter(|n| n.starts_with(DELTA) && !held.contains(*n)).cloned().collect();
+                fresh.sort_unstable();
+                fresh.truncate(MOST_FOLDED);
+                fresh
+            };
+            let mut read = Deltas::new();
+            if !fresh(&listed).is_empty() {
+                // Others are committing: those whose deltas land while the first are read are
+                // folded in this round too.
+                let Some(first) = self.read_deltas(&fresh(&listed))? else { continue };
+                read = first;
+                listed = self.exchange.list(&self.dir)?;
+            }
             let mut deltas: Vec<&str> = listed.iter().map(String::as_str).filter(|n| n.starts_with(DELTA)).collect();
             deltas.sort_unstable();
-            let fresh: Vec<&str> = deltas.iter().copied().filter(|n| !held.contains(n)).take(MOST_FOLDED).collect();
-            let Some(read) = self.read_deltas(&fresh)? else { continue };
+            let fresh = fresh(&listed);
+            let more: Vec<String> = fresh.iter().filter(|n| !read.contains_key(*n)).cloned().collect();
+            let Some(more) = self.read_deltas(&more)? else { continue };
+            read.extend(more);
+            read.retain(|name, _| fresh.contains(name));
             let mut merged = NestedChanges::new();
             for (name, bytes) in &read {
                 match delta::decode(bytes, self.specs) {
@@ -185,7 +227,8 @@ impl Turns<'_> {
             if let Some(own) = own {
                 merged.extend(own.iter().map(|(path, c)| (path.clone(), c.as_deref().map(Cow::Borrowed))));
             }
-            let folded: Vec<&str> = deltas.iter().copied().filter(|n| held.contains(n) || fresh.contains(n)).collect();
+            let folded: Vec<&str> =
+                deltas.iter().copied().filter(|n| held.contains(*n) || read.contains_key(*n)).collect();
             let mut committed = match merged.is_empty() {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
@@ -210,9 +253,10 @@ impl Turns<'_> {
                 deltas.len(),
                 if own.is_some() { " and this mount's own changes" } else { "" }
             );
-            for name in &folded {
-                // Held by the version just written (or the one read): one left is removed by the next holder.
-                if let Err(e) = self.exchange.remove(&join(&self.dir, name)) {
+            // Held by the version just written (or the one read): one left is removed by the next
+            // holder.
+            for removed in at_once(&folded, |name| self.exchange.remove(&join(&self.dir, name))) {
+                if let Err(e) = removed {
                     log::warn!("{e}; the next commit of the shard removes it");
                 }
             }
@@ -224,8 +268,18 @@ impl Turns<'_> {
                 last = Some(committed);
             }
             own = None;
-            if deltas.len() == folded.len() {
+            // Others committing now likely have more deltas on the way: while there were some
+            // this round, the holder goes on, sparing the next one its lease and reads.
+            if deltas.len() == folded.len() && read.is_empty() {
                 return Ok(last.expect("set above"));
+            }
+            if lease.renewed.elapsed() >= LEASE_TIMEOUT / 4 {
+                let body = unique_name("holder-").into_bytes();
+                match self.exchange.replace(&self.lease(), &body, &lease.tag)? {
+                    Some(tag) => lease = Lease { tag, renewed: Instant::now() },
+                    // Taken over: whoever holds it now folds what is left.
+                    None => return Ok(last.expect("set above")),
+                }
             }
             attempt = 0;
         }
@@ -246,20 +300,32 @@ impl Turns<'_> {
         })
     }
 
-    /// The bytes of the deltas named; `None` when one is gone (a holder that stalled past its
-    /// lease folded and removed it): the shard is read again.
-    fn read_deltas<'n>(&self, names: &[&'n str]) -> Result<Option<Deltas<'n>>, CommitError> {
-        let mut read = Vec::with_capacity(names.len());
-        for name in names {
-            match self.exchange.read(&join(&self.dir, name))? {
-                Some(bytes) => read.push((*name, bytes)),
+    /// The bytes of the deltas named, read at once; `None` when one is gone (a holder that
+    /// stalled past its lease folded and removed it): the shard is read again.
+    fn read_deltas(&self, names: &[String]) -> Result<Option<Deltas>, CommitError> {
+        let read = at_once(names, |name| self.exchange.read(&join(&self.dir, name)));
+        let mut deltas = Deltas::new();
+        for (name, bytes) in names.iter().zip(read) {
+            match bytes? {
+                Some(bytes) => deltas.insert(name.clone(), bytes),
                 None => return Ok(None),
-            }
+            };
         }
-        Ok(Some(read))
+        Ok(Some(deltas))
     }
 }
 
+/// `f` of each of `items`, a few at a time on threads of their own: each is a round trip.
+fn at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let mut results = Vec::with_capacity(items.len());
+    for batch in items.chunks(8) {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = batch.iter().map(|item| scope.spawn(|| f(item))).collect();
+            results.extend(threads.into_iter().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
+        });
+    }
+    results
+}
 /// A name no other commit uses, that sorts after every name this process made before: `prefix`,
 /// the time in nanoseconds (kept rising here) and a random number.
 fn unique_name(prefix: &str) -> String {
