@@ -55,10 +55,13 @@ timed scripts/package-test.sh
 # The interop suite (tests/interop, pytest; docs/testing.md says what each file covers), each file
 # run in the venv of its peers (scripts/setup.sh). In target/venv: zarr-python 3 and tensorstore
 # through the view, arrays changing underneath, nginx, object stores (moto, Azurite,
-# fake-gcs-server; S3 behind a fault-injecting proxy), the Zarr v2 view, BLZ and zip: about 8 min.
+# fake-gcs-server; S3 behind a fault-injecting proxy), the Zarr v2 view, BLZ and zip, many daemons
+# writing one dataset (s3s-fs, built by scripts/s3s_fs.sh, and Azurite) and a Dask cluster writing
+# through the plugin: about 10 min.
 interop target/venv/bin/python tests/interop/test_peers.py tests/interop/test_changes.py \
   tests/interop/test_overwrite.py tests/interop/test_http.py tests/interop/test_object_stores.py \
-  tests/interop/test_faults.py tests/interop/test_v2.py tests/interop/test_blz.py tests/interop/test_zip.py
+  tests/interop/test_faults.py tests/interop/test_v2.py tests/interop/test_blz.py tests/interop/test_zip.py \
+  tests/interop/test_many_writers.py tests/interop/test_dask.py
 # The newest releases (pinned in setup.sh), so that a release that breaks the view is caught: the
 # peers again, zarr-python's own store suite in a writable mount, Icechunk and GDAL 3.12.
 interop newest tests/interop/test_peers.py tests/interop/test_store_suite.py tests/interop/test_icechunk.py \
