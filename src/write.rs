@@ -1,7 +1,8 @@
 //! Writing shards without ever tearing one: every change to a shard is one [`commit`], under the
 //! shard's lock, by one of two strategies chosen by what the store can do.
 //!
-//! - [`commit`]: one shard update, and the choice of strategy.
+//! - [`commit`]: one shard update under the shard's lock, tried again when another writer got there first.
+//! - [`apply`]: changes applied over the shard version read, and the choice of strategy.
 //! - [`append`]: new chunk bytes and a fresh index appended after the shard's end, journaled.
 //! - [`rewrite`]: a whole new shard written atomically over the version read.
 //! - [`shared_commit`]: commits into shards other machines write at once, taking turns through
@@ -16,6 +17,7 @@
 //! Everything shardfs keeps for itself lives under [`crate::store::PRIVATE_DIR`] at the store root.
 
 pub mod append;
+pub mod apply;
 pub mod commit;
 pub mod delta;
 pub mod document;

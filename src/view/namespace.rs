@@ -86,6 +86,35 @@ fn crc32c_checked(chunk: &[u8]) -> Option<&[u8]> {
     (crc32c::crc32c(data).to_le_bytes() == crc).then_some(data)
 }
 
+/// How long the lookup of a chunk directory waits for its exact answer (see
+/// [`Namespace::dir_exists`]).
+const DIR_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// True when a chunk below `prefix` of `array` is shown: pending or stored (the walk stops at the
+/// first).
+fn any_visible_chunk(
+    store: &dyn Store,
+    shards: &Shards,
+    overlay: &dyn Overlay,
+    array: &ShardedArray,
+    prefix: &[u64],
+    sources: &Sources,
+) -> Result<bool> {
+    let pending = overlay.chunks_under(array, prefix);
+    if pending.iter().any(|(_, state)| matches!(state, PendingChunk::Written(_))) {
+        return Ok(true);
+    }
+    let mut found = false;
+    shards.for_each_chunk(store, array, prefix, sources, Walk::First, &mut |coords, _| {
+        if pending.iter().any(|(c, _)| c == coords) {
+            return ControlFlow::Continue(());
+        }
+        found = true;
+        ControlFlow::Break(())
+    })?;
+    Ok(found)
+}
+
 /// The entry of directory `dir` (relative to the array) that leads to `path`, and whether
 /// `path` goes deeper than that entry.
 fn entry_towards(dir: &str, path: &str) -> Option<(String, bool)> {
@@ -281,7 +310,7 @@ impl Content {
 pub struct Namespace {
     store: Arc<dyn Store>,
     documents: Documents,
-    shards: Shards,
+    shards: Arc<Shards>,
     overlay: Arc<dyn Overlay>,
     consolidated: Consolidated,
 }
@@ -295,7 +324,13 @@ impl Namespace {
         overlay: Arc<dyn Overlay>,
     ) -> Self {
         let documents = Documents::new(source_of(&*store), presentation, cache.max_index_bytes());
-        Namespace { store, documents, shards: Shards::new(cache), overlay, consolidated: Consolidated::default() }
+        Namespace {
+            store,
+            documents,
+            shards: Arc::new(Shards::new(cache)),
+            overlay,
+            consolidated: Consolidated::default(),
+        }
     }
 
     /// Where the store keeps its metadata documents.
@@ -502,21 +537,37 @@ impl Namespace {
 
     /// True when the chunk-key directory `dir` fixing `prefix` has a chunk below it or was made
     /// through the view.
+    ///
+    /// The exact answer reads the indexes of the shards below, one after another; when it has not
+    /// come within [`DIR_GRACE`] (a shard's request stalled), a shard file below is taken for a
+    /// chunk, so that a slow shard holds up no lookup through the directory (the kernel makes
+    /// every other lookup of the same name wait for this one). The exact walk goes on by itself.
     fn dir_exists(&self, array: &ShardedArray, dir: &str, prefix: &[u64]) -> Result<bool> {
         let below = format!("{dir}/");
         if self.overlay.dirs(array).iter().any(|d| d == dir || d.starts_with(&below)) {
             return Ok(true);
         }
-        self.any_chunk(array, prefix, &Sources::default())
+        let (store, shards, overlay) = (self.store.clone(), self.shards.clone(), self.overlay.clone());
+        let (owned, owned_prefix) = (Arc::new(array.clone()), prefix.to_vec());
+        let (sender, answer) = std::sync::mpsc::channel();
+        let walk = move || {
+            let found = any_visible_chunk(&*store, &shards, &*overlay, &owned, &owned_prefix, &Sources::default());
+            let _ = sender.send(found);
+        };
+        if std::thread::Builder::new().name("shardfs-dir".into()).spawn(walk).is_err() {
+            return self.any_chunk(array, prefix, &Sources::default());
+        }
+        match answer.recv_timeout(DIR_GRACE) {
+            Ok(found) => found,
+            Err(_) => {
+                let shards = shards_on_disk(&*self.store, array, &shard_prefix(array, prefix), &Sources::default())?;
+                Ok(!shards.is_empty())
+            }
+        }
     }
 
     fn any_chunk(&self, array: &ShardedArray, prefix: &[u64], sources: &Sources) -> Result<bool> {
-        let mut found = false;
-        self.for_each_visible_chunk(array, prefix, sources, Walk::First, &mut |_| {
-            found = true;
-            ControlFlow::Break(())
-        })?;
-        Ok(found)
+        any_visible_chunk(&*self.store, &self.shards, &*self.overlay, array, prefix, sources)
     }
 
     /// Every chunk the view shows under `prefix`: pending writes first, then stored chunks that

@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 
-use super::commit::NestedChanges;
+use super::shard::NestedChanges;
 use crate::format::shard_index::IndexSpec;
 
 const MAGIC: &[u8] = b"shardfs delta 1\n";

@@ -14,6 +14,10 @@ use crate::store::{self, Object, Stamp};
 /// only into the file.
 pub type Changes<'a> = BTreeMap<u64, Option<Cow<'a, [u8]>>>;
 
+/// New content per innermost chunk of a nested shard, keyed by its entry at every level
+/// (outermost first): `Some(bytes)` stores, `None` empties.
+pub type NestedChanges<'a> = BTreeMap<Vec<u64>, Option<Cow<'a, [u8]>>>;
+
 /// What a commit did to the shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {

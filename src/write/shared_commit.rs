@@ -32,9 +32,11 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::commit::{CommitError, Committed, NestedChanges, Outcome, apply_levels, read_current};
+use super::apply::{apply_levels, read_current};
 use super::delta;
+use super::error::CommitError;
 use super::shard::Current;
+use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
 use crate::store::exchange::{EXCHANGE_DIR, Exchange};
 use crate::store::{self, Store, join, lock};

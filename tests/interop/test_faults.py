@@ -16,7 +16,8 @@ responses) a fresh mount through the proxy:
 With one GET in five running long and each read fetched alone (`--read-ahead-size 0`), every read
 of every chunk file on three fresh mounts succeeds, exactly. With one shard's GET stalled for
 30 s, a read of a chunk of another shard takes < 1 s and the stalled read is served, tried again,
-within 10 s. While another client PUTs new versions of the shards every 50 ms, every read through
+within 10 s; so does a read of another shard in the stalled shard's own chunk directory, on a fresh
+mount that reads nothing ahead (the directory's lookup does not wait for the stalled index). While another client PUTs new versions of the shards every 50 ms, every read through
 a read-only mount is one version's chunk, whole.
 
 Runs in ``target/venv``. One fault alone:
@@ -305,6 +306,42 @@ def test_a_stalled_get_holds_up_no_read_of_another_shard(bucket, faults, tmp_pat
     # Tried again, and served exactly.
     assert stalled.get("got") == expected[stalled_chunk]
     assert stalled["took"] < 10 and applied == [1], f"{stalled['took']:.1f} s, stalls {applied}"
+
+
+def test_a_stalled_get_of_a_shard_delays_no_read_that_does_not_need_its_bytes(bucket, faults, tmp_path):
+    """Issue 50's case: one ranged GET of shard c/0/0 stalled 30 s on a mount that reads nothing
+    ahead, while a reader waits on it; a second later, chunks of another shard in the same
+    directory, of another shard elsewhere, and of the stalled shard in another directory."""
+    expected = oracle(bucket)
+    with shardfs.mount(f"s3://{BUCKET}/data", tmp_path, endpoint_url=faults.endpoint, read_only=True,
+                       read_ahead_size=0) as mnt:
+        faults.control([{"method": "GET", "key": "/data/c/0/0$", "range": True, "fault": "stall", "seconds": 30,
+                         "times": 1}])
+        stalled_chunk, stalled = (0, 0), {}
+
+        def read_stalled():
+            start = time.monotonic()
+            stalled["got"] = read_chunk(mnt, *stalled_chunk)
+            stalled["took"] = time.monotonic() - start
+
+        thread = threading.Thread(target=read_stalled)
+        thread.start()
+        others = {}
+        try:
+            time.sleep(1)
+            for other in [(0, 5), (GRID[0] - 1, GRID[1] - 1), (1, 1)]:
+                start = time.monotonic()
+                got = read_chunk(mnt, *other)
+                others[other] = (got == expected[other], time.monotonic() - start)
+        finally:
+            thread.join(40)
+            applied = faults.control()["applied"]
+            faults.control([])
+    assert applied == [1], f"stalls {applied}"
+    for other, (exact, took) in others.items():
+        assert exact and took < 1, f"chunk {other}: {took:.2f} s"
+    assert stalled.get("got") == expected[stalled_chunk]
+    assert stalled["took"] < 10, f"{stalled['took']:.1f} s"
 
 
 def test_every_read_while_shards_are_overwritten_every_50_ms_is_one_versions_chunk(bucket, tmp_path, seconds=20):
