@@ -147,3 +147,23 @@ fn a_lease_whose_holder_died_is_taken_over_once_it_expires() {
     assert_eq!(read_shard(&bucket)[5].as_deref(), Some(&[5; 7][..]));
     assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
 }
+
+#[test]
+fn more_deltas_than_one_note_names_are_folded_in_rounds_each_note_within_s3s_limit() {
+    let bucket = Arc::new(InMemory::new());
+    let store = machine(&bucket);
+    let chunks: Vec<(u64, Vec<u8>)> = (0..50).map(|i| (i, chunk(7, i))).collect();
+    for (i, pair) in chunks.iter().enumerate() {
+        let name = format!("delta-{i:020}-{i:016x}");
+        put_object(&bucket, &delta_key(&name), delta::encode(&changes(std::slice::from_ref(pair))));
+    }
+    commit_levels(&store, KEY, &[spec()], &changes(&[(63, vec![63; 3])])).unwrap();
+    let got = read_shard(&bucket);
+    for (i, bytes) in &chunks {
+        assert_eq!(got[*i as usize].as_deref(), Some(&bytes[..]), "entry {i}");
+    }
+    assert_eq!(got[63].as_deref(), Some(&[63; 3][..]));
+    let (_, note) = store.exchange().unwrap().note(KEY).unwrap().unwrap();
+    assert!(note.len() <= 2048 - 32, "a note of {} bytes", note.len());
+    assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+}

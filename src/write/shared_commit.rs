@@ -49,9 +49,10 @@ const DELTA: &str = "delta-";
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiter asks whether its delta was folded.
 const POLL: Duration = Duration::from_millis(20);
-/// The most deltas one shard version takes in: their names make its note, which S3 limits to
-/// 2 KiB. More wait for the holder's next round.
-const MOST_FOLDED: usize = 40;
+/// The most delta names a shard version's note holds (44 bytes each: S3 keeps at most 2 KiB of
+/// user metadata): those it takes in, and those it held before that are still there. More deltas
+/// wait for the holder's next round.
+const MOST_NOTED: usize = 40;
 
 /// Commits `changes` (innermost chunks by their entry at every level) into the shard at `key`,
 /// laid out as `specs` say, taking turns with other machines through `exchange`.
@@ -163,7 +164,7 @@ impl Turns<'_> {
     }
 
     /// Under the lease: folds the waiting deltas and `own` changes into the shard, in rounds of
-    /// at most [`MOST_FOLDED`] deltas until none is left, and removes the deltas folded. `seen`:
+    /// at most [`MOST_NOTED`] deltas until none is left, and removes the deltas folded. `seen`:
     /// what was read already for the first round.
     fn fold(
         &self,
@@ -196,10 +197,11 @@ impl Turns<'_> {
             let held: HashSet<String> =
                 note.as_ref().map(|(_, n)| n.split(' ').map(str::to_string).collect()).unwrap_or_default();
             let fresh = |listed: &[String]| -> Vec<String> {
+                let still_held = listed.iter().filter(|n| held.contains(*n)).count();
                 let mut fresh: Vec<String> =
                     listed.iter().filter(|n| n.starts_with(DELTA) && !held.contains(*n)).cloned().collect();
                 fresh.sort_unstable();
-                fresh.truncate(MOST_FOLDED);
+                fresh.truncate(MOST_NOTED.saturating_sub(still_held));
                 fresh
             };
             let mut read = Deltas::new();
