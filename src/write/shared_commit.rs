@@ -233,12 +233,29 @@ impl Turns<'_> {
             }
             let folded: Vec<&str> =
                 deltas.iter().copied().filter(|n| held.contains(*n) || read.contains_key(*n)).collect();
+            // Listed again while the shard goes up (no round trip of its own): deltas that landed
+            // meanwhile keep this holder on for another round.
+            let mut arrived = false;
             let mut committed = match merged.is_empty() {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
                     let note = folded.join(" ");
-                    match apply_levels(self.store, self.key, self.specs, current, &merged, Some((self.exchange, &note)))
-                    {
+                    let (applied, relisted) = std::thread::scope(|scope| {
+                        let relisted = scope.spawn(|| self.exchange.list(&self.dir));
+                        let applied = apply_levels(
+                            self.store,
+                            self.key,
+                            self.specs,
+                            current,
+                            &merged,
+                            Some((self.exchange, &note)),
+                        );
+                        (applied, relisted.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                    });
+                    arrived = relisted.is_ok_and(|names| {
+                        names.iter().any(|n| n.starts_with(DELTA) && !held.contains(n) && !read.contains_key(n))
+                    });
+                    match applied {
                         Ok(committed) => committed,
                         Err(CommitError::Store(store::Error::Changed(_))) => {
                             drop(lock);
@@ -273,8 +290,9 @@ impl Turns<'_> {
             }
             own = None;
             // Others committing now likely have more deltas on the way: while there were some
-            // this round, the holder goes on, sparing the next one its lease and reads.
-            if deltas.len() == folded.len() && read.is_empty() {
+            // this round, or some landed during its PUT, the holder goes on, sparing the next one
+            // its lease and reads.
+            if deltas.len() == folded.len() && read.is_empty() && !arrived {
                 return Ok(last.expect("set above"));
             }
             if lease.renewed.elapsed() >= LEASE_TIMEOUT / 4 {
