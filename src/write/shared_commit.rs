@@ -105,16 +105,24 @@ impl Turns<'_> {
         join(&self.dir, LEASE)
     }
 
-    /// Folds as the lease's holder, then gives the lease up (a lease left behind by a failure
-    /// expires).
+    /// Folds as the lease's holder, then gives the lease up while it is still this holder's (a
+    /// lease left behind by a failure expires).
     fn hold(
         &self,
         lease: Lease,
         own: Option<&NestedChanges>,
         seen: Option<Result<Seen, CommitError>>,
     ) -> Result<Committed, CommitError> {
-        let result = self.fold(lease, own, seen);
-        if let Err(e) = self.exchange.remove(&self.lease()) {
+        let mut lease = Some(lease);
+        let result = self.fold(&mut lease, own, seen);
+        // Held long enough that a waiter may have taken it over: removed only if it is unchanged.
+        let ours = lease.filter(|lease| {
+            lease.renewed.elapsed() < LEASE_TIMEOUT
+                || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag))
+        });
+        if ours.is_some()
+            && let Err(e) = self.exchange.remove(&self.lease())
+        {
             log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key));
         }
         result
@@ -168,7 +176,7 @@ impl Turns<'_> {
     /// what was read already for the first round.
     fn fold(
         &self,
-        mut lease: Lease,
+        lease: &mut Option<Lease>,
         mut own: Option<&NestedChanges>,
         mut seen: Option<Result<Seen, CommitError>>,
     ) -> Result<Committed, CommitError> {
@@ -295,12 +303,15 @@ impl Turns<'_> {
             if deltas.len() == folded.len() && read.is_empty() && !arrived {
                 return Ok(last.expect("set above"));
             }
-            if lease.renewed.elapsed() >= LEASE_TIMEOUT / 4 {
+            if let Some(held) = lease.as_ref().filter(|held| held.renewed.elapsed() >= LEASE_TIMEOUT / 4) {
                 let body = unique_name("holder-").into_bytes();
-                match self.exchange.replace(&self.lease(), &body, &lease.tag)? {
-                    Some(tag) => lease = Lease { tag, renewed: Instant::now() },
-                    // Taken over: whoever holds it now folds what is left.
-                    None => return Ok(last.expect("set above")),
+                match self.exchange.replace(&self.lease(), &body, &held.tag)? {
+                    Some(tag) => *lease = Some(Lease { tag, renewed: Instant::now() }),
+                    // Taken over: whoever holds it now folds what is left, and gives it up.
+                    None => {
+                        *lease = None;
+                        return Ok(last.expect("set above"));
+                    }
                 }
             }
             attempt = 0;
