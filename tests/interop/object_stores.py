@@ -257,6 +257,23 @@ class S3sFs(Child):
 SERVICES = {service.name: service for service in (S3, Azure, GCS)}
 
 
+@contextlib.contextmanager
+def serving(server, work):
+    """`server` started with the bucket BUCKET, the environment its clients and daemons need set
+    (`work` holds its files) and put back, stopped and its data removed however the block ends."""
+    saved = dict(os.environ)
+    os.environ.update(server.environment(work))
+    try:
+        server.start()
+        server.make_bucket(BUCKET)
+        yield server
+    finally:
+        server.stop()
+        server.cleanup()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def url(service, prefix, bucket=BUCKET):
     return f"{service.scheme}://{bucket}/{prefix}"
 

@@ -27,7 +27,7 @@ import zarr
 from conftest import ROOT
 from dask.distributed import Client
 
-from object_stores import BUCKET, S3sFs, url, zarr_store
+from object_stores import S3sFs, serving, url, zarr_store
 from ports import free_port, wait_for_port
 
 sys.path.insert(0, str(ROOT / "tests/interop"))
@@ -38,17 +38,8 @@ VENV_BIN = os.path.dirname(sys.executable)
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    server = S3sFs()
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in server.environment(tmp_path_factory.mktemp("s3s-env")).items():
-            env.setenv(name, value)
-        try:
-            server.start()
-            server.make_bucket(BUCKET)
-            yield server
-        finally:
-            server.stop()
-            server.cleanup()
+    with serving(S3sFs(), tmp_path_factory.mktemp("s3s-env")) as server:
+        yield server
 
 
 def own_namespace(command):

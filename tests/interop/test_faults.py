@@ -25,15 +25,11 @@ Runs in ``target/venv``. One fault alone:
 """
 
 import errno
-import json
 import os
 import random
 import struct
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,35 +38,15 @@ import numpy as np
 import pytest
 import shardfs
 import zarr
-from conftest import ROOT
 from zarr.storage import ObjectStore
 
 from object_stores import BUCKET, s3_objects
+from proxies import FaultProxy
 
 SHAPE, CHUNKS, SHARDS = (64, 256), (16, 16), (32, 64)
 GRID = (SHAPE[0] // CHUNKS[0], SHAPE[1] // CHUNKS[1])
 PER_SHARD = (SHARDS[0] // CHUNKS[0], SHARDS[1] // CHUNKS[1])
 EMPTY = 2**64 - 1
-
-
-class Proxy:
-    """scripts/fault_proxy.py in a process of its own, in front of `upstream`."""
-
-    def __init__(self, upstream):
-        self.process = subprocess.Popen([sys.executable, ROOT / "scripts/fault_proxy.py", "--upstream", upstream],
-                                        stdout=subprocess.PIPE, text=True)
-        self.endpoint = f"http://127.0.0.1:{int(self.process.stdout.readline().split()[-1])}"
-
-    def control(self, rules=None):
-        """Sets the rules (None: none set), and returns how often each was applied."""
-        data = None if rules is None else json.dumps({"rules": rules}).encode()
-        request = urllib.request.Request(f"{self.endpoint}/__faults", data=data, method="GET" if data is None else "POST")
-        with urllib.request.urlopen(request) as r:
-            return json.loads(r.read())
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +57,7 @@ def bucket(s3_server):
     arr = zarr.create_array(store=ObjectStore(s3_objects(s3_server.endpoint, "data")), shape=SHAPE, chunks=CHUNKS,
                             shards=SHARDS, dtype="uint16", fill_value=0)
     arr[...] = np.random.default_rng(22).integers(0, 1000, SHAPE, dtype="uint16")
-    proxy = Proxy(s3_server.endpoint)
+    proxy = FaultProxy(s3_server.endpoint)
     try:
         yield SimpleNamespace(endpoint=s3_server.endpoint, s3=s3, proxy=proxy)
     finally:
@@ -268,6 +244,30 @@ def test_every_read_gets_past_one_long_get_in_five_when_each_read_is_its_own_get
     assert sum(applied) > 0, "the proxy injected no fault"
 
 
+def read_beside_a_stall(mnt, expected, stalled_chunk, others, after):
+    """Reads `stalled_chunk` in a thread of its own (its GET stalled by the proxy's rule), and
+    `after` seconds later each of `others`: the stalled read's bytes and time, and each other's
+    exactness and time. The stalled read ends before this returns (it would keep the mount busy)."""
+    stalled, beside = {}, {}
+
+    def read_stalled():
+        start = time.monotonic()
+        stalled["got"] = read_chunk(mnt, *stalled_chunk)
+        stalled["took"] = time.monotonic() - start
+
+    thread = threading.Thread(target=read_stalled)
+    thread.start()
+    try:
+        time.sleep(after)
+        for other in others:
+            start = time.monotonic()
+            got = read_chunk(mnt, *other)
+            beside[other] = (got == expected[other], time.monotonic() - start)
+    finally:
+        thread.join(40)
+    return stalled, beside
+
+
 def test_a_stalled_get_holds_up_no_read_of_another_shard(bucket, faults, tmp_path):
     expected = oracle(bucket)
     with shardfs.mount(f"s3://{BUCKET}/data", tmp_path, endpoint_url=faults.endpoint, read_only=True) as mnt:
@@ -279,28 +279,10 @@ def test_a_stalled_get_holds_up_no_read_of_another_shard(bucket, faults, tmp_pat
             os.stat(os.path.join(mnt, "c", str(d)))
         stalled_chunk = (0, 2 * PER_SHARD[1])
         faults.control([{"method": "GET", "key": "/data/c/0/2$", "fault": "stall", "seconds": 30, "times": 1}])
-        stalled = {}
-
-        def read_stalled():
-            start = time.monotonic()
-            stalled["got"] = read_chunk(mnt, *stalled_chunk)
-            stalled["took"] = time.monotonic() - start
-
-        thread = threading.Thread(target=read_stalled)
-        thread.start()
-        others = {}
-        try:
-            time.sleep(0.3)
-            # The first chunk of shard c/0/1, in the same directory; one of shard c/1/0, in another.
-            for other in [(0, PER_SHARD[1]), (PER_SHARD[0], 0)]:
-                start = time.monotonic()
-                got = read_chunk(mnt, *other)
-                others[other] = (got == expected[other], time.monotonic() - start)
-        finally:
-            # The stalled read ends before the unmount, which it would keep busy.
-            thread.join(40)
-            applied = faults.control()["applied"]
-            faults.control([])
+        # The first chunk of shard c/0/1, in the same directory; one of shard c/1/0, in another.
+        stalled, others = read_beside_a_stall(mnt, expected, stalled_chunk, [(0, PER_SHARD[1]), (PER_SHARD[0], 0)], 0.3)
+        applied = faults.control()["applied"]
+        faults.control([])
     for other, (exact, took) in others.items():
         assert exact and took < 1, f"chunk {other} of another shard: {took:.2f} s"
     # Tried again, and served exactly.
@@ -317,26 +299,10 @@ def test_a_stalled_get_of_a_shard_delays_no_read_that_does_not_need_its_bytes(bu
                        read_ahead_size=0) as mnt:
         faults.control([{"method": "GET", "key": "/data/c/0/0$", "range": True, "fault": "stall", "seconds": 30,
                          "times": 1}])
-        stalled_chunk, stalled = (0, 0), {}
-
-        def read_stalled():
-            start = time.monotonic()
-            stalled["got"] = read_chunk(mnt, *stalled_chunk)
-            stalled["took"] = time.monotonic() - start
-
-        thread = threading.Thread(target=read_stalled)
-        thread.start()
-        others = {}
-        try:
-            time.sleep(1)
-            for other in [(0, 5), (GRID[0] - 1, GRID[1] - 1), (1, 1)]:
-                start = time.monotonic()
-                got = read_chunk(mnt, *other)
-                others[other] = (got == expected[other], time.monotonic() - start)
-        finally:
-            thread.join(40)
-            applied = faults.control()["applied"]
-            faults.control([])
+        stalled_chunk = (0, 0)
+        stalled, others = read_beside_a_stall(mnt, expected, stalled_chunk, [(0, 5), (GRID[0] - 1, GRID[1] - 1), (1, 1)], 1)
+        applied = faults.control()["applied"]
+        faults.control([])
     assert applied == [1], f"stalls {applied}"
     for other, (exact, took) in others.items():
         assert exact and took < 1, f"chunk {other}: {took:.2f} s"

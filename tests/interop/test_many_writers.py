@@ -18,24 +18,20 @@ Runs in ``target/venv``. One case alone:
 
 import concurrent.futures
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-import numpy as np
 import obstore
 import pytest
 import shardfs
 import zarr
-from conftest import ROOT
 
-from object_stores import BUCKET, Azure, S3sFs, daemon_pid, url, zarr_store
+from object_stores import Azure, S3sFs, daemon_pid, serving, url, zarr_store
+from proxies import FaultProxy
 
 SERVICES = {"s3s": S3sFs, "azure": Azure}
 SHAPE, CHUNKS, SHARDS = (64, 64), (4, 4), (32, 32)
@@ -47,16 +43,8 @@ TAKEOVER = 40
 @pytest.fixture(scope="module", params=list(SERVICES))
 def service(request, tmp_path_factory):
     server = SERVICES[request.param]()
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in server.environment(tmp_path_factory.mktemp(f"{server.name}-env")).items():
-            env.setenv(name, value)
-        try:
-            server.start()
-            server.make_bucket(BUCKET)
-            yield server
-        finally:
-            server.stop()
-            server.cleanup()
+    with serving(server, tmp_path_factory.mktemp(f"{server.name}-env")):
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -122,33 +110,6 @@ def test_eight_daemons_writing_the_same_shards_at_once_lose_nothing_and_every_un
     assert exchange_left(service, "eight") == []
 
 
-class Proxy:
-    """scripts/fault_proxy.py in front of `upstream`."""
-
-    def __init__(self, upstream):
-        self.process = subprocess.Popen([sys.executable, ROOT / "scripts/fault_proxy.py", "--upstream", upstream],
-                                        stdout=subprocess.PIPE, text=True)
-        self.endpoint = f"http://127.0.0.1:{int(self.process.stdout.readline().split()[-1])}"
-
-    def control(self, rules=None):
-        data = None if rules is None else json.dumps({"rules": rules}).encode()
-        request = urllib.request.Request(f"{self.endpoint}/__faults", data=data, method="GET" if data is None else "POST")
-        with urllib.request.urlopen(request) as r:
-            return json.loads(r.read())
-
-    def wait_applied(self, rule, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.control()["applied"][rule] > 0:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"fault rule {rule} never applied: {self.control()}")
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(10)
-
-
 def fsync_in_background(mnt, writer, i, j):
     """Writes and fsyncs a chunk in a thread of its own: the future, which may fail (a killed
     daemon)."""
@@ -182,7 +143,7 @@ def test_a_lease_holder_killed_or_stalled_anywhere_loses_no_fsynced_chunk(servic
     rules, kill_at, own_kept = KILLS[case]
     prefix = f"eight-{list(KILLS).index(case)}"
     make_array(service, prefix)
-    proxy = Proxy(service.endpoint)
+    proxy = FaultProxy(service.endpoint)
     others = 3
     written = {}
     try:

@@ -45,8 +45,8 @@ import tensorstore as ts
 import zarr
 from conftest import BINARY, ROOT
 
-from object_stores import (BUCKET, SERVICES, daemon_pid, keys_below, ts_spec, url, write_fixtures, writing_store,
-                           zarr_store)
+from object_stores import (BUCKET, SERVICES, daemon_pid, keys_below, serving, ts_spec, url, write_fixtures,
+                           writing_store, zarr_store)
 from peers import chunk_files, peers_write_regions
 from ports import free_port, wait_for_port
 
@@ -69,16 +69,8 @@ def on(names):
 def service(request, tmp_path_factory):
     """The service's server, started with a bucket and its credentials in the environment."""
     server = SERVICES[request.param]()
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in server.environment(tmp_path_factory.mktemp(f"{server.name}-env")).items():
-            env.setenv(name, value)
-        try:
-            server.start()
-            server.make_bucket(BUCKET)
-            yield server
-        finally:
-            server.stop()
-            server.cleanup()
+    with serving(server, tmp_path_factory.mktemp(f"{server.name}-env")):
+        yield server
 
 
 def copy_prefix(service, source, target):
