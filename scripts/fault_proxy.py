@@ -14,7 +14,8 @@ searched in the unquoted path, /BUCKET/KEY), `range` (true: only requests with a
 false: only without), then applies its `fault` to a match at random, one in `every` on average
 (every match when left out), at most `times` times (no limit when left out). At random, not to
 each `every`-th match: a client whose tries each follow one other request would meet the fault at
-every try, as on no real network. Faults:
+every try, as on no real network. The draws start over from one seed whenever rules are set, so a
+case's faults fall on the same requests in every run, whatever ran before it. Faults:
 
 - `status`: answers `status` (default 500; 503 is S3's SlowDown) without forwarding;
 - `reset`: sends the headers and half the body, then resets the connection;
@@ -50,15 +51,14 @@ class Faults:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.rules = []
-        self.applied = []
         self.requests = 0
-        self.random = random.Random(9)
+        self.set([])
 
     def set(self, rules):
         with self.lock:
             self.rules = rules
             self.applied = [0] * len(rules)
+            self.random = random.Random(9)
 
     def stats(self):
         with self.lock:
