@@ -63,7 +63,9 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path;
-use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, RetryConfig, UpdateVersion};
+use object_store::{
+    BackoffConfig, ListResult, ObjectStore, ObjectStoreExt, PutOptions, PutPayload, RetryConfig, UpdateVersion,
+};
 use parking_lot::Mutex;
 
 use self::disk_cache::{DiskCache, DiskSettings};
@@ -291,8 +293,14 @@ impl BucketStore {
     pub fn check_bucket(&self) -> std::result::Result<(), String> {
         let prefix = (!self.0.prefix.is_empty()).then(|| self.path(""));
         let missing = format!("no such {}", self.0.service.bucket);
+        let epoch = self.0.metadata.epoch();
         match self.probe_list(prefix.as_ref()) {
-            Ok(_) => Ok(()),
+            // The root's listing, kept: it tells what the root holds (a repository's files,
+            // zarr.json and its version) without a HEAD or LIST of each.
+            Ok(found) => {
+                self.remember_listed("", &found, epoch);
+                Ok(())
+            }
             Err(object_store::Error::NotFound { .. }) => Err(missing),
             Err(e) if ["NoSuchBucket", "ContainerNotFound"].iter().any(|c| e.to_string().contains(c)) => Err(missing),
             Err(e) => Err(one_line(&e)),
@@ -396,6 +404,11 @@ impl BucketStore {
     fn list_now(&self, dir: &str, epoch: u64) -> Result<Option<Arc<Listing>>> {
         let prefix = (!dir.is_empty() || !self.0.prefix.is_empty()).then(|| self.path(dir));
         let found = self.list_request(dir, prefix.as_ref())?;
+        Ok(self.remember_listed(dir, &found, epoch))
+    }
+
+    /// The listing of `dir` that `found` holds, remembered as asked for in `epoch`.
+    fn remember_listed(&self, dir: &str, found: &ListResult, epoch: u64) -> Option<Arc<Listing>> {
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         let mut modified = SystemTime::UNIX_EPOCH;
@@ -421,7 +434,7 @@ impl BucketStore {
         };
         drop(made);
         self.0.metadata.remember_listing(dir, listing.clone(), objects, epoch);
-        Ok(listing)
+        listing
     }
 
     fn attr_of_file(&self, head: &Head) -> Attr {

@@ -104,6 +104,7 @@ class IdleMount:
         (work / "idle").mkdir()
         self.mnt = Path(stack.enter_context(shardfs.mount(url(service, prefix), work / "idle", read_only=True,
                                                           endpoint_url=endpoint)))
+        self.asked_by_mounting = self.requests()
         zarr.open_array(self.mnt, mode="r")[...]
         subprocess.run(["ls", "-lR", self.mnt], check=True, capture_output=True)
         self.read_at = time.monotonic()
@@ -382,6 +383,16 @@ def test_gcs_google_service_account_names_the_account_file_and_its_base_url(serv
     result = shardfs_run("info", url(service, "sharded/zp/raw_nocrc"),
                          env=without("GOOGLE_", GOOGLE_SERVICE_ACCOUNT=str(account)))
     assert result.returncode == 0, result.stderr
+
+
+@on(["s3"])
+def test_mounting_asks_the_server_once_what_the_root_holds_and_reads_its_zarr_json(service, bucket):
+    """Mounting lists the root once and reads its zarr.json: what the root holds (an Icechunk
+    repository's files or not, zarr.json's version) comes from that listing, and the store is
+    opened in the daemon alone (it was opened in the command too: 14 requests before any chunk)."""
+    asked = bucket.idle.asked_by_mounting
+    assert len(asked) == 2, asked
+    assert "list-type=2" in asked[0] and "zarr.json" in asked[1], asked
 
 
 @on(["s3"])
