@@ -13,12 +13,12 @@
 # against plain files and squashfuse, the daemon's RSS beside; stores written once into
 # target/bench-huge/; its table goes to target/bench-huge.md unless --out names a file; --quick:
 # the test command's small version, 98,304 and 131,072 files); wan-write = scripts/bench_wan_write.py (zarr-python 3.4 writing sharded arrays to s3s-fs
-# behind the latency proxy at 0 and 20 ms: through shardfs against the bucket directly, rclone mount
-# and s3fs-fuse; bulk, tiles, append, region and eight mounts at once; requests, bytes sent and peak
+# behind the latency proxy at 0 and 20 ms: through shardfs against the bucket directly, rclone mount,
+# s3fs-fuse and mountpoint-s3 (new files only: bulk and tiles); bulk, tiles, append, region and eight mounts at once; requests, bytes sent and peak
 # RSS; every run verified; its table goes to target/bench-wan-write.md unless --out names a file;
 # --quick: bulk a quarter, one run, no append for the direct writer); wan = scripts/bench_wan.py (object stores at cloud latency: s3s-fs behind
 # scripts/latency_proxy.py at 0, 20 and 50 ms, each connection paced to 20 MB/s, shardfs against zarr-python reading the bucket
-# directly, s3fs-fuse, rclone mount and boto3; its table goes to target/bench-wan.md unless --out
+# directly, s3fs-fuse, rclone mount, mountpoint-s3 (scripts/mountpoint_s3.sh) and boto3; its table goes to target/bench-wan.md unless --out
 # names a file; --quick: a quarter of the big array, one run, 0 and 20 ms); zip = scripts/bench_zip.sh (the small profile's store zipped as an .ozx: cat of every
 # chunk through the view against plain files, and fuse-zip and ratarmount reading its shards; its
 # table goes to target/bench-zip.md unless --out names a file); blz = scripts/bench_blz.sh (a
@@ -60,6 +60,7 @@ if [ "$profile" = wan ]; then
   # The peers are Debian packages, installed here on demand (a benchmark's tools, not the tests').
   need_tools s3fs:s3fs rclone:rclone
   scripts/setup.sh
+  scripts/mountpoint_s3.sh >/dev/null
   exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-wan.md}"
 fi
 if [ "$profile" = icechunk ]; then
@@ -73,6 +74,7 @@ fi
 if [ "$profile" = wan-write ]; then
   need_tools s3fs:s3fs rclone:rclone
   scripts/setup.sh
+  scripts/mountpoint_s3.sh >/dev/null
   # zarr-python 3.4 (its LocalStore writes a temporary file and renames it, as users' will).
   exec target/venv-newest/bin/python scripts/bench_wan_write.py --runs "$runs" "${quick[@]}" \
     --out "${out:-target/bench-wan-write.md}"

@@ -14,10 +14,13 @@ told), and counts the requests. Readers:
 
 - zarr-python 3 on the bucket directly (obstore's S3Store): the speed to match;
 - zarr-python through a shardfs mount of the bucket (the unsharded view, release build);
-- zarr-python through s3fs-fuse and through rclone mount (both show the sharded objects as they
-  are, so zarr-python reads shard indexes and chunk ranges through them);
+- zarr-python through s3fs-fuse, rclone mount and mountpoint-s3 (mount-s3 over mountpoint-s3-fs
+  0.11, built by scripts/mountpoint_s3.sh, with the options a user gives for a local endpoint:
+  --endpoint-url, --force-path-style, --read-only); all three show the sharded objects as they
+  are, so zarr-python reads shard indexes and chunk ranges through them;
 - `cat` of every chunk file of `big` through shardfs, against `cat` of its shard objects through
-  s3fs-fuse and rclone mount, and boto3 downloading those shard objects (its parallel ranged GETs);
+  s3fs-fuse, rclone mount and mountpoint-s3, and boto3 downloading those shard objects (its
+  parallel ranged GETs);
 - `ls -lR` of the chunk directories of both arrays through shardfs (each shard's index read), and
   of the same chunk files on the local disk;
 - random reads: 256 tiles of `tiles` picked at random (the same for every reader), read by 8
@@ -50,11 +53,17 @@ from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
 
-class Mounts:
-    """Mounts of the bucket's `ds` prefix through one proxy, by shardfs, s3fs-fuse or rclone."""
+MOUNTPOINT_S3 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mountpoint_s3.sh")
+PEERS = ("shardfs", "s3fs", "rclone", "mountpoint")
 
-    def __init__(self, work, binary, mount_args):
-        self.work, self.binary, self.mount_args = work, binary, mount_args
+
+class Mounts:
+    """Mounts of the bucket's `ds` prefix through one proxy, by shardfs, s3fs-fuse, rclone or
+    mountpoint-s3 (`read_only=False`: writable, as far as each tool writes)."""
+
+    def __init__(self, work, binary, mount_args, read_only=True):
+        self.work, self.binary, self.mount_args, self.read_only = work, binary, mount_args, read_only
+        self.foreground = {}  # mount point -> mount-s3's process (it runs in the foreground here)
         self.passwd = os.path.join(work, "passwd-s3fs")
         with open(self.passwd, "w") as f:
             f.write("test:test\n")
@@ -63,7 +72,14 @@ class Mounts:
 
     def mount(self, tool, proxy):
         mnt = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=self.work)
-        if tool == "shardfs":
+        if tool == "mountpoint":
+            env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
+            mount_s3 = subprocess.run([MOUNTPOINT_S3], check=True, capture_output=True, text=True).stdout.strip()
+            ro = ["--read-only"] if self.read_only else []
+            self.foreground[mnt] = subprocess.Popen(
+                [mount_s3, BUCKET, mnt, "--prefix", "ds/", "--endpoint-url", proxy.endpoint, "--force-path-style", *ro],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        elif tool == "shardfs":
             subprocess.run([self.binary, "mount", "--read-only", f"s3://{BUCKET}/ds", mnt,
                             "--endpoint-url", proxy.endpoint, *self.mount_args], check=True)
         elif tool == "s3fs":
@@ -93,6 +109,8 @@ class Mounts:
             time.sleep(0.05)
         else:
             subprocess.run(["umount", "-l", mnt], check=False)
+        if mnt in self.foreground:
+            self.foreground.pop(mnt).wait(30)
         self.live.remove(mnt)
 
     def unmount_all(self):
@@ -132,7 +150,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="`big` is SCALE x 512 MiB")
     parser.add_argument("--quick", action="store_true", help="--scale 0.25 --runs 1 --rtts 0,20 (for iteration)")
-    parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,boto3,plain")
+    parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,mountpoint,boto3,plain")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="",
                         help="more flags for the shardfs mount, one string (\"--part-size 64M\")")
@@ -227,20 +245,21 @@ def main():
         for name, what in (("big", f"zarr-python reads `big` ({big_mib:.0f} MiB)"),
                            ("tiles", "zarr-python reads `tiles` (64 MiB)")):
             workloads.append((what, "direct", zarr_direct(name)))
-            for tool in ("shardfs", "s3fs", "rclone"):
+            for tool in PEERS:
                 workloads.append((what, tool, zarr_mounted(tool, name)))
             workloads.append((what, "plain", zarr_plain(name)))
         what = f"cat of every chunk of `big` ({big_mib:.0f} MiB)"
         workloads.append((what, "shardfs", cat("shardfs")))
         workloads.append((what, "s3fs", cat("s3fs")))
         workloads.append((what, "rclone", cat("rclone")))
+        workloads.append((what, "mountpoint", cat("mountpoint")))
         workloads.append((what, "boto3", boto3_download))
         what = f"ls -lR of the chunk files of both ({chunk_files})"
         workloads.append((what, "shardfs", ("shardfs", lambda proxy, mnt: listing(mnt))))
         workloads.append((what, "plain", lambda proxy: listing(plain)))
         what = "256 random tiles of `tiles`, 8 threads"
         workloads.append((what, "direct", random_direct))
-        for tool in ("shardfs", "s3fs", "rclone"):
+        for tool in PEERS:
             workloads.append((what, tool, random_mounted(tool)))
         workloads = [w for w in workloads if w[1] in readers]
 
@@ -276,7 +295,7 @@ def main():
         remove_unless_mounted(work)
 
     names = {"direct": "zarr-python direct (obstore)", "shardfs": "shardfs mount", "s3fs": "s3fs-fuse",
-             "rclone": "rclone mount", "boto3": "boto3 download_fileobj of the shards",
+             "rclone": "rclone mount", "mountpoint": "mountpoint-s3 (mountpoint-s3-fs 0.11)", "boto3": "boto3 download_fileobj of the shards",
              "plain": "plain chunk files, local disk (unsharded)"}
     median = {}
     for key, runs in results.items():

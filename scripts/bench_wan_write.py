@@ -3,7 +3,7 @@ cloud latency, through a shardfs mount against writing the bucket directly and a
 mounts, all in one run.
 
     target/venv-newest/bin/python scripts/bench_wan_write.py [--rtts 0,20,local] [--runs R] [--scale S]
-                                    [--writers direct,shardfs,rclone,s3fs] [--workloads ...]
+                                    [--writers direct,shardfs,rclone,s3fs,mountpoint] [--workloads ...]
                                     [--binary SHARDFS] [--mount-args ARGS] [--connection-mbs MBS]
                                     [--quick] [--out FILE]
 
@@ -29,6 +29,10 @@ shard read and rewritten); zarr-python through a writable shardfs mount of the s
 arrays (release build); zarr-python writing the same arrays unsharded through `rclone mount
 --vfs-cache-mode writes` and s3fs-fuse. Each array's documents are made before the clock starts
 (zarr-python 3.4 makes them exclusively with link(2), which neither rclone nor s3fs-fuse can do).
+And mountpoint-s3 (scripts/mountpoint_s3.sh), which writes new files only, each in one go, and
+renames nothing: zarr-python 3.4's LocalStore writes a temporary file and renames it, so through
+mountpoint-s3 each chunk file is written in place (`InPlaceStore`, the same bytes); bulk and
+tiles only (the other workloads rewrite files, which it refuses).
 And, on the local disk only, zarr-python writing the same arrays unsharded as plain chunk files
 (fsync'd): what writing one file per chunk costs zarr-python itself, the floor of any view that
 shows chunks as files. A mount's time includes
@@ -61,6 +65,24 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
 
 MIB = 1 << 20
+MOUNTPOINT_S3 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mountpoint_s3.sh")
+# What each peer mount can write: mountpoint-s3 makes new files only.
+NEW_FILES_ONLY = {"mountpoint": ("bulk", "tiles")}
+
+
+class InPlaceStore(LocalStore):
+    """zarr-python's LocalStore writing each file in place, in one write, not through a temporary
+    file renamed over it: what a mount that renames nothing (mountpoint-s3) takes."""
+
+    async def set(self, key, value):
+        path = os.path.join(str(self.root), key)
+
+        def write():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(value.to_bytes())
+
+        await asyncio.to_thread(write)
 
 
 def direct_store(endpoint, prefix):
@@ -122,7 +144,13 @@ class Mount:
         self.tool, self.pid, self.peak = tool, None, 0
         self.path = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=work)
         endpoint = getattr(place, "proxy", None) and place.proxy.endpoint
-        if tool == "shardfs":
+        if tool == "mountpoint":
+            mount_s3 = subprocess.run([MOUNTPOINT_S3], check=True, capture_output=True, text=True).stdout.strip()
+            self.process = subprocess.Popen([mount_s3, BUCKET, self.path, "--prefix", f"{prefix}/", "--endpoint-url",
+                                             endpoint, "--force-path-style"],
+                                            env=dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test"),
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        elif tool == "shardfs":
             self.process = subprocess.Popen([binary, "mount", "-f", place.source(prefix)[0], self.path,
                                              *place.source(prefix)[1:], *extra], stderr=subprocess.DEVNULL)
             self.binary = binary
@@ -219,7 +247,7 @@ def main():
                         help="round trips to add, ms, comma-separated; `local`: a local directory instead")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="bulk is SCALE x 256 MiB")
-    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,plain")
+    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,mountpoint,plain")
     parser.add_argument("--workloads", default="bulk,tiles,append,region,eight,sixteen")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="", help="more flags for the shardfs mounts, one string")
@@ -336,8 +364,11 @@ def main():
                         if args.quick and (kind, writer) == ("append", "direct"):
                             continue
                         # The other mounts need a bucket; plain chunk files, a disk.
-                        if (writer in ("rclone", "s3fs") and isinstance(place, Local)) or \
+                        if (writer in ("rclone", "s3fs", "mountpoint") and isinstance(place, Local)) or \
                                 (writer == "plain" and not isinstance(place, Local)):
+                            continue
+                        if kind not in NEW_FILES_ONLY.get(writer, (kind,)):
+                            failed[(kind, writer, place.label)] = "unsupported: it writes new files only"
                             continue
                         prefix = new_prefix(kind)
                         if writer == "plain":
@@ -353,7 +384,7 @@ def main():
                             mounts = [Mount(writer, work, binary, place, prefix, extra) for _ in range(count)]
                         live.extend(mounts)
                         if mounts:
-                            stores = [LocalStore(m.path) for m in mounts]
+                            stores = [(InPlaceStore if writer == "mountpoint" else LocalStore)(m.path) for m in mounts]
                         time.sleep(0.3)  # the mounts' own requests are not the workload's
                         before, start = place.counts(), time.perf_counter()
                         failure = None
@@ -419,6 +450,7 @@ def upload_twin(endpoint, prefix, root):
 def report(args, wheres, workloads, writers, results, failed, compressed_mib):
     names = {"direct": "zarr-python direct (obstore; local: LocalStore)", "shardfs": "shardfs mount",
              "rclone": "rclone mount --vfs-cache-mode writes", "s3fs": "s3fs-fuse",
+             "mountpoint": "mountpoint-s3 (chunk files written in place)",
              "plain": "zarr-python writing it unsharded, plain chunk files (local only)"}
     what = {"bulk": f"bulk: new {args.scale * 256:.0f} MiB float32, 4 MiB chunks, 64 MiB shards",
             "tiles": "tiles: new 4096x4096 uint8, 256x256 zstd chunks, 2048x2048 shards",
@@ -443,7 +475,8 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
             for where in wheres:
                 m = median.get((kind, writer, where))
                 if m is None:
-                    cells.append(f"failed ({failed[(kind, writer, where)]})" if (kind, writer, where) in failed else "-")
+                    why = failed.get((kind, writer, where))
+                    cells.append("-" if why is None else why if why.startswith("unsupported") else f"failed ({why})")
                     continue
                 extra = f", {m[3]:.0f} MiB RSS" if m[3] else ""
                 cells.append(f"{m[0]:.2f} s ({m[1]}, {m[2]:.0f} MiB{extra})")
@@ -453,7 +486,7 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
         for kind in workloads:
             d, s = median.get((kind, "direct", where)), median.get((kind, "shardfs", where))
             if d and s:
-                peers = [f"{p} {median[(kind, p, where)][0] / s[0]:.2f}x" for p in ("rclone", "s3fs")
+                peers = [f"{p} {median[(kind, p, where)][0] / s[0]:.2f}x" for p in ("rclone", "s3fs", "mountpoint")
                          if (kind, p, where) in median]
                 lines.append(f"- {where}, {kind}: shardfs / direct = {s[0] / d[0]:.2f}x the time, "
                              f"{s[2] / max(d[2], 1e-9):.2f}x the bytes sent"
