@@ -9,14 +9,13 @@ use anyhow::Context as _;
 use clap::Parser;
 use mountpoint_s3_client::config::{AddressingStyle, S3ClientAuthConfig};
 use mountpoint_s3_client::user_agent::UserAgent;
-use mountpoint_s3_fs::fs::{CacheConfig, TimeToLive};
+use mountpoint_s3_fs::fs::{CacheConfig, TimeToLive, UploadChecksumAlgorithm};
 use mountpoint_s3_fs::fuse::config::{FuseOptions, FuseSessionConfig, MountPoint};
 use mountpoint_s3_fs::memory::{CandidateSize, PagedPool};
 use mountpoint_s3_fs::s3::config::{
     ClientConfig, MemoryLimitSetting, PartConfig, Region, TargetThroughputSetting,
 };
 use mountpoint_s3_fs::s3::{Bucket, Prefix, S3Path, S3Personality};
-use mountpoint_s3_fs::upload::UploadChecksumAlgorithm;
 use mountpoint_s3_fs::{MountpointConfig, Runtime, S3FilesystemConfig, Superblock, SuperblockConfig};
 
 #[derive(Parser, Debug)]
