@@ -325,6 +325,11 @@ def main():
                              f"{s[1] / max(d[1], 1):.2f}x the requests (targets: 1.3x, 2x)")
                 if (what, "plain", rtt) in median:
                     lines.append(f"  (plain local chunk files / direct = {median[(what, 'plain', rtt)][0] / d[0]:.2f}x)")
+        for what in [w for w, r in seen if r == "mountpoint"]:
+            if (what, "shardfs", rtt) in median and (what, "mountpoint", rtt) in median:
+                s, m = median[(what, "shardfs", rtt)], median[(what, "mountpoint", rtt)]
+                lines.append(f"- RTT {rtt:g} ms, {what}: shardfs / mountpoint-s3 = {s[0] / m[0]:.2f}x the time "
+                             f"(target: at most 1x)")
         cat_what = f"cat of every chunk of `big` ({args.scale * 512:.0f} MiB)"
         if (cat_what, "shardfs", rtt) in median and (cat_what, "boto3", rtt) in median:
             s, b = median[(cat_what, "shardfs", rtt)], median[(cat_what, "boto3", rtt)]
