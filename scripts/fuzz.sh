@@ -6,7 +6,10 @@
 # and gen, .zmetadata, .zarray). Seeds come from the golden stores (one zipped by
 # Python's zipfile, once stored and once deflated), tests/data/blz, and two reference sets written here.
 #
-#   scripts/fuzz.sh [SECONDS-PER-TARGET] [TARGET...]     (default: 20 s, every target)
+#   scripts/fuzz.sh [--dev] [SECONDS-PER-TARGET] [TARGET...]     (default: 20 s, every target)
+#
+# --dev builds unoptimized (cargo fuzz's --dev): the build takes about half the time and each run
+# does fewer executions, which suits the test command's short smoke run; runs by hand leave it out.
 #
 # The machine's toolchain is stable: RUSTC_BOOTSTRAP lets cargo-fuzz pass its flags, and
 # `-s none` builds without a sanitizer. cargo-fuzz builds optimized by default, and then with
@@ -15,6 +18,8 @@
 # fuzz/artifacts/ and fails this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile=()
+if [ "${1:-}" = --dev ]; then profile=(--dev); shift; fi
 seconds=${1:-20}
 shift || true
 targets=("$@")
@@ -54,10 +59,10 @@ JSON
 cat >fuzz/corpus/kerchunk/seed-zmetadata <<'JSON'
 {"metadata": {".zgroup": {"zarr_format": 2}, "x/.zarray": {"shape": [10, 6], "chunks": [4, 4], "dimension_separator": "."}}, "record_size": 4}
 JSON
-cargo fuzz build -s none 2>&1 | tail -1
+cargo fuzz build "${profile[@]}" -s none 2>&1 | tail -1
 for target in "${targets[@]}"; do
   log=$(mktemp)
-  if ! cargo fuzz run -s none "$target" -- -max_total_time="$seconds" >"$log" 2>&1; then
+  if ! cargo fuzz run "${profile[@]}" -s none "$target" -- -max_total_time="$seconds" >"$log" 2>&1; then
     tail -30 "$log"; echo "fuzz: $target FAILED"; exit 1
   fi
   echo "fuzz: $target: $(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1 | sed 's/Done //')s, no crash"
