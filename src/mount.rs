@@ -86,19 +86,17 @@ pub fn filesystem_showing(
 }
 
 /// `shardfs mount`: returns once the mount is ready (or, in the foreground, once it is gone).
-/// Without `--foreground` the store is opened in the daemon alone: opening it in both processes
-/// (a store's threads do not survive fork) cost a remote store's first requests twice.
+/// Without `--foreground` everything is checked and the store opened in the daemon alone:
+/// opening it in both processes (a store's threads do not survive fork) cost a remote store's
+/// first requests twice. Its errors come back through the command that started it.
 pub fn run(config: &MountConfig) -> Result<(), String> {
     give_large_blocks_back();
-    check_mountpoint(&config.mountpoint)?;
-    check_fuse_device()?;
-    fuse::check_options(&config.settings)?;
     if !config.foreground {
         return daemonize(config);
     }
     let target = config.log_file.clone().map_or(LogTarget::Stderr, LogTarget::File);
     logging::init(&target, config.verbosity)?;
-    let (store, config) = opened(config)?;
+    let (store, config) = prepared(config)?;
     let tidy = tidied_at_unmount(&store, &config);
     let mounted = mount_blocking_signals(store, &config)?;
     log::info!("{}: serving {}", config.mountpoint.display(), config.store.location.display());
@@ -106,13 +104,19 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
 }
 
 /// The store `config` names, checked for the view asked for, and the config with the mount made
-/// read-only where the store cannot be written (BLZ data, a zip file, a web server).
-fn opened(config: &MountConfig) -> Result<(Arc<dyn Store>, MountConfig), String> {
+/// read-only where the store cannot be written (BLZ data, a zip file, a web server); then the
+/// mount point, the FUSE device and the options, checked. The store comes first: of a mistyped
+/// store and mount point, the store is named.
+fn prepared(config: &MountConfig) -> Result<(Arc<dyn Store>, MountConfig), String> {
     let store = open_store(config.store.clone())?;
     check_zarr_format(&*store, config.zarr_format)?;
     let settings =
         MountSettings { read_only: config.settings.read_only || store.read_only(), ..config.settings.clone() };
-    Ok((store, MountConfig { settings, ..config.clone() }))
+    let config = MountConfig { settings, ..config.clone() };
+    check_mountpoint(&config.mountpoint)?;
+    check_fuse_device()?;
+    fuse::check_options(&config.settings)?;
+    Ok((store, config))
 }
 
 /// Has glibc allocate blocks of 256 KiB and more (chunks being written, shard parts going up)
@@ -231,7 +235,7 @@ fn daemon_child(config: &MountConfig, mut parent: std::fs::File) -> i32 {
         let _ = writeln!(parent, "{e}");
         return 1;
     }
-    let opened = opened(config).and_then(|(store, config)| {
+    let opened = prepared(config).and_then(|(store, config)| {
         let tidy = tidied_at_unmount(&store, &config);
         mount_blocking_signals(store, &config).map(|mounted| (mounted, tidy))
     });
