@@ -3,6 +3,7 @@ run as a process of its own with its counts, removing a scratch directory, and w
 report. Needs only the standard library, so that every venv's benchmark can import it.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -63,6 +64,13 @@ class Proxy:
         self.process.wait()
 
 
+
+
+@functools.cache
+def mount_s3_binary():
+    """mountpoint-s3's mount-s3, built by scripts/mountpoint_s3.sh when missing (once per run)."""
+    script = os.path.join(ROOT, "scripts", "mountpoint_s3.sh")
+    return subprocess.run([script], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def shardfs_binary(binary):

@@ -48,12 +48,12 @@ import boto3
 import numpy as np
 import zarr
 from bench_fetch import write_arrays
-from bench_net import BUCKET, KEYS, Proxy, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs
+from bench_net import (BUCKET, KEYS, Proxy, mount_s3_binary,
+                        publish, remove_unless_mounted, shardfs_binary, start_s3s_fs)
 from obstore.store import S3Store
 from zarr.storage import ObjectStore
 
 
-MOUNTPOINT_S3 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mountpoint_s3.sh")
 PEERS = ("shardfs", "s3fs", "rclone", "mountpoint")
 
 
@@ -74,7 +74,7 @@ class Mounts:
         mnt = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=self.work)
         if tool == "mountpoint":
             env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
-            mount_s3 = subprocess.run([MOUNTPOINT_S3], check=True, capture_output=True, text=True).stdout.strip()
+            mount_s3 = mount_s3_binary()
             ro = ["--read-only"] if self.read_only else []
             self.foreground[mnt] = subprocess.Popen(
                 [mount_s3, BUCKET, mnt, "--prefix", "ds/", "--endpoint-url", proxy.endpoint, "--force-path-style", *ro],

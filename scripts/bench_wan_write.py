@@ -59,13 +59,13 @@ import time
 import numcodecs
 import numpy as np
 import zarr
-from bench_net import BUCKET, KEYS, Proxy, free_port, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs
+from bench_net import (BUCKET, KEYS, Proxy, mount_s3_binary,
+                        free_port, publish, remove_unless_mounted, shardfs_binary, start_s3s_fs)
 from obstore.store import S3Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
 
 MIB = 1 << 20
-MOUNTPOINT_S3 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mountpoint_s3.sh")
 # What each peer mount can write: mountpoint-s3 makes new files only.
 NEW_FILES_ONLY = {"mountpoint": ("bulk", "tiles")}
 
@@ -145,7 +145,7 @@ class Mount:
         self.path = tempfile.mkdtemp(prefix=f"mnt-{tool}-", dir=work)
         endpoint = getattr(place, "proxy", None) and place.proxy.endpoint
         if tool == "mountpoint":
-            mount_s3 = subprocess.run([MOUNTPOINT_S3], check=True, capture_output=True, text=True).stdout.strip()
+            mount_s3 = mount_s3_binary()
             self.process = subprocess.Popen([mount_s3, BUCKET, self.path, "--prefix", f"{prefix}/", "--endpoint-url",
                                              endpoint, "--force-path-style"],
                                             env=dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test"),
