@@ -25,8 +25,8 @@ mod write_ops;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -65,13 +65,23 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
-/// An open directory: its node, the entries it had when opened, and its chunk files, read as
-/// the listing is read (at directory offsets from [`CHUNK_OFFSETS`] on).
+/// An open directory: its node, and its listing once the first `readdir` asks for it.
+///
+/// Listing at `opendir` would cost a store listing on every open of a directory whose listing
+/// the kernel keeps (`FOPEN_CACHE_DIR`), where no `readdir` follows: a warm `find` over 256 chunk
+/// directories spent most of its time in them.
 #[derive(Debug)]
 struct OpenDir {
     ino: u64,
     node: Node,
     path: String,
+    listed: OnceLock<Listed>,
+}
+
+/// The listing of an open directory: the entries it had when first read, and its chunk files,
+/// read as the listing is read (at directory offsets from [`CHUNK_OFFSETS`] on).
+#[derive(Debug)]
+struct Listed {
     entries: Vec<DirEntry>,
     chunk_files: Option<ChunkFiles>,
 }
@@ -436,30 +446,41 @@ impl ShardFs {
         Ok(answer.attr)
     }
 
-    /// Lists directory `ino` once, for a stable sequence of [`ShardFs::readdir`] calls (chunk
-    /// files are read shard by shard as the listing is read).
+    /// Opens directory `ino` for a stable sequence of [`ShardFs::readdir`] calls, listed at the
+    /// first of them.
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let (node, path) = {
             let inodes = self.inodes.lock();
             (inodes.node(ino).ok_or(Error::BadHandle)?, inodes.path(ino).ok_or(Error::BadHandle)?)
         };
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let open = OpenDir { ino, node, path, listed: OnceLock::new() };
+        self.dirs.lock().insert(fh, Arc::new(open));
+        Ok(fh)
+    }
+
+    /// The listing of `dir`, read from the store the first time (chunk files are read shard by
+    /// shard as the listing is read).
+    fn listed<'a>(&self, dir: &'a OpenDir) -> Result<&'a Listed> {
+        if let Some(listed) = dir.listed.get() {
+            return Ok(listed);
+        }
         let sources = Sources::default();
-        let listing = self.ns.list_from(&node, &sources)?;
+        let listing = self.ns.list_from(&dir.node, &sources)?;
         // The kernel keeps the listing: it is watched like any other answer.
-        self.freshness.watch_listing(ino, sources.into_vec());
-        let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+        self.freshness.watch_listing(dir.ino, sources.into_vec());
+        let parent = dir.path.rsplit_once('/').map_or("", |(p, _)| p);
         let mut entries = Vec::with_capacity(listing.entries.len() + 2);
-        entries.push(DirEntry { ino, name: ".".into(), kind: Kind::Dir });
+        entries.push(DirEntry { ino: dir.ino, name: ".".into(), kind: Kind::Dir });
         entries.push(DirEntry { ino: path_ino(parent), name: "..".into(), kind: Kind::Dir });
         entries.extend(listing.entries.into_iter().map(|(name, kind)| DirEntry {
-            ino: path_ino(&join(&path, &name)),
+            ino: path_ino(&join(&dir.path, &name)),
             name,
             kind,
         }));
-        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let open = OpenDir { ino, node, path, entries, chunk_files: listing.chunk_files };
-        self.dirs.lock().insert(fh, Arc::new(open));
-        Ok(fh)
+        // The kernel reads one open directory a call at a time; were two racing, one listing wins.
+        let _ = dir.listed.set(Listed { entries, chunk_files: listing.chunk_files });
+        Ok(dir.listed.get().expect("set just above"))
     }
 
     fn open_dir(&self, fh: u64) -> Result<Arc<OpenDir>> {
@@ -471,10 +492,11 @@ impl ShardFs {
     fn chunk_files(
         &self,
         dir: &OpenDir,
+        listed: &Listed,
         offset: u64,
         mut visit: impl FnMut(&str, Node, ViewResult<Answer>, u64) -> ControlFlow<()>,
     ) {
-        let Some(files) = &dir.chunk_files else { return };
+        let Some(files) = &listed.chunk_files else { return };
         let sources = Sources::default();
         self.ns.chunk_files(files, chunk_cursor(offset), &sources, |name, node, attr, next| match chunk_offset(next) {
             Some(next) => visit(name, node, attr, next),
@@ -490,12 +512,13 @@ impl ShardFs {
     /// of the entry after each, until `add` says the reply is full.
     pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
         let dir = self.open_dir(fh)?;
-        for (i, entry) in dir.entries.iter().enumerate().skip(offset as usize) {
+        let listed = self.listed(&dir)?;
+        for (i, entry) in listed.entries.iter().enumerate().skip(offset as usize) {
             if add(entry, i as u64 + 1) {
                 return Ok(());
             }
         }
-        self.chunk_files(&dir, offset, |name, node, answer, next| {
+        self.chunk_files(&dir, listed, offset, |name, node, answer, next| {
             // The number a lookup will give it.
             let grouped = match (&node, answer) {
                 (Node::Chunk { array, coords }, Ok(Answer { content: Some(stamp), place: Some(place), .. })) => {
@@ -540,7 +563,8 @@ impl ShardFs {
             }
             full
         };
-        for (i, entry) in dir.entries.iter().enumerate().skip(offset as usize) {
+        let listed = self.listed(&dir)?;
+        for (i, entry) in listed.entries.iter().enumerate().skip(offset as usize) {
             let next = i as u64 + 1;
             if entry.name == "." || entry.name == ".." {
                 // The kernel takes neither attributes nor a reference for these two.
@@ -558,7 +582,7 @@ impl ShardFs {
                 Err(e) => log::debug!("readdirplus: {}: {e}", entry.name),
             }
         }
-        self.chunk_files(&dir, offset, |name, node, answer, next| {
+        self.chunk_files(&dir, listed, offset, |name, node, answer, next| {
             let entry = DirEntry { ino: 0, name: name.to_string(), kind: Kind::File };
             if pass(add, &entry, node, answer, next) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         });
