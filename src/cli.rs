@@ -252,9 +252,12 @@ impl StoreArgs {
 }
 
 /// Requests mostly wait on the store rather than compute, so more threads than cores pay off
-/// when several clients read at once.
+/// when several clients read at once. At least 16: a thread waits out its GET, and zarr-python
+/// and Icechunk's own reader keep 16 reads in flight (with 8, reading an Icechunk repository at
+/// 20 ms took 1.20x Icechunk's reader; with 16, 1.05x). A thread's buffer costs memory only as
+/// far as a request fills it.
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(8, |n| (n.get() * 4).clamp(8, 32))
+    std::thread::available_parallelism().map_or(16, |n| (n.get() * 4).clamp(16, 64))
 }
 
 /// A byte count with an optional binary suffix: `4096`, `512K`, `64M`, `1G`.
