@@ -4,9 +4,10 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to target/bench-PROFILE.md (or --out FILE).
 #
-#   scripts/bench.sh [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]
+#   scripts/bench.sh [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]
 #
-# Profiles: icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount
+# Profiles: dirs = scripts/bench_dirs.sh (a warm find over 256 chunk directories of 256 files against
+# plain files; its table goes to target/bench-dirs.md unless --out names a file); icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount
 # against Icechunk's own Python reader, from the local disk and from s3s-fs behind the latency
 # proxy at 0 and 20 ms; its table goes to target/bench-icechunk.md unless --out names a file;
 # --quick: one run); huge = scripts/bench_huge.sh (stat walks over 10^8 chunk files and a directory of 2^20,
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=(--quick); shift ;;
-    *) echo "usage: $0 [--profile tiny|small|large|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
   esac
 done
 source scripts/lib.sh
@@ -78,6 +79,10 @@ if [ "$profile" = wan-write ]; then
   # zarr-python 3.4 (its LocalStore writes a temporary file and renames it, as users' will).
   exec target/venv-newest/bin/python scripts/bench_wan_write.py --runs "$runs" "${quick[@]}" \
     --out "${out:-target/bench-wan-write.md}"
+fi
+if [ "$profile" = dirs ]; then
+  need_tools hyperfine:hyperfine
+  exec scripts/bench_dirs.sh --runs "$runs" --out "${out:-target/bench-dirs.md}"
 fi
 if [ "$profile" = blz ]; then
   exec scripts/bench_blz.sh --runs "$runs" --out "${out:-target/bench-blz.md}"

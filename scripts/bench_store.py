@@ -1,12 +1,13 @@
 """Writes the benchmark stores: a sharded Zarr v3 store and the same chunks as plain files.
 
-    python3 scripts/bench_store.py OUT_DIR --shards N --chunks-per-shard M --chunk-bytes B [--index-only]
+    python3 scripts/bench_store.py OUT_DIR --shards N --chunks-per-shard M --chunk-bytes B [--index-only] [--rows]
 
 OUT_DIR/sharded: a group with one array `a` of N shards (a 1-D grid of shards, each M inner
 chunks, uncompressed `bytes`, crc32c index at the end); OUT_DIR/plain: the unsharded equivalent,
 one file per chunk at `a/c/<i>`. With --index-only, every inner chunk of every shard points at
 the same single data byte: a store of many chunks whose size is all index (for memory tests);
-no plain copy is written then. Pure Python, no third-party module.
+no plain copy is written then. With --rows, `a` is 2-D, one row of chunks per shard: N chunk
+directories `a/c/<row>/` of M chunk files each (shard `a/c/<row>/0`). Pure Python, no third-party module.
 """
 
 import argparse
@@ -38,12 +39,14 @@ def _table():
 crc32c.table = _table()
 
 
-def array_doc(shards, per_shard, chunk_bytes):
-    return {"zarr_format": 3, "node_type": "array", "shape": [shards * per_shard * chunk_bytes], "data_type": "uint8",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [per_shard * chunk_bytes]}},
+def array_doc(shards, per_shard, chunk_bytes, rows):
+    row = [1] if rows else []
+    shape = [shards, per_shard * chunk_bytes] if rows else [shards * per_shard * chunk_bytes]
+    return {"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": row + [per_shard * chunk_bytes]}},
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
             "codecs": [{"name": "sharding_indexed", "configuration": {
-                "chunk_shape": [chunk_bytes], "codecs": [{"name": "bytes"}],
+                "chunk_shape": row + [chunk_bytes], "codecs": [{"name": "bytes"}],
                 "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
                 "index_location": "end"}}], "attributes": {}}
 
@@ -55,19 +58,30 @@ def main():
     parser.add_argument("--chunks-per-shard", type=int, required=True)
     parser.add_argument("--chunk-bytes", type=int, required=True)
     parser.add_argument("--index-only", action="store_true")
+    parser.add_argument("--rows", action="store_true")
     args = parser.parse_args()
     n, size = args.chunks_per_shard, args.chunk_bytes
+
+    def shard_path(s):
+        path = os.path.join(sharded, "a", "c", *([str(s), "0"] if args.rows else [str(s)]))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def plain_path(s, i):
+        path = os.path.join(plain, *([str(s), str(i)] if args.rows else [str(s * n + i)]))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
     sharded = os.path.join(args.out, "sharded")
     os.makedirs(os.path.join(sharded, "a", "c"), exist_ok=True)
     with open(os.path.join(sharded, "zarr.json"), "w") as f:
         json.dump({"zarr_format": 3, "node_type": "group", "attributes": {}}, f)
     with open(os.path.join(sharded, "a", "zarr.json"), "w") as f:
-        json.dump(array_doc(args.shards, n, size), f)
+        json.dump(array_doc(args.shards, n, size, args.rows), f)
     if args.index_only:
         index = struct.pack("<QQ", 0, 1) * n
         blob = b"\x01" + index + struct.pack("<I", crc32c(index))
         for s in range(args.shards):
-            with open(os.path.join(sharded, "a", "c", str(s)), "wb") as f:
+            with open(shard_path(s), "wb") as f:
                 f.write(blob)
         return
     plain = os.path.join(args.out, "plain", "a", "c")
@@ -78,13 +92,13 @@ def main():
     for s in range(args.shards):
         chunks = [rng.randbytes(size) for _ in range(n)]
         index = b"".join(struct.pack("<QQ", i * size, size) for i in range(n))
-        with open(os.path.join(sharded, "a", "c", str(s)), "wb") as f:
+        with open(shard_path(s), "wb") as f:
             f.write(b"".join(chunks) + index + struct.pack("<I", crc32c(index)))
         for i, chunk in enumerate(chunks):
-            with open(os.path.join(plain, str(s * n + i)), "wb") as f:
+            with open(plain_path(s, i), "wb") as f:
                 f.write(chunk)
-    doc = array_doc(args.shards, n, size)
-    doc["chunk_grid"]["configuration"]["chunk_shape"] = [size]
+    doc = array_doc(args.shards, n, size, args.rows)
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = ([1] if args.rows else []) + [size]
     doc["codecs"] = [{"name": "bytes"}]
     with open(os.path.join(args.out, "plain", "a", "zarr.json"), "w") as f:
         json.dump(doc, f)

@@ -369,11 +369,11 @@ fn a_listing_asks_for_the_indexes_of_the_shards_ahead_of_the_one_it_reads() {
     let (store, _) = mib_array(&endpoint, "listing", 4, false);
     let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
     // The lookup of the directory reads the first shard's index (is there a chunk?).
-    let fh = fs.opendir(lookup(&fs, "a/c").unwrap()).unwrap();
+    let dir = lookup(&fs, "a/c").unwrap();
     let before = store.gets_sent();
     // `ls` reading its first entries: the chunks of the first shard.
     let (mut names, mut offset) = (Vec::new(), 0);
-    fs.readdir(fh, 2, |entry, next| {
+    fs.readdir(dir, 2, |entry, next| {
         if !names.is_empty() {
             return true;
         }
@@ -392,14 +392,13 @@ fn a_listing_asks_for_the_indexes_of_the_shards_ahead_of_the_one_it_reads() {
     }
     assert_eq!(store.gets_sent() - before, 3, "the next three shards' indexes");
     let mut rest = 0;
-    fs.readdir(fh, offset, |_, _| {
+    fs.readdir(dir, offset, |_, _| {
         rest += 1;
         false
     })
     .unwrap();
     assert_eq!(rest, 47, "the other chunk files");
     assert_eq!(store.gets_sent() - before, 3, "the indexes fetched ahead are the ones the listing reads");
-    fs.releasedir(fh);
 }
 
 #[test]

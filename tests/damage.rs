@@ -9,9 +9,9 @@ use shardfs::fs::Error;
 use shardfs::fs::ShardFs;
 
 fn names(fs: &ShardFs, path: &str) -> Vec<String> {
-    let fh = fs.opendir(lookup(fs, path).unwrap()).unwrap();
+    let dir = lookup(fs, path).unwrap();
     let mut out = Vec::new();
-    fs.readdir(fh, 2, |e, _| {
+    fs.readdir(dir, 2, |e, _| {
         out.push(e.name.clone());
         false
     })
@@ -103,10 +103,9 @@ fn readdirplus_leaves_one_reference_per_entry_taken() {
     let fs = fs_of(&golden().join("sharded"));
     let dir = lookup(&fs, "zp/raw_nocrc/c").unwrap();
     let baseline = fs.known_inodes();
-    let fh = fs.opendir(dir).unwrap();
     // A reply that fills after two entries: the entry that did not fit must not stay referenced.
     let mut taken = Vec::new();
-    fs.readdirplus(fh, 2, |e, _, _| {
+    fs.readdirplus(dir, 2, |e, _, _| {
         if taken.len() == 2 {
             return true;
         }
@@ -114,7 +113,6 @@ fn readdirplus_leaves_one_reference_per_entry_taken() {
         false
     })
     .unwrap();
-    fs.releasedir(fh);
     assert_eq!(fs.known_inodes(), baseline + 2);
     for ino in taken {
         fs.forget(ino, 1);

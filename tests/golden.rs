@@ -25,6 +25,42 @@ fn every_golden_array_is_shown_unsharded() {
 }
 
 #[test]
+fn a_listing_is_kept_between_reads_until_read_to_its_end_or_forgotten() {
+    let fs = fs_of(&golden().join("sharded"));
+    let (zp, _) = fs.lookup(shardfs::fs::ROOT_INO, "zp").unwrap();
+    let (arr, _) = fs.lookup(zp, "gzip_crc_end").unwrap();
+    let (c, _) = fs.lookup(arr, "c").unwrap();
+    let whole = list(&fs, c);
+    assert!(whole.len() > 4, "{whole:?}");
+    // Read in pieces, as the kernel's reply buffers fill: the same entries, the listing kept
+    // between the pieces and dropped at the read past its end (the kernel's last).
+    let (mut pieces, mut offset) = (Vec::new(), 0);
+    loop {
+        let before = pieces.len();
+        fs.readdir(c, offset, |e, next| {
+            if pieces.len() - before == 2 {
+                return true;
+            }
+            pieces.push(e.clone());
+            offset = next;
+            false
+        })
+        .unwrap();
+        if pieces.len() == before {
+            break;
+        }
+        assert_eq!(fs.listings_kept(), 1);
+    }
+    assert_eq!(pieces, whole);
+    assert_eq!(fs.listings_kept(), 0, "a listing read to its end is dropped");
+    // A listing left part-read (`ls | head`) goes with its directory.
+    fs.readdir(c, 0, |_, _| true).unwrap();
+    assert_eq!(fs.listings_kept(), 1);
+    fs.forget(c, 1);
+    assert_eq!(fs.listings_kept(), 0, "a forgotten directory's listing is dropped");
+}
+
+#[test]
 fn inode_numbers_are_stable() {
     let fs = fs_of(&golden().join("sharded"));
     let (zp, _) = fs.lookup(shardfs::fs::ROOT_INO, "zp").unwrap();

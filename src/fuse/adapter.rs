@@ -30,8 +30,9 @@ pub const PID_IOCTL: u32 = (2 << 30) | (4 << 16) | ((b'Z' as u32) << 8) | 0x70;
 /// Largest read the kernel sends at once, and its readahead.
 const MAX_READAHEAD: u32 = 1 << 20;
 
-/// [`ShardFs`] served over FUSE.
-pub struct Fuse(pub Arc<ShardFs>);
+/// [`ShardFs`] served over FUSE, and whether the kernel opens directories without asking
+/// (`FUSE_NO_OPENDIR_SUPPORT`, learnt at init).
+pub struct Fuse(pub Arc<ShardFs>, pub bool);
 
 impl Fuse {
     /// FOPEN_NOFLUSH for a handle whose close has nothing to do, so the kernel sends no FLUSH.
@@ -144,6 +145,7 @@ impl Filesystem for Fuse {
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         // Lookups in one directory (every chunk of a 1-D array) run in parallel.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        self.1 = config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         Ok(())
     }
 
@@ -407,17 +409,21 @@ impl Filesystem for Fuse {
         reply.error(Errno::ENOTTY);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel keeps listings (across opens too) until the watcher invalidates the
-        // directory, or a change through the mount does.
-        match self.0.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(fail("opendir", &e)),
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Listings are kept by directory, not by open (`ShardFs::readdir`), so an open needs
+        // nothing of the daemon: ENOSYS tells a kernel that offers it to send no more opendir or
+        // releasedir, and to keep listings as the flags below say. Elsewhere this is the first
+        // and the last open the kernel asks for. The kernel keeps listings (across opens too)
+        // until the watcher invalidates the directory, or a change through the mount does.
+        if self.1 {
+            reply.error(Errno::ENOSYS);
+        } else {
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE);
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let result = self.0.readdir(fh.0, offset, |entry, next| {
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let result = self.0.readdir(ino.0, offset, |entry, next| {
             reply.add(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name)
         });
         match result {
@@ -426,8 +432,8 @@ impl Filesystem for Fuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let result = self.0.readdirplus(fh.0, offset, |entry, attr, next| {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let result = self.0.readdirplus(ino.0, offset, |entry, attr, next| {
             let (attr, ttl) = match attr {
                 Some(attr) => (file_attr(entry.ino, attr), CACHE_TTL),
                 // Not cached, so that the next stat or open asks again and gets the error.
@@ -439,11 +445,6 @@ impl Filesystem for Fuse {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("readdirplus", &e)),
         }
-    }
-
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.0.releasedir(fh.0);
-        reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

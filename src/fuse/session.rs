@@ -73,7 +73,7 @@ fn join_ended(session: fuser::BackgroundSession) -> std::io::Result<()> {
 pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings) -> Result<Mounted, String> {
     let config = config(settings)?;
     let fs = Arc::new(fs);
-    let session = fuser::Session::new(Fuse(fs.clone()), mountpoint, &config)
+    let session = fuser::Session::new(Fuse(fs.clone(), false), mountpoint, &config)
         .and_then(|s| s.spawn())
         .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
     let watcher = watcher::Watcher::start(fs.clone(), session.notifier());

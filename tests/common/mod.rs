@@ -108,14 +108,13 @@ fn walk_view_dir(fs: &ShardFs, ino: u64, path: &str, files: &mut BTreeMap<String
 
 /// Every entry of directory `ino` as plain readdir gives it, `.` and `..` included.
 pub fn list(fs: &ShardFs, ino: u64) -> Vec<DirEntry> {
-    let fh = fs.opendir(ino).unwrap();
+    let dir = ino;
     let mut entries = Vec::new();
-    fs.readdir(fh, 0, |e, _| {
+    fs.readdir(dir, 0, |e, _| {
         entries.push(e.clone());
         false
     })
     .unwrap();
-    fs.releasedir(fh);
     entries
 }
 
@@ -123,12 +122,12 @@ pub fn list(fs: &ShardFs, ino: u64) -> Vec<DirEntry> {
 /// per call as the kernel's small reply buffers do; the listing must equal plain readdir's.
 pub fn list_plus(fs: &ShardFs, ino: u64) -> Vec<(DirEntry, Option<Attr>)> {
     let plain = list(fs, ino);
-    let fh = fs.opendir(ino).unwrap();
+    let dir = ino;
     let mut entries: Vec<(DirEntry, Option<Attr>)> = Vec::new();
     let mut offset = 0;
     loop {
         let before = entries.len();
-        fs.readdirplus(fh, offset, |e, attr, next| {
+        fs.readdirplus(dir, offset, |e, attr, next| {
             if entries.len() - before == 3 {
                 return true;
             }
@@ -141,7 +140,6 @@ pub fn list_plus(fs: &ShardFs, ino: u64) -> Vec<(DirEntry, Option<Attr>)> {
             break;
         }
     }
-    fs.releasedir(fh);
     // Inode numbers may differ where a file was replaced while the kernel held its old inode:
     // readdirplus then gives the new version's inode, readdir the name's usual number.
     let names =
