@@ -13,7 +13,7 @@
 # --quick: one run); huge = scripts/bench_huge.sh (stat walks over 10^8 chunk files and a directory of 2^20,
 # against plain files and squashfuse, the daemon's RSS beside; stores written once into
 # target/bench-huge/; its table goes to target/bench-huge.md unless --out names a file; --quick:
-# the test command's small version, 98,304 and 131,072 files); wan-write = scripts/bench_wan_write.py (zarr-python 3.4 writing sharded arrays to s3s-fs
+# the test command's small version, 98,304 and 131,072 files, on the dev build); wan-write = scripts/bench_wan_write.py (zarr-python 3.4 writing sharded arrays to s3s-fs
 # behind the latency proxy at 0 and 20 ms: through shardfs against the bucket directly, rclone mount,
 # s3fs-fuse and mountpoint-s3 (new files only: bulk and tiles); bulk, tiles, append, region and eight mounts at once; requests, bytes sent and peak
 # RSS; every run verified; its table goes to target/bench-wan-write.md unless --out names a file;
@@ -69,7 +69,7 @@ if [ "$profile" = icechunk ]; then
   exec target/venv-newest/bin/python scripts/bench_icechunk.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-icechunk.md}"
 fi
 if [ "$profile" = huge ]; then
-  sizes=(); [ ${#quick[@]} -gt 0 ] && sizes=(--chunks 98304 --flat 131072 --no-peers)
+  sizes=(); [ ${#quick[@]} -gt 0 ] && sizes=(--chunks 98304 --flat 131072 --no-peers --dev)
   exec scripts/bench_huge.sh "${sizes[@]}" --out "${out:-target/bench-huge.md}"
 fi
 if [ "$profile" = wan-write ]; then

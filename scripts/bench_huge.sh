@@ -3,7 +3,7 @@
 # sharded datasets hold, with the daemon's resident memory sampled throughout, side by side with
 # plain files and squashfuse.
 #
-#   scripts/bench_huge.sh [--chunks N] [--flat M] [--no-peers] [--out FILE]
+#   scripts/bench_huge.sh [--chunks N] [--flat M] [--no-peers] [--dev] [--out FILE]
 #
 # Stores, written once by examples/huge_store.rs (straight as shard files) and kept in
 # target/bench-huge/ for later runs:
@@ -18,19 +18,21 @@
 # with what the writer put there (huge_store check); and a walk, the kernel's caches dropped, the
 # same walk again: the daemon's RSS after each (memory given back is not taken again).
 # `--chunks 98304 --flat 131072 --no-peers` (no squashfuse) is the small version the test command
-# runs, so that the profile keeps working (its figures are not checked; its reads and counts are).
+# runs with `--dev` (the unoptimized build the tests made, sparing CI a release build of about six
+# minutes), so that the profile keeps working (its figures are not checked; its reads and counts are).
 # Not a test of speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-chunks=99999744 flat=1048576 out=target/bench-huge.md peers=1
+chunks=99999744 flat=1048576 out=target/bench-huge.md peers=1 build=release
 while [ $# -gt 0 ]; do
   case $1 in
     --chunks) chunks=$2; shift 2 ;;
     --flat) flat=$2; shift 2 ;;
     --no-peers) peers=0; shift ;;
+    --dev) build=dev; shift ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--chunks N] [--flat M] [--no-peers] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--chunks N] [--flat M] [--no-peers] [--dev] [--out FILE]" >&2; exit 2 ;;
   esac
 done
 per_dir=4096
@@ -39,9 +41,10 @@ if [ $((chunks % per_dir)) -ne 0 ] || [ $((flat % 4096)) -ne 0 ]; then
 fi
 source scripts/lib.sh
 need_tools squashfs-tools:mksquashfs squashfuse:squashfuse
-cargo build --release --locked -q --bins --examples
-bin=$PWD/target/release/shardfs
-gen=$PWD/target/release/examples/huge_store
+cargo build --profile "$build" --locked -q --bins --examples
+out_dir=$PWD/target/$([ "$build" = dev ] && echo debug || echo release)
+bin=$out_dir/shardfs
+gen=$out_dir/examples/huge_store
 
 stores=$PWD/target/bench-huge
 big=$stores/big-$chunks flat_store=$stores/flat-$flat plain=$stores/plain-$flat sqfs=$stores/plain-$flat.sqfs
