@@ -59,7 +59,11 @@ JSON
 cat >fuzz/corpus/kerchunk/seed-zmetadata <<'JSON'
 {"metadata": {".zgroup": {"zarr_format": 2}, "x/.zarray": {"shape": [10, 6], "chunks": [4, 4], "dimension_separator": "."}}, "record_size": 4}
 JSON
-cargo fuzz build "${profile[@]}" -s none 2>&1 | tail -1
+build_log=$(mktemp)
+if ! cargo fuzz build "${profile[@]}" -s none >"$build_log" 2>&1; then
+  grep -m 20 -A 12 '^error' "$build_log" || tail -40 "$build_log"; echo "fuzz: the targets do not build"; exit 1
+fi
+tail -1 "$build_log"; rm -f "$build_log"
 for target in "${targets[@]}"; do
   log=$(mktemp)
   if ! cargo fuzz run "${profile[@]}" -s none "$target" -- -max_total_time="$seconds" >"$log" 2>&1; then

@@ -30,13 +30,11 @@ fn store() -> &'static std::path::Path {
 }
 
 fn walk(fs: &ShardFs, ino: u64) {
-    let Ok(fh) = fs.opendir(ino) else { return };
     let mut names = Vec::new();
-    let _ = fs.readdirplus(fh, 2, |entry, _, _| {
+    let _ = fs.readdirplus(ino, 2, |entry, _, _| {
         names.push(entry.name.clone());
         false
     });
-    fs.releasedir(fh);
     for name in names {
         let Ok((child, attr)) = fs.lookup(ino, &name) else { continue };
         if attr.kind == shardfs::store::Kind::Dir {
