@@ -17,6 +17,8 @@
 //!   read-only store of its entries.
 //! - [`icechunk`]: one version (branch, tag or snapshot) of an Icechunk repository as a read-only
 //!   store: each node's `zarr.json`, each chunk inline, native or virtual.
+//! - [`database`]: a database of Zarr keys (zarr-python 2's `SQLiteStore`) as an object store,
+//!   served through [`bucket`].
 //! - [`references`]: a kerchunk reference set (JSON or parquet) as a read-only store of the keys
 //!   it describes, read from the files it refers to.
 //! - [`targets`]: the stores the files that references name are read from, by URL.
@@ -36,6 +38,7 @@ pub mod blz;
 pub mod bucket;
 pub mod cache;
 pub mod conformance;
+pub mod database;
 pub mod exchange;
 pub mod faulty;
 pub mod icechunk;

@@ -16,6 +16,8 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
+use crate::store::database::Objects;
+use crate::store::database::sqlite::{self, Sqlite};
 use crate::store::icechunk::{self, IcechunkStore};
 use crate::store::memory_budget::MemoryBudget;
 use crate::store::references::ReferenceStore;
@@ -111,9 +113,11 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                     LocalStore::open(parent).map_err(|e| format!("{}: cannot open store: {e}", parent.display()))?;
                 let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
                 return open_references(Arc::new(dir), name, Layout::Json, &parent.to_string_lossy(), &address);
+            } else if meta.is_file() && sqlite::is_sqlite(&address.location) {
+                return open_sqlite(&address.location);
             } else if !meta.is_dir() {
                 return Err(format!(
-                    "{shown}: not a directory, a zip file nor a kerchunk reference file, so not a Zarr store"
+                    "{shown}: not a directory, a zip file, an SQLite database nor a kerchunk reference file, so not a Zarr store"
                 ));
             } else {
                 Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
@@ -148,6 +152,15 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         return Err(format!("{}: not a Zarr v3 store: zarr_format is not 3", store.describe(ZARR_JSON)));
     }
     Ok(store)
+}
+
+/// Opens the SQLite database at `path` (zarr-python 2's `SQLiteStore`): its keys as they are, Zarr
+/// v2 arrays and sharded v3 ones alike, so no root document is required.
+fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, String> {
+    let database = Sqlite::open(path)?;
+    let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
+    let read_only = database.read_only();
+    Ok(Arc::new(Objects::mount(database, "SQLite", &url, read_only).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// Checks that the view can show `store` as Zarr `zarr_format`: the v2 view is made from Zarr v3

@@ -1,0 +1,232 @@
+"""Databases mounted as stores (issue 52): zarr-python 2's SQLiteStore layout, written and read by
+the peers themselves.
+
+- zarr-python 2.18 (target/venv-v2) writes arrays into the database through its own store, and
+  reads them back exactly through the mount;
+- a sharded Zarr v3 array stored under the same keys reads unsharded, exactly (zarr-python 3);
+- zarr-python 3 writes through a writable mount (`--shard-new`), and the database's keys then hold
+  a valid sharded array, read by zarr-python 3 from a copy of those keys;
+- kill -9 of a writing daemon: the database passes its own integrity check and holds every chunk
+  that was fsync'd;
+- another process writing the database while mounted is seen;
+- a database in another layout, or locked, is refused before mounting with one line naming it.
+
+Runs in target/venv (zarr-python 3); one case alone:
+``target/venv/bin/python -m pytest tests/interop/test_databases.py -k kill``.
+"""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import shardfs
+import zarr
+from conftest import BINARY, V2_PYTHON, zarr2_reads
+from object_stores import daemon_pid
+
+
+class Sqlite:
+    """An SQLite file in zarr-python 2's SQLiteStore layout."""
+
+    name = "sqlite"
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "data.sqlite"
+        with self.connect() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS zarr(k TEXT PRIMARY KEY, v BLOB)")
+
+    def connect(self):
+        return sqlite3.connect(self.path, isolation_level=None)
+
+    @property
+    def address(self):
+        return str(self.path)
+
+    # zarr-python 2.18's own store of this database, as Python source for target/venv-v2.
+    v2_store = "zarr.SQLiteStore(sys.argv[1])"
+    v2_argument = property(lambda self: str(self.path))
+
+    def put(self, key, value):
+        with self.connect() as db:
+            db.execute("REPLACE INTO zarr VALUES (?, ?)", (key, value))
+
+    def items(self):
+        with self.connect() as db:
+            return dict(db.execute("SELECT k, v FROM zarr"))
+
+    def consistent(self):
+        with self.connect() as db:
+            return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+DATABASES = [Sqlite]
+
+
+@pytest.fixture(params=DATABASES, ids=lambda d: d.name)
+def database(request, tmp_path):
+    return request.param(tmp_path)
+
+
+def run_v2(database, source):
+    """Runs `source` in zarr-python 2.18 with `store`, the database's own store, open."""
+    program = f"import sys, numpy as np, zarr\nstore = {database.v2_store}\n{source}\nstore.close()\n"
+    run = subprocess.run([V2_PYTHON, "-W", "ignore", "-c", program, database.v2_argument],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-1500:]
+    return run.stdout
+
+
+# What zarr-python 2.18 writes, and what each of its arrays then holds.
+V2_ARRAYS = {
+    "ints": np.arange(100 * 80, dtype="<i4").reshape(100, 80),
+    "deep/floats": np.linspace(0, 1, 3000).reshape(60, 50),
+    "sparse": np.where(np.arange(64 * 64).reshape(64, 64) % 9 == 0, 7, 0).astype("u2"),
+}
+V2_WRITER = """
+root = zarr.group(store=store)
+root.attrs["made_by"] = "zarr 2.18"
+root.create_dataset("ints", data=np.arange(100 * 80, dtype="<i4").reshape(100, 80), chunks=(30, 25))
+root.create_dataset("deep/floats", data=np.linspace(0, 1, 3000).reshape(60, 50), chunks=(16, 16),
+                    compressor=None)
+sparse = root.create_dataset("sparse", shape=(64, 64), chunks=(16, 16), dtype="u2", fill_value=0)
+sparse[:] = np.where(np.arange(64 * 64).reshape(64, 64) % 9 == 0, 7, 0)
+"""
+
+
+def test_zarr2_arrays_written_by_its_own_store_read_exactly_through_the_mount(database, shardfs_mount, tmp_path):
+    run_v2(database, V2_WRITER)
+    mnt = shardfs_mount(database.address, read_only=True)
+    assert (Path(mnt) / ".zgroup").is_file() and (Path(mnt) / "deep/floats/.zarray").is_file()
+    (tmp_path / "expected").mkdir()
+    assert zarr2_reads(mnt, V2_ARRAYS, tmp_path / "expected") == {path: True for path in V2_ARRAYS}
+    # Every value is a file of the same bytes.
+    for key, value in database.items().items():
+        assert (Path(mnt) / key).read_bytes() == value, key
+
+
+def store_directory(database, directory):
+    """Stores every file under `directory` in the database, under its relative path."""
+    for path in Path(directory).rglob("*"):
+        if path.is_file():
+            database.put(path.relative_to(directory).as_posix(), path.read_bytes())
+
+
+def dump(database, directory):
+    """Writes every key of the database as a file under `directory`."""
+    for key, value in database.items().items():
+        (Path(directory) / key).parent.mkdir(parents=True, exist_ok=True)
+        (Path(directory) / key).write_bytes(value)
+    return directory
+
+
+def test_sharded_v3_array_under_the_same_keys_reads_unsharded(database, shardfs_mount, tmp_path):
+    made = tmp_path / "made"
+    data = np.arange(48 * 40, dtype="<f8").reshape(48, 40)
+    zarr.create_group(store=made)
+    zarr.create_array(store=made / "img", shape=data.shape, chunks=(8, 8), shards=(16, 16), dtype="<f8")[...] = data
+    store_directory(database, made)
+    mnt = shardfs_mount(database.address, read_only=True)
+    array = zarr.open_array(f"{mnt}/img", mode="r")
+    assert array.shards is None and array.chunks == (8, 8)
+    np.testing.assert_array_equal(array[...], data)
+    assert sorted(os.listdir(f"{mnt}/img/c/0")) == [str(j) for j in range(5)]
+
+
+def test_zarr3_writes_through_a_writable_mount_store_a_sharded_array(database, tmp_path):
+    data = (np.arange(64 * 64) % 251).astype("u1").reshape(64, 64)
+    (tmp_path / "mnt").mkdir()
+    with shardfs.mount(database.address, tmp_path / "mnt", shard_new=(4, 4)) as mnt:
+        zarr.create_group(store=mnt, attributes={"through": "shardfs"})
+        zarr.create_array(store=f"{mnt}/tiles", shape=data.shape, chunks=(8, 8), dtype="u1")[...] = data
+    # Unmounted: what follows reads the database itself.
+    stored = dump(database, tmp_path / "stored")
+    array = zarr.open_array(stored / "tiles", mode="r")
+    assert array.shards == (32, 32) and array.chunks == (8, 8)
+    np.testing.assert_array_equal(array[...], data)
+    assert zarr.open_group(stored, mode="r").attrs["through"] == "shardfs"
+    # Shards, not chunk files: 2 x 2 of them.
+    assert sorted(k for k in database.items() if k.startswith("tiles/c/")) == [
+        f"tiles/c/{i}/{j}" for i in range(2) for j in range(2)]
+
+
+def raw_array(database, tmp_path):
+    """uint8, no compression, chunks of 4 x 4, 2 shards of 16 chunks each, stored in the
+    database."""
+    made = tmp_path / "raw"
+    zarr.create_array(store=made, shape=(16, 32), chunks=(4, 4), shards=(16, 16), dtype="u1",
+                      compressors=None, fill_value=0)
+    store_directory(database, made)
+
+
+def chunk_bytes(n):
+    return bytes([n + 1]) * 16
+
+
+def test_kill_9_during_writes_keeps_the_database_consistent_and_every_fsynced_chunk(database, tmp_path):
+    raw_array(database, tmp_path)
+    synced = {}
+    (tmp_path / "mnt").mkdir()
+    with shardfs.mount(database.address, tmp_path / "mnt", commit_idle_ms=600000) as mnt:
+        pid = daemon_pid(mnt)
+        for n in range(32):
+            i, j = divmod(n, 8)
+            os.makedirs(f"{mnt}/c/{i}", exist_ok=True)
+            with open(f"{mnt}/c/{i}/{j}", "wb") as f:
+                f.write(chunk_bytes(n))
+                if n % 3 == 0:
+                    f.flush()
+                    os.fsync(f.fileno())
+                    synced[(i, j)] = chunk_bytes(n)
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    assert database.consistent()
+    got = zarr.open_array(dump(database, tmp_path / "after"), mode="r")[...]
+    assert [k for k, v in synced.items() if bytes(got[k[0] * 4:k[0] * 4 + 4, k[1] * 4:k[1] * 4 + 4].ravel()) != v] == []
+
+
+def test_another_process_writing_the_database_is_seen(database, shardfs_mount, tmp_path):
+    run_v2(database, V2_WRITER)
+    mnt = shardfs_mount(database.address)
+    before = (Path(mnt) / "ints/0.0").read_bytes()
+    run_v2(database, 'zarr.open_array(store, path="ints")[0:30, 0:25] = -1')
+    after = (Path(mnt) / "ints/0.0").read_bytes()
+    assert after != before and after == database.items()["ints/0.0"]
+    (tmp_path / "expected").mkdir()
+    changed = V2_ARRAYS["ints"].copy()
+    changed[0:30, 0:25] = -1
+    assert zarr2_reads(mnt, {"ints": changed}, tmp_path / "expected") == {"ints": True}
+
+
+def mount_fails(address, tmp_path, *flags):
+    (tmp_path / "refused").mkdir(exist_ok=True)
+    run = subprocess.run([BINARY, "mount", address, tmp_path / "refused", *flags], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode != 0 and not os.path.ismount(tmp_path / "refused")
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    return lines[0]
+
+
+def test_an_sqlite_file_in_another_layout_is_refused_naming_it(tmp_path):
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE kv(key TEXT, value BLOB)")
+    line = mount_fails(str(other), tmp_path)
+    assert str(other) in line and "zarr(k TEXT PRIMARY KEY, v BLOB)" in line
+
+
+def test_a_locked_sqlite_file_is_refused_for_writing_naming_the_lock(tmp_path):
+    database = Sqlite(tmp_path)
+    locker = database.connect()
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        line = mount_fails(database.address, tmp_path)
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert str(database.path) in line and "locked" in line
