@@ -153,7 +153,8 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
     /// The sharded Zarr v3 store: a directory, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or
-    /// az://CONTAINER/PREFIX, with zarr.json at its root; or https://HOST/PATH (http:// too) on a
+    /// az://CONTAINER/PREFIX, with zarr.json at its root; a database of Zarr keys as zarr-python 2
+    /// writes them (an SQLite file, redis://HOST:PORT/DB); or https://HOST/PATH (http:// too) on a
     /// web server, shown read-only; a zip file of one (FILE.zip, FILE.ozx, or
     /// s3://BUCKET/PREFIX/FILE.ozx), shown read-only; or a directory of BLZ data (Bloscpack files,
     /// bcolz directories), shown read-only; an Icechunk repository (a directory or prefix), one
@@ -210,6 +211,10 @@ pub struct StoreArgs {
     /// s3://bucket/nc/); others read as EIO. Repeatable.
     #[arg(long, value_name = "PREFIX")]
     pub allow_virtual: Vec<String>,
+    /// A Redis database (redis://HOST:PORT/DB): the Zarr keys are the Redis keys PREFIX:KEY, as
+    /// zarr-python 2's RedisStore names them.
+    #[arg(long, value_name = "PREFIX", default_value = "zarr")]
+    pub key_prefix: String,
 }
 
 impl StoreArgs {
@@ -247,6 +252,7 @@ impl StoreArgs {
                 allow_virtual: self.allow_virtual.clone(),
             },
             memory: self.memory(),
+            key_prefix: self.key_prefix.clone(),
         }
     }
 }

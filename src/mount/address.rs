@@ -6,6 +6,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::format::icechunk::{Refs, Version};
 use crate::format::kerchunk;
@@ -17,6 +18,7 @@ use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::database::Objects;
+use crate::store::database::redis::Redis;
 use crate::store::database::sqlite::{self, Sqlite};
 use crate::store::icechunk::{self, IcechunkStore};
 use crate::store::memory_budget::MemoryBudget;
@@ -37,6 +39,8 @@ pub struct StoreAddress {
     pub repository: RepositoryOptions,
     /// `--memory-limit`, for the caches of the stores opened.
     pub memory: MemoryBudget,
+    /// `--key-prefix`: a Redis database's keys are `PREFIX:KEY`.
+    pub key_prefix: String,
 }
 
 /// Which version of an Icechunk repository to show, and what it may read.
@@ -87,9 +91,10 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         // Before https: an Azure account's blob endpoint is an https:// URL.
         Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, &address)?,
         Some(("http" | "https", _)) => http::open(&shown, address.caching.clone())?,
+        Some(("redis", _)) => return open_redis(&shown, &address),
         Some((scheme, _)) => {
             return Err(format!(
-                "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http:// and local directories are)"
+                "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http://, redis:// and local directories and files are)"
             ));
         }
         None if address.caching.disk.is_some() => {
@@ -160,7 +165,20 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, String> {
     let database = Sqlite::open(path)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    Ok(Arc::new(Objects::mount(database, "SQLite", &url, read_only).map_err(|e| format!("{url}: {e}"))?))
+    // Local: what another process changes is asked for each time, and nothing is read ahead.
+    let caching = Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() };
+    Ok(Arc::new(Objects::mount(database, "SQLite", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
+}
+
+/// Opens the Redis database at `url` (zarr-python 2's `RedisStore`, keys `--key-prefix`): its
+/// keys as they are. Versions and listings are trusted for `--metadata-ttl`, each look costing the
+/// server a hash of the value; nothing is read ahead.
+fn open_redis(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    // An address made in code rather than from the command line has no prefix: RedisStore's.
+    let prefix = if address.key_prefix.is_empty() { "zarr" } else { &address.key_prefix };
+    let database = Redis::open(url, prefix)?;
+    let caching = Caching { read_ahead_bytes: 0, disk: None, ..address.caching.clone() };
+    Ok(Arc::new(Objects::mount(database, "Redis", url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// Checks that the view can show `store` as Zarr `zarr_format`: the v2 view is made from Zarr v3

@@ -8,12 +8,14 @@
 //!
 //! - [`sqlite`]: an SQLite file with the table `zarr(k TEXT PRIMARY KEY, v BLOB)`, read with
 //!   incremental blob I/O.
+//! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions checked in server-side scripts.
 //!
 //! A backend implements [`Database`]: entries with versions, ranged reads consistent with the
 //! version they report, and writes that check a condition and commit in one transaction. What an
 //! object store's protocol adds (preconditions of reads, listings by delimiter, copies, uploads in
 //! parts) is done here once.
 
+pub mod redis;
 pub mod sqlite;
 
 use std::ops::Range;
@@ -115,17 +117,20 @@ pub struct Objects<D>(Arc<D>);
 
 impl<D: Database> Objects<D> {
     /// The store of `database` as a mount serves it: a [`BucketStore`] named `url`, writable
-    /// unless `read_only`.
-    pub fn mount(database: D, service: &'static str, url: &str, read_only: bool) -> std::io::Result<BucketStore> {
+    /// unless `read_only`, caching as `caching` says.
+    pub fn mount(
+        database: D,
+        service: &'static str,
+        url: &str,
+        read_only: bool,
+        caching: Caching,
+    ) -> std::io::Result<BucketStore> {
         let service = Service {
             name: service,
             bucket: "database",
             updates_name_generation: false,
             abilities: Abilities { write: !read_only, list: true },
         };
-        // A local database answers at once: its listings and entries are asked again each time
-        // (what another process changed shows at once), and nothing is read ahead of readers.
-        let caching = Caching { metadata_ttl: std::time::Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() };
         BucketStore::of_service(service, Arc::new(Objects(Arc::new(database))), "", url, caching)
     }
 

@@ -9,12 +9,20 @@ the peers themselves.
 - kill -9 of a writing daemon: the database passes its own integrity check and holds every chunk
   that was fsync'd;
 - another process writing the database while mounted is seen;
-- a database in another layout, or locked, is refused before mounting with one line naming it.
+- two mounts writing interleaved chunks of the same shards lose nothing;
+- a database in another layout, locked, or a Redis server that cannot be reached, is refused
+  before mounting with one line naming it; a Redis server lost while mounted fails reads with EIO,
+  and the mount recovers when it is back.
+
+The Redis database is a real redis-server (the Debian package, started here on a port of its own,
+no persistence); each case has a key prefix of its own.
 
 Runs in target/venv (zarr-python 3); one case alone:
 ``target/venv/bin/python -m pytest tests/interop/test_databases.py -k kill``.
 """
 
+import errno
+import itertools
 import os
 import signal
 import sqlite3
@@ -26,8 +34,10 @@ import numpy as np
 import pytest
 import shardfs
 import zarr
+import redis
 from conftest import BINARY, V2_PYTHON, zarr2_reads
 from object_stores import daemon_pid
+from ports import free_port, wait_for_port
 
 
 class Sqlite:
@@ -42,6 +52,8 @@ class Sqlite:
 
     def connect(self):
         return sqlite3.connect(self.path, isolation_level=None)
+
+    options = {}
 
     @property
     def address(self):
@@ -64,12 +76,73 @@ class Sqlite:
             return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-DATABASES = [Sqlite]
+class RedisServer:
+    """redis-server on a free port of 127.0.0.1, in memory only."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.port = free_port()
+        self.process = None
+
+    def start(self):
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, "redis-server", self.process)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
 
 
-@pytest.fixture(params=DATABASES, ids=lambda d: d.name)
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Redis:
+    """Keys PREFIX:KEY of a Redis database, as zarr-python 2's RedisStore writes them."""
+
+    name = "redis"
+    prefixes = itertools.count()
+
+    def __init__(self, server):
+        self.server = server
+        self.prefix = f"case{next(self.prefixes)}"
+        self.address = f"redis://127.0.0.1:{server.port}/0"
+        self.options = {"key_prefix": self.prefix}
+        self.v2_argument = f"{self.prefix}:{server.port}"
+
+    v2_store = 'zarr.RedisStore(prefix=sys.argv[1].split(":")[0], port=int(sys.argv[1].split(":")[1]))'
+
+    def client(self):
+        return redis.Redis(port=self.server.port)
+
+    def put(self, key, value):
+        self.client().set(f"{self.prefix}:{key}", value)
+
+    def items(self):
+        client = self.client()
+        keys = list(client.scan_iter(match=f"{self.prefix}:*"))
+        return {k.decode()[len(self.prefix) + 1:]: v for k, v in zip(keys, client.mget(keys))} if keys else {}
+
+    def consistent(self):
+        return True
+
+
+DATABASES = ["sqlite", "redis"]
+
+
+@pytest.fixture(params=DATABASES)
 def database(request, tmp_path):
-    return request.param(tmp_path)
+    if request.param == "redis":
+        return Redis(request.getfixturevalue("redis_server"))
+    return Sqlite(tmp_path)
 
 
 def run_v2(database, source):
@@ -100,7 +173,7 @@ sparse[:] = np.where(np.arange(64 * 64).reshape(64, 64) % 9 == 0, 7, 0)
 
 def test_zarr2_arrays_written_by_its_own_store_read_exactly_through_the_mount(database, shardfs_mount, tmp_path):
     run_v2(database, V2_WRITER)
-    mnt = shardfs_mount(database.address, read_only=True)
+    mnt = shardfs_mount(database.address, read_only=True, **database.options)
     assert (Path(mnt) / ".zgroup").is_file() and (Path(mnt) / "deep/floats/.zarray").is_file()
     (tmp_path / "expected").mkdir()
     assert zarr2_reads(mnt, V2_ARRAYS, tmp_path / "expected") == {path: True for path in V2_ARRAYS}
@@ -130,7 +203,7 @@ def test_sharded_v3_array_under_the_same_keys_reads_unsharded(database, shardfs_
     zarr.create_group(store=made)
     zarr.create_array(store=made / "img", shape=data.shape, chunks=(8, 8), shards=(16, 16), dtype="<f8")[...] = data
     store_directory(database, made)
-    mnt = shardfs_mount(database.address, read_only=True)
+    mnt = shardfs_mount(database.address, read_only=True, **database.options)
     array = zarr.open_array(f"{mnt}/img", mode="r")
     assert array.shards is None and array.chunks == (8, 8)
     np.testing.assert_array_equal(array[...], data)
@@ -140,7 +213,7 @@ def test_sharded_v3_array_under_the_same_keys_reads_unsharded(database, shardfs_
 def test_zarr3_writes_through_a_writable_mount_store_a_sharded_array(database, tmp_path):
     data = (np.arange(64 * 64) % 251).astype("u1").reshape(64, 64)
     (tmp_path / "mnt").mkdir()
-    with shardfs.mount(database.address, tmp_path / "mnt", shard_new=(4, 4)) as mnt:
+    with shardfs.mount(database.address, tmp_path / "mnt", shard_new=(4, 4), **database.options) as mnt:
         zarr.create_group(store=mnt, attributes={"through": "shardfs"})
         zarr.create_array(store=f"{mnt}/tiles", shape=data.shape, chunks=(8, 8), dtype="u1")[...] = data
     # Unmounted: what follows reads the database itself.
@@ -171,7 +244,7 @@ def test_kill_9_during_writes_keeps_the_database_consistent_and_every_fsynced_ch
     raw_array(database, tmp_path)
     synced = {}
     (tmp_path / "mnt").mkdir()
-    with shardfs.mount(database.address, tmp_path / "mnt", commit_idle_ms=600000) as mnt:
+    with shardfs.mount(database.address, tmp_path / "mnt", commit_idle_ms=600000, **database.options) as mnt:
         pid = daemon_pid(mnt)
         for n in range(32):
             i, j = divmod(n, 8)
@@ -185,15 +258,44 @@ def test_kill_9_during_writes_keeps_the_database_consistent_and_every_fsynced_ch
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
     assert database.consistent()
+    every_shard_decodes(database)
     got = zarr.open_array(dump(database, tmp_path / "after"), mode="r")[...]
     assert [k for k, v in synced.items() if bytes(got[k[0] * 4:k[0] * 4 + 4, k[1] * 4:k[1] * 4 + 4].ravel()) != v] == []
 
 
+def every_shard_decodes(database):
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in database.options.items()]
+    check = subprocess.run([BINARY, "check", database.address, *flags], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_two_mounts_writing_interleaved_chunks_of_the_same_shards_lose_nothing(database, tmp_path):
+    raw_array(database, tmp_path)
+    written = {}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with shardfs.mount(database.address, tmp_path / "a", **database.options) as a, \
+            shardfs.mount(database.address, tmp_path / "b", **database.options) as b:
+        for n in range(32):
+            i, j = divmod(n, 8)
+            mnt = (a, b)[(i + j) % 2]
+            os.makedirs(f"{mnt}/c/{i}", exist_ok=True)
+            with open(f"{mnt}/c/{i}/{j}", "wb") as f:
+                f.write(chunk_bytes(n))
+                f.flush()
+                os.fsync(f.fileno())
+            written[(i, j)] = chunk_bytes(n)
+    got = zarr.open_array(dump(database, tmp_path / "after"), mode="r")[...]
+    assert [k for k, v in written.items() if bytes(got[k[0] * 4:k[0] * 4 + 4, k[1] * 4:k[1] * 4 + 4].ravel()) != v] == []
+    every_shard_decodes(database)
+
+
 def test_another_process_writing_the_database_is_seen(database, shardfs_mount, tmp_path):
     run_v2(database, V2_WRITER)
-    mnt = shardfs_mount(database.address)
+    mnt = shardfs_mount(database.address, **database.options)
     before = (Path(mnt) / "ints/0.0").read_bytes()
     run_v2(database, 'zarr.open_array(store, path="ints")[0:30, 0:25] = -1')
+    time.sleep(1.1)  # --metadata-ttl (a Redis mount's versions are trusted that long)
     after = (Path(mnt) / "ints/0.0").read_bytes()
     assert after != before and after == database.items()["ints/0.0"]
     (tmp_path / "expected").mkdir()
@@ -230,3 +332,31 @@ def test_a_locked_sqlite_file_is_refused_for_writing_naming_the_lock(tmp_path):
         locker.execute("ROLLBACK")
         locker.close()
     assert str(database.path) in line and "locked" in line
+
+
+def test_a_redis_server_that_cannot_be_reached_is_refused_naming_it(tmp_path):
+    address = f"redis://127.0.0.1:{free_port()}/0"
+    line = mount_fails(address, tmp_path)
+    assert address in line and "cannot reach" in line
+
+
+def test_a_redis_server_lost_while_mounted_fails_reads_with_eio_and_the_mount_recovers(tmp_path):
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        database = Redis(server)
+        run_v2(database, V2_WRITER)
+        with shardfs.mount(database.address, metadata_ttl=0, **database.options) as mnt:
+            want = (Path(mnt) / "ints/0.0").read_bytes()
+            values = database.items()
+            server.stop()
+            with pytest.raises(OSError) as lost:
+                (Path(mnt) / "ints/1.1").read_bytes()
+            assert lost.value.errno == errno.EIO
+            server.start()
+            for key, value in values.items():
+                database.put(key, value)
+            assert (Path(mnt) / "ints/0.0").read_bytes() == want
+            assert (Path(mnt) / "ints/1.1").read_bytes() == values["ints/1.1"]
+    finally:
+        server.stop()

@@ -402,7 +402,8 @@ mod tests {
     #[test]
     fn passes_the_conformance_checks() {
         let (_dir, path) = temp_database("sqlite-conformance");
-        let store = Objects::mount(Sqlite::open(&path).unwrap(), "SQLite", "test.sqlite", false).unwrap();
+        let store =
+            Objects::mount(Sqlite::open(&path).unwrap(), "SQLite", "test.sqlite", false, Default::default()).unwrap();
         crate::store::conformance::check(&store);
     }
 
