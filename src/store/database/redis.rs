@@ -279,15 +279,12 @@ impl Database for Redis {
         for key in self.scan(dir)? {
             let name = &key[self.prefix.len() + dir.len()..];
             match name.split_once('/') {
-                Some((sub, _)) => {
-                    if listing.dirs.last().is_none_or(|last| last != sub) {
-                        listing.dirs.push(sub.to_string());
-                    }
-                }
+                Some((sub, _)) => listing.dirs.push(sub.to_string()),
                 None if !name.is_empty() => files.push(key),
                 None => {}
             }
         }
+        // Sorted keys: a directory's keys are next to each other.
         listing.dirs.dedup();
         listing.files = self.entries(files)?;
         Ok(listing)
