@@ -18,6 +18,7 @@ use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
 use crate::store::database::Objects;
+use crate::store::database::lmdb::{self, Lmdb};
 use crate::store::database::redis::Redis;
 use crate::store::database::sqlite::{self, Sqlite};
 use crate::store::icechunk::{self, IcechunkStore};
@@ -120,6 +121,8 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 return open_references(Arc::new(dir), name, Layout::Json, &parent.to_string_lossy(), &address);
             } else if meta.is_file() && sqlite::is_sqlite(&address.location) {
                 return open_sqlite(&address.location);
+            } else if meta.is_dir() && lmdb::is_lmdb(&address.location) {
+                return open_lmdb(&address.location);
             } else if !meta.is_dir() {
                 return Err(format!(
                     "{shown}: not a directory, a zip file, an SQLite database nor a kerchunk reference file, so not a Zarr store"
@@ -168,6 +171,16 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, String> {
     // Local: what another process changes is asked for each time, and nothing is read ahead.
     let caching = Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() };
     Ok(Arc::new(Objects::mount(database, "SQLite", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
+}
+
+/// Opens the LMDB environment in `dir` (zarr-python 2's `LMDBStore`): its keys as they are.
+fn open_lmdb(dir: &Path) -> Result<Arc<dyn Store>, String> {
+    let database = Lmdb::open(dir)?;
+    let url = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
+    let read_only = database.read_only();
+    // Local: what another process changes is asked for each time, and nothing is read ahead.
+    let caching = Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() };
+    Ok(Arc::new(Objects::mount(database, "LMDB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// Opens the Redis database at `url` (zarr-python 2's `RedisStore`, keys `--key-prefix`): its

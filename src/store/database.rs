@@ -8,6 +8,7 @@
 //!
 //! - [`sqlite`]: an SQLite file with the table `zarr(k TEXT PRIMARY KEY, v BLOB)`, read with
 //!   incremental blob I/O.
+//! - [`lmdb`]: an LMDB environment's unnamed database, read from its memory map.
 //! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions checked in server-side scripts.
 //!
 //! A backend implements [`Database`]: entries with versions, ranged reads consistent with the
@@ -15,6 +16,7 @@
 //! object store's protocol adds (preconditions of reads, listings by delimiter, copies, uploads in
 //! parts) is done here once.
 
+pub mod lmdb;
 pub mod redis;
 pub mod sqlite;
 

@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 import shardfs
 import zarr
+import lmdb
 import redis
 from conftest import BINARY, V2_PYTHON, zarr2_reads
 from object_stores import daemon_pid
@@ -74,6 +75,34 @@ class Sqlite:
     def consistent(self):
         with self.connect() as db:
             return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+class Lmdb:
+    """An LMDB environment as zarr-python 2's LMDBStore writes it. py-lmdb cannot open it while a
+    mount has it open (their LMDBs' lock formats differ), so it is written and read here only
+    when nothing is mounted."""
+
+    name = "lmdb"
+    options = {}
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "data.lmdb"
+        lmdb.open(str(self.path), map_size=2**30).close()
+
+    address = property(lambda self: str(self.path))
+    v2_store = "zarr.LMDBStore(sys.argv[1])"
+    v2_argument = property(lambda self: str(self.path))
+
+    def put(self, key, value):
+        with lmdb.open(str(self.path), map_size=2**30) as env, env.begin(write=True) as txn:
+            txn.put(key.encode(), value)
+
+    def items(self):
+        with lmdb.open(str(self.path), map_size=2**30) as env, env.begin() as txn:
+            return {k.decode(): bytes(v) for k, v in txn.cursor()}
+
+    def consistent(self):
+        return bool(self.items())
 
 
 class RedisServer:
@@ -135,14 +164,14 @@ class Redis:
         return True
 
 
-DATABASES = ["sqlite", "redis"]
+DATABASES = ["sqlite", "lmdb", "redis"]
 
 
 @pytest.fixture(params=DATABASES)
 def database(request, tmp_path):
     if request.param == "redis":
         return Redis(request.getfixturevalue("redis_server"))
-    return Sqlite(tmp_path)
+    return {"sqlite": Sqlite, "lmdb": Lmdb}[request.param](tmp_path)
 
 
 def run_v2(database, source):
@@ -173,12 +202,13 @@ sparse[:] = np.where(np.arange(64 * 64).reshape(64, 64) % 9 == 0, 7, 0)
 
 def test_zarr2_arrays_written_by_its_own_store_read_exactly_through_the_mount(database, shardfs_mount, tmp_path):
     run_v2(database, V2_WRITER)
+    values = database.items()
     mnt = shardfs_mount(database.address, read_only=True, **database.options)
     assert (Path(mnt) / ".zgroup").is_file() and (Path(mnt) / "deep/floats/.zarray").is_file()
     (tmp_path / "expected").mkdir()
     assert zarr2_reads(mnt, V2_ARRAYS, tmp_path / "expected") == {path: True for path in V2_ARRAYS}
     # Every value is a file of the same bytes.
-    for key, value in database.items().items():
+    for key, value in values.items():
         assert (Path(mnt) / key).read_bytes() == value, key
 
 
@@ -291,6 +321,8 @@ def test_two_mounts_writing_interleaved_chunks_of_the_same_shards_lose_nothing(d
 
 
 def test_another_process_writing_the_database_is_seen(database, shardfs_mount, tmp_path):
+    if database.name == "lmdb":
+        pytest.skip("py-lmdb cannot open an environment a mount holds (another LMDB lock format)")
     run_v2(database, V2_WRITER)
     mnt = shardfs_mount(database.address, **database.options)
     before = (Path(mnt) / "ints/0.0").read_bytes()
