@@ -158,11 +158,14 @@ pub struct Abilities {
     /// Prefixes can be listed; without it no directory is known here (every key is an object or
     /// nothing), and listings come from [`crate::store::unlisted`].
     pub list: bool,
+    /// Other programs read the objects at their URLs; without it (a database's values) `shardfs
+    /// refs` has nothing to refer to.
+    pub addressed: bool,
 }
 
 impl Abilities {
-    /// An object store proper (S3): writes and listings.
-    pub const ALL: Abilities = Abilities { write: true, list: true };
+    /// An object store proper (S3): writes and listings, objects at URLs.
+    pub const ALL: Abilities = Abilities { write: true, list: true, addressed: true };
 }
 
 /// The store's tokio runtime. The last handle on a store can be dropped by one of the store's
@@ -1111,6 +1114,16 @@ impl Store for BucketStore {
 
     fn read_only(&self) -> bool {
         !self.0.service.abilities.write
+    }
+
+    fn location(&self, key: &str) -> Result<super::Location> {
+        match self.0.service.abilities.addressed {
+            true => Ok(super::Location::At { url: self.url(key), start: None }),
+            false => {
+                let why = format!("{} values have no URL another program could read", self.0.service.name);
+                Err(Error::Io { place: self.describe(key), source: io::Error::other(why) })
+            }
+        }
     }
 }
 

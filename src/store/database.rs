@@ -131,7 +131,7 @@ impl<D: Database> Objects<D> {
             name: service,
             bucket: "database",
             updates_name_generation: false,
-            abilities: Abilities { write: !read_only, list: true },
+            abilities: Abilities { write: !read_only, list: true, addressed: false },
         };
         BucketStore::of_service(service, Arc::new(Objects(Arc::new(database))), "", url, caching)
     }

@@ -240,6 +240,23 @@ def test_sharded_v3_array_under_the_same_keys_reads_unsharded(database, shardfs_
     assert sorted(os.listdir(f"{mnt}/img/c/0")) == [str(j) for j in range(5)]
 
 
+def shardfs_run(database, *args):
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in database.options.items()]
+    return subprocess.run([BINARY, *args, database.address, *flags], capture_output=True, text=True)
+
+
+def test_info_and_check_read_the_database_and_refs_refuses_it(database, tmp_path):
+    made = tmp_path / "made"
+    zarr.create_array(store=made / "img", shape=(32, 32), chunks=(8, 8), shards=(16, 16), dtype="u1")[...] = 5
+    store_directory(database, made)
+    info = shardfs_run(database, "info")
+    assert info.returncode == 0 and "img" in info.stdout, info.stderr
+    check = shardfs_run(database, "check", "--data")
+    assert check.returncode == 0 and "1 arrays checked, 0 damaged" in check.stdout, check.stdout + check.stderr
+    refs = shardfs_run(database, "refs")
+    assert refs.returncode != 0 and "no URL another program could read" in refs.stderr
+
+
 def test_zarr3_writes_through_a_writable_mount_store_a_sharded_array(database, tmp_path):
     data = (np.arange(64 * 64) % 251).astype("u1").reshape(64, 64)
     (tmp_path / "mnt").mkdir()
@@ -294,8 +311,7 @@ def test_kill_9_during_writes_keeps_the_database_consistent_and_every_fsynced_ch
 
 
 def every_shard_decodes(database):
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in database.options.items()]
-    check = subprocess.run([BINARY, "check", database.address, *flags], capture_output=True, text=True)
+    check = shardfs_run(database, "check")
     assert check.returncode == 0, check.stdout + check.stderr
 
 

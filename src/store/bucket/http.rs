@@ -55,7 +55,7 @@ pub fn open(url: &str, caching: Caching) -> Result<Arc<dyn Store>, String> {
     let objects: Arc<dyn ObjectStore> = Arc::new(objects);
     let store_url = format!("{origin}{}{path}", if path.is_empty() { "" } else { "/" });
     let list = probe(&objects, path, &store_url)?;
-    let service = Service { abilities: Abilities { write: false, list }, ..SERVICE };
+    let service = Service { abilities: Abilities { write: false, list, addressed: true }, ..SERVICE };
     let store = BucketStore::of_service(service, objects, path, &store_url, caching)
         .map_err(|e| format!("{store_url}: {e}"))?;
     if list {
