@@ -4,9 +4,12 @@
 # one run, with hyperfine (warm-up, several runs, median). Prints a markdown table of medians and
 # ratios against plain files and writes it, with the machine and the versions, to target/bench-PROFILE.md (or --out FILE).
 #
-#   scripts/bench.sh [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]
+#   scripts/bench.sh [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|db|huge] [--runs N] [--out FILE] [--quick]
 #
-# Profiles: dirs = scripts/bench_dirs.sh (a warm find over 256 chunk directories of 256 files against
+# Profiles: db = scripts/bench_db.py (zarr-python 2.18 reading 256 MiB through a mount of an SQLite
+# file, an LMDB environment and a Redis database against its own SQLiteStore, LMDBStore and
+# RedisStore; its table goes to target/bench-db.md unless --out names a file; --quick: 64 MiB, one
+# run); dirs = scripts/bench_dirs.sh (a warm find over 256 chunk directories of 256 files against
 # plain files; its table goes to target/bench-dirs.md unless --out names a file); icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount
 # against Icechunk's own Python reader, from the local disk and from s3s-fs behind the latency
 # proxy at 0 and 20 ms; its table goes to target/bench-icechunk.md unless --out names a file;
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=(--quick); shift ;;
-    *) echo "usage: $0 [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|db|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
   esac
 done
 source scripts/lib.sh
@@ -63,6 +66,10 @@ if [ "$profile" = wan ]; then
   scripts/setup.sh
   scripts/mountpoint_s3.sh >/dev/null
   exec target/venv/bin/python scripts/bench_wan.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-wan.md}"
+fi
+if [ "$profile" = db ]; then
+  scripts/setup.sh
+  exec target/venv-v2/bin/python scripts/bench_db.py --runs "$runs" "${quick[@]}" --out "${out:-target/bench-db.md}"
 fi
 if [ "$profile" = icechunk ]; then
   scripts/setup.sh

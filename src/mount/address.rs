@@ -120,9 +120,9 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 let name = name.to_str().ok_or_else(|| format!("{shown}: the file name is not UTF-8"))?;
                 return open_references(Arc::new(dir), name, Layout::Json, &parent.to_string_lossy(), &address);
             } else if meta.is_file() && sqlite::is_sqlite(&address.location) {
-                return open_sqlite(&address.location);
+                return open_sqlite(&address.location, &address);
             } else if meta.is_dir() && lmdb::is_lmdb(&address.location) {
-                return open_lmdb(&address.location);
+                return open_lmdb(&address.location, &address);
             } else if !meta.is_dir() {
                 return Err(format!(
                     "{shown}: not a directory, a zip file, an SQLite database nor a kerchunk reference file, so not a Zarr store"
@@ -164,33 +164,39 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
 
 /// Opens the SQLite database at `path` (zarr-python 2's `SQLiteStore`): its keys as they are, Zarr
 /// v2 arrays and sharded v3 ones alike, so no root document is required.
-fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, String> {
+fn open_sqlite(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     let database = Sqlite::open(path)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    // Local: what another process changes is asked for each time, and nothing is read ahead.
-    let caching = Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() };
+    let caching = local_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "SQLite", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
+/// How a local database is cached: what another process changes is asked for each time (a look
+/// costs no round trip), and values are read ahead of readers as from an object store (a value
+/// read in one go costs one transaction, not one per read of the kernel's).
+fn local_database_caching(address: &StoreAddress) -> Caching {
+    Caching { metadata_ttl: Duration::ZERO, disk: None, ..address.caching.clone() }
+}
+
 /// Opens the LMDB environment in `dir` (zarr-python 2's `LMDBStore`): its keys as they are.
-fn open_lmdb(dir: &Path) -> Result<Arc<dyn Store>, String> {
+fn open_lmdb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     let database = Lmdb::open(dir)?;
     let url = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    // Local: what another process changes is asked for each time, and nothing is read ahead.
-    let caching = Caching { metadata_ttl: Duration::ZERO, read_ahead_bytes: 0, ..Caching::default() };
+    let caching = local_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "LMDB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// Opens the Redis database at `url` (zarr-python 2's `RedisStore`, keys `--key-prefix`): its
-/// keys as they are. Versions and listings are trusted for `--metadata-ttl`, each look costing the
-/// server a hash of the value; nothing is read ahead.
+/// keys as they are. Versions and listings are trusted for `--metadata-ttl`, and values are fetched
+/// ahead of readers (`--read-ahead-size`), as from an object store: each look and each read costs
+/// the server a hash of the value, so a value is better read in one request than in many.
 fn open_redis(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     // An address made in code rather than from the command line has no prefix: RedisStore's.
     let prefix = if address.key_prefix.is_empty() { "zarr" } else { &address.key_prefix };
     let database = Redis::open(url, prefix)?;
-    let caching = Caching { read_ahead_bytes: 0, disk: None, ..address.caching.clone() };
+    let caching = Caching { disk: None, ..address.caching.clone() };
     Ok(Arc::new(Objects::mount(database, "Redis", url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 

@@ -1,0 +1,109 @@
+"""The db profile of scripts/bench.sh: zarr-python 2.18 reading an array through a shardfs mount of
+a database against zarr-python 2.18 reading it through its own store for that database
+(SQLiteStore, LMDBStore, RedisStore), side by side in one run.
+
+    target/venv-v2/bin/python scripts/bench_db.py [--runs R] [--quick] [--binary SHARDFS] [--out FILE]
+
+The array: 256 MiB of float32 in 1 MiB chunks, uncompressed (--quick: 64 MiB, one run), written
+by zarr-python 2.18 into each database through its own store. Redis is a redis-server started
+here on a free port of 127.0.0.1, in memory only. Each read is from a fresh store or a fresh mount
+(release build, read-only; the mount is timed, the unmount is not, as a store is opened in the
+time and closed after it), in the same order each run, and is compared with what was written. Not a test: nothing here asserts a speed.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import zarr
+from bench_net import shardfs_binary
+from ports import free_port, wait_for_port
+
+warnings.simplefilter("ignore")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="64 MiB, one run")
+    parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
+    mib = 64 if args.quick else 256
+    binary = shardfs_binary(args.binary)
+    work = tempfile.mkdtemp(prefix="shardfs-bench-db.")
+    redis_port = free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", "--dir", work],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mounts = []
+    try:
+        wait_for_port(redis_port, "redis-server", redis)
+        data = np.random.default_rng(1).random(mib << 18, dtype="f4")
+        databases = {
+            "SQLite": (lambda: zarr.SQLiteStore(f"{work}/data.sqlite"), f"{work}/data.sqlite"),
+            "LMDB": (lambda: zarr.LMDBStore(f"{work}/data.lmdb"), f"{work}/data.lmdb"),
+            "Redis": (lambda: zarr.RedisStore(port=redis_port), f"redis://127.0.0.1:{redis_port}/0"),
+        }
+        for name, (store, _) in databases.items():
+            start = time.perf_counter()
+            opened = store()
+            zarr.create(shape=data.shape, chunks=(1 << 18,), dtype="f4", compressor=None, store=opened,
+                        path="big")[...] = data
+            opened.close()
+            print(f"bench db: {name} written in {time.perf_counter() - start:.1f} s", flush=True)
+
+        def direct(name):
+            opened = databases[name][0]()
+            try:
+                return zarr.open_array(store=opened, path="big", mode="r")[...]
+            finally:
+                opened.close()
+
+        def mounted(name):
+            mnt = tempfile.mkdtemp(prefix="mnt-", dir=work)
+            subprocess.run([binary, "mount", databases[name][1], mnt, "--read-only"], check=True)
+            mounts.append(mnt)
+            return zarr.open_array(f"{mnt}/big", mode="r")[...]
+
+        readers = {"direct": direct, "shardfs": mounted}
+        results = {}
+        for _ in range(runs):
+            for name in databases:
+                for reader, read in readers.items():
+                    start = time.perf_counter()
+                    got = read(name)
+                    results.setdefault((name, reader), []).append(time.perf_counter() - start)
+                    # Unmounted after the clock stops, as a store is closed after it.
+                    while mounts:
+                        subprocess.run([binary, "unmount", mounts.pop()], check=True)
+                    assert np.array_equal(got, data), f"{name} through {reader} read wrong"
+        target = {"SQLite": 1.5, "LMDB": 1.5, "Redis": 2.0}
+        lines = ["| database | zarr-python 2.18's own store | shardfs mount | ratio | target |", "|---|---|---|---|---|"]
+        for name in databases:
+            medians = [sorted(results[(name, r)])[len(results[(name, r)]) // 2] for r in readers]
+            lines.append(f"| {name} | {medians[0]:.2f} s | {medians[1]:.2f} s | {medians[1] / medians[0]:.2f}x "
+                         f"| {target[name]}x |")
+        table = "\n".join(lines)
+        print(table)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(f"zarr-python {zarr.__version__}; {mib} MiB of float32 in 1 MiB chunks; medians of {runs} runs\n\n")
+                f.write(table + "\n")
+    finally:
+        for mnt in mounts:
+            subprocess.run([binary, "unmount", mnt], check=False)
+        redis.terminate()
+        redis.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
