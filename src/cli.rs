@@ -500,7 +500,7 @@ mod tests {
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
                        write_buffer_size=3M,memory_limit=2G,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
-                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/";
+                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
         let config = cli.command.mount_config(cli.verbose).unwrap();
@@ -526,6 +526,7 @@ mod tests {
         assert_eq!(config.settings.options, ["fsname=s3://b/p", "allow_other"]);
         assert_eq!(config.store.repository.version, Some(Version::Branch("dev".into())));
         assert_eq!(config.store.repository.allow_virtual, ["file:///d/"]);
+        assert_eq!(config.store.key_prefix, "arrays");
         // One version at a time: --tag and --snapshot each alone.
         for (option, version) in
             [("tag=v1", Version::Tag("v1".into())), ("snapshot=ID", Version::Snapshot("ID".into()))]
