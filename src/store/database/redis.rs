@@ -156,8 +156,8 @@ impl Redis {
                 invocation.invoke(c)
             })?;
             for (key, answer) in batch.iter().zip(answers.chunks(2)) {
-                if let Some(entry) = entry_of(answer) {
-                    found.push((key[self.prefix.len()..].to_string(), entry));
+                if let (Some(entry), Some(key)) = (entry_of(answer), key.strip_prefix(&self.prefix)) {
+                    found.push((key.to_string(), entry));
                 }
             }
         }
@@ -277,7 +277,7 @@ impl Database for Redis {
         let mut listing = Listing::default();
         let mut files = Vec::new();
         for key in self.scan(dir)? {
-            let name = &key[self.prefix.len() + dir.len()..];
+            let Some(name) = key.strip_prefix(&self.prefix).and_then(|k| k.strip_prefix(dir)) else { continue };
             match name.split_once('/') {
                 Some((sub, _)) => listing.dirs.push(sub.to_string()),
                 None if !name.is_empty() => files.push(key),
