@@ -167,10 +167,14 @@ impl State {
             return Err(fail(e));
         }
         match work(self) {
-            Ok(done) => {
-                self.connection.execute_batch("COMMIT").map_err(&fail)?;
-                Ok(done)
-            }
+            Ok(done) => match self.connection.execute_batch("COMMIT") {
+                Ok(()) => Ok(done),
+                // A failed COMMIT (the file busy past the timeout) leaves the transaction open.
+                Err(e) => {
+                    let _ = self.connection.execute_batch("ROLLBACK");
+                    Err(fail(e))
+                }
+            },
             Err(e) => {
                 let _ = self.connection.execute_batch("ROLLBACK");
                 Err(e)
