@@ -45,6 +45,9 @@ pub struct Entry {
     pub version: String,
 }
 
+/// What a read asks of the version it found before it reads ([`Database::read`]).
+pub type Admit<'a> = &'a dyn Fn(&Entry) -> Result<()>;
+
 /// A directory's content.
 #[derive(Debug, Default)]
 pub struct Listing {
@@ -79,8 +82,10 @@ pub trait Database: Send + Sync + std::fmt::Debug + 'static {
     fn entry(&self, key: &str) -> Result<Option<Entry>>;
 
     /// The bytes `range` (all of them when `None`) of the value at `key`, with its entry and the
-    /// range resolved, all read from one version.
-    fn read(&self, key: &str, range: Option<&GetRange>) -> Result<Option<(Entry, Range<u64>, Bytes)>>;
+    /// range resolved, all read from one version. `admit` is asked about the entry before the
+    /// range is resolved, and its error is the read's: a version that fails a condition is a
+    /// changed version, whatever the range (as a server answers 412 before 416).
+    fn read(&self, key: &str, range: Option<&GetRange>, admit: Admit) -> Result<Option<(Entry, Range<u64>, Bytes)>>;
 
     /// Stores `value` at `key` if `condition` holds, atomically and durably.
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry>;
@@ -115,7 +120,7 @@ pub fn changed(key: &str, why: impl Into<String>) -> object_store::Error {
 
 /// A [`Database`] as an [`ObjectStore`].
 #[derive(Debug)]
-pub struct Objects<D>(Arc<D>);
+pub struct Objects<D>(pub(crate) Arc<D>);
 
 impl<D: Database> Objects<D> {
     /// The store of `database` as a mount serves it: a [`BucketStore`] named `url`, writable
@@ -205,15 +210,16 @@ impl<D: Database> ObjectStore for Objects<D> {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let key = location.as_ref();
+        let admit = |entry: &Entry| options.check_preconditions(&self.meta(key, entry));
         let (entry, range, bytes) = if options.head {
             let entry = self.0.entry(key)?.ok_or_else(|| self.not_found(key))?;
+            admit(&entry)?;
             let size = entry.size;
             (entry, 0..size, Bytes::new())
         } else {
-            self.0.read(key, options.range.as_ref())?.ok_or_else(|| self.not_found(key))?
+            self.0.read(key, options.range.as_ref(), &admit)?.ok_or_else(|| self.not_found(key))?
         };
         let meta = self.meta(key, &entry);
-        options.check_preconditions(&meta)?;
         let payload = futures_util::stream::once(futures_util::future::ready(Ok(bytes))).boxed();
         Ok(GetResult {
             payload: GetResultPayload::Stream(payload),
@@ -252,7 +258,8 @@ impl<D: Database> ObjectStore for Objects<D> {
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        let (_, _, bytes) = self.0.read(from.as_ref(), None)?.ok_or_else(|| self.not_found(from.as_ref()))?;
+        let (_, _, bytes) =
+            self.0.read(from.as_ref(), None, &|_| Ok(()))?.ok_or_else(|| self.not_found(from.as_ref()))?;
         let condition = match options.mode {
             CopyMode::Overwrite => Condition::Any,
             CopyMode::Create => Condition::Absent,

@@ -26,7 +26,7 @@ use heed::{CommitOrAbort, Env, EnvFlags, EnvOpenOptions, RoTxn};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 
-use super::{Condition, Database, Entry, Listing, changed, failed, resolve};
+use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "LMDB";
 
@@ -96,23 +96,33 @@ impl Lmdb {
     /// read-only, as [`Lmdb::read_only`] says); fails naming it and the cause.
     pub fn open(dir: &Path) -> std::result::Result<Lmdb, String> {
         let name = dir.display().to_string();
-        let writable = std::fs::metadata(dir.join("data.mdb")).is_ok_and(|m| !m.permissions().readonly())
-            && std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly());
-        let mut options = EnvOpenOptions::new();
-        options.map_size(MAP_SIZE).max_dbs(0);
-        if !writable {
-            // SAFETY: a flag of how the environment is opened, with no other requirement.
-            unsafe { options.flags(EnvFlags::READ_ONLY) };
-        }
-        // SAFETY: heed asks that an environment be opened once per process and its files not be
-        // cut short while open; each mount is a process of its own, and opens it here once.
-        let env = unsafe { options.open(dir) }.map_err(|e| match e {
+        let open = |read_only: bool| {
+            let mut options = EnvOpenOptions::new();
+            options.map_size(MAP_SIZE).max_dbs(0);
+            if read_only {
+                // SAFETY: a flag of how the environment is opened, with no other requirement.
+                unsafe { options.flags(EnvFlags::READ_ONLY) };
+            }
+            // SAFETY: heed asks that an environment be opened once per process and its files not
+            // be cut short while open; each mount is a process of its own, and opens it here once
+            // (a second try only after the first failed).
+            unsafe { options.open(dir) }
+        };
+        let describe = |e: heed::Error| match e {
             heed::Error::Mdb(heed::MdbError::VersionMismatch) => format!(
                 "{name}: cannot open the LMDB environment: another process holds it open with another LMDB's lock \
                  format (py-lmdb's LMDB 0.9); close it there first"
             ),
             e => format!("{name}: cannot open the LMDB environment: {e}"),
-        })?;
+        };
+        // Where the files may not be written, for reading only.
+        let (env, writable) = match open(false) {
+            Ok(env) => (env, true),
+            Err(heed::Error::Io(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                (open(true).map_err(describe)?, false)
+            }
+            Err(e) => return Err(describe(e)),
+        };
         let rtxn = env.read_txn().map_err(|e| format!("{name}: {e}"))?;
         let opened = env.open_databases_and_commit(rtxn, |opener, rtxn| -> heed::Result<_> {
             Ok(CommitOrAbort::<_, ()>::Commit(opener.open_database::<Raw, Raw>(rtxn, None)?))
@@ -121,7 +131,8 @@ impl Lmdb {
             CommitOrAbort::Commit(Some(db)) => db,
             _ => return Err(format!("{name}: an LMDB environment without its unnamed database")),
         };
-        let lmdb = Lmdb { env, db, path: dir.to_path_buf(), name, read_only: !writable, state: Mutex::default() };
+        let state = Mutex::new(State { epoch: new_epoch(), ..State::default() });
+        let lmdb = Lmdb { env, db, path: dir.to_path_buf(), name, read_only: !writable, state };
         Ok(lmdb)
     }
 
@@ -188,10 +199,11 @@ impl Database for Lmdb {
         })
     }
 
-    fn read(&self, key: &str, range: Option<&GetRange>) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
+    fn read(&self, key: &str, range: Option<&GetRange>, admit: Admit) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
         self.reading(|rtxn, db, state| {
             let Some(value) = db.get(rtxn, key.as_bytes()).map_err(|e| self.fail(e))? else { return Ok(None) };
             let entry = state.entry(key, value.len());
+            admit(&entry)?;
             let range = resolve(STORE, range, entry.size)?;
             let bytes = Bytes::copy_from_slice(&value[range.start as usize..range.end as usize]);
             Ok(Some((entry, range, bytes)))
@@ -199,8 +211,10 @@ impl Database for Lmdb {
     }
 
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry> {
-        let mut state = self.state.lock();
+        // The environment's write lock first, then the state: readers, which hold the state,
+        // never wait for another process's writer.
         let mut wtxn = self.env.write_txn().map_err(|e| self.fail(e))?;
+        let mut state = self.state.lock();
         let db = self.db;
         state.look(wtxn.id() - 1);
         let old = db.get(&wtxn, key.as_bytes()).map_err(|e| self.fail(e))?.map(|v| state.entry(key, v.len()));
@@ -233,8 +247,10 @@ impl Database for Lmdb {
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        let mut state = self.state.lock();
+        // The environment's write lock first, then the state: readers, which hold the state,
+        // never wait for another process's writer.
         let mut wtxn = self.env.write_txn().map_err(|e| self.fail(e))?;
+        let mut state = self.state.lock();
         let db = self.db;
         state.look(wtxn.id() - 1);
         db.delete(&mut wtxn, key.as_bytes()).map_err(|e| self.fail(e))?;

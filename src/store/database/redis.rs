@@ -20,7 +20,7 @@ use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 use redis::{Connection, Script, Value};
 
-use super::{Condition, Database, Entry, Listing, changed, failed, resolve};
+use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "Redis";
 
@@ -32,6 +32,17 @@ const KEPT: usize = 8;
 
 /// Keys of one `SCAN` step.
 const SCAN_COUNT: usize = 1000;
+
+/// The bytes one script call hashes at most (more only for a single larger value).
+const HASHED: i64 = 16 << 20;
+
+/// The length of each key's value (-1: none, or not a string): no value is read.
+const SIZES: &str = r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('TYPE', key).ok == 'string' then out[i] = redis.call('STRLEN', key) else out[i] = -1 end
+end
+return out";
 
 /// The length and SHA-1 of each key's value (-1 and "": none, or not a string).
 const ENTRIES: &str = r"
@@ -59,18 +70,18 @@ local first, last = tonumber(ARGV[1]), tonumber(ARGV[2])
 if first == 0 and (last == -1 or last >= string.len(v)) then return {string.len(v), '', v} end
 return {string.len(v), redis.sha1hex(v), string.sub(v, first + 1, last)}";
 
-/// Sets KEYS[1] to ARGV[2] if ARGV[1] holds: '*' always, '' only where there is none, else only
-/// where the value's SHA-1 is ARGV[1]. Returns the new SHA-1, or 'exists' or 'changed'.
+/// Sets KEYS[1] to ARGV[3] if condition ARGV[1] holds: 'any'; 'absent', only where there is none;
+/// 'at', only where the value's SHA-1 is ARGV[2]. Returns the new SHA-1, or 'exists' or 'changed'.
 const WRITE: &str = r"
 local condition = ARGV[1]
-if condition == '' then
+if condition == 'absent' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-elseif condition ~= '*' then
+elseif condition == 'at' then
   if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 'changed' end
-  if redis.sha1hex(redis.call('GET', KEYS[1])) ~= condition then return 'changed' end
+  if redis.sha1hex(redis.call('GET', KEYS[1])) ~= ARGV[2] then return 'changed' end
 end
-redis.call('SET', KEYS[1], ARGV[2])
-return redis.sha1hex(ARGV[2])";
+redis.call('SET', KEYS[1], ARGV[3])
+return redis.sha1hex(ARGV[3])";
 
 /// Keys below a prefix of a Redis database.
 pub struct Redis {
@@ -80,6 +91,7 @@ pub struct Redis {
     /// `PREFIX:`, put before every Zarr key.
     prefix: String,
     idle: Mutex<Vec<Connection>>,
+    sizes: Script,
     entries: Script,
     read: Script,
     write: Script,
@@ -102,6 +114,7 @@ impl Redis {
             name,
             prefix: format!("{prefix}:"),
             idle: Mutex::default(),
+            sizes: Script::new(SIZES),
             entries: Script::new(ENTRIES),
             read: Script::new(READ),
             write: Script::new(WRITE),
@@ -128,7 +141,7 @@ impl Redis {
         };
         let done = work(&mut connection);
         match &done {
-            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {}
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error() => {}
             _ => {
                 let mut idle = self.idle.lock();
                 if idle.len() < KEPT {
@@ -152,17 +165,25 @@ impl Redis {
     fn entries(&self, keys: Vec<String>) -> Result<Vec<(String, Entry)>> {
         let mut found = Vec::with_capacity(keys.len());
         for batch in keys.chunks(SCAN_COUNT) {
-            let answers: Vec<Value> = self.with(|c| {
-                let mut invocation = self.entries.prepare_invoke();
-                for key in batch {
-                    invocation.key(key);
+            // A script holds the server while it runs: each hashes at most HASHED bytes (or one
+            // value), so that other clients wait milliseconds, not seconds.
+            let sizes: Vec<i64> = self.with(|c| invoke(&self.sizes, batch, c))?;
+            let mut start = 0;
+            while start < batch.len() {
+                let mut end = start + 1;
+                let mut bytes = sizes.get(start).copied().unwrap_or(0).max(0);
+                while end < batch.len() && bytes + sizes.get(end).copied().unwrap_or(0).max(0) <= HASHED {
+                    bytes += sizes.get(end).copied().unwrap_or(0).max(0);
+                    end += 1;
                 }
-                invocation.invoke(c)
-            })?;
-            for (key, answer) in batch.iter().zip(answers.chunks(2)) {
-                if let (Some(entry), Some(key)) = (entry_of(answer), key.strip_prefix(&self.prefix)) {
-                    found.push((key.to_string(), entry));
+                let group = &batch[start..end];
+                let answers: Vec<Value> = self.with(|c| invoke(&self.entries, group, c))?;
+                for (key, answer) in group.iter().zip(answers.chunks(2)) {
+                    if let (Some(entry), Some(key)) = (entry_of(answer), key.strip_prefix(&self.prefix)) {
+                        found.push((key.to_string(), entry));
+                    }
                 }
+                start = end;
             }
         }
         Ok(found)
@@ -192,6 +213,19 @@ impl Redis {
         keys.dedup();
         Ok(keys)
     }
+}
+
+/// Runs `script` with `keys` as its keys.
+fn invoke<T: redis::FromRedisValue>(
+    script: &Script,
+    keys: &[String],
+    connection: &mut Connection,
+) -> redis::RedisResult<T> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys {
+        invocation.key(key);
+    }
+    invocation.invoke(connection)
 }
 
 /// The entry a length and SHA-1 pair describes, if there is a value.
@@ -236,7 +270,7 @@ impl Database for Redis {
         Ok(self.entries(vec![self.key(key)])?.pop().map(|(_, entry)| entry))
     }
 
-    fn read(&self, key: &str, range: Option<&GetRange>) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
+    fn read(&self, key: &str, range: Option<&GetRange>, admit: Admit) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
         // The range depends on the length, which the script learns: a bounded or whole range is
         // resolved there, a suffix or an offset after a look at the length.
         let want = match range {
@@ -257,6 +291,14 @@ impl Database for Redis {
         if entry.version.is_empty() && bytes.len() as u64 == entry.size {
             entry.version = sha1_hex(bytes);
         }
+        admit(&entry)?;
+        // An offset or a suffix was resolved against the length looked at before: a value of
+        // another length since is another version, not the range asked for.
+        if let Some(other @ (GetRange::Offset(_) | GetRange::Suffix(_))) = range
+            && want.as_ref() != Some(&resolve(STORE, Some(other), entry.size)?)
+        {
+            return Err(changed(key, "its length changed while it was read"));
+        }
         let range = resolve(STORE, want.map(GetRange::Bounded).as_ref(), entry.size)?;
         if bytes.len() as u64 != range.end - range.start {
             return Err(self.fail(format!("{key}: {} bytes read of {range:?}", bytes.len())));
@@ -265,19 +307,20 @@ impl Database for Redis {
     }
 
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry> {
-        let condition = match condition {
-            Condition::Any => "*",
-            Condition::Absent => "",
-            Condition::At(version) => version.as_str(),
+        let (mode, version) = match condition {
+            Condition::Any => ("any", ""),
+            Condition::Absent => ("absent", ""),
+            Condition::At(version) => ("at", version.as_str()),
         };
         let bytes: Vec<u8> = value.iter().flat_map(|piece| piece.iter().copied()).collect();
-        let answer: String = self.with(|c| self.write.key(self.key(key)).arg(condition).arg(&bytes).invoke(c))?;
+        let answer: String =
+            self.with(|c| self.write.key(self.key(key)).arg(mode).arg(version).arg(&bytes).invoke(c))?;
         match answer.as_str() {
             "exists" => {
                 let source = format!("{key} exists").into();
                 Err(object_store::Error::AlreadyExists { path: key.to_string(), source })
             }
-            "changed" => Err(changed(key, format!("not at {condition}"))),
+            "changed" => Err(changed(key, format!("not at {version}"))),
             _ => Ok(Entry { size: bytes.len() as u64, version: answer }),
         }
     }

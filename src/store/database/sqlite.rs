@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use rusqlite::blob::ZeroBlob;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use super::{Condition, Database, Entry, Listing, changed, failed, resolve};
+use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "SQLite";
 
@@ -88,10 +88,12 @@ impl Sqlite {
             _ => format!("{name}: {e}"),
         };
         let open = |flags| Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX);
-        let (connection, read_only) = match open(OpenFlags::SQLITE_OPEN_READ_WRITE) {
-            Ok(connection) => (connection, false),
-            Err(_) => (open(OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| fail(&e))?, true),
+        let connection = match open(OpenFlags::SQLITE_OPEN_READ_WRITE) {
+            Ok(connection) => connection,
+            Err(_) => open(OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| fail(&e))?,
         };
+        // SQLite opens a file it may not write read-only, without an error.
+        let read_only = connection.is_readonly(rusqlite::MAIN_DB).map_err(|e| fail(&e))?;
         connection.busy_timeout(BUSY).map_err(|e| fail(&e))?;
         let columns: Vec<(String, String)> = connection
             .prepare("SELECT name, type FROM pragma_table_info('zarr')")
@@ -204,13 +206,14 @@ impl Database for Sqlite {
         )
     }
 
-    fn read(&self, key: &str, range: Option<&GetRange>) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
+    fn read(&self, key: &str, range: Option<&GetRange>, admit: Admit) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
         let fail = |e| self.fail(e);
         self.state.lock().within(
             TransactionBehavior::Deferred,
             |state| {
                 let Some((rowid, size)) = state.row(key).map_err(fail)? else { return Ok(None) };
                 let entry = state.entry_of(rowid, size);
+                admit(&entry)?;
                 let range = resolve(STORE, range, entry.size)?;
                 let mut bytes = vec![0; (range.end - range.start) as usize];
                 if !bytes.is_empty() {
@@ -245,7 +248,10 @@ impl Database for Sqlite {
                     .connection
                     .query_row("SELECT coalesce(max(rowid), 0) FROM zarr", [], |r| r.get(0))
                     .map_err(fail)?;
-                let rowid = highest.max(state.high_rowid) + 1;
+                let rowid = highest
+                    .max(state.high_rowid)
+                    .checked_add(1)
+                    .ok_or_else(|| self.fail("no rowid is left above the highest"))?;
                 let size = value.content_length();
                 state
                     .connection
@@ -422,8 +428,25 @@ mod tests {
         other.execute_batch("DELETE FROM zarr; INSERT INTO zarr VALUES ('a/c/0', x'0304')").unwrap();
         let now = database.entry("a/c/0").unwrap().unwrap();
         assert_ne!(seen.version, now.version);
-        let (read, _, bytes) = database.read("a/c/0", None).unwrap().unwrap();
+        let (read, _, bytes) = database.read("a/c/0", None, &|_| Ok(())).unwrap().unwrap();
         assert_eq!((read, &bytes[..]), (now, &[3u8, 4][..]));
+    }
+
+    #[test]
+    fn a_read_of_a_changed_version_fails_its_precondition_whatever_its_range() {
+        use object_store::{GetOptions, ObjectStore};
+        let (_dir, path) = temp_database("sqlite-precondition");
+        let objects = Objects(std::sync::Arc::new(Sqlite::open(&path).unwrap()));
+        let long = objects.0.write("k", &PutPayload::from(vec![7u8; 100]), &Condition::Any).unwrap();
+        objects.0.write("k", &PutPayload::from_static(b"short"), &Condition::Any).unwrap();
+        let options = GetOptions {
+            if_match: Some(format!("\"{}\"", long.version)),
+            range: Some(GetRange::Bounded(50..60)),
+            ..Default::default()
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let read = runtime.block_on(objects.get_opts(&object_store::path::Path::from("k"), options));
+        assert!(matches!(read, Err(object_store::Error::Precondition { .. })), "{read:?}");
     }
 
     #[test]
