@@ -173,9 +173,10 @@ pub struct StoreArgs {
     #[arg(long)]
     pub no_sign_request: bool,
     /// How long an object store's listings and object versions are trusted before they are asked
-    /// for again, in milliseconds: changes by others show within this long.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub metadata_ttl: u64,
+    /// for again, in milliseconds: changes by others show within this long. Default: 1000; for a
+    /// Redis database 30000 (each look at a value costs the server a hash of all of it).
+    #[arg(long, value_name = "MS")]
+    pub metadata_ttl: Option<u64>,
     /// The memory the caches may use altogether (K, M, G): each cache's size defaults to its
     /// share of it (docs/cli.md, "Memory"); the state of the inodes the kernel holds is apart.
     #[arg(long, value_parser = parse_size, default_value = "1G", value_name = "BYTES")]
@@ -234,7 +235,7 @@ impl StoreArgs {
             azure: AzureOptions { endpoint_url: self.endpoint_url.clone() },
             gcs: GcsOptions { endpoint_url: self.endpoint_url.clone() },
             caching: Caching {
-                metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl),
+                metadata_ttl: std::time::Duration::from_millis(self.metadata_ttl.unwrap_or(1000)),
                 read_ahead_bytes: self.read_ahead_size.unwrap_or(self.memory().read_ahead()),
                 max_requests: self.max_requests.into(),
                 disk: self.cache.as_ref().map(|dir| DiskSettings {
@@ -253,6 +254,7 @@ impl StoreArgs {
             },
             memory: self.memory(),
             key_prefix: self.key_prefix.clone(),
+            metadata_ttl_given: self.metadata_ttl.is_some(),
         }
     }
 }
