@@ -141,10 +141,11 @@ impl<D: Database> Objects<D> {
         BucketStore::of_service(service, Arc::new(Objects(Arc::new(database))), "", url, caching)
     }
 
-    fn meta(&self, key: &str, entry: &Entry) -> ObjectMeta {
+    /// The object metadata of `entry` at `key`, the database last changed at `modified`.
+    fn meta(&self, key: &str, entry: &Entry, modified: DateTime<Utc>) -> ObjectMeta {
         ObjectMeta {
             location: Path::from(key),
-            last_modified: self.0.modified(),
+            last_modified: modified,
             size: entry.size,
             e_tag: Some(format!("\"{}\"", entry.version)),
             version: None,
@@ -161,10 +162,12 @@ impl<D: Database> Objects<D> {
     /// The entries of `listed` as object metadata, leaving out (with a log line) keys that are
     /// no object name.
     fn metas(&self, listed: Vec<(String, Entry)>) -> Vec<ObjectMeta> {
+        // Asked once for the listing: a local database's answer is a stat of its file.
+        let modified = self.0.modified();
         listed
             .into_iter()
             .filter_map(|(key, entry)| match Path::parse(&key) {
-                Ok(_) => Some(self.meta(&key, &entry)),
+                Ok(_) => Some(self.meta(&key, &entry, modified)),
                 Err(e) => {
                     log::warn!("{}: key {key:?} left out: {e}", self.0.name());
                     None
@@ -210,7 +213,8 @@ impl<D: Database> ObjectStore for Objects<D> {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let key = location.as_ref();
-        let admit = |entry: &Entry| options.check_preconditions(&self.meta(key, entry));
+        let modified = self.0.modified();
+        let admit = |entry: &Entry| options.check_preconditions(&self.meta(key, entry, modified));
         let (entry, range, bytes) = if options.head {
             let entry = self.0.entry(key)?.ok_or_else(|| self.not_found(key))?;
             admit(&entry)?;
@@ -219,7 +223,7 @@ impl<D: Database> ObjectStore for Objects<D> {
         } else {
             self.0.read(key, options.range.as_ref(), &admit)?.ok_or_else(|| self.not_found(key))?
         };
-        let meta = self.meta(key, &entry);
+        let meta = self.meta(key, &entry, modified);
         let payload = futures_util::stream::once(futures_util::future::ready(Ok(bytes))).boxed();
         Ok(GetResult {
             payload: GetResultPayload::Stream(payload),
