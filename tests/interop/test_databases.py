@@ -11,8 +11,8 @@ the peers themselves.
 - another process writing the database while mounted is seen;
 - two mounts writing interleaved chunks of the same shards lose nothing, nor do four writing
   disjoint chunks of them at once;
-- a database in another layout, locked, or a Redis server that cannot be reached, is refused
-  before mounting with one line naming it; a Redis server lost while mounted fails reads with EIO,
+- a database in another layout, locked, an LMDB environment py-lmdb holds open, or a Redis
+  server that cannot be reached, is refused before mounting with one line naming it; a Redis server lost while mounted fails reads with EIO,
   and the mount recovers when it is back.
 
 The Redis database is a real redis-server (the Debian package, started here on a port of its own,
@@ -439,3 +439,10 @@ def test_a_redis_server_lost_while_mounted_fails_reads_with_eio_and_the_mount_re
             assert (Path(mnt) / "ints/1.1").read_bytes() == values["ints/1.1"]
     finally:
         server.stop()
+
+
+def test_an_lmdb_environment_py_lmdb_holds_open_is_refused_naming_it(tmp_path):
+    database = Lmdb(tmp_path)
+    with lmdb.open(str(database.path), map_size=2**30):
+        line = mount_fails(database.address, tmp_path)
+    assert str(database.path) in line and "another LMDB's lock format" in line
