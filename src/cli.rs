@@ -88,9 +88,14 @@ pub enum Command {
         /// each dimension (or one K per dimension: 2,2,8); without it they are stored as written.
         #[arg(long, value_delimiter = ',', value_name = "K")]
         shard_new: Option<Vec<u64>>,
-        /// Commit a shard's pending chunk writes after this many milliseconds without a write.
+        /// Commit a shard's pending chunk writes after this many milliseconds without a write
+        /// (on an Icechunk branch, also the Icechunk commit of what was written).
         #[arg(long, default_value_t = 2000, value_name = "MS")]
         commit_idle_ms: u64,
+        /// An Icechunk branch: the message of the commits this mount makes (default: one naming
+        /// shardfs and what changed).
+        #[arg(long, value_name = "TEXT")]
+        message: Option<String>,
         /// Append log lines to this file (default: stderr in the foreground, syslog otherwise).
         #[arg(long, value_name = "PATH")]
         log_file: Option<PathBuf>,
@@ -251,6 +256,7 @@ impl StoreArgs {
                     (branch, _, _) => branch.clone().map(Version::Branch),
                 },
                 allow_virtual: self.allow_virtual.clone(),
+                ..Default::default()
             },
             memory: self.memory(),
             key_prefix: self.key_prefix.clone(),
@@ -397,6 +403,7 @@ impl Command {
             commit_bytes,
             write_buffer_size,
             commit_idle_ms,
+            message,
             shard_new,
             log_file,
             zarr_format,
@@ -404,8 +411,11 @@ impl Command {
         else {
             return None;
         };
+        let mut address = store.address();
+        address.repository.writable = !*read_only;
+        address.repository.message = message.clone();
         Some(MountConfig {
-            store: store.address(),
+            store: address,
             mountpoint: mountpoint.clone(),
             foreground: *foreground,
             settings: MountSettings {
@@ -502,7 +512,8 @@ mod tests {
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
                        write_buffer_size=3M,memory_limit=2G,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
-                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays";
+                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays,\
+                       message=from a test";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
         let config = cli.command.mount_config(cli.verbose).unwrap();
@@ -529,6 +540,8 @@ mod tests {
         assert_eq!(config.store.repository.version, Some(Version::Branch("dev".into())));
         assert_eq!(config.store.repository.allow_virtual, ["file:///d/"]);
         assert_eq!(config.store.key_prefix, "arrays");
+        assert_eq!(config.store.repository.message.as_deref(), Some("from a test"));
+        assert!(!config.store.repository.writable, "read_only was given");
         // One version at a time: --tag and --snapshot each alone.
         for (option, version) in
             [("tag=v1", Version::Tag("v1".into())), ("snapshot=ID", Version::Snapshot("ID".into()))]

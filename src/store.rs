@@ -17,6 +17,8 @@
 //!   read-only store of its entries.
 //! - [`icechunk`]: one version (branch, tag or snapshot) of an Icechunk repository as a read-only
 //!   store: each node's `zarr.json`, each chunk inline, native or virtual.
+//! - [`icechunk_branch`]: a branch of an Icechunk repository as a writable store: writes become
+//!   commits of a session of the `icechunk` crate, rebased by [`icechunk_rebase`].
 //! - [`database`]: a database of Zarr keys (zarr-python 2's `SQLiteStore`) as an object store,
 //!   served through [`bucket`].
 //! - [`references`]: a kerchunk reference set (JSON or parquet) as a read-only store of the keys
@@ -42,6 +44,8 @@ pub mod database;
 pub mod exchange;
 pub mod faulty;
 pub mod icechunk;
+pub mod icechunk_branch;
+pub mod icechunk_rebase;
 pub mod key_tree;
 pub mod local;
 pub mod lock;

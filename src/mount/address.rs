@@ -22,6 +22,7 @@ use crate::store::database::lmdb::{self, Lmdb};
 use crate::store::database::redis::Redis;
 use crate::store::database::sqlite::{self, Sqlite};
 use crate::store::icechunk::{self, IcechunkStore};
+use crate::store::icechunk_branch::BranchStore;
 use crate::store::memory_budget::MemoryBudget;
 use crate::store::references::ReferenceStore;
 use crate::store::references::catalog::Layout;
@@ -54,6 +55,10 @@ pub struct RepositoryOptions {
     pub version: Option<Version>,
     /// `--allow-virtual`: the URL prefixes virtual chunks may be read from.
     pub allow_virtual: Vec<String>,
+    /// A writable mount: a branch is opened for commits ([`BranchStore`]).
+    pub writable: bool,
+    /// `--message`: the message of the commits a writable branch mount makes.
+    pub message: Option<String>,
 }
 
 impl From<&Path> for StoreAddress {
@@ -251,18 +256,72 @@ pub fn repository_refs(address: &StoreAddress) -> Result<Option<Refs>, String> {
     icechunk::refs(&*store, spec).map(Some).map_err(|e| e.to_string())
 }
 
-/// The version of the Icechunk repository in `store` that `address` names, as a store.
+/// The version of the Icechunk repository in `store` that `address` names, as a store: a branch of
+/// a writable mount is written through Icechunk's sessions where the repository is local or in S3.
 fn open_repository(store: Arc<dyn Store>, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     let options = &address.repository;
     let version = options.version.clone().unwrap_or_else(|| Version::Branch("main".into()));
     let targets = Targets::new(store.url(""), target_opener(address));
-    Ok(Arc::new(IcechunkStore::open(
-        store,
-        version,
-        targets,
-        options.allow_virtual.clone(),
-        address.memory.manifests(),
-    )?))
+    let shown = IcechunkStore::open(store, version.clone(), targets, options.allow_virtual.clone(), address.memory.manifests())?;
+    let Version::Branch(branch) = &version else { return Ok(Arc::new(shown)) };
+    if !options.writable {
+        return Ok(Arc::new(shown));
+    }
+    let Some(storage) = icechunk_storage(address)? else {
+        log::warn!(
+            "{}: writes to an Icechunk repository are supported in local directories and S3; mounted read-only",
+            address.location.display()
+        );
+        return Ok(Arc::new(shown));
+    };
+    Ok(Arc::new(BranchStore::open(shown, storage, branch, options.message.clone())?))
+}
+
+/// Icechunk's own storage of the repository at `address`, for its writer: `None` where shardfs
+/// does not write repositories (Azure, GCS).
+fn icechunk_storage(address: &StoreAddress) -> Result<Option<Arc<dyn ::icechunk::Storage + Send + Sync>>, String> {
+    use ::icechunk::storage::{S3Credentials, S3Options, S3StaticCredentials};
+    let shown = address.location.display().to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let storage = match shown.split_once("://") {
+        None => {
+            let path = address.location.canonicalize().map_err(|e| format!("{shown}: {e}"))?;
+            runtime.block_on(::icechunk::new_local_filesystem_storage(&path))
+        }
+        Some(("s3", _)) => {
+            let resolved = s3::resolve(&shown, &address.s3)?;
+            let credentials = match (&resolved.keys, resolved.anonymous) {
+                (_, true) => S3Credentials::Anonymous,
+                (Some((id, secret, token)), false) => S3Credentials::Static(S3StaticCredentials {
+                    access_key_id: id.clone(),
+                    secret_access_key: secret.clone(),
+                    session_token: token.clone(),
+                    expires_after: None,
+                }),
+                (None, false) => S3Credentials::FromEnv,
+            };
+            let mut options = S3Options::default();
+            options.region = Some(resolved.region.clone());
+            options.allow_http = resolved.endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+            options.endpoint_url = resolved.endpoint.clone();
+            options.anonymous = resolved.anonymous;
+            options.force_path_style = true;
+            let prefix = (!resolved.prefix.is_empty()).then(|| resolved.prefix.clone());
+            runtime.block_on(::icechunk::storage::new_s3_object_store_storage(
+                options,
+                resolved.bucket.clone(),
+                prefix,
+                Some(credentials),
+                Vec::new(),
+                Vec::new(),
+            ))
+        }
+        Some(_) => return Ok(None),
+    };
+    storage.map(Some).map_err(|e| format!("{shown}: cannot open the repository for writing: {e}"))
 }
 
 /// How the stores referenced files are in are opened: as the mount's own is (object store

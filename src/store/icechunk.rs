@@ -121,7 +121,9 @@ type LastRead = (Stamp, std::result::Result<Arc<Catalog>, String>);
 pub struct IcechunkStore {
     inner: Arc<dyn super::Store>,
     spec: Spec,
-    version: Version,
+    /// The version shown: fixed, except where a writable branch mount pins the snapshot its
+    /// session is based on ([`IcechunkStore::show`]).
+    version: parking_lot::RwLock<Version>,
     targets: Targets,
     /// URL prefixes virtual chunks may be read from.
     allowed: Vec<String>,
@@ -142,6 +144,7 @@ impl IcechunkStore {
     ) -> std::result::Result<Self, String> {
         let spec = spec_of(&*inner).ok_or_else(|| format!("{}: not an Icechunk repository", inner.describe("")))?;
         let manifests = Cache::new(manifest_bytes);
+        let version = parking_lot::RwLock::new(version);
         let store = IcechunkStore { inner, spec, version, targets, allowed, last: Mutex::new(None), manifests };
         store.catalog().map_err(|e| e.to_string())?;
         Ok(store)
@@ -149,7 +152,7 @@ impl IcechunkStore {
 
     /// The file whose version says which snapshot is shown: `None` for a snapshot ID.
     fn naming_file(&self) -> Option<String> {
-        match (&self.version, self.spec) {
+        match (&self.version(), self.spec) {
             (Version::Snapshot(_), _) => None,
             (_, Spec::V2) => Some(REPO_FILE.to_string()),
             (version, Spec::V1) => icechunk::ref_key(version),
@@ -161,10 +164,11 @@ impl IcechunkStore {
         let naming = self.naming_file();
         let stamp = match &naming {
             Some(key) => match self.inner.attr(key) {
-                Err(Error::NotFound(_)) => return Err(damaged(self.describe(""), format!("no {}", self.version))),
+                Err(Error::NotFound(_)) => return Err(damaged(self.describe(""), format!("no {}", self.version()))),
                 found => found?.stamp,
             },
-            None => Stamp::computed(0u8),
+            // The snapshot's ID: a catalog read for one never answers for another.
+            None => Stamp::computed(self.version_id()),
         };
         let mut last = self.last.lock();
         if let Some((seen, read)) = &*last
@@ -187,13 +191,13 @@ impl IcechunkStore {
     fn read_catalog(&self, naming: Option<&str>) -> Result<std::result::Result<Catalog, String>> {
         let in_file = |key: &str, e: icechunk::IcechunkError| format!("{}: {e}", self.inner.describe(key));
         let snapshot = match (naming, self.spec) {
-            (None, _) => icechunk::snapshot_id(self.version_id()).map_err(|e| e.0),
+            (None, _) => icechunk::snapshot_id(&self.version_id()).map_err(|e| e.0),
             (Some(key), Spec::V2) => match icechunk::repo_refs(&self.inner.read(key)?) {
-                Ok(refs) => refs.resolve(&self.version).map_err(|e| e.0),
+                Ok(refs) => refs.resolve(&self.version()).map_err(|e| e.0),
                 Err(e) => Err(in_file(key, e)),
             },
             (Some(key), Spec::V1) => match self.inner.read(key) {
-                Err(Error::NotFound(_)) => Err(format!("no {}", self.version)),
+                Err(Error::NotFound(_)) => Err(format!("no {}", self.version())),
                 found => icechunk::ref_json(&found?).map_err(|e| in_file(key, e)),
             },
         };
@@ -204,7 +208,7 @@ impl IcechunkStore {
         let key = snapshot_key(&snapshot);
         let file = match self.inner.open(&key) {
             Err(Error::NotFound(place)) => {
-                return Ok(Err(format!("{place}: snapshot {snapshot} of {} is not there", self.version)));
+                return Ok(Err(format!("{place}: snapshot {snapshot} of {} is not there", self.version())));
             }
             found => found?,
         };
@@ -233,10 +237,14 @@ impl IcechunkStore {
         Ok(Ok(Catalog { snapshot: snapshot.to_string(), attr: *file.attr(), tree, documents, arrays }))
     }
 
-    fn version_id(&self) -> &str {
-        match &self.version {
-            Version::Snapshot(id) => id,
-            _ => "",
+    fn version(&self) -> Version {
+        self.version.read().clone()
+    }
+
+    fn version_id(&self) -> String {
+        match &*self.version.read() {
+            Version::Snapshot(id) => id.clone(),
+            _ => String::new(),
         }
     }
 
@@ -471,6 +479,11 @@ impl ReadOnlyStore for IcechunkStore {
 }
 
 impl IcechunkStore {
+    /// Shows `version` from now on (a writable mount pins the snapshot its session is based on).
+    pub fn show(&self, version: Version) {
+        *self.version.write() = version;
+    }
+
     /// The snapshot shown now.
     pub fn snapshot(&self) -> Result<String> {
         Ok(self.catalog()?.snapshot.clone())

@@ -31,26 +31,61 @@ pub fn parse_url(url: &str) -> Option<(&str, &str)> {
     (!bucket.is_empty()).then_some((bucket, prefix.trim_matches('/')))
 }
 
-/// Opens the store at `url` (`s3://BUCKET/PREFIX`); the error is one line naming the URL.
-pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketStore, String> {
+/// Where an `s3://` URL is and how to reach it, resolved from the flags, the environment and the
+/// profile as the AWS CLI resolves them; for the stores opened here and for Icechunk's writer.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub bucket: String,
+    pub prefix: String,
+    pub region: String,
+    pub endpoint: Option<String>,
+    /// Static keys from the environment or the profile (id, secret, session token); `None`:
+    /// whatever else the environment offers (instance metadata).
+    pub keys: Option<(String, String, Option<String>)>,
+    pub anonymous: bool,
+}
+
+/// The settings for `url` (`s3://BUCKET/PREFIX`); the error is one line naming the URL.
+pub fn resolve(url: &str, options: &S3Options) -> Result<Resolved, String> {
     let (bucket, prefix) = parse_url(url).ok_or_else(|| format!("{url}: not an s3://BUCKET/PREFIX URL"))?;
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let profile = Profile::read(&env("AWS_PROFILE").unwrap_or_else(|| "default".into()));
-    if env("AWS_ACCESS_KEY_ID").is_none()
-        && let (Some(id), Some(secret)) = (profile.get("aws_access_key_id"), profile.get("aws_secret_access_key"))
-    {
-        builder = builder.with_access_key_id(id).with_secret_access_key(secret);
-        if let Some(token) = profile.get("aws_session_token") {
-            builder = builder.with_token(token);
-        }
-    }
+    let keys = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+        (Some(id), Some(secret)) => Some((id, secret, env("AWS_SESSION_TOKEN"))),
+        (Some(_), None) => None,
+        (None, _) => match (profile.get("aws_access_key_id"), profile.get("aws_secret_access_key")) {
+            (Some(id), Some(secret)) => Some((id.clone(), secret.clone(), profile.get("aws_session_token").cloned())),
+            _ => None,
+        },
+    };
     let region = options.region.clone().or_else(|| env("AWS_REGION")).or_else(|| env("AWS_DEFAULT_REGION"));
     let region = region.or_else(|| profile.get("region").cloned()).unwrap_or_else(|| "us-east-1".into());
-    builder = builder.with_region(region);
     let endpoint =
         options.endpoint_url.clone().or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"));
     let endpoint = endpoint.or_else(|| profile.get("endpoint_url").cloned());
+    Ok(Resolved {
+        bucket: bucket.to_string(),
+        prefix: prefix.to_string(),
+        region,
+        endpoint,
+        keys,
+        anonymous: options.no_sign_request,
+    })
+}
+
+/// Opens the store at `url` (`s3://BUCKET/PREFIX`); the error is one line naming the URL.
+pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketStore, String> {
+    let resolved = resolve(url, options)?;
+    let (bucket, prefix) = (resolved.bucket.as_str(), resolved.prefix.as_str());
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    if let Some((id, secret, token)) = &resolved.keys {
+        builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+        if let Some(token) = token {
+            builder = builder.with_token(token);
+        }
+    }
+    builder = builder.with_region(&resolved.region);
+    let endpoint = resolved.endpoint.clone();
     // Two servers may hold buckets of one name: the disk cache tells them apart.
     let mut caching = caching;
     if let Some(disk) = caching.disk.as_mut() {
@@ -80,8 +115,7 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
     let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
     let store = BucketStore::new(objects, prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
     let store = store.with_multipart(multipart);
-    let keys_given = env("AWS_ACCESS_KEY_ID").is_some() || profile.get("aws_access_key_id").is_some();
-    store.check_bucket().map_err(|e| match keys_given || options.no_sign_request {
+    store.check_bucket().map_err(|e| match resolved.keys.is_some() || options.no_sign_request {
         true => format!("{store_url}: {e}"),
         false => format!(
             "{store_url}: no AWS credentials (none in AWS_ACCESS_KEY_ID or the profile, and instance metadata \

@@ -1,0 +1,681 @@
+//! A branch of an Icechunk repository as a writable store: what plain-Zarr tools write through
+//! the view becomes Icechunk commits on the branch.
+//!
+//! Reads come from [`IcechunkStore`], pinned to the snapshot the writable session is based on,
+//! with this mount's uncommitted changes over it (the overlay). Writes go to a session of the
+//! `icechunk` crate: a chunk written is uploaded as a native chunk object at once and recorded in
+//! the session; a `zarr.json` written becomes a node or a metadata update; a chunk deleted becomes
+//! a deleted chunk. Nothing reaches the branch until a sync point ([`Store::sync_all`]: `fsync` of
+//! a file or a directory, unmount; [`Store::sync_idle`]: `--commit-idle-ms` without a write), where
+//! the session becomes one commit, all or nothing. If another writer moved the branch meanwhile,
+//! the commit is rebased onto the new tip ([`Rebase`]): disjoint changes both land, where both
+//! wrote one chunk this mount's write wins, and a change that cannot be rebased (the other writer
+//! deleted or redefined the array, or wrote a shard this mount wrote too) fails the sync with EIO
+//! and commits nothing.
+//!
+//! After a commit the view is pinned to the new snapshot; with nothing uncommitted it follows the
+//! branch as other writers move it. Files that are neither a `zarr.json` nor a chunk key (an
+//! atomic writer's temporary file) are held in this process until renamed onto a Zarr key; one
+//! left at a sync point is refused with EIO naming it, as a repository has no place for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use icechunk::Repository;
+use icechunk::session::{SessionError, SessionErrorKind};
+
+use super::icechunk::IcechunkStore;
+use super::icechunk_rebase::Rebase;
+use super::read_only::{damaged, errno};
+use super::{Attr, BytesObject, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store};
+use crate::format::icechunk::Version;
+use crate::format::metadata::ZARR_JSON;
+use crate::store::{PRIVATE_DIR, lock, parent_key};
+
+/// How many times a commit is rebased onto a branch other writers keep moving before it fails.
+const REBASE_ATTEMPTS: u16 = 20;
+
+/// How often a mount with nothing uncommitted asks where the branch is.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// A change not yet committed, as the view sees it.
+#[derive(Debug, Clone)]
+enum Change {
+    Written { bytes: Arc<[u8]>, stamp: Stamp },
+    /// An empty `zarr.json` (made by `cp` or a shell's `>` before its content): shown, and
+    /// recorded in the session once it has content.
+    Placeholder { stamp: Stamp },
+    Deleted,
+}
+
+/// A plain file held in this process (see the module's doc).
+#[derive(Debug)]
+struct Held {
+    bytes: Vec<u8>,
+    stamp: Stamp,
+    modified: SystemTime,
+}
+
+type HeldFile = Arc<parking_lot::Mutex<Held>>;
+
+#[derive(Debug)]
+struct State {
+    /// The snapshot shown under the overlay (the session's base).
+    base: String,
+    /// The session taking this mount's writes; made at the first write after a commit.
+    session: Option<icechunk::Store>,
+    overlay: BTreeMap<String, Change>,
+    held: BTreeMap<String, HeldFile>,
+    /// Directories made and not (yet) holding anything the overlay or the snapshot shows.
+    dirs: BTreeSet<String>,
+    last_write: Instant,
+    tip_asked: Instant,
+    /// Counts for the default commit message: chunks written, chunks deleted, documents.
+    counts: [usize; 3],
+}
+
+/// A branch of an Icechunk repository, written through sessions of the `icechunk` crate.
+#[derive(Debug)]
+pub struct BranchStore {
+    shown: IcechunkStore,
+    repository: Repository,
+    branch: String,
+    message: Option<String>,
+    runtime: tokio::runtime::Runtime,
+    state: parking_lot::Mutex<State>,
+    /// Writes in flight hold it shared; a commit holds it alone, so that no write lands in a
+    /// session while it becomes a commit.
+    gate: parking_lot::RwLock<()>,
+    /// Makes every stamp of a change new.
+    changes: AtomicU64,
+}
+
+impl BranchStore {
+    /// Branch `branch` of the repository `shown` reads (the same repository `storage` writes),
+    /// its commits named `message` (or a summary of what changed).
+    pub fn open(
+        shown: IcechunkStore,
+        storage: Arc<dyn icechunk::Storage + Send + Sync>,
+        branch: &str,
+        message: Option<String>,
+    ) -> std::result::Result<Self, String> {
+        let place = shown.describe("");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shardfs-icechunk")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("{place}: cannot start the Icechunk writer: {e}"))?;
+        let repository = runtime
+            .block_on(Repository::open(storage).execute())
+            .map_err(|e| format!("{place}: cannot open the repository for writing: {}", one_line(&e)))?;
+        let tip = runtime
+            .block_on(repository.lookup_branch(branch))
+            .map_err(|e| format!("{place}: branch {branch}: {}", one_line(&e)))?
+            .to_string();
+        shown.show(Version::Snapshot(tip.clone()));
+        let now = Instant::now();
+        let state = State {
+            base: tip,
+            session: None,
+            overlay: BTreeMap::new(),
+            held: BTreeMap::new(),
+            dirs: BTreeSet::new(),
+            last_write: now,
+            tip_asked: now,
+            counts: [0; 3],
+        };
+        Ok(BranchStore {
+            shown,
+            repository,
+            branch: branch.to_string(),
+            message,
+            runtime,
+            state: parking_lot::Mutex::new(state),
+            gate: parking_lot::RwLock::new(()),
+            changes: AtomicU64::new(0),
+        })
+    }
+
+    fn new_stamp(&self, key: &str) -> Stamp {
+        Stamp::computed((key, self.changes.fetch_add(1, Ordering::Relaxed), std::process::id()))
+    }
+
+    /// The session taking writes, made (on the branch's tip, which the view is then pinned to)
+    /// when there is none.
+    fn session(&self) -> Result<icechunk::Store> {
+        let mut state = self.state.lock();
+        if let Some(session) = &state.session {
+            return Ok(session.clone());
+        }
+        let session = self
+            .runtime
+            .block_on(self.repository.writable_session(&self.branch))
+            .map_err(|e| self.failed("", format!("cannot start a session on branch {}: {}", self.branch, one_line(&e))))?;
+        let base = session.snapshot_id().to_string();
+        if base != state.base {
+            // Every version the view holds is of the old base now: conditional writes based on
+            // it fail as changed, and the writer reads the new one.
+            self.shown.show(Version::Snapshot(base.clone()));
+            state.base = base;
+        }
+        let store = icechunk::Store::from_session_and_config(Arc::new(tokio::sync::RwLock::new(session)), 16);
+        state.session = Some(store.clone());
+        Ok(store)
+    }
+
+    /// EIO for `key`, logged.
+    fn failed(&self, key: &str, why: String) -> Error {
+        let place = self.shown.describe(key);
+        log::warn!("{place}: {why}");
+        damaged(place, why)
+    }
+
+    /// The attributes the view shows: the snapshot's, writable by their owner.
+    fn writable(attr: Attr) -> Attr {
+        Attr { perm: attr.perm | 0o200, ..attr }
+    }
+
+    fn file_attr(&self, size: u64, stamp: Stamp, mtime: SystemTime) -> Result<Attr> {
+        let root = self.shown.attr("")?;
+        Ok(Attr { kind: Kind::File, size, perm: (root.perm & 0o666) | 0o200, nlink: 1, stamp, mtime, ctime: mtime, atime: mtime, ..root })
+    }
+
+    /// True when the overlay, a held file or a made directory is at or below `dir`.
+    fn holds_below(state: &State, dir: &str) -> bool {
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let under = |keys: &mut dyn Iterator<Item = &String>| keys.take(1).any(|k| k.starts_with(&prefix));
+        under(&mut state.overlay.range(prefix.clone()..).filter(|(_, c)| !matches!(c, Change::Deleted)).map(|(k, _)| k))
+            || under(&mut state.held.range(prefix.clone()..).map(|(k, _)| k))
+            || state.dirs.contains(dir)
+            || under(&mut state.dirs.range(prefix.clone()..))
+    }
+
+    /// Commits the session, if it holds changes: one commit on the branch, rebased onto its tip if
+    /// another writer moved it.
+    fn commit(&self) -> Result<()> {
+        let _alone = self.gate.write();
+        let (session, message) = {
+            let state = self.state.lock();
+            let stranded: Vec<&String> = state.held.keys().filter(|k| !is_private(k)).collect();
+            if !stranded.is_empty() {
+                let names = stranded.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+                return Err(self.failed(
+                    "",
+                    format!("{names}: neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold"),
+                ));
+            }
+            let Some(session) = state.session.clone() else { return Ok(()) };
+            let [chunks, deleted, documents] = state.counts;
+            let message = self.message.clone().unwrap_or_else(|| {
+                format!(
+                    "shardfs: {chunks} chunk{} written, {deleted} deleted, {documents} zarr.json written",
+                    plural(chunks)
+                )
+            });
+            (session, message)
+        };
+        let rebase = Rebase { sharded: self.sharded_arrays() };
+        let committed = self.runtime.block_on(async {
+            let session = session.session();
+            let mut session = session.write().await;
+            if !session.has_uncommitted_changes() {
+                return Ok(None);
+            }
+            session.commit(message).rebase(&rebase, REBASE_ATTEMPTS).execute().await.map(Some)
+        });
+        let mut state = self.state.lock();
+        match committed {
+            Ok(snapshot) => {
+                if let Some(snapshot) = snapshot {
+                    let snapshot = snapshot.to_string();
+                    log::info!("{}: committed snapshot {snapshot} on branch {}", self.shown.describe(""), self.branch);
+                    self.shown.show(Version::Snapshot(snapshot.clone()));
+                    state.base = snapshot;
+                }
+                state.session = None;
+                state.overlay.retain(|_, change| matches!(change, Change::Placeholder { .. }));
+                state.counts = [0; 3];
+                state.tip_asked = Instant::now();
+                Ok(())
+            }
+            Err(e) => Err(self.failed("", format!("commit on branch {} failed, nothing committed: {}", self.branch, why(&e)))),
+        }
+    }
+
+    /// The sharded arrays whose chunks the overlay writes, as Icechunk names nodes.
+    fn sharded_arrays(&self) -> std::collections::HashSet<String> {
+        let arrays: BTreeSet<String> = {
+            let state = self.state.lock();
+            let chunks = state.overlay.keys().filter(|k| !is_document(k)).filter_map(|k| array_of_chunk(k));
+            chunks.map(str::to_string).collect()
+        };
+        let sharded = |dir: &String| {
+            let doc = self.read(&super::join(dir, ZARR_JSON)).ok();
+            let doc = doc.and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+            let codecs = doc.as_ref().and_then(|d| d.get("codecs")).and_then(|c| c.as_array()).cloned();
+            codecs.unwrap_or_default().iter().any(|c| c.get("name").and_then(|n| n.as_str()) == Some("sharding_indexed"))
+        };
+        arrays.iter().filter(|dir| sharded(dir)).map(|dir| format!("/{dir}")).collect()
+    }
+
+    /// With nothing uncommitted, shows the branch's tip if another writer moved it.
+    fn follow(&self) {
+        let mut state = self.state.lock();
+        if state.session.is_some() || state.tip_asked.elapsed() < FOLLOW_EVERY {
+            return;
+        }
+        state.tip_asked = Instant::now();
+        match self.runtime.block_on(self.repository.lookup_branch(&self.branch)) {
+            Ok(tip) if tip.to_string() != state.base => {
+                state.base = tip.to_string();
+                self.shown.show(Version::Snapshot(state.base.clone()));
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("{}: branch {}: {}", self.shown.describe(""), self.branch, one_line(&e)),
+        }
+    }
+
+    /// Records `bytes` at the Zarr key `key` in the session.
+    fn record(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let session = self.session()?;
+        let value = Bytes::copy_from_slice(bytes);
+        self.runtime.block_on(session.set(key, value)).map_err(|e| self.failed(key, one_line(&e)))
+    }
+
+    fn held(&self, key: &str) -> Option<HeldFile> {
+        self.state.lock().held.get(key).cloned()
+    }
+}
+
+/// True for a key the Icechunk session takes: a node's `zarr.json`, or a chunk key of the default
+/// encoding (`c`, then one number per dimension).
+fn is_zarr_key(key: &str) -> bool {
+    if is_document(key) {
+        return true;
+    }
+    let parts: Vec<&str> = key.split('/').collect();
+    let Some(c) = parts.iter().rposition(|p| *p == "c") else { return false };
+    parts[c + 1..].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u32>().is_ok())
+}
+
+/// The array directory of chunk key `key` (`""`: the root).
+fn array_of_chunk(key: &str) -> Option<&str> {
+    if key == "c" || key.starts_with("c/") {
+        return Some("");
+    }
+    key.rfind("/c/").or_else(|| key.strip_suffix("/c").map(str::len)).map(|at| &key[..at])
+}
+
+fn is_document(key: &str) -> bool {
+    key == ZARR_JSON || key.ends_with("/zarr.json")
+}
+
+fn is_private(key: &str) -> bool {
+    key.strip_prefix(PRIVATE_DIR).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// Why a commit failed, naming the arrays and groups a failed rebase could not carry over.
+fn why(e: &SessionError) -> String {
+    match &e.kind {
+        SessionErrorKind::RebaseFailed { conflicts, .. } => {
+            let names: Vec<String> = conflicts.iter().map(|c| format!("{c:?}")).collect();
+            format!("another writer's commit conflicts with this mount's changes: {}", names.join("; "))
+        }
+        _ => one_line(e),
+    }
+}
+
+/// A plain file held in this process, opened for writing.
+#[derive(Debug)]
+struct HeldHandle {
+    file: HeldFile,
+    attr: Attr,
+    stamp_of: Arc<AtomicU64>,
+}
+
+impl OpenFile for HeldHandle {
+    fn attr(&self) -> Result<Attr> {
+        let held = self.file.lock();
+        Ok(Attr { size: held.bytes.len() as u64, stamp: held.stamp, mtime: held.modified, ..self.attr })
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let held = self.file.lock();
+        let start = (offset as usize).min(held.bytes.len());
+        let n = buf.len().min(held.bytes.len() - start);
+        buf[..n].copy_from_slice(&held.bytes[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+        let mut held = self.file.lock();
+        let end = offset as usize + data.len();
+        if held.bytes.len() < end {
+            held.bytes.resize(end, 0);
+        }
+        held.bytes[offset as usize..end].copy_from_slice(data);
+        self.touched(&mut held);
+        Ok(())
+    }
+
+    fn append(&self, data: &[u8]) -> Result<()> {
+        let mut held = self.file.lock();
+        held.bytes.extend_from_slice(data);
+        self.touched(&mut held);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        let mut held = self.file.lock();
+        held.bytes.resize(len as usize, 0);
+        self.touched(&mut held);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl HeldHandle {
+    fn touched(&self, held: &mut Held) {
+        held.stamp = Stamp::computed(("held", self.stamp_of.fetch_add(1, Ordering::Relaxed), std::process::id()));
+        held.modified = SystemTime::now();
+    }
+}
+
+#[derive(Debug)]
+struct BranchLock(#[allow(dead_code)] parking_lot::RwLockWriteGuard<'static, ()>);
+
+impl Lock for BranchLock {}
+
+impl Store for BranchStore {
+    fn describe(&self, key: &str) -> String {
+        self.shown.describe(key)
+    }
+
+    fn url(&self, key: &str) -> String {
+        self.shown.url(key)
+    }
+
+    fn attr(&self, key: &str) -> Result<Attr> {
+        let key = key.trim_matches('/');
+        let state = self.state.lock();
+        if let Some(file) = state.held.get(key) {
+            let held = file.lock();
+            return self.file_attr(held.bytes.len() as u64, held.stamp, held.modified);
+        }
+        match state.overlay.get(key) {
+            Some(Change::Written { bytes, stamp }) => return self.file_attr(bytes.len() as u64, *stamp, SystemTime::now()),
+            Some(Change::Placeholder { stamp }) => return self.file_attr(0, *stamp, SystemTime::now()),
+            Some(Change::Deleted) => return Err(Error::NotFound(self.describe(key))),
+            None => {}
+        }
+        let below = Self::holds_below(&state, key);
+        drop(state);
+        match self.shown.attr(key) {
+            Err(Error::NotFound(_)) if below => Ok(Attr { kind: Kind::Dir, nlink: 2, ..Self::writable(self.shown.attr("")?) }),
+            found => found.map(Self::writable),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
+        let dir = dir.trim_matches('/');
+        let (mut names, stamp) = match self.shown.list(dir) {
+            Err(Error::NotFound(_)) if Self::holds_below(&self.state.lock(), dir) => {
+                (Vec::new(), Stamp::computed(dir))
+            }
+            found => found?,
+        };
+        let state = self.state.lock();
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let mut entries: BTreeMap<String, Kind> = names.drain(..).collect();
+        let child = |key: &str| -> Option<(String, bool)> {
+            let rest = key.strip_prefix(&prefix)?;
+            match rest.split_once('/') {
+                Some((name, _)) => Some((name.to_string(), true)),
+                None if !rest.is_empty() => Some((rest.to_string(), false)),
+                None => None,
+            }
+        };
+        for (key, change) in state.overlay.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+            match (child(key), change) {
+                (Some((name, false)), Change::Deleted) => drop(entries.remove(&name)),
+                (Some((name, is_dir)), Change::Written { .. } | Change::Placeholder { .. }) => {
+                    entries.insert(name, if is_dir { Kind::Dir } else { Kind::File });
+                }
+                _ => {}
+            }
+        }
+        for key in state.held.keys().chain(state.dirs.iter()) {
+            if let Some((name, is_dir)) = child(key) {
+                let made_dir = state.dirs.contains(key.as_str()) && !is_dir;
+                entries.insert(name, if is_dir || made_dir { Kind::Dir } else { Kind::File });
+            }
+        }
+        let version = self.changes.load(Ordering::Relaxed);
+        Ok((entries.into_iter().collect(), stamp.derived(version)))
+    }
+
+    fn open(&self, key: &str) -> Result<Box<dyn Object>> {
+        let key = key.trim_matches('/');
+        let attr = self.attr(key)?;
+        let place = self.describe(key);
+        let bytes: Option<Arc<[u8]>> = {
+            let state = self.state.lock();
+            match (state.held.get(key), state.overlay.get(key)) {
+                (Some(file), _) => Some(file.lock().bytes.as_slice().into()),
+                (None, Some(Change::Written { bytes, .. })) => Some(bytes.clone()),
+                (None, Some(Change::Placeholder { .. })) => Some(Arc::from(&[][..])),
+                (None, Some(Change::Deleted)) => return Err(Error::NotFound(place)),
+                (None, None) => None,
+            }
+        };
+        match bytes {
+            Some(bytes) => Ok(Box::new(BytesObject { attr: Attr { size: bytes.len() as u64, ..attr }, bytes, place })),
+            None => self.shown.open(key),
+        }
+    }
+
+    fn read_link(&self, key: &str) -> Result<PathBuf> {
+        Err(errno(self.describe(key), libc::EINVAL))
+    }
+
+    fn space(&self) -> Result<Space> {
+        self.shown.space()
+    }
+
+    fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
+        let key = key.trim_matches('/');
+        let _writing = self.gate.read();
+        if !is_zarr_key(key) {
+            return Err(self.failed(key, "neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold".into()));
+        }
+        // The session first: starting one may move the view to a newer base, and the condition
+        // is then checked against what is there now.
+        self.session()?;
+        match (self.attr(key), mode) {
+            (Ok(_), PutMode::Create) => return Err(Error::Changed(self.describe(key))),
+            (Ok(attr), PutMode::Update(stamp)) if attr.stamp != stamp => return Err(Error::Changed(self.describe(key))),
+            (Err(Error::NotFound(_)), PutMode::Update(_)) => return Err(Error::Changed(self.describe(key))),
+            (Err(Error::NotFound(_)) | Ok(_), _) => {}
+            (Err(e), _) => return Err(e),
+        }
+        let bytes: Arc<[u8]> = pieces.concat().into();
+        let stamp = self.new_stamp(key);
+        let change = if bytes.is_empty() && is_document(key) {
+            Change::Placeholder { stamp }
+        } else {
+            self.record(key, &bytes)?;
+            Change::Written { bytes, stamp }
+        };
+        let mut state = self.state.lock();
+        if matches!(change, Change::Written { .. }) {
+            state.counts[if is_document(key) { 2 } else { 0 }] += 1;
+        }
+        state.overlay.insert(key.to_string(), change);
+        state.held.remove(key);
+        state.last_write = Instant::now();
+        Ok(Some(stamp))
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let key = key.trim_matches('/');
+        let _writing = self.gate.read();
+        if self.state.lock().held.remove(key).is_some() {
+            return Ok(());
+        }
+        self.attr(key)?;
+        if is_document(key) {
+            let dir = parent_key(key);
+            if self.list(dir)?.0.iter().any(|(name, _)| name != ZARR_JSON) {
+                return Err(errno(self.describe(key), libc::ENOTEMPTY));
+            }
+        } else if !is_zarr_key(key) {
+            return Err(Error::NotFound(self.describe(key)));
+        }
+        let session = self.session()?;
+        self.runtime.block_on(session.delete(key)).map_err(|e| self.failed(key, one_line(&e)))?;
+        let mut state = self.state.lock();
+        if !is_document(key) {
+            state.counts[1] += 1;
+        }
+        state.overlay.insert(key.to_string(), Change::Deleted);
+        state.last_write = Instant::now();
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let (from, to) = (from.trim_matches('/'), to.trim_matches('/'));
+        if let Some(file) = self.held(from)
+            && !is_zarr_key(to)
+        {
+            let mut state = self.state.lock();
+            state.held.remove(from);
+            state.held.insert(to.to_string(), file);
+            self.changes.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let content = self.read(from)?;
+        self.put(to, &[&content], PutMode::Overwrite)?;
+        self.delete(from)
+    }
+
+    fn make_dir(&self, key: &str, _mode: u32) -> Result<()> {
+        let key = key.trim_matches('/');
+        if self.attr(key).is_ok() {
+            return Err(errno(self.describe(key), libc::EEXIST));
+        }
+        self.state.lock().dirs.insert(key.to_string());
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn make_dirs(&self, key: &str) -> Result<()> {
+        let mut dir = key.trim_matches('/');
+        let mut state = self.state.lock();
+        while !dir.is_empty() {
+            state.dirs.insert(dir.to_string());
+            dir = parent_key(dir);
+        }
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn remove_dir(&self, key: &str) -> Result<()> {
+        let key = key.trim_matches('/');
+        if !self.list(key)?.0.is_empty() {
+            return Err(errno(self.describe(key), libc::ENOTEMPTY));
+        }
+        self.state.lock().dirs.remove(key);
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn can_append(&self) -> bool {
+        false
+    }
+
+    fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
+        let key = key.trim_matches('/');
+        let file = match self.held(key) {
+            Some(file) => file,
+            None => {
+                let bytes = match self.read(key) {
+                    Ok(bytes) if !how.truncate => bytes,
+                    Ok(_) => Vec::new(),
+                    Err(Error::NotFound(_)) if how.create.is_some() => Vec::new(),
+                    Err(e) => return Err(e),
+                };
+                let file = Arc::new(parking_lot::Mutex::new(Held {
+                    bytes,
+                    stamp: self.new_stamp(key),
+                    modified: SystemTime::now(),
+                }));
+                self.state.lock().held.insert(key.to_string(), file.clone());
+                self.changes.fetch_add(1, Ordering::Relaxed);
+                file
+            }
+        };
+        if how.truncate {
+            file.lock().bytes.clear();
+        }
+        let attr = self.file_attr(0, self.new_stamp(key), SystemTime::now())?;
+        Ok(Box::new(HeldHandle { file, attr, stamp_of: Arc::new(AtomicU64::new(0)) }))
+    }
+
+    fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {
+        Ok(Box::new(BranchLock(lock::writing(slot))))
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.commit()
+    }
+
+    fn sync_idle(&self, idle: Duration) {
+        let due = {
+            let state = self.state.lock();
+            state.session.is_some() && state.last_write.elapsed() >= idle
+        };
+        if due {
+            if let Err(e) = self.commit() {
+                log::warn!("{e}");
+            }
+        } else {
+            self.follow();
+        }
+    }
+
+    fn location(&self, key: &str) -> Result<super::Location> {
+        self.shown.location(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zarr_keys_are_documents_and_default_chunk_keys() {
+        for key in ["zarr.json", "a/zarr.json", "a/c/0/1", "a/b/c/12", "c/0", "c", "arc/c/3"] {
+            assert!(is_zarr_key(key), "{key}");
+        }
+        for key in ["notes.txt", "a/c/x", "arc/0", "a/c/0/", "a/0.1", "a/c/99999999999"] {
+            assert!(!is_zarr_key(key), "{key}");
+        }
+    }
+}
