@@ -63,8 +63,10 @@ interop target/venv/bin/python tests/interop/test_peers.py tests/interop/test_ch
   tests/interop/test_faults.py tests/interop/test_v2.py tests/interop/test_blz.py tests/interop/test_zip.py \
   tests/interop/test_many_writers.py tests/interop/test_dask.py tests/interop/test_databases.py
 # The newest releases (pinned in setup.sh), so that a release that breaks the view is caught: the
-# peers again, zarr-python's own store suite in a writable mount, Icechunk and GDAL 3.12.
+# peers again, zarr-python's own store suite in a writable mount, Icechunk (read, and written
+# through branch mounts) and GDAL 3.12.
 interop newest tests/interop/test_peers.py tests/interop/test_store_suite.py tests/interop/test_icechunk.py \
+  tests/interop/test_icechunk_writes.py \
   tests/interop/test_gdal.py
 interop target/venv2/bin/python tests/interop/test_draft.py
 interop target/venv-ome/bin/python tests/interop/test_ome.py

@@ -382,6 +382,14 @@ pub trait Store: Send + Sync + Debug {
         object.read_exact_at(0, object.attr().size)
     }
 
+    /// The whole content of the file at `key`, which never changes once written (an Icechunk
+    /// repository's snapshot or manifest, named by its ID), asked of the server itself: a store that
+    /// remembers what it has seen (an object store's listings) may remember the file's absence from
+    /// before it was written, and something that names it says it is there now.
+    fn read_written_once(&self, key: &str) -> Result<Vec<u8>> {
+        self.read(key)
+    }
+
     /// The target of the symbolic link at `key`, as stored.
     fn read_link(&self, key: &str) -> Result<PathBuf>;
 
@@ -456,6 +464,13 @@ pub trait Store: Send + Sync + Debug {
     /// store holds them until then (an object store).
     fn sync_all(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// True when the store makes nothing durable but everything at once (an Icechunk branch, where
+    /// one commit holds all a mount changed): `fsync` of any file is then [`Store::sync_all`] of
+    /// every pending write. Elsewhere each file is durable once stored.
+    fn syncs_as_one(&self) -> bool {
+        false
     }
 
     /// [`Store::sync_all`] for the files no write has changed for `idle`; failures are logged, and

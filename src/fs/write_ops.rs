@@ -521,12 +521,16 @@ impl ShardFs {
         match &*self.handle(fh)? {
             Handle::Chunk { array, coords, .. } => {
                 self.current(array, coords)?;
-                Ok(self.pending()?.commit_chunk_shard(&self.ns, array, coords)?)
+                self.pending()?.commit_chunk_shard(&self.ns, array, coords)?
             }
-            Handle::Stored { file, .. } => Ok(file.sync()?),
-            Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?),
-            Handle::Read(_) => Ok(()),
+            Handle::Stored { file, .. } => file.sync()?,
+            Handle::Document { .. } => self.store_if_dirty(&*self.handle(fh)?)?,
+            Handle::Read(_) => {}
         }
+        if self.ns.store().syncs_as_one() {
+            self.commit_all()?;
+        }
+        Ok(())
     }
 
     /// True when file `ino` is computed from many store files at once (the consolidated

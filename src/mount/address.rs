@@ -262,7 +262,13 @@ fn open_repository(store: Arc<dyn Store>, address: &StoreAddress) -> Result<Arc<
     let options = &address.repository;
     let version = options.version.clone().unwrap_or_else(|| Version::Branch("main".into()));
     let targets = Targets::new(store.url(""), target_opener(address));
-    let shown = IcechunkStore::open(store, version.clone(), targets, options.allow_virtual.clone(), address.memory.manifests())?;
+    let shown = IcechunkStore::open(
+        store,
+        version.clone(),
+        targets,
+        options.allow_virtual.clone(),
+        address.memory.manifests(),
+    )?;
     let Version::Branch(branch) = &version else { return Ok(Arc::new(shown)) };
     if !options.writable {
         return Ok(Arc::new(shown));
@@ -282,10 +288,8 @@ fn open_repository(store: Arc<dyn Store>, address: &StoreAddress) -> Result<Arc<
 fn icechunk_storage(address: &StoreAddress) -> Result<Option<Arc<dyn ::icechunk::Storage + Send + Sync>>, String> {
     use ::icechunk::storage::{S3Credentials, S3Options, S3StaticCredentials};
     let shown = address.location.display().to_string();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("{shown}: {e}"))?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("{shown}: {e}"))?;
     let storage = match shown.split_once("://") {
         None => {
             let path = address.location.canonicalize().map_err(|e| format!("{shown}: {e}"))?;

@@ -819,6 +819,10 @@ impl Store for BucketStore {
         self.revalidate(keys);
     }
 
+    fn read_written_once(&self, key: &str) -> Result<Vec<u8>> {
+        self.read_any_version(key)
+    }
+
     fn prefetch(&self, key: &str, then: Then) {
         let (store, key) = (self.clone(), key.to_string());
         // Round trips, made on the runtime's blocking threads rather than the caller's.

@@ -206,13 +206,29 @@ impl IcechunkStore {
             Err(why) => return Ok(Err(why)),
         };
         let key = snapshot_key(&snapshot);
-        let file = match self.inner.open(&key) {
-            Err(Error::NotFound(place)) => {
-                return Ok(Err(format!("{place}: snapshot {snapshot} of {} is not there", self.version())));
-            }
-            found => found?,
+        let (attr, bytes) = match self.inner.open(&key) {
+            Ok(file) => (*file.attr(), file.read_exact_at(0, file.attr().size)?),
+            // A snapshot committed since the store last looked: named by its ID, it is there for
+            // good once a ref names it.
+            Err(Error::NotFound(place)) => match self.inner.read_written_once(&key) {
+                Ok(bytes) => {
+                    let dir = self.inner.attr("")?;
+                    let attr = Attr {
+                        kind: Kind::File,
+                        size: bytes.len() as u64,
+                        nlink: 1,
+                        stamp: Stamp::computed(&key),
+                        ..dir
+                    };
+                    (attr, bytes)
+                }
+                Err(Error::NotFound(_)) => {
+                    return Ok(Err(format!("{place}: snapshot {snapshot} of {} is not there", self.version())));
+                }
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
         };
-        let bytes = file.read_exact_at(0, file.attr().size)?;
         let nodes = match icechunk::snapshot_nodes(&bytes) {
             Ok(nodes) => nodes,
             Err(e) => return Ok(Err(in_file(&key, e))),
@@ -234,7 +250,7 @@ impl IcechunkStore {
             }
             documents.push(node.zarr_json);
         }
-        Ok(Ok(Catalog { snapshot: snapshot.to_string(), attr: *file.attr(), tree, documents, arrays }))
+        Ok(Ok(Catalog { snapshot: snapshot.to_string(), attr, tree, documents, arrays }))
     }
 
     fn version(&self) -> Version {
@@ -257,7 +273,12 @@ impl IcechunkStore {
         if let Some(found) = self.manifests.get(&key, &stamp) {
             return found.map_err(|why| damaged(place, why));
         }
-        let parsed = match self.inner.read(&key) {
+        let read = match self.inner.read(&key) {
+            // Written since the store last looked (see read_catalog).
+            Err(Error::NotFound(_)) => self.inner.read_written_once(&key),
+            found => found,
+        };
+        let parsed = match read {
             Ok(bytes) => ManifestFile::parse(&bytes).map(Arc::new).map_err(|e| e.0),
             Err(Error::NotFound(_)) => Err("a manifest the snapshot lists is not there".to_string()),
             Err(e) => return Err(e),

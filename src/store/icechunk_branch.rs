@@ -45,10 +45,15 @@ const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 /// A change not yet committed, as the view sees it.
 #[derive(Debug, Clone)]
 enum Change {
-    Written { bytes: Arc<[u8]>, stamp: Stamp },
+    Written {
+        bytes: Arc<[u8]>,
+        stamp: Stamp,
+    },
     /// An empty `zarr.json` (made by `cp` or a shell's `>` before its content): shown, and
     /// recorded in the session once it has content.
-    Placeholder { stamp: Stamp },
+    Placeholder {
+        stamp: Stamp,
+    },
     Deleted,
 }
 
@@ -152,10 +157,9 @@ impl BranchStore {
         if let Some(session) = &state.session {
             return Ok(session.clone());
         }
-        let session = self
-            .runtime
-            .block_on(self.repository.writable_session(&self.branch))
-            .map_err(|e| self.failed("", format!("cannot start a session on branch {}: {}", self.branch, one_line(&e))))?;
+        let session = self.runtime.block_on(self.repository.writable_session(&self.branch)).map_err(|e| {
+            self.failed("", format!("cannot start a session on branch {}: {}", self.branch, one_line(&e)))
+        })?;
         let base = session.snapshot_id().to_string();
         if base != state.base {
             // Every version the view holds is of the old base now: conditional writes based on
@@ -182,7 +186,17 @@ impl BranchStore {
 
     fn file_attr(&self, size: u64, stamp: Stamp, mtime: SystemTime) -> Result<Attr> {
         let root = self.shown.attr("")?;
-        Ok(Attr { kind: Kind::File, size, perm: (root.perm & 0o666) | 0o200, nlink: 1, stamp, mtime, ctime: mtime, atime: mtime, ..root })
+        Ok(Attr {
+            kind: Kind::File,
+            size,
+            perm: (root.perm & 0o666) | 0o200,
+            nlink: 1,
+            stamp,
+            mtime,
+            ctime: mtime,
+            atime: mtime,
+            ..root
+        })
     }
 
     /// True when the overlay, a held file or a made directory is at or below `dir`.
@@ -198,10 +212,32 @@ impl BranchStore {
     /// Commits the session, if it holds changes: one commit on the branch, rebased onto its tip if
     /// another writer moved it.
     fn commit(&self) -> Result<()> {
+        // Files written at chunk keys before their array's zarr.json (`cp -r` copies `c/` first
+        // as often as not) were held as plain files: they are chunks now.
+        let adopted: Vec<(String, HeldFile)> = {
+            let state = self.state.lock();
+            state
+                .held
+                .iter()
+                .filter(|(k, _)| !is_private(k) && is_zarr_key(k))
+                .map(|(k, f)| (k.clone(), f.clone()))
+                .collect()
+        };
+        for (key, file) in adopted {
+            let bytes = file.lock().bytes.clone();
+            self.put(&key, &[&bytes], PutMode::Overwrite)?;
+        }
         let _alone = self.gate.write();
         let (session, message) = {
             let state = self.state.lock();
-            let stranded: Vec<&String> = state.held.keys().filter(|k| !is_private(k)).collect();
+            // A file some handle holds open may yet be renamed onto a Zarr key (an atomic
+            // writer's temporary file, synced before its rename).
+            let stranded: Vec<&String> = state
+                .held
+                .iter()
+                .filter(|(k, f)| !is_private(k) && Arc::strong_count(f) == 1)
+                .map(|(k, _)| k)
+                .collect();
             if !stranded.is_empty() {
                 let names = stranded.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
                 return Err(self.failed(
@@ -243,7 +279,27 @@ impl BranchStore {
                 state.tip_asked = Instant::now();
                 Ok(())
             }
-            Err(e) => Err(self.failed("", format!("commit on branch {} failed, nothing committed: {}", self.branch, why(&e)))),
+            // Changes another writer's commit leaves no place for are given up, as an aborted
+            // transaction is: the view shows the branch again, and later writes commit.
+            Err(e) if matches!(e.kind, SessionErrorKind::RebaseFailed { .. }) => {
+                state.session = None;
+                state.overlay.retain(|_, change| matches!(change, Change::Placeholder { .. }));
+                state.counts = [0; 3];
+                state.tip_asked = Instant::now() - FOLLOW_EVERY;
+                drop(state);
+                self.follow();
+                Err(self.failed(
+                    "",
+                    format!(
+                        "commit on branch {} failed, nothing committed, the changes given up: {}",
+                        self.branch,
+                        why(&e)
+                    ),
+                ))
+            }
+            Err(e) => {
+                Err(self.failed("", format!("commit on branch {} failed, nothing committed: {}", self.branch, why(&e))))
+            }
         }
     }
 
@@ -258,7 +314,10 @@ impl BranchStore {
             let doc = self.read(&super::join(dir, ZARR_JSON)).ok();
             let doc = doc.and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
             let codecs = doc.as_ref().and_then(|d| d.get("codecs")).and_then(|c| c.as_array()).cloned();
-            codecs.unwrap_or_default().iter().any(|c| c.get("name").and_then(|n| n.as_str()) == Some("sharding_indexed"))
+            codecs
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.get("name").and_then(|n| n.as_str()) == Some("sharding_indexed"))
         };
         arrays.iter().filter(|dir| sharded(dir)).map(|dir| format!("/{dir}")).collect()
     }
@@ -419,7 +478,9 @@ impl Store for BranchStore {
             return self.file_attr(held.bytes.len() as u64, held.stamp, held.modified);
         }
         match state.overlay.get(key) {
-            Some(Change::Written { bytes, stamp }) => return self.file_attr(bytes.len() as u64, *stamp, SystemTime::now()),
+            Some(Change::Written { bytes, stamp }) => {
+                return self.file_attr(bytes.len() as u64, *stamp, SystemTime::now());
+            }
             Some(Change::Placeholder { stamp }) => return self.file_attr(0, *stamp, SystemTime::now()),
             Some(Change::Deleted) => return Err(Error::NotFound(self.describe(key))),
             None => {}
@@ -427,7 +488,9 @@ impl Store for BranchStore {
         let below = Self::holds_below(&state, key);
         drop(state);
         match self.shown.attr(key) {
-            Err(Error::NotFound(_)) if below => Ok(Attr { kind: Kind::Dir, nlink: 2, ..Self::writable(self.shown.attr("")?) }),
+            Err(Error::NotFound(_)) if below => {
+                Ok(Attr { kind: Kind::Dir, nlink: 2, ..Self::writable(self.shown.attr("")?) })
+            }
             found => found.map(Self::writable),
         }
     }
@@ -435,9 +498,7 @@ impl Store for BranchStore {
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
         let dir = dir.trim_matches('/');
         let (mut names, stamp) = match self.shown.list(dir) {
-            Err(Error::NotFound(_)) if Self::holds_below(&self.state.lock(), dir) => {
-                (Vec::new(), Stamp::computed(dir))
-            }
+            Err(Error::NotFound(_)) if Self::holds_below(&self.state.lock(), dir) => (Vec::new(), Stamp::computed(dir)),
             found => found?,
         };
         let state = self.state.lock();
@@ -502,19 +563,23 @@ impl Store for BranchStore {
         let key = key.trim_matches('/');
         let _writing = self.gate.read();
         if !is_zarr_key(key) {
-            return Err(self.failed(key, "neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold".into()));
+            return Err(self
+                .failed(key, "neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold".into()));
         }
         // The session first: starting one may move the view to a newer base, and the condition
         // is then checked against what is there now.
         self.session()?;
         match (self.attr(key), mode) {
             (Ok(_), PutMode::Create) => return Err(Error::Changed(self.describe(key))),
-            (Ok(attr), PutMode::Update(stamp)) if attr.stamp != stamp => return Err(Error::Changed(self.describe(key))),
+            (Ok(attr), PutMode::Update(stamp)) if attr.stamp != stamp => {
+                return Err(Error::Changed(self.describe(key)));
+            }
             (Err(Error::NotFound(_)), PutMode::Update(_)) => return Err(Error::Changed(self.describe(key))),
             (Err(Error::NotFound(_)) | Ok(_), _) => {}
             (Err(e), _) => return Err(e),
         }
         let bytes: Arc<[u8]> = pieces.concat().into();
+        log::debug!("{}: {} bytes recorded ({mode:?})", self.describe(key), bytes.len());
         let stamp = self.new_stamp(key);
         let change = if bytes.is_empty() && is_document(key) {
             Change::Placeholder { stamp }
@@ -644,6 +709,10 @@ impl Store for BranchStore {
 
     fn sync_all(&self) -> Result<()> {
         self.commit()
+    }
+
+    fn syncs_as_one(&self) -> bool {
+        true
     }
 
     fn sync_idle(&self, idle: Duration) {

@@ -193,6 +193,17 @@ impl BucketStore {
         Ok(reply.into_stream().map(move |piece| piece.map_err(|e| store.error(&key, e))).boxed())
     }
 
+    /// The whole of `key`, whatever version is there, with no question of which ([`crate::store::Store::read_written_once`]).
+    pub(super) fn read_any_version(&self, key: &str) -> Result<Vec<u8>> {
+        self.tried(key, FIRST_BYTE, || async {
+            self.0.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match self.0.objects.get(&self.path(key)).await {
+                Ok(reply) => reply.bytes().await.map(|b| b.to_vec()).map_err(|e| self.failed(key, e)),
+                Err(e) => Err(self.failed(key, e)),
+            }
+        })
+    }
+
     /// One GET of `range` (the whole object when `None`) of version `e_tag` of `key`, its reply's
     /// headers checked: that version, or the version's absence or replacement as a final answer.
     async fn get_of_version(
