@@ -13,6 +13,7 @@
 //! - [`ome`]: OME-Zarr 0.5 group metadata in its 0.4 form (for the Zarr v2 view) and back.
 //! - [`sharding`]: the `sharding_indexed` codec configuration, possibly nested.
 //! - [`shard_index`]: the (offset, nbytes) index at the start or end of a shard.
+//! - [`shard_merge`]: two writers' versions of one shard merged inner chunk by inner chunk.
 //! - [`source`]: the kinds of store shardfs reads (the sharding codec, the draft transformer),
 //!   one implementation each; [`recognise`] is the one place a store's kind is decided.
 //! - [`zarr_v2`]: the Zarr v2 metadata of a v3 array, or why v2 cannot express it.
@@ -30,6 +31,7 @@ pub mod kerchunk;
 pub mod metadata;
 pub mod ome;
 pub mod shard_index;
+pub mod shard_merge;
 pub mod sharding;
 pub mod source;
 pub mod zarr_v2;

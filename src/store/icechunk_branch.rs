@@ -9,35 +9,47 @@
 //! a file or a directory, unmount; [`Store::sync_idle`]: `--commit-idle-ms` without a write), where
 //! the session becomes one commit, all or nothing. If another writer moved the branch meanwhile,
 //! the commit is rebased onto the new tip ([`Rebase`]): disjoint changes both land, where both
-//! wrote one chunk this mount's write wins, and a change that cannot be rebased (the other writer
-//! deleted or redefined the array, or wrote a shard this mount wrote too) fails the sync with EIO
-//! and commits nothing.
+//! wrote one chunk this mount's write wins, except that a shard both wrote is first merged inner
+//! chunk by inner chunk ([`shard_merge`]), so that neither writer's inner chunks are lost; and a
+//! change that cannot be rebased (the other writer deleted or redefined the array, or the shards
+//! are nested) fails the sync with EIO, commits nothing, and is given up.
 //!
 //! After a commit the view is pinned to the new snapshot; with nothing uncommitted it follows the
 //! branch as other writers move it. Files that are neither a `zarr.json` nor a chunk key (an
 //! atomic writer's temporary file) are held in this process until renamed onto a Zarr key; one
 //! left at a sync point is refused with EIO naming it, as a repository has no place for it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use futures_util::TryStreamExt;
 use icechunk::Repository;
+use icechunk::format::ByteRange;
+use icechunk::repository::VersionInfo;
 use icechunk::session::{SessionError, SessionErrorKind};
+use icechunk::store::StoreErrorKind;
 
 use super::icechunk::IcechunkStore;
-use super::icechunk_rebase::Rebase;
+use super::icechunk_rebase::{Rebase, is_shard_conflict};
 use super::read_only::{damaged, errno};
 use super::{Attr, BytesObject, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store};
 use crate::format::icechunk::Version;
 use crate::format::metadata::ZARR_JSON;
+use crate::format::shard_index::IndexSpec;
+use crate::format::shard_merge;
+use crate::format::sharding::{self, Sharding};
 use crate::store::{PRIVATE_DIR, lock, parent_key};
 
 /// How many times a commit is rebased onto a branch other writers keep moving before it fails.
 const REBASE_ATTEMPTS: u16 = 20;
+
+/// How many times shards are merged with the branch's tip before a commit, when other writers
+/// keep committing shards this mount wrote.
+const MERGE_ROUNDS: u32 = 5;
 
 /// How often a mount with nothing uncommitted asks where the branch is.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -255,15 +267,25 @@ impl BranchStore {
             });
             (session, message)
         };
-        let rebase = Rebase { sharded: self.sharded_arrays() };
-        let committed = self.runtime.block_on(async {
-            let session = session.session();
-            let mut session = session.write().await;
-            if !session.has_uncommitted_changes() {
-                return Ok(None);
+        let sharded = self.sharded_arrays();
+        let mut round = 1;
+        let committed = loop {
+            let merged_with = self.merge_with_tip(&session, &sharded)?;
+            let rebase = Rebase { sharded: sharded.clone(), merged_with };
+            let committed = self.runtime.block_on(async {
+                let session = session.session();
+                let mut session = session.write().await;
+                if !session.has_uncommitted_changes() {
+                    return Ok(None);
+                }
+                session.commit(message.clone()).rebase(&rebase, REBASE_ATTEMPTS).execute().await.map(Some)
+            });
+            match committed {
+                // Another writer committed a shard this mount wrote since the merge: merge again.
+                Err(e) if round < MERGE_ROUNDS && raced(&e, &sharded) => round += 1,
+                committed => break committed,
             }
-            session.commit(message).rebase(&rebase, REBASE_ATTEMPTS).execute().await.map(Some)
-        });
+        };
         let mut state = self.state.lock();
         match committed {
             Ok(snapshot) => {
@@ -303,8 +325,100 @@ impl BranchStore {
         }
     }
 
+    /// Merges each shard this mount changed with the branch's tip, where commits made since the
+    /// session began changed it too ([`shard_merge`]); returns those commits.
+    fn merge_with_tip(&self, session: &icechunk::Store, sharded: &HashSet<String>) -> Result<HashSet<String>> {
+        let base = self.runtime.block_on(async { session.session().read().await.snapshot_id().clone() });
+        let tip = self
+            .runtime
+            .block_on(self.repository.lookup_branch(&self.branch))
+            .map_err(|e| self.failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
+        let keys: Vec<(String, Option<Arc<[u8]>>)> = {
+            let state = self.state.lock();
+            let of_sharded = |k: &String| array_of_chunk(k).is_some_and(|dir| sharded.contains(&format!("/{dir}")));
+            let changed = state.overlay.iter().filter(|(k, _)| !is_document(k) && of_sharded(k));
+            changed
+                .filter_map(|(k, change)| match change {
+                    Change::Written { bytes, .. } => Some((k.clone(), Some(bytes.clone()))),
+                    Change::Deleted => Some((k.clone(), None)),
+                    Change::Placeholder { .. } => None,
+                })
+                .collect()
+        };
+        if tip == base || keys.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let at_tip = VersionInfo::SnapshotId(tip.clone());
+        let tip_store = self
+            .runtime
+            .block_on(self.repository.readonly_session(&at_tip))
+            .map(|s| icechunk::Store::from_session_and_config(Arc::new(tokio::sync::RwLock::new(s)), 16))
+            .map_err(|e| self.failed("", format!("snapshot {tip}: {}", one_line(&e))))?;
+        for (key, ours) in keys {
+            let theirs = match self.runtime.block_on(tip_store.get(&key, &ByteRange::ALL)) {
+                Ok(bytes) => Some(bytes.to_vec()),
+                Err(e) if matches!(e.kind, StoreErrorKind::NotFound(_)) => None,
+                Err(e) => return Err(self.failed(&key, format!("at snapshot {tip}: {}", one_line(&e)))),
+            };
+            let base = match self.shown.read(&key) {
+                Ok(bytes) => Some(bytes),
+                Err(Error::NotFound(_)) => None,
+                Err(e) => return Err(e),
+            };
+            if theirs == base {
+                continue;
+            }
+            let dir = array_of_chunk(&key).unwrap_or_default();
+            let spec = self.index_spec(dir).map_err(|why| self.failed(&key, why))?;
+            let merged = shard_merge::merge(&spec, base.as_deref(), ours.as_deref(), theirs.as_deref())
+                .map_err(|why| self.failed(&key, format!("cannot merge with snapshot {tip}: {why}")))?;
+            let stamp = self.new_stamp(&key);
+            let change = match merged {
+                Some(bytes) => {
+                    self.record(&key, &bytes)?;
+                    Change::Written { bytes: bytes.into(), stamp }
+                }
+                None => {
+                    self.runtime.block_on(session.delete(&key)).map_err(|e| self.failed(&key, one_line(&e)))?;
+                    Change::Deleted
+                }
+            };
+            self.state.lock().overlay.insert(key, change);
+        }
+        let ancestry = self.runtime.block_on(async {
+            let mut found = HashSet::new();
+            let mut snapshots = Box::pin(self.repository.ancestry(&at_tip).await?);
+            while let Some(snapshot) = snapshots.try_next().await? {
+                if snapshot.id == base {
+                    break;
+                }
+                found.insert(snapshot.id.to_string());
+            }
+            Ok::<_, icechunk::repository::RepositoryError>(found)
+        });
+        ancestry.map_err(|e| self.failed("", format!("branch {}: {}", self.branch, one_line(&e))))
+    }
+
+    /// The index layout of the shards of the sharded array in `dir`; an error for nested sharding,
+    /// whose shards are never merged.
+    fn index_spec(&self, dir: &str) -> std::result::Result<IndexSpec, String> {
+        let doc = self.read(&super::join(dir, ZARR_JSON)).map_err(|e| e.to_string())?;
+        let doc: serde_json::Value = serde_json::from_slice(&doc).map_err(|e| format!("{dir}/zarr.json: {e}"))?;
+        let grid = sharding::shape(doc.pointer("/chunk_grid/configuration/chunk_shape"));
+        let codecs = doc.get("codecs").and_then(|c| c.as_array());
+        let (Some(grid), Some(codecs)) = (grid, codecs) else {
+            return Err(format!("{dir}/zarr.json: no chunk grid or codecs"));
+        };
+        match Sharding::from_codecs(&grid, codecs) {
+            Ok(Some(sharding)) if sharding.levels.len() == 1 => Ok(sharding.levels[0].index),
+            Ok(Some(_)) => Err("nested sharding: shards written by two writers are not merged".into()),
+            Ok(None) => Err("not sharded".into()),
+            Err(why) => Err(why.to_string()),
+        }
+    }
+
     /// The sharded arrays whose chunks the overlay writes, as Icechunk names nodes.
-    fn sharded_arrays(&self) -> std::collections::HashSet<String> {
+    fn sharded_arrays(&self) -> HashSet<String> {
         let arrays: BTreeSet<String> = {
             let state = self.state.lock();
             let chunks = state.overlay.keys().filter(|k| !is_document(k)).filter_map(|k| array_of_chunk(k));
@@ -384,6 +498,12 @@ fn plural(n: usize) -> &'static str {
 
 fn one_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// True when a commit failed only because another writer committed a shard this mount wrote
+/// since the shards were merged.
+fn raced(e: &SessionError, sharded: &HashSet<String>) -> bool {
+    matches!(&e.kind, SessionErrorKind::RebaseFailed { conflicts, .. } if conflicts.iter().all(|c| is_shard_conflict(c, sharded)))
 }
 
 /// Why a commit failed, naming the arrays and groups a failed rebase could not carry over.

@@ -1,8 +1,10 @@
 //! How a commit is rebased onto commits other writers made since its session began: as
 //! Icechunk's `BasicConflictSolver` does it, this mount's chunk winning where both wrote one (the
-//! last writer of a file wins), except for shards. Both writers' shard holds inner chunks the
-//! other did not write, so neither may replace the other's: such a commit is refused (the sync
-//! fails with EIO and commits nothing) rather than lose the other writer's inner chunks.
+//! last writer of a file wins), except for shards. Each writer's shard holds inner chunks the
+//! other did not write, so one may replace the other's only once it holds both: the branch store
+//! merges its shards with those of the commits it rebases over before committing
+//! ([`crate::format::shard_merge`]), and names those commits here. A shard both wrote in a commit
+//! not merged with (one made meanwhile) fails the rebase, and the branch store merges again.
 
 use std::collections::HashSet;
 
@@ -19,12 +21,21 @@ use icechunk::session::{Session, SessionResult};
 pub struct Rebase {
     /// The sharded arrays this commit writes chunks of, as Icechunk names nodes (`/group/array`).
     pub sharded: HashSet<String>,
+    /// The commits whose shards this commit's shards were merged with.
+    pub merged_with: HashSet<String>,
 }
 
 impl Rebase {
-    fn loses_inner_chunks(&self, conflict: &Conflict) -> bool {
-        matches!(conflict, Conflict::ChunkDoubleUpdate { path, .. } if self.sharded.contains(&path.to_string()))
+    /// True when taking this commit's version of a chunk would drop inner chunks of the commit
+    /// rebased over.
+    fn loses_inner_chunks(&self, conflict: &Conflict, theirs: &str) -> bool {
+        is_shard_conflict(conflict, &self.sharded) && !self.merged_with.contains(theirs)
     }
+}
+
+/// True when `conflict` is a shard of `sharded` written by both sides.
+pub fn is_shard_conflict(conflict: &Conflict, sharded: &HashSet<String>) -> bool {
+    matches!(conflict, Conflict::ChunkDoubleUpdate { path, .. } if sharded.contains(&path.to_string()))
 }
 
 #[async_trait]
@@ -38,7 +49,8 @@ impl ConflictSolver for Rebase {
     ) -> SessionResult<ConflictResolution> {
         match ConflictDetector.solve(previous_change, previous_repo, current_changes, current_repo).await? {
             ConflictResolution::Unsolvable { reason, unmodified } => {
-                if reason.iter().any(|c| self.loses_inner_chunks(c)) {
+                let theirs = previous_repo.snapshot_id().to_string();
+                if reason.iter().any(|c| self.loses_inner_chunks(c, &theirs)) {
                     return Ok(ConflictResolution::Unsolvable { reason, unmodified });
                 }
                 BasicConflictSolver::default().solve(previous_change, previous_repo, unmodified, current_repo).await

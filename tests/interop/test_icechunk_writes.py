@@ -47,8 +47,13 @@ def s3s(tmp_path_factory):
 class Repo:
     """A repository, as the mount names it and as Icechunk's library opens it."""
 
-    def __init__(self, address, storage, options):
-        self.address, self.storage, self.options = address, storage, options
+    def __init__(self, address, storage, options, files):
+        self.address, self.storage, self.options, self.files = address, storage, options, files
+
+    def chunk_objects(self):
+        """How many chunk objects the repository holds, counted in the files holding them."""
+        chunks = self.files / "chunks"
+        return len(os.listdir(chunks)) if chunks.is_dir() else 0
 
     def open(self):
         return ic.Repository.open(self.storage())
@@ -73,13 +78,14 @@ def repo(request, tmp_path):
     chunks in 4x4 shards), both written once."""
     if request.param == "local":
         path = str(tmp_path / "repo")
-        made = Repo(path, lambda: ic.local_filesystem_storage(path), {})
+        made = Repo(path, lambda: ic.local_filesystem_storage(path), {}, Path(path))
     else:
         server = request.getfixturevalue("s3s")
         prefix = tmp_path.name
         made = Repo(f"s3://{BUCKET}/{prefix}", lambda: ic.s3_storage(
             bucket=BUCKET, prefix=prefix, endpoint_url=server.endpoint, allow_http=True, region="us-east-1",
-            access_key_id="test", secret_access_key="test", force_path_style=True), {"endpoint_url": server.endpoint})
+            access_key_id="test", secret_access_key="test", force_path_style=True), {"endpoint_url": server.endpoint},
+            Path(server.data, "objects", BUCKET, prefix))
     repository = ic.Repository.create(made.storage())
     session = repository.writable_session("main")
     group = zarr.group(store=session.store)
@@ -252,13 +258,18 @@ def test_a_plain_file_no_commit_can_hold_fails_the_sync_with_eio(repo):
         assert (repo.group()["a"][0:4, 0:4] == 1).all()
 
 
-def test_two_mounts_on_one_branch_writing_disjoint_chunks_lose_nothing(s3s, tmp_path):
+@pytest.mark.parametrize("shards", [None, (16, 16)], ids=["chunks", "shards"])
+def test_two_mounts_on_one_branch_writing_disjoint_chunks_lose_nothing(s3s, tmp_path, shards):
+    """Two mounts write alternate chunks, each fsyncing as it goes: with shards, every shard is
+    written by both, and each commit is merged inner chunk by inner chunk with the other's."""
     prefix = tmp_path.name
     repo = Repo(f"s3://{BUCKET}/{prefix}", lambda: ic.s3_storage(
         bucket=BUCKET, prefix=prefix, endpoint_url=s3s.endpoint, allow_http=True, region="us-east-1",
-        access_key_id="test", secret_access_key="test", force_path_style=True), {"endpoint_url": s3s.endpoint})
+        access_key_id="test", secret_access_key="test", force_path_style=True), {"endpoint_url": s3s.endpoint},
+        Path(s3s.data, "objects", BUCKET, prefix))
     session = ic.Repository.create(repo.storage()).writable_session("main")
-    zarr.group(store=session.store).create_array("big", shape=(32, 32), chunks=(4, 4), dtype="i4", fill_value=-1)
+    zarr.group(store=session.store).create_array("big", shape=(32, 32), chunks=(4, 4), shards=shards, dtype="i4",
+                                                  fill_value=-1)
     session.commit("empty")
     with repo.mount(commit_idle_ms=300) as one, repo.mount(commit_idle_ms=300) as two:
         arrays = [zarr.open_array(f"{mnt}/big", mode="r+") for mnt in (one, two)]
@@ -268,3 +279,26 @@ def test_two_mounts_on_one_branch_writing_disjoint_chunks_lose_nothing(s3s, tmp_
             fsync(f"{(one, two)[i % 2]}/big/zarr.json")
     expected = np.repeat(np.repeat(100 * np.arange(8)[:, None] + np.arange(8)[None, :], 4, 0), 4, 1)
     np.testing.assert_array_equal(repo.group()["big"][:], expected)
+    assert repo.group()["big"].shards == shards
+
+
+def test_a_rebase_merges_the_inner_chunks_of_a_shard_both_wrote(repo):
+    """The mount stores shard (0, 0) with its inner chunk (0, 0) written (after --commit-idle-ms)
+    and, before it commits (another --commit-idle-ms later), the library commits inner chunk (1, 1)
+    of that shard: the mount's commit merges the two shards, keeping both inner chunks. (Random
+    values, so that shards are chunk objects, not inline in a manifest.)"""
+    rng = np.random.default_rng(1)
+    first, ours, theirs = (rng.integers(0, 2**31, (16, 16), dtype="i4") for _ in range(3))
+    library_commit(repo, lambda g: g.create_array("r", shape=(32, 32), chunks=(16, 16), shards=(32, 32),
+                                                  dtype="i4").__setitem__(Ellipsis, np.tile(first, (2, 2))))
+    with repo.mount(commit_idle_ms=3000) as mnt:
+        base, stored = repo.tip(), repo.chunk_objects()
+        zarr.open_array(f"{mnt}/r", mode="r+")[0:16, 0:16] = ours
+        wait_for(lambda: repo.chunk_objects() > stored, "the shard stored")
+        library_commit(repo, lambda g: g["r"].__setitem__((slice(16, 32), slice(16, 32)), theirs))
+        wait_for(lambda: repo.messages()[0].startswith("shardfs: "), "the mount's commit")
+        expected = np.tile(first, (2, 2))
+        expected[0:16, 0:16], expected[16:32, 16:32] = ours, theirs
+        np.testing.assert_array_equal(repo.group()["r"][:], expected)
+        assert repo.tip() != base
+        np.testing.assert_array_equal(zarr.open_array(f"{mnt}/r", mode="r")[:], expected)
