@@ -1,5 +1,6 @@
-"""The icechunk profile of scripts/bench.sh: reading an Icechunk repository through a shardfs mount
-against Icechunk's own Python reader, on the local disk and from an object store at cloud latency.
+"""The icechunk profile of scripts/bench.sh: reading and writing an Icechunk repository through a
+shardfs mount against Icechunk's own Python reader and writer, on the local disk and in an object
+store at cloud latency.
 
     target/venv-newest/bin/python scripts/bench_icechunk.py [--rtts 0,20] [--runs R] [--quick]
                                                             [--binary SHARDFS] [--out FILE]
@@ -10,9 +11,13 @@ chunks (native chunk objects, uncompressed), and `tiles`, 8192x8192 uint8 in 256
 Readers, each on a fresh session or mount: zarr-python on Icechunk's session store (its own
 reader, Rust underneath), and zarr-python on the files of a shardfs mount of the repository
 (release build), zarr-python's thread pool and concurrency at 16 for both. Workloads: all of `big`; 256 tiles picked at random (the same for both), read by
-8 threads. Object store reads go through scripts/latency_proxy.py (the RTT added to each turn,
-20 MB/s per connection), which counts the requests. Every read is compared with what was written.
-Not a test: nothing here asserts a speed.
+8 threads. Writes, each of a new array and ending in its commit: `big` again (256 MiB of float32,
+here in 4 MiB chunks) by zarr-python on a writable session of Icechunk's, then its commit, against
+zarr-python on the files of a mount of branch main, then `shardfs unmount` (which returns once the
+commit is made); and 256 random 256x256 tiles of a new 8192x8192 uint8 array, by 8 threads. Object
+store requests go through scripts/latency_proxy.py (the RTT added to each turn, 20 MB/s per
+connection), which counts them. Every read is compared with what was written, and every write is
+read back through Icechunk's reader (outside the time). Not a test: nothing here asserts a speed.
 """
 
 import argparse
@@ -66,6 +71,35 @@ def read_tiles(group, want, picks):
         list(pool.map(one, picks))
 
 
+def write_big(group, want, name):
+    group.create_array(name, shape=want["big"].shape, chunks=(1 << 20,), dtype="f4", compressors=None)[...] = want["big"]
+
+
+def write_tiles(group, want, picks, name):
+    arr = group.create_array(name, shape=(8192, 8192), chunks=(256, 256), dtype="u1", compressors=None,
+                             fill_value=0)
+
+    def one(ij):
+        i, j = ij
+        arr[i * 256:(i + 1) * 256, j * 256:(j + 1) * 256] = want["tiles"][i * 256:(i + 1) * 256, j * 256:(j + 1) * 256]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, picks))
+
+
+def check_written(repo_dir, name, want, picks):
+    """The array `name` as Icechunk's reader finds it on branch main: what was written."""
+    root = zarr.open_group(ic.Repository.open(ic.local_filesystem_storage(repo_dir)).readonly_session("main").store,
+                           mode="r")
+    if name.startswith("big"):
+        assert np.array_equal(root[name][...], want["big"]), f"{name} written wrong"
+        return
+    got, expected = root[name][...], np.zeros((8192, 8192), dtype="u1")
+    for i, j in picks:
+        expected[i * 256:(i + 1) * 256, j * 256:(j + 1) * 256] = want["tiles"][i * 256:(i + 1) * 256, j * 256:(j + 1) * 256]
+    assert np.array_equal(got, expected), f"{name} written wrong"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rtts", default="0,20", help="round trips to add, ms, comma-separated")
@@ -89,42 +123,58 @@ def main():
         for rtt in places[1:]:
             proxies[rtt] = Proxy(port, rtt, 20.0)
 
-        def icechunk_group(place):
+        def storage_at(place):
             if place == "local":
-                storage = ic.local_filesystem_storage(repo_dir)
-            else:
-                storage = ic.s3_storage(bucket=BUCKET, prefix="repo", endpoint_url=proxies[place].endpoint,
-                                        allow_http=True, region="us-east-1", access_key_id="test",
-                                        secret_access_key="test", force_path_style=True)
-            return zarr.open_group(ic.Repository.open(storage).readonly_session("main").store, mode="r")
+                return ic.local_filesystem_storage(repo_dir)
+            return ic.s3_storage(bucket=BUCKET, prefix="repo", endpoint_url=proxies[place].endpoint, allow_http=True,
+                                 region="us-east-1", access_key_id="test", secret_access_key="test",
+                                 force_path_style=True)
 
-        def shardfs_group(place):
+        def icechunk_group(place, write):
+            repo = ic.Repository.open(storage_at(place))
+            if not write:
+                return zarr.open_group(repo.readonly_session("main").store, mode="r"), lambda: None
+            session = repo.writable_session("main")
+            return zarr.open_group(session.store, mode="r+"), lambda: session.commit("bench")
+
+        def shardfs_group(place, write):
             mnt = tempfile.mkdtemp(prefix="mnt-", dir=work)
             source = repo_dir if place == "local" else f"s3://{BUCKET}/repo"
             endpoint = [] if place == "local" else ["--endpoint-url", proxies[place].endpoint]
             subprocess.run([binary, "mount", source, mnt, *endpoint], check=True)
             mounts.append(mnt)
-            return zarr.open_group(mnt, mode="r")
+            # The commit is made by the unmount, which returns once it is.
+            return zarr.open_group(mnt, mode="r+" if write else "r"), lambda: unmount_all()
 
-        workloads = {"big, all (256 MiB)": lambda g: read_big(g, want),
-                     "tiles, 256 random": lambda g: read_tiles(g, want, picks)}
+        def unmount_all():
+            while mounts:
+                subprocess.run([binary, "unmount", mounts.pop()], check=True)
+
+        written = iter(range(1 << 30))
+        workloads = {"big, all (256 MiB)": (False, lambda g, _: read_big(g, want)),
+                     "tiles, 256 random": (False, lambda g, _: read_tiles(g, want, picks)),
+                     "big written (256 MiB, 4 MiB chunks)": (True, lambda g, name: write_big(g, want, name)),
+                     "tiles written, 256 random": (True, lambda g, name: write_tiles(g, want, picks, name))}
         readers = {"icechunk": icechunk_group, "shardfs": shardfs_group}
         results = {}
         for _ in range(runs):
             for place in places:
-                for workload, run in workloads.items():
+                for workload, (write, run) in workloads.items():
                     for reader, open_group in readers.items():
+                        name = f"{'big' if workload.startswith('big') else 'tiles'}_{next(written)}"
                         proxy = proxies.get(place)
                         before = proxy.counts()["requests"] if proxy else 0
                         start = time.perf_counter()
-                        group = open_group(place)
-                        run(group)
+                        group, commit = open_group(place, write)
+                        run(group, name)
+                        commit()
                         elapsed = time.perf_counter() - start
                         requests = proxy.counts()["requests"] - before if proxy else None
                         results.setdefault((workload, place, reader), []).append((elapsed, requests))
-                        while mounts:
-                            subprocess.run([binary, "unmount", mounts.pop()], check=True)
-        lines = ["| workload | where | Icechunk's reader | shardfs mount | ratio |", "|---|---|---|---|---|"]
+                        unmount_all()
+                        if write:
+                            check_written(repo_dir, name, want, picks)
+        lines = ["| workload | where | Icechunk's own | shardfs mount | ratio |", "|---|---|---|---|---|"]
         for workload in workloads:
             for place in places:
                 cells = []

@@ -19,7 +19,7 @@
 //! atomic writer's temporary file) are held in this process until renamed onto a Zarr key; one
 //! left at a sync point is refused with EIO naming it, as a repository has no place for it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +46,9 @@ use crate::store::{PRIVATE_DIR, lock, parent_key};
 
 /// How many times a commit is rebased onto a branch other writers keep moving before it fails.
 const REBASE_ATTEMPTS: u16 = 20;
+
+/// Chunk uploads in flight at once (as many as zarr-python's and Icechunk's own writers keep).
+const UPLOADS: usize = 16;
 
 /// How many times shards are merged with the branch's tip before a commit, when other writers
 /// keep committing shards this mount wrote.
@@ -109,6 +112,11 @@ pub struct BranchStore {
     gate: parking_lot::RwLock<()>,
     /// Makes every stamp of a change new.
     changes: AtomicU64,
+    /// Chunk uploads in flight, the newest of each key's: a write returns once its chunk is held,
+    /// and a commit waits for them all.
+    uploads: parking_lot::Mutex<HashMap<String, tokio::task::JoinHandle<std::result::Result<(), String>>>>,
+    /// At most [`UPLOADS`] of them at once.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl BranchStore {
@@ -155,6 +163,8 @@ impl BranchStore {
             state: parking_lot::Mutex::new(state),
             gate: parking_lot::RwLock::new(()),
             changes: AtomicU64::new(0),
+            uploads: parking_lot::Mutex::new(HashMap::new()),
+            slots: Arc::new(tokio::sync::Semaphore::new(UPLOADS)),
         })
     }
 
@@ -271,6 +281,7 @@ impl BranchStore {
         let mut round = 1;
         let committed = loop {
             let merged_with = self.merge_with_tip(&session, &sharded)?;
+            self.all_uploaded()?;
             let rebase = Rebase { sharded: sharded.clone(), merged_with };
             let committed = self.runtime.block_on(async {
                 let session = session.session();
@@ -375,8 +386,9 @@ impl BranchStore {
             let stamp = self.new_stamp(&key);
             let change = match merged {
                 Some(bytes) => {
+                    let bytes: Arc<[u8]> = bytes.into();
                     self.record(&key, &bytes)?;
-                    Change::Written { bytes: bytes.into(), stamp }
+                    Change::Written { bytes, stamp }
                 }
                 None => {
                     self.runtime.block_on(session.delete(&key)).map_err(|e| self.failed(&key, one_line(&e)))?;
@@ -454,10 +466,51 @@ impl BranchStore {
     }
 
     /// Records `bytes` at the Zarr key `key` in the session.
-    fn record(&self, key: &str, bytes: &[u8]) -> Result<()> {
+    fn record(&self, key: &str, bytes: &Arc<[u8]>) -> Result<()> {
         let session = self.session()?;
-        let value = Bytes::copy_from_slice(bytes);
-        self.runtime.block_on(session.set(key, value)).map_err(|e| self.failed(key, one_line(&e)))
+        let value = Bytes::from_owner(bytes.clone());
+        if is_document(key) {
+            return self.runtime.block_on(session.set(key, value)).map_err(|e| self.failed(key, one_line(&e)));
+        }
+        // The newest write of a key is the one recorded: an upload still in flight is waited for.
+        drop(self.uploaded(key));
+        let slot = self.runtime.block_on(self.slots.clone().acquire_owned()).expect("the semaphore is never closed");
+        let owned = key.to_string();
+        let upload = self.runtime.spawn(async move {
+            let done = session.set(&owned, value).await.map_err(|e| one_line(&e));
+            drop(slot);
+            done
+        });
+        self.uploads.lock().insert(key.to_string(), upload);
+        Ok(())
+    }
+
+    /// Waits for the upload of the chunk at `key`, if one is in flight.
+    fn uploaded(&self, key: &str) -> Result<()> {
+        let Some(upload) = self.uploads.lock().remove(key) else { return Ok(()) };
+        match self.runtime.block_on(upload) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(self.failed(key, why)),
+            Err(e) => Err(self.failed(key, format!("its upload stopped: {e}"))),
+        }
+    }
+
+    /// Waits for every chunk upload in flight; one that failed is tried once more, in this thread.
+    fn all_uploaded(&self) -> Result<()> {
+        let keys: Vec<String> = self.uploads.lock().keys().cloned().collect();
+        for key in keys {
+            if self.uploaded(&key).is_err() {
+                let bytes = match self.state.lock().overlay.get(&key) {
+                    Some(Change::Written { bytes, .. }) => bytes.clone(),
+                    _ => continue,
+                };
+                let session = self.session()?;
+                self.runtime
+                    .block_on(session.set(&key, Bytes::from_owner(bytes)))
+                    .map_err(|e| self.failed(&key, one_line(&e)))?;
+            }
+        }
+        Ok(())
     }
 
     fn held(&self, key: &str) -> Option<HeldFile> {
@@ -733,6 +786,7 @@ impl Store for BranchStore {
             return Err(Error::NotFound(self.describe(key)));
         }
         let session = self.session()?;
+        drop(self.uploaded(key));
         self.runtime.block_on(session.delete(key)).map_err(|e| self.failed(key, one_line(&e)))?;
         let mut state = self.state.lock();
         if !is_document(key) {
