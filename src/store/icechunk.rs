@@ -150,9 +150,9 @@ impl IcechunkStore {
         Ok(store)
     }
 
-    /// The file whose version says which snapshot is shown: `None` for a snapshot ID.
-    fn naming_file(&self) -> Option<String> {
-        match (&self.version(), self.spec) {
+    /// The file whose version says which snapshot `version` is: `None` for a snapshot ID.
+    fn naming_file(&self, version: &Version) -> Option<String> {
+        match (version, self.spec) {
             (Version::Snapshot(_), _) => None,
             (_, Spec::V2) => Some(REPO_FILE.to_string()),
             (version, Spec::V1) => icechunk::ref_key(version),
@@ -161,14 +161,16 @@ impl IcechunkStore {
 
     /// The snapshot shown now, read again when what names it changed.
     fn catalog(&self) -> Result<Arc<Catalog>> {
-        let naming = self.naming_file();
+        // One version throughout, though another may be shown meanwhile (IcechunkStore::show).
+        let version = self.version();
+        let naming = self.naming_file(&version);
         let stamp = match &naming {
             Some(key) => match self.inner.attr(key) {
-                Err(Error::NotFound(_)) => return Err(damaged(self.describe(""), format!("no {}", self.version()))),
-                found => found?.stamp,
+                Err(Error::NotFound(_)) => return Err(damaged(self.describe(""), format!("no {version}"))),
+                found => found?.stamp.derived(version.to_string()),
             },
             // The snapshot's ID: a catalog read for one never answers for another.
-            None => Stamp::computed(self.version_id()),
+            None => Stamp::computed(version.to_string()),
         };
         let mut last = self.last.lock();
         if let Some((seen, read)) = &*last
@@ -178,7 +180,7 @@ impl IcechunkStore {
         }
         // A store's failure (the network) is not kept: the next question asks again. What the
         // repository's files say (damaged, or naming what is not there) is kept for this version.
-        let read = self.read_catalog(naming.as_deref())?.map(Arc::new);
+        let read = self.read_catalog(&version, naming.as_deref())?.map(Arc::new);
         if let Err(why) = &read {
             log::warn!("{}: {why}", self.describe(""));
         }
@@ -188,16 +190,20 @@ impl IcechunkStore {
 
     /// The snapshot `naming` (or the snapshot ID shown) names, indexed; the inner error says what
     /// in the repository's files keeps it from being read.
-    fn read_catalog(&self, naming: Option<&str>) -> Result<std::result::Result<Catalog, String>> {
+    fn read_catalog(&self, version: &Version, naming: Option<&str>) -> Result<std::result::Result<Catalog, String>> {
         let in_file = |key: &str, e: icechunk::IcechunkError| format!("{}: {e}", self.inner.describe(key));
         let snapshot = match (naming, self.spec) {
-            (None, _) => icechunk::snapshot_id(&self.version_id()).map_err(|e| e.0),
+            (None, _) => icechunk::snapshot_id(match version {
+                Version::Snapshot(id) => id,
+                _ => "",
+            })
+            .map_err(|e| e.0),
             (Some(key), Spec::V2) => match icechunk::repo_refs(&self.inner.read(key)?) {
-                Ok(refs) => refs.resolve(&self.version()).map_err(|e| e.0),
+                Ok(refs) => refs.resolve(version).map_err(|e| e.0),
                 Err(e) => Err(in_file(key, e)),
             },
             (Some(key), Spec::V1) => match self.inner.read(key) {
-                Err(Error::NotFound(_)) => Err(format!("no {}", self.version())),
+                Err(Error::NotFound(_)) => Err(format!("no {version}")),
                 found => icechunk::ref_json(&found?).map_err(|e| in_file(key, e)),
             },
         };
@@ -223,7 +229,7 @@ impl IcechunkStore {
                     (attr, bytes)
                 }
                 Err(Error::NotFound(_)) => {
-                    return Ok(Err(format!("{place}: snapshot {snapshot} of {} is not there", self.version())));
+                    return Ok(Err(format!("{place}: snapshot {snapshot} of {version} is not there")));
                 }
                 Err(e) => return Err(e),
             },
@@ -255,13 +261,6 @@ impl IcechunkStore {
 
     fn version(&self) -> Version {
         self.version.read().clone()
-    }
-
-    fn version_id(&self) -> String {
-        match &*self.version.read() {
-            Version::Snapshot(id) => id.clone(),
-            _ => String::new(),
-        }
     }
 
     /// Manifest `id`, from cache or from its file.

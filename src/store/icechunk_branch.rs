@@ -28,6 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use icechunk::Repository;
+use icechunk::conflicts::Conflict;
 use icechunk::format::ByteRange;
 use icechunk::repository::VersionInfo;
 use icechunk::session::{SessionError, SessionErrorKind};
@@ -63,11 +64,13 @@ enum Change {
     Written {
         bytes: Arc<[u8]>,
         stamp: Stamp,
+        modified: SystemTime,
     },
     /// An empty `zarr.json` (made by `cp` or a shell's `>` before its content): shown, and
     /// recorded in the session once it has content.
     Placeholder {
         stamp: Stamp,
+        modified: SystemTime,
     },
     Deleted,
 }
@@ -96,6 +99,11 @@ struct State {
     tip_asked: Instant,
     /// Counts for the default commit message: chunks written, chunks deleted, documents.
     counts: [usize; 3],
+    /// Per shard merged with another writer's since the session began: the version merged in,
+    /// which the next merge of it starts from.
+    merge_bases: HashMap<String, Option<Vec<u8>>>,
+    /// Chunks whose upload failed: recorded again before any commit.
+    unrecorded: BTreeSet<String>,
 }
 
 /// A branch of an Icechunk repository, written through sessions of the `icechunk` crate.
@@ -111,7 +119,10 @@ pub struct BranchStore {
     /// session while it becomes a commit.
     gate: parking_lot::RwLock<()>,
     /// Makes every stamp of a change new.
-    changes: AtomicU64,
+    changes: Arc<AtomicU64>,
+    /// Writes and deletes of one key take turns (a stripe per key): the session records them in
+    /// the order the overlay shows them.
+    turns: Vec<parking_lot::Mutex<()>>,
     /// Chunk uploads in flight, the newest of each key's: a write returns once its chunk is held,
     /// and a commit waits for them all.
     uploads: parking_lot::Mutex<HashMap<String, tokio::task::JoinHandle<std::result::Result<(), String>>>>,
@@ -153,6 +164,8 @@ impl BranchStore {
             last_write: now,
             tip_asked: now,
             counts: [0; 3],
+            merge_bases: HashMap::new(),
+            unrecorded: BTreeSet::new(),
         };
         Ok(BranchStore {
             shown,
@@ -162,14 +175,23 @@ impl BranchStore {
             runtime,
             state: parking_lot::Mutex::new(state),
             gate: parking_lot::RwLock::new(()),
-            changes: AtomicU64::new(0),
+            changes: Arc::new(AtomicU64::new(0)),
+            turns: (0..64).map(|_| parking_lot::Mutex::new(())).collect(),
             uploads: parking_lot::Mutex::new(HashMap::new()),
             slots: Arc::new(tokio::sync::Semaphore::new(UPLOADS)),
         })
     }
 
     fn new_stamp(&self, key: &str) -> Stamp {
-        Stamp::computed((key, self.changes.fetch_add(1, Ordering::Relaxed), std::process::id()))
+        new_stamp(&self.changes, key)
+    }
+
+    /// The turn of `key` (see [`BranchStore::turns`]).
+    fn turn(&self, key: &str) -> parking_lot::MutexGuard<'_, ()> {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        key.hash(&mut h);
+        self.turns[(h.finish() % self.turns.len() as u64) as usize].lock()
     }
 
     /// The session taking writes, made (on the branch's tip, which the view is then pinned to)
@@ -221,6 +243,23 @@ impl BranchStore {
         })
     }
 
+    /// What this mount changed at `key` and not yet committed (a held file, a write, a deletion),
+    /// with its bytes: `None` when the snapshot shown answers for it.
+    fn changed(&self, state: &State, key: &str) -> Option<Result<(Attr, Arc<[u8]>)>> {
+        let (bytes, stamp, modified): (Arc<[u8]>, Stamp, SystemTime) =
+            match (state.held.get(key), state.overlay.get(key)) {
+                (Some(file), _) => {
+                    let held = file.lock();
+                    (held.bytes.as_slice().into(), held.stamp, held.modified)
+                }
+                (None, Some(Change::Written { bytes, stamp, modified })) => (bytes.clone(), *stamp, *modified),
+                (None, Some(Change::Placeholder { stamp, modified })) => (Arc::from(&[][..]), *stamp, *modified),
+                (None, Some(Change::Deleted)) => return Some(Err(Error::NotFound(self.describe(key)))),
+                (None, None) => return None,
+            };
+        Some(self.file_attr(bytes.len() as u64, stamp, modified).map(|attr| (attr, bytes)))
+    }
+
     /// True when the overlay, a held file or a made directory is at or below `dir`.
     fn holds_below(state: &State, dir: &str) -> bool {
         let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
@@ -234,21 +273,7 @@ impl BranchStore {
     /// Commits the session, if it holds changes: one commit on the branch, rebased onto its tip if
     /// another writer moved it.
     fn commit(&self) -> Result<()> {
-        // Files written at chunk keys before their array's zarr.json (`cp -r` copies `c/` first
-        // as often as not) were held as plain files: they are chunks now.
-        let adopted: Vec<(String, HeldFile)> = {
-            let state = self.state.lock();
-            state
-                .held
-                .iter()
-                .filter(|(k, _)| !is_private(k) && is_zarr_key(k))
-                .map(|(k, f)| (k.clone(), f.clone()))
-                .collect()
-        };
-        for (key, file) in adopted {
-            let bytes = file.lock().bytes.clone();
-            self.put(&key, &[&bytes], PutMode::Overwrite)?;
-        }
+        self.adopt()?;
         let _alone = self.gate.write();
         let (session, message) = {
             let state = self.state.lock();
@@ -280,7 +305,11 @@ impl BranchStore {
         let sharded = self.sharded_arrays();
         let mut round = 1;
         let committed = loop {
-            let merged_with = self.merge_with_tip(&session, &sharded)?;
+            let merged_with = match self.merge_with_tip(&session, &sharded) {
+                Ok(merged_with) => merged_with,
+                Err(Merge::Failed(e)) => return Err(e),
+                Err(Merge::Impossible(why)) => return Err(self.give_up(why)),
+            };
             self.all_uploaded()?;
             let rebase = Rebase { sharded: sharded.clone(), merged_with };
             let committed = self.runtime.block_on(async {
@@ -306,29 +335,13 @@ impl BranchStore {
                     self.shown.show(Version::Snapshot(snapshot.clone()));
                     state.base = snapshot;
                 }
-                state.session = None;
-                state.overlay.retain(|_, change| matches!(change, Change::Placeholder { .. }));
-                state.counts = [0; 3];
+                Self::forget_changes(&mut state);
                 state.tip_asked = Instant::now();
                 Ok(())
             }
-            // Changes another writer's commit leaves no place for are given up, as an aborted
-            // transaction is: the view shows the branch again, and later writes commit.
             Err(e) if matches!(e.kind, SessionErrorKind::RebaseFailed { .. }) => {
-                state.session = None;
-                state.overlay.retain(|_, change| matches!(change, Change::Placeholder { .. }));
-                state.counts = [0; 3];
-                state.tip_asked = Instant::now() - FOLLOW_EVERY;
                 drop(state);
-                self.follow();
-                Err(self.failed(
-                    "",
-                    format!(
-                        "commit on branch {} failed, nothing committed, the changes given up: {}",
-                        self.branch,
-                        why(&e)
-                    ),
-                ))
+                Err(self.give_up(why(&e)))
             }
             Err(e) => {
                 Err(self.failed("", format!("commit on branch {} failed, nothing committed: {}", self.branch, why(&e))))
@@ -336,17 +349,77 @@ impl BranchStore {
         }
     }
 
+    /// Forgets the session and what it held (committed, or given up).
+    fn forget_changes(state: &mut State) {
+        state.session = None;
+        state.overlay.retain(|_, change| matches!(change, Change::Placeholder { .. }));
+        state.counts = [0; 3];
+        state.merge_bases.clear();
+        state.unrecorded.clear();
+    }
+
+    /// Gives up the changes a commit cannot hold (another writer's commit leaves no place for
+    /// them), as an aborted transaction is: the view shows the branch again, later writes commit,
+    /// and the error says why.
+    fn give_up(&self, why: String) -> Error {
+        {
+            let mut state = self.state.lock();
+            Self::forget_changes(&mut state);
+            state.tip_asked = Instant::now() - FOLLOW_EVERY;
+        }
+        for (_, upload) in self.uploads.lock().drain() {
+            upload.abort();
+        }
+        self.follow();
+        self.failed(
+            "",
+            format!("commit on branch {} failed, nothing committed, the changes given up: {why}", self.branch),
+        )
+    }
+
+    /// Files written at chunk keys before their array's zarr.json (`cp -r` copies `c/` first as
+    /// often as not) were held as plain files: once the array is there, and no handle holds them
+    /// open, they are chunks.
+    fn adopt(&self) -> Result<()> {
+        let held: Vec<(String, HeldFile)> = {
+            let state = self.state.lock();
+            let closed = state.held.iter().filter(|(k, f)| !is_private(k) && Arc::strong_count(f) == 1);
+            closed.filter(|(k, _)| chunk_key(k).is_some()).map(|(k, f)| (k.clone(), f.clone())).collect()
+        };
+        for (key, file) in held {
+            let Some((dir, _)) = chunk_key(&key) else { continue };
+            if !self.is_array(&dir) {
+                continue;
+            }
+            let bytes = file.lock().bytes.clone();
+            self.put(&key, &[&bytes], PutMode::Overwrite)?;
+        }
+        Ok(())
+    }
+
+    /// True when the directory `dir` holds an array's `zarr.json`.
+    fn is_array(&self, dir: &str) -> bool {
+        let doc = self.read(&super::join(dir, ZARR_JSON)).ok();
+        let doc = doc.and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+        doc.is_some_and(|d| d.get("node_type").and_then(|t| t.as_str()) == Some("array"))
+    }
+
     /// Merges each shard this mount changed with the branch's tip, where commits made since the
     /// session began changed it too ([`shard_merge`]); returns those commits.
-    fn merge_with_tip(&self, session: &icechunk::Store, sharded: &HashSet<String>) -> Result<HashSet<String>> {
+    fn merge_with_tip(
+        &self,
+        session: &icechunk::Store,
+        sharded: &HashSet<String>,
+    ) -> std::result::Result<HashSet<String>, Merge> {
         let base = self.runtime.block_on(async { session.session().read().await.snapshot_id().clone() });
+        let failed = |key: &str, why: String| Merge::Failed(self.failed(key, why));
         let tip = self
             .runtime
             .block_on(self.repository.lookup_branch(&self.branch))
-            .map_err(|e| self.failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
+            .map_err(|e| failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
         let keys: Vec<(String, Option<Arc<[u8]>>)> = {
             let state = self.state.lock();
-            let of_sharded = |k: &String| array_of_chunk(k).is_some_and(|dir| sharded.contains(&format!("/{dir}")));
+            let of_sharded = |k: &String| chunk_key(k).is_some_and(|(dir, _)| sharded.contains(&format!("/{dir}")));
             let changed = state.overlay.iter().filter(|(k, _)| !is_document(k) && of_sharded(k));
             changed
                 .filter_map(|(k, change)| match change {
@@ -364,51 +437,67 @@ impl BranchStore {
             .runtime
             .block_on(self.repository.readonly_session(&at_tip))
             .map(|s| icechunk::Store::from_session_and_config(Arc::new(tokio::sync::RwLock::new(s)), 16))
-            .map_err(|e| self.failed("", format!("snapshot {tip}: {}", one_line(&e))))?;
+            .map_err(|e| failed("", format!("snapshot {tip}: {}", one_line(&e))))?;
         for (key, ours) in keys {
             let theirs = match self.runtime.block_on(tip_store.get(&key, &ByteRange::ALL)) {
                 Ok(bytes) => Some(bytes.to_vec()),
                 Err(e) if matches!(e.kind, StoreErrorKind::NotFound(_)) => None,
-                Err(e) => return Err(self.failed(&key, format!("at snapshot {tip}: {}", one_line(&e)))),
+                Err(e) => return Err(failed(&key, format!("at snapshot {tip}: {}", one_line(&e)))),
             };
-            let base = match self.shown.read(&key) {
-                Ok(bytes) => Some(bytes),
-                Err(Error::NotFound(_)) => None,
-                Err(e) => return Err(e),
+            // The version both sides started from: the session's base, or what an earlier merge
+            // already took in.
+            let merged_before = self.state.lock().merge_bases.get(&key).cloned();
+            let base = match merged_before {
+                Some(base) => base,
+                None => match self.shown.read(&key) {
+                    Ok(bytes) => Some(bytes),
+                    Err(Error::NotFound(_)) => None,
+                    Err(e) => return Err(Merge::Failed(e)),
+                },
             };
             if theirs == base {
                 continue;
             }
-            let dir = array_of_chunk(&key).unwrap_or_default();
-            let spec = self.index_spec(dir).map_err(|why| self.failed(&key, why))?;
+            let (dir, _) = chunk_key(&key).unwrap_or_default();
+            let spec = self.index_spec(&dir).map_err(|why| Merge::Impossible(format!("{key}: {why}")))?;
             let merged = shard_merge::merge(&spec, base.as_deref(), ours.as_deref(), theirs.as_deref())
-                .map_err(|why| self.failed(&key, format!("cannot merge with snapshot {tip}: {why}")))?;
+                .map_err(|why| Merge::Impossible(format!("{key}: cannot merge with snapshot {tip}: {why}")))?;
+            let _turn = self.turn(&key);
             let stamp = self.new_stamp(&key);
             let change = match merged {
                 Some(bytes) => {
                     let bytes: Arc<[u8]> = bytes.into();
-                    self.record(&key, &bytes)?;
-                    Change::Written { bytes, stamp }
+                    self.record(&key, &bytes).map_err(Merge::Failed)?;
+                    Change::Written { bytes, stamp, modified: SystemTime::now() }
                 }
                 None => {
-                    self.runtime.block_on(session.delete(&key)).map_err(|e| self.failed(&key, one_line(&e)))?;
+                    drop(self.uploaded(&key));
+                    self.runtime.block_on(session.delete(&key)).map_err(|e| failed(&key, one_line(&e)))?;
                     Change::Deleted
                 }
             };
-            self.state.lock().overlay.insert(key, change);
+            let mut state = self.state.lock();
+            state.overlay.insert(key.clone(), change);
+            state.merge_bases.insert(key, theirs);
         }
         let ancestry = self.runtime.block_on(async {
             let mut found = HashSet::new();
             let mut snapshots = Box::pin(self.repository.ancestry(&at_tip).await?);
             while let Some(snapshot) = snapshots.try_next().await? {
                 if snapshot.id == base {
-                    break;
+                    return Ok(Some(found));
                 }
                 found.insert(snapshot.id.to_string());
             }
-            Ok::<_, icechunk::repository::RepositoryError>(found)
+            Ok::<_, icechunk::repository::RepositoryError>(None)
         });
-        ancestry.map_err(|e| self.failed("", format!("branch {}: {}", self.branch, one_line(&e))))
+        match ancestry {
+            Ok(Some(found)) => Ok(found),
+            // The branch was reset to a history without the session's base: nothing of this
+            // session can be placed on it.
+            Ok(None) => Err(Merge::Impossible(format!("branch {} was reset past snapshot {base}", self.branch))),
+            Err(e) => Err(failed("", format!("branch {}: {}", self.branch, one_line(&e)))),
+        }
     }
 
     /// The index layout of the shards of the sharded array in `dir`; an error for nested sharding,
@@ -433,8 +522,7 @@ impl BranchStore {
     fn sharded_arrays(&self) -> HashSet<String> {
         let arrays: BTreeSet<String> = {
             let state = self.state.lock();
-            let chunks = state.overlay.keys().filter(|k| !is_document(k)).filter_map(|k| array_of_chunk(k));
-            chunks.map(str::to_string).collect()
+            state.overlay.keys().filter_map(|k| chunk_key(k)).map(|(dir, _)| dir).collect()
         };
         let sharded = |dir: &String| {
             let doc = self.read(&super::join(dir, ZARR_JSON)).ok();
@@ -465,50 +553,74 @@ impl BranchStore {
         }
     }
 
-    /// Records `bytes` at the Zarr key `key` in the session.
+    /// Records `bytes` at the Zarr key `key` in the session: a document at once, a chunk by an
+    /// upload in the background (once its array is known to be there). The caller holds the key's
+    /// turn.
     fn record(&self, key: &str, bytes: &Arc<[u8]>) -> Result<()> {
         let session = self.session()?;
         let value = Bytes::from_owner(bytes.clone());
         if is_document(key) {
             return self.runtime.block_on(session.set(key, value)).map_err(|e| self.failed(key, one_line(&e)));
         }
-        // The newest write of a key is the one recorded: an upload still in flight is waited for.
-        drop(self.uploaded(key));
+        let Some((dir, _)) = chunk_key(key) else {
+            return Err(self.failed(key, "not a chunk key".into()));
+        };
+        let node = icechunk::format::Path::try_from(format!("/{dir}")).map_err(|e| self.failed(key, e.to_string()))?;
+        self.runtime
+            .block_on(async { session.session().read().await.get_array(&node).await.map(drop) })
+            .map_err(|e| self.failed(key, format!("no array to hold it: {}", one_line(&e))))?;
         let slot = self.runtime.block_on(self.slots.clone().acquire_owned()).expect("the semaphore is never closed");
         let owned = key.to_string();
+        let mut uploads = self.uploads.lock();
+        let previous = uploads.remove(key);
         let upload = self.runtime.spawn(async move {
+            // The newest write of a key is the one recorded: it lands after the one before.
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
             let done = session.set(&owned, value).await.map_err(|e| one_line(&e));
             drop(slot);
             done
         });
-        self.uploads.lock().insert(key.to_string(), upload);
+        uploads.insert(key.to_string(), upload);
+        self.state.lock().unrecorded.remove(key);
         Ok(())
     }
 
-    /// Waits for the upload of the chunk at `key`, if one is in flight.
+    /// Waits for the upload of the chunk at `key`, if one is in flight; one that failed is left to
+    /// be recorded again before the next commit.
     fn uploaded(&self, key: &str) -> Result<()> {
         let Some(upload) = self.uploads.lock().remove(key) else { return Ok(()) };
-        match self.runtime.block_on(upload) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(self.failed(key, why)),
-            Err(e) => Err(self.failed(key, format!("its upload stopped: {e}"))),
-        }
+        let why = match self.runtime.block_on(upload) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(why)) => why,
+            Err(e) => format!("its upload stopped: {e}"),
+        };
+        self.state.lock().unrecorded.insert(key.to_string());
+        Err(self.failed(key, why))
     }
 
-    /// Waits for every chunk upload in flight; one that failed is tried once more, in this thread.
+    /// Waits for every chunk upload in flight, and records again, in this thread, each chunk whose
+    /// upload failed: an error while one is still not recorded.
     fn all_uploaded(&self) -> Result<()> {
         let keys: Vec<String> = self.uploads.lock().keys().cloned().collect();
         for key in keys {
-            if self.uploaded(&key).is_err() {
-                let bytes = match self.state.lock().overlay.get(&key) {
-                    Some(Change::Written { bytes, .. }) => bytes.clone(),
-                    _ => continue,
-                };
-                let session = self.session()?;
-                self.runtime
-                    .block_on(session.set(&key, Bytes::from_owner(bytes)))
-                    .map_err(|e| self.failed(&key, one_line(&e)))?;
-            }
+            drop(self.uploaded(&key));
+        }
+        let unrecorded: Vec<String> = self.state.lock().unrecorded.iter().cloned().collect();
+        for key in unrecorded {
+            let bytes = match self.state.lock().overlay.get(&key) {
+                Some(Change::Written { bytes, .. }) => bytes.clone(),
+                _ => {
+                    self.state.lock().unrecorded.remove(&key);
+                    continue;
+                }
+            };
+            let session = self.session()?;
+            self.runtime
+                .block_on(session.set(&key, Bytes::from_owner(bytes)))
+                .map_err(|e| self.failed(&key, one_line(&e)))?;
+            self.state.lock().unrecorded.remove(&key);
         }
         Ok(())
     }
@@ -518,23 +630,36 @@ impl BranchStore {
     }
 }
 
-/// True for a key the Icechunk session takes: a node's `zarr.json`, or a chunk key of the default
-/// encoding (`c`, then one number per dimension).
+/// True for a key the Icechunk session takes: a node's `zarr.json`, or a chunk key.
 fn is_zarr_key(key: &str) -> bool {
-    if is_document(key) {
-        return true;
-    }
-    let parts: Vec<&str> = key.split('/').collect();
-    let Some(c) = parts.iter().rposition(|p| *p == "c") else { return false };
-    parts[c + 1..].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u32>().is_ok())
+    is_document(key) || chunk_key(key).is_some()
 }
 
-/// The array directory of chunk key `key` (`""`: the root).
-fn array_of_chunk(key: &str) -> Option<&str> {
-    if key == "c" || key.starts_with("c/") {
-        return Some("");
-    }
-    key.rfind("/c/").or_else(|| key.strip_suffix("/c").map(str::len)).map(|at| &key[..at])
+/// The array directory (`""`: the root) and coordinates of `key`, a chunk key of the default
+/// encoding (`c`, then one number per dimension, written as Zarr writes numbers), as Icechunk reads
+/// it: the last `c` component ends the array's path.
+fn chunk_key(key: &str) -> Option<(String, Vec<u32>)> {
+    let parts: Vec<&str> = key.split('/').collect();
+    let c = parts.iter().rposition(|p| *p == "c")?;
+    let canonical =
+        |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (*p == "0" || !p.starts_with('0'));
+    let coords: Option<Vec<u32>> =
+        parts[c + 1..].iter().map(|p| canonical(p).then(|| p.parse().ok()).flatten()).collect();
+    Some((parts[..c].join("/"), coords?))
+}
+
+/// A stamp no other change of any key shares.
+fn new_stamp(changes: &AtomicU64, key: &str) -> Stamp {
+    Stamp::computed((key, changes.fetch_add(1, Ordering::Relaxed), std::process::id()))
+}
+
+/// Why shards could not be merged with the branch's tip.
+enum Merge {
+    /// The store failed (a request): the commit may be tried again.
+    Failed(Error),
+    /// Nothing of the session can be placed on the tip (the array redefined, nested sharding, a
+    /// branch reset): the changes are given up.
+    Impossible(String),
 }
 
 fn is_document(key: &str) -> bool {
@@ -556,7 +681,9 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
 /// True when a commit failed only because another writer committed a shard this mount wrote
 /// since the shards were merged.
 fn raced(e: &SessionError, sharded: &HashSet<String>) -> bool {
-    matches!(&e.kind, SessionErrorKind::RebaseFailed { conflicts, .. } if conflicts.iter().all(|c| is_shard_conflict(c, sharded)))
+    let SessionErrorKind::RebaseFailed { conflicts, .. } = &e.kind else { return false };
+    conflicts.iter().any(|c| is_shard_conflict(c, sharded))
+        && conflicts.iter().all(|c| matches!(c, Conflict::ChunkDoubleUpdate { .. }))
 }
 
 /// Why a commit failed, naming the arrays and groups a failed rebase could not carry over.
@@ -573,10 +700,15 @@ fn why(e: &SessionError) -> String {
 /// A plain file held in this process, opened for writing.
 #[derive(Debug)]
 struct HeldHandle {
+    key: String,
     file: HeldFile,
     attr: Attr,
-    stamp_of: Arc<AtomicU64>,
+    /// The store's change count: every version of the file gets a stamp of its own.
+    changes: Arc<AtomicU64>,
 }
+
+/// The largest plain file held: a bigger one is refused with EFBIG rather than exhaust memory.
+const LARGEST_HELD: u64 = 1 << 30;
 
 impl OpenFile for HeldHandle {
     fn attr(&self) -> Result<Attr> {
@@ -586,7 +718,7 @@ impl OpenFile for HeldHandle {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let held = self.file.lock();
-        let start = (offset as usize).min(held.bytes.len());
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(held.bytes.len());
         let n = buf.len().min(held.bytes.len() - start);
         buf[..n].copy_from_slice(&held.bytes[start..start + n]);
         Ok(n)
@@ -594,17 +726,19 @@ impl OpenFile for HeldHandle {
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
         let mut held = self.file.lock();
-        let end = offset as usize + data.len();
+        let end = self.within(offset.checked_add(data.len() as u64))?;
+        let start = end - data.len();
         if held.bytes.len() < end {
             held.bytes.resize(end, 0);
         }
-        held.bytes[offset as usize..end].copy_from_slice(data);
+        held.bytes[start..end].copy_from_slice(data);
         self.touched(&mut held);
         Ok(())
     }
 
     fn append(&self, data: &[u8]) -> Result<()> {
         let mut held = self.file.lock();
+        self.within((held.bytes.len() as u64).checked_add(data.len() as u64))?;
         held.bytes.extend_from_slice(data);
         self.touched(&mut held);
         Ok(())
@@ -612,7 +746,8 @@ impl OpenFile for HeldHandle {
 
     fn set_len(&self, len: u64) -> Result<()> {
         let mut held = self.file.lock();
-        held.bytes.resize(len as usize, 0);
+        let len = self.within(Some(len))?;
+        held.bytes.resize(len, 0);
         self.touched(&mut held);
         Ok(())
     }
@@ -624,8 +759,16 @@ impl OpenFile for HeldHandle {
 
 impl HeldHandle {
     fn touched(&self, held: &mut Held) {
-        held.stamp = Stamp::computed(("held", self.stamp_of.fetch_add(1, Ordering::Relaxed), std::process::id()));
+        held.stamp = new_stamp(&self.changes, &self.key);
         held.modified = SystemTime::now();
+    }
+
+    /// `end` as a length, if a file held may be that long (EFBIG otherwise).
+    fn within(&self, end: Option<u64>) -> Result<usize> {
+        match end.filter(|&end| end <= LARGEST_HELD) {
+            Some(end) => Ok(end as usize),
+            None => Err(errno(self.key.clone(), libc::EFBIG)),
+        }
     }
 }
 
@@ -646,17 +789,8 @@ impl Store for BranchStore {
     fn attr(&self, key: &str) -> Result<Attr> {
         let key = key.trim_matches('/');
         let state = self.state.lock();
-        if let Some(file) = state.held.get(key) {
-            let held = file.lock();
-            return self.file_attr(held.bytes.len() as u64, held.stamp, held.modified);
-        }
-        match state.overlay.get(key) {
-            Some(Change::Written { bytes, stamp }) => {
-                return self.file_attr(bytes.len() as u64, *stamp, SystemTime::now());
-            }
-            Some(Change::Placeholder { stamp }) => return self.file_attr(0, *stamp, SystemTime::now()),
-            Some(Change::Deleted) => return Err(Error::NotFound(self.describe(key))),
-            None => {}
+        if let Some(found) = self.changed(&state, key) {
+            return found.map(|(attr, _)| attr);
         }
         let below = Self::holds_below(&state, key);
         drop(state);
@@ -670,11 +804,27 @@ impl Store for BranchStore {
 
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
         let dir = dir.trim_matches('/');
-        let (mut names, stamp) = match self.shown.list(dir) {
-            Err(Error::NotFound(_)) if Self::holds_below(&self.state.lock(), dir) => (Vec::new(), Stamp::computed(dir)),
-            found => found?,
+        // The snapshot's listing and the overlay of one moment: a commit in between (which
+        // empties the overlay into a new snapshot) means listing again.
+        let mut rounds = 0;
+        let (mut names, stamp, state) = loop {
+            let base = self.state.lock().base.clone();
+            let listed = self.shown.list(dir);
+            let state = self.state.lock();
+            rounds += 1;
+            if state.base != base && rounds < 5 {
+                continue;
+            }
+            match listed {
+                Err(Error::NotFound(_)) if Self::holds_below(&state, dir) => {
+                    break (Vec::new(), Stamp::computed(dir), state);
+                }
+                found => {
+                    let (names, stamp) = found?;
+                    break (names, stamp, state);
+                }
+            }
         };
-        let state = self.state.lock();
         let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
         let mut entries: BTreeMap<String, Kind> = names.drain(..).collect();
         let child = |key: &str| -> Option<(String, bool)> {
@@ -701,26 +851,23 @@ impl Store for BranchStore {
             }
         }
         let version = self.changes.load(Ordering::Relaxed);
-        Ok((entries.into_iter().collect(), stamp.derived(version)))
+        Ok((entries.into_iter().collect(), stamp.derived((version, &state.base))))
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
         let key = key.trim_matches('/');
-        let attr = self.attr(key)?;
         let place = self.describe(key);
-        let bytes: Option<Arc<[u8]>> = {
-            let state = self.state.lock();
-            match (state.held.get(key), state.overlay.get(key)) {
-                (Some(file), _) => Some(file.lock().bytes.as_slice().into()),
-                (None, Some(Change::Written { bytes, .. })) => Some(bytes.clone()),
-                (None, Some(Change::Placeholder { .. })) => Some(Arc::from(&[][..])),
-                (None, Some(Change::Deleted)) => return Err(Error::NotFound(place)),
-                (None, None) => None,
+        // The attributes and the bytes of one moment.
+        let state = self.state.lock();
+        match self.changed(&state, key) {
+            Some(found) => {
+                let (attr, bytes) = found?;
+                Ok(Box::new(BytesObject { attr, bytes, place }))
             }
-        };
-        match bytes {
-            Some(bytes) => Ok(Box::new(BytesObject { attr: Attr { size: bytes.len() as u64, ..attr }, bytes, place })),
-            None => self.shown.open(key),
+            None => {
+                drop(state);
+                self.shown.open(key)
+            }
         }
     }
 
@@ -734,7 +881,7 @@ impl Store for BranchStore {
 
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
         let key = key.trim_matches('/');
-        let _writing = self.gate.read();
+        let _writing = self.gate.read_recursive();
         if !is_zarr_key(key) {
             return Err(self
                 .failed(key, "neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold".into()));
@@ -742,6 +889,7 @@ impl Store for BranchStore {
         // The session first: starting one may move the view to a newer base, and the condition
         // is then checked against what is there now.
         self.session()?;
+        let _turn = self.turn(key);
         match (self.attr(key), mode) {
             (Ok(_), PutMode::Create) => return Err(Error::Changed(self.describe(key))),
             (Ok(attr), PutMode::Update(stamp)) if attr.stamp != stamp => {
@@ -752,13 +900,13 @@ impl Store for BranchStore {
             (Err(e), _) => return Err(e),
         }
         let bytes: Arc<[u8]> = pieces.concat().into();
-        log::debug!("{}: {} bytes recorded ({mode:?})", self.describe(key), bytes.len());
         let stamp = self.new_stamp(key);
+        let modified = SystemTime::now();
         let change = if bytes.is_empty() && is_document(key) {
-            Change::Placeholder { stamp }
+            Change::Placeholder { stamp, modified }
         } else {
             self.record(key, &bytes)?;
-            Change::Written { bytes, stamp }
+            Change::Written { bytes, stamp, modified }
         };
         let mut state = self.state.lock();
         if matches!(change, Change::Written { .. }) {
@@ -772,23 +920,28 @@ impl Store for BranchStore {
 
     fn delete(&self, key: &str) -> Result<()> {
         let key = key.trim_matches('/');
-        let _writing = self.gate.read();
+        let _writing = self.gate.read_recursive();
         if self.state.lock().held.remove(key).is_some() {
+            self.changes.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
+        if !is_zarr_key(key) {
+            return Err(Error::NotFound(self.describe(key)));
+        }
+        // The session first, as for a write: what is deleted is what the session's base shows.
+        let session = self.session()?;
+        let _turn = self.turn(key);
         self.attr(key)?;
         if is_document(key) {
             let dir = parent_key(key);
             if self.list(dir)?.0.iter().any(|(name, _)| name != ZARR_JSON) {
                 return Err(errno(self.describe(key), libc::ENOTEMPTY));
             }
-        } else if !is_zarr_key(key) {
-            return Err(Error::NotFound(self.describe(key)));
         }
-        let session = self.session()?;
         drop(self.uploaded(key));
         self.runtime.block_on(session.delete(key)).map_err(|e| self.failed(key, one_line(&e)))?;
         let mut state = self.state.lock();
+        state.unrecorded.remove(key);
         if !is_document(key) {
             state.counts[1] += 1;
         }
@@ -800,6 +953,8 @@ impl Store for BranchStore {
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (from, to) = (from.trim_matches('/'), to.trim_matches('/'));
+        // One commit holds both halves, or neither.
+        let _writing = self.gate.read_recursive();
         if let Some(file) = self.held(from)
             && !is_zarr_key(to)
         {
@@ -808,6 +963,10 @@ impl Store for BranchStore {
             state.held.insert(to.to_string(), file);
             self.changes.fetch_add(1, Ordering::Relaxed);
             return Ok(());
+        }
+        // As across filesystems: mv copies a directory's files one by one.
+        if self.attr(from)?.kind == Kind::Dir {
+            return Err(errno(self.describe(from), libc::EXDEV));
         }
         let content = self.read(from)?;
         self.put(to, &[&content], PutMode::Overwrite)?;
@@ -874,7 +1033,7 @@ impl Store for BranchStore {
             file.lock().bytes.clear();
         }
         let attr = self.file_attr(0, self.new_stamp(key), SystemTime::now())?;
-        Ok(Box::new(HeldHandle { file, attr, stamp_of: Arc::new(AtomicU64::new(0)) }))
+        Ok(Box::new(HeldHandle { key: self.describe(key), file, attr, changes: self.changes.clone() }))
     }
 
     fn lock(&self, slot: u64) -> Result<Box<dyn Lock>> {
@@ -913,12 +1072,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn zarr_keys_are_documents_and_default_chunk_keys() {
-        for key in ["zarr.json", "a/zarr.json", "a/c/0/1", "a/b/c/12", "c/0", "c", "arc/c/3"] {
+    fn zarr_keys_are_documents_and_chunk_keys_as_icechunk_reads_them() {
+        for key in ["zarr.json", "a/zarr.json", "a/c/0/1", "a/b/c/12", "c/0", "c", "arc/c/3", "a/c/0/c"] {
             assert!(is_zarr_key(key), "{key}");
         }
-        for key in ["notes.txt", "a/c/x", "arc/0", "a/c/0/", "a/0.1", "a/c/99999999999"] {
+        for key in ["notes.txt", "a/c/x", "arc/0", "a/c/0/", "a/0.1", "a/c/99999999999", "a/c/01"] {
             assert!(!is_zarr_key(key), "{key}");
         }
+        assert_eq!(chunk_key("a/b/c/1/20"), Some(("a/b".to_string(), vec![1, 20])));
+        assert_eq!(chunk_key("c/7"), Some((String::new(), vec![7])));
+        // The last `c` ends the array's path, as Icechunk splits keys.
+        assert_eq!(chunk_key("a/c/0/c"), Some(("a/c/0".to_string(), vec![])));
     }
 }
