@@ -501,6 +501,13 @@ impl ReadOnlyStore for IcechunkStore {
 impl IcechunkStore {
     /// Shows `version` from now on (a writable mount pins the snapshot its session is based on).
     pub fn show(&self, version: Version) {
+        let mut last = self.last.lock();
+        // The snapshot already read, now named by its ID: kept, not read again.
+        if let (Version::Snapshot(id), Some((_, Ok(catalog)))) = (&version, &*last)
+            && catalog.snapshot == *id
+        {
+            *last = Some((Stamp::computed(version.to_string()), Ok(catalog.clone())));
+        }
         *self.version.write() = version;
     }
 

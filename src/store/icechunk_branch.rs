@@ -149,10 +149,8 @@ impl BranchStore {
         let repository = runtime
             .block_on(Repository::open(storage).execute())
             .map_err(|e| format!("{place}: cannot open the repository for writing: {}", one_line(&e)))?;
-        let tip = runtime
-            .block_on(repository.lookup_branch(branch))
-            .map_err(|e| format!("{place}: branch {branch}: {}", one_line(&e)))?
-            .to_string();
+        // The tip `shown` found, named by its ID from now on.
+        let tip = shown.snapshot().map_err(|e| e.to_string())?;
         shown.show(Version::Snapshot(tip.clone()));
         let now = Instant::now();
         let state = State {
@@ -245,19 +243,63 @@ impl BranchStore {
 
     /// What this mount changed at `key` and not yet committed (a held file, a write, a deletion),
     /// with its bytes: `None` when the snapshot shown answers for it.
-    fn changed(&self, state: &State, key: &str) -> Option<Result<(Attr, Arc<[u8]>)>> {
-        let (bytes, stamp, modified): (Arc<[u8]>, Stamp, SystemTime) =
+    /// `bytes` says whether they are wanted: a held file's are copied.
+    fn changed(&self, state: &State, key: &str, bytes: bool) -> Option<Result<(Attr, Arc<[u8]>)>> {
+        let none = || Arc::from(&[][..]);
+        let (content, size, stamp, modified): (Arc<[u8]>, usize, Stamp, SystemTime) =
             match (state.held.get(key), state.overlay.get(key)) {
                 (Some(file), _) => {
                     let held = file.lock();
-                    (held.bytes.as_slice().into(), held.stamp, held.modified)
+                    let content = if bytes { held.bytes.as_slice().into() } else { none() };
+                    (content, held.bytes.len(), held.stamp, held.modified)
                 }
-                (None, Some(Change::Written { bytes, stamp, modified })) => (bytes.clone(), *stamp, *modified),
-                (None, Some(Change::Placeholder { stamp, modified })) => (Arc::from(&[][..]), *stamp, *modified),
+                (None, Some(Change::Written { bytes, stamp, modified })) => {
+                    (bytes.clone(), bytes.len(), *stamp, *modified)
+                }
+                (None, Some(Change::Placeholder { stamp, modified })) => (none(), 0, *stamp, *modified),
                 (None, Some(Change::Deleted)) => return Some(Err(Error::NotFound(self.describe(key)))),
                 (None, None) => return None,
             };
-        Some(self.file_attr(bytes.len() as u64, stamp, modified).map(|attr| (attr, bytes)))
+        Some(self.file_attr(size as u64, stamp, modified).map(|attr| (attr, content)))
+    }
+
+    /// [`Store::put`] of bytes already gathered.
+    fn put_bytes(&self, key: &str, bytes: Arc<[u8]>, mode: PutMode) -> Result<Option<Stamp>> {
+        let key = key.trim_matches('/');
+        let _writing = self.gate.read_recursive();
+        if !is_zarr_key(key) {
+            return Err(self
+                .failed(key, "neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold".into()));
+        }
+        // The session first: starting one may move the view to a newer base, and the condition
+        // is then checked against what is there now.
+        self.session()?;
+        let _turn = self.turn(key);
+        match (self.attr(key), mode) {
+            (Ok(_), PutMode::Create) => return Err(Error::Changed(self.describe(key))),
+            (Ok(attr), PutMode::Update(stamp)) if attr.stamp != stamp => {
+                return Err(Error::Changed(self.describe(key)));
+            }
+            (Err(Error::NotFound(_)), PutMode::Update(_)) => return Err(Error::Changed(self.describe(key))),
+            (Err(Error::NotFound(_)) | Ok(_), _) => {}
+            (Err(e), _) => return Err(e),
+        }
+        let stamp = self.new_stamp(key);
+        let modified = SystemTime::now();
+        let change = if bytes.is_empty() && is_document(key) {
+            Change::Placeholder { stamp, modified }
+        } else {
+            self.record(key, &bytes)?;
+            Change::Written { bytes, stamp, modified }
+        };
+        let mut state = self.state.lock();
+        if matches!(change, Change::Written { .. }) {
+            state.counts[if is_document(key) { 2 } else { 0 }] += 1;
+        }
+        state.overlay.insert(key.to_string(), change);
+        state.held.remove(key);
+        state.last_write = Instant::now();
+        Ok(Some(stamp))
     }
 
     /// True when the overlay, a held file or a made directory is at or below `dir`.
@@ -413,10 +455,6 @@ impl BranchStore {
     ) -> std::result::Result<HashSet<String>, Merge> {
         let base = self.runtime.block_on(async { session.session().read().await.snapshot_id().clone() });
         let failed = |key: &str, why: String| Merge::Failed(self.failed(key, why));
-        let tip = self
-            .runtime
-            .block_on(self.repository.lookup_branch(&self.branch))
-            .map_err(|e| failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
         let keys: Vec<(String, Option<Arc<[u8]>>)> = {
             let state = self.state.lock();
             let of_sharded = |k: &String| chunk_key(k).is_some_and(|(dir, _)| sharded.contains(&format!("/{dir}")));
@@ -429,7 +467,14 @@ impl BranchStore {
                 })
                 .collect()
         };
-        if tip == base || keys.is_empty() {
+        if keys.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let tip = self
+            .runtime
+            .block_on(self.repository.lookup_branch(&self.branch))
+            .map_err(|e| failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
+        if tip == base {
             return Ok(HashSet::new());
         }
         let at_tip = VersionInfo::SnapshotId(tip.clone());
@@ -728,10 +773,15 @@ impl OpenFile for HeldHandle {
         let mut held = self.file.lock();
         let end = self.within(offset.checked_add(data.len() as u64))?;
         let start = end - data.len();
-        if held.bytes.len() < end {
-            held.bytes.resize(end, 0);
+        if start == held.bytes.len() {
+            // Written front to back, as files mostly are: no zeros first.
+            held.bytes.extend_from_slice(data);
+        } else {
+            if held.bytes.len() < end {
+                held.bytes.resize(end, 0);
+            }
+            held.bytes[start..end].copy_from_slice(data);
         }
-        held.bytes[start..end].copy_from_slice(data);
         self.touched(&mut held);
         Ok(())
     }
@@ -789,7 +839,7 @@ impl Store for BranchStore {
     fn attr(&self, key: &str) -> Result<Attr> {
         let key = key.trim_matches('/');
         let state = self.state.lock();
-        if let Some(found) = self.changed(&state, key) {
+        if let Some(found) = self.changed(&state, key, false) {
             return found.map(|(attr, _)| attr);
         }
         let below = Self::holds_below(&state, key);
@@ -859,7 +909,7 @@ impl Store for BranchStore {
         let place = self.describe(key);
         // The attributes and the bytes of one moment.
         let state = self.state.lock();
-        match self.changed(&state, key) {
+        match self.changed(&state, key, true) {
             Some(found) => {
                 let (attr, bytes) = found?;
                 Ok(Box::new(BytesObject { attr, bytes, place }))
@@ -880,42 +930,11 @@ impl Store for BranchStore {
     }
 
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
-        let key = key.trim_matches('/');
-        let _writing = self.gate.read_recursive();
-        if !is_zarr_key(key) {
-            return Err(self
-                .failed(key, "neither a zarr.json nor a chunk key, so not a file an Icechunk commit can hold".into()));
-        }
-        // The session first: starting one may move the view to a newer base, and the condition
-        // is then checked against what is there now.
-        self.session()?;
-        let _turn = self.turn(key);
-        match (self.attr(key), mode) {
-            (Ok(_), PutMode::Create) => return Err(Error::Changed(self.describe(key))),
-            (Ok(attr), PutMode::Update(stamp)) if attr.stamp != stamp => {
-                return Err(Error::Changed(self.describe(key)));
-            }
-            (Err(Error::NotFound(_)), PutMode::Update(_)) => return Err(Error::Changed(self.describe(key))),
-            (Err(Error::NotFound(_)) | Ok(_), _) => {}
-            (Err(e), _) => return Err(e),
-        }
-        let bytes: Arc<[u8]> = pieces.concat().into();
-        let stamp = self.new_stamp(key);
-        let modified = SystemTime::now();
-        let change = if bytes.is_empty() && is_document(key) {
-            Change::Placeholder { stamp, modified }
-        } else {
-            self.record(key, &bytes)?;
-            Change::Written { bytes, stamp, modified }
+        let bytes: Arc<[u8]> = match pieces {
+            [one] => Arc::from(*one),
+            _ => pieces.concat().into(),
         };
-        let mut state = self.state.lock();
-        if matches!(change, Change::Written { .. }) {
-            state.counts[if is_document(key) { 2 } else { 0 }] += 1;
-        }
-        state.overlay.insert(key.to_string(), change);
-        state.held.remove(key);
-        state.last_write = Instant::now();
-        Ok(Some(stamp))
+        self.put_bytes(key, bytes, mode)
     }
 
     fn delete(&self, key: &str) -> Result<()> {
@@ -968,8 +987,12 @@ impl Store for BranchStore {
         if self.attr(from)?.kind == Kind::Dir {
             return Err(errno(self.describe(from), libc::EXDEV));
         }
-        let content = self.read(from)?;
-        self.put(to, &[&content], PutMode::Overwrite)?;
+        let content: Arc<[u8]> = match self.held(from) {
+            // An atomic writer's temporary file, renamed onto its chunk: copied once.
+            Some(file) => Arc::from(file.lock().bytes.as_slice()),
+            None => self.read(from)?.into(),
+        };
+        self.put_bytes(to, content, PutMode::Overwrite)?;
         self.delete(from)
     }
 
