@@ -10,8 +10,9 @@
 # file, an LMDB environment and a Redis database against its own SQLiteStore, LMDBStore and
 # RedisStore; its table goes to target/bench-db.md unless --out names a file; --quick: 64 MiB, one
 # run); dirs = scripts/bench_dirs.sh (a warm find over 256 chunk directories of 256 files against
-# plain files; its table goes to target/bench-dirs.md unless --out names a file); icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount
-# against Icechunk's own Python reader, from the local disk and from s3s-fs behind the latency
+# plain files; its table goes to target/bench-dirs.md unless --out names a file); icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount, and new
+# arrays written through a mount of its branch, commits included, against Icechunk's own Python
+# reader and writer, on the local disk and in s3s-fs behind the latency
 # proxy at 0 and 20 ms; its table goes to target/bench-icechunk.md unless --out names a file;
 # --quick: one run); huge = scripts/bench_huge.sh (stat walks over 10^8 chunk files and a directory of 2^20,
 # against plain files and squashfuse, the daemon's RSS beside; stores written once into

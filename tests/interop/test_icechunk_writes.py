@@ -302,3 +302,31 @@ def test_a_rebase_merges_the_inner_chunks_of_a_shard_both_wrote(repo):
         np.testing.assert_array_equal(repo.group()["r"][:], expected)
         assert repo.tip() != base
         np.testing.assert_array_equal(zarr.open_array(f"{mnt}/r", mode="r")[:], expected)
+
+
+def test_a_spec_1_repository_stays_spec_1_and_its_virtual_chunks_stay_virtual(tmp_path):
+    """A repository of Icechunk's first spec (refs/, no `repo` file) with a virtual chunk: written
+    through a mount, it keeps its spec, and the chunk not written stays the virtual reference."""
+    raw = np.arange(16, dtype="<i4")
+    (tmp_path / "raw.bin").write_bytes(raw.tobytes())
+    prefix = f"file://{tmp_path}/"
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(str(tmp_path))))
+    path = str(tmp_path / "repo")
+    credentials = ic.containers_credentials({prefix: None})
+    repository = ic.Repository.create(ic.local_filesystem_storage(path), config=config, spec_version=1,
+                                      authorize_virtual_chunk_access=credentials)
+    session = repository.writable_session("main")
+    zarr.group(store=session.store).create_array("v", shape=(32,), chunks=(16,), dtype="<i4", compressors=None,
+                                                 filters=None, fill_value=0)
+    session.store.set_virtual_refs("v", [ic.VirtualChunkSpec(index=[0], location=f"{prefix}raw.bin", offset=0,
+                                                             length=64)])
+    session.commit("virtual")
+    with shardfs.mount(path, allow_virtual=prefix) as mnt:
+        zarr.open_array(f"{mnt}/v", mode="r+")[16:32] = -7
+    assert (Path(path) / "refs").is_dir() and not (Path(path) / "repo").exists()
+    reopened = ic.Repository.open(ic.local_filesystem_storage(path), authorize_virtual_chunk_access=credentials)
+    session = reopened.readonly_session("main")
+    np.testing.assert_array_equal(zarr.open_array(session.store, path="v", mode="r")[:],
+                                  np.concatenate([raw, np.full(16, -7, dtype="<i4")]))
+    assert session.all_virtual_chunk_locations() == [f"{prefix}raw.bin"]
