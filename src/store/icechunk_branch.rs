@@ -582,19 +582,27 @@ impl BranchStore {
     }
 
     /// With nothing uncommitted, shows the branch's tip if another writer moved it.
+    /// Asked as the view is used (at most once per [`FOLLOW_EVERY`]), so that an idle mount asks
+    /// its store nothing.
     fn follow(&self) {
-        let mut state = self.state.lock();
-        if state.session.is_some() || state.tip_asked.elapsed() < FOLLOW_EVERY {
-            return;
-        }
-        state.tip_asked = Instant::now();
-        match self.runtime.block_on(self.repository.lookup_branch(&self.branch)) {
-            Ok(tip) if tip.to_string() != state.base => {
-                state.base = tip.to_string();
-                self.shown.show(Version::Snapshot(state.base.clone()));
+        let asked_at = {
+            let mut state = self.state.lock();
+            if state.session.is_some() || state.tip_asked.elapsed() < FOLLOW_EVERY {
+                return;
             }
-            Ok(_) => {}
-            Err(e) => log::warn!("{}: branch {}: {}", self.shown.describe(""), self.branch, one_line(&e)),
+            state.tip_asked = Instant::now();
+            state.base.clone()
+        };
+        let tip = match self.runtime.block_on(self.repository.lookup_branch(&self.branch)) {
+            Ok(tip) => tip.to_string(),
+            Err(e) => return log::warn!("{}: branch {}: {}", self.shown.describe(""), self.branch, one_line(&e)),
+        };
+        let mut state = self.state.lock();
+        // Not over a commit of this mount's, or a session, made meanwhile: the tip asked for
+        // may be older than either.
+        if state.session.is_none() && state.base == asked_at && tip != state.base {
+            self.shown.show(Version::Snapshot(tip.clone()));
+            state.base = tip;
         }
     }
 
@@ -838,6 +846,7 @@ impl Store for BranchStore {
 
     fn attr(&self, key: &str) -> Result<Attr> {
         let key = key.trim_matches('/');
+        self.follow();
         let state = self.state.lock();
         if let Some(found) = self.changed(&state, key, false) {
             return found.map(|(attr, _)| attr);
@@ -854,6 +863,7 @@ impl Store for BranchStore {
 
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
         let dir = dir.trim_matches('/');
+        self.follow();
         // The snapshot's listing and the overlay of one moment: a commit in between (which
         // empties the overlay into a new snapshot) means listing again.
         let mut rounds = 0;
@@ -1076,12 +1086,8 @@ impl Store for BranchStore {
             let state = self.state.lock();
             state.session.is_some() && state.last_write.elapsed() >= idle
         };
-        if due {
-            if let Err(e) = self.commit() {
-                log::warn!("{e}");
-            }
-        } else {
-            self.follow();
+        if due && let Err(e) = self.commit() {
+            log::warn!("{e}");
         }
     }
 
