@@ -211,6 +211,8 @@ impl BranchStore {
         }
         let store = icechunk::Store::from_session_and_config(Arc::new(tokio::sync::RwLock::new(session)), 16);
         state.session = Some(store.clone());
+        // Made for a write: the commit that will hold it is --commit-idle-ms away from now.
+        state.last_write = Instant::now();
         Ok(store)
     }
 
