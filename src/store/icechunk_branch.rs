@@ -48,6 +48,10 @@ use crate::store::{PRIVATE_DIR, lock, parent_key};
 /// How many times a commit is rebased onto a branch other writers keep moving before it fails.
 const REBASE_ATTEMPTS: u16 = 20;
 
+/// Bytes of writes held until committed that make a commit due, as --commit-idle-ms does: the
+/// memory a mount writing without a pause holds stays below about twice this.
+const UNCOMMITTED: usize = 1 << 30;
+
 /// Chunk uploads in flight at once (as many as zarr-python's and Icechunk's own writers keep).
 const UPLOADS: usize = 16;
 
@@ -104,6 +108,19 @@ struct State {
     merge_bases: HashMap<String, Option<Vec<u8>>>,
     /// Chunks whose upload failed: recorded again before any commit.
     unrecorded: BTreeSet<String>,
+    /// Bytes of the writes in the overlay, held until committed.
+    uncommitted: usize,
+}
+
+impl State {
+    /// Records `change` at `key` in the overlay.
+    fn change(&mut self, key: &str, change: Change) {
+        let size = |c: &Change| if let Change::Written { bytes, .. } = c { bytes.len() } else { 0 };
+        self.uncommitted += size(&change);
+        if let Some(before) = self.overlay.insert(key.to_string(), change) {
+            self.uncommitted -= size(&before);
+        }
+    }
 }
 
 /// A branch of an Icechunk repository, written through sessions of the `icechunk` crate.
@@ -164,6 +181,7 @@ impl BranchStore {
             counts: [0; 3],
             merge_bases: HashMap::new(),
             unrecorded: BTreeSet::new(),
+            uncommitted: 0,
         };
         Ok(BranchStore {
             shown,
@@ -268,6 +286,12 @@ impl BranchStore {
     /// [`Store::put`] of bytes already gathered.
     fn put_bytes(&self, key: &str, bytes: Arc<[u8]>, mode: PutMode) -> Result<Option<Stamp>> {
         let key = key.trim_matches('/');
+        // Past twice the uncommitted bytes that make a commit due, writers wait for it (outside
+        // the gate, which the commit takes), unless commits keep failing.
+        let waiting = Instant::now();
+        while self.state.lock().uncommitted >= 2 * UNCOMMITTED && waiting.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _writing = self.gate.read_recursive();
         if !is_zarr_key(key) {
             return Err(self
@@ -298,7 +322,7 @@ impl BranchStore {
         if matches!(change, Change::Written { .. }) {
             state.counts[if is_document(key) { 2 } else { 0 }] += 1;
         }
-        state.overlay.insert(key.to_string(), change);
+        state.change(key, change);
         state.held.remove(key);
         state.last_write = Instant::now();
         Ok(Some(stamp))
@@ -397,6 +421,7 @@ impl BranchStore {
     fn forget_changes(state: &mut State) {
         state.session = None;
         state.overlay.retain(|_, change| matches!(change, Change::Placeholder { .. }));
+        state.uncommitted = 0;
         state.counts = [0; 3];
         state.merge_bases.clear();
         state.unrecorded.clear();
@@ -524,7 +549,7 @@ impl BranchStore {
                 }
             };
             let mut state = self.state.lock();
-            state.overlay.insert(key.clone(), change);
+            state.change(&key, change);
             state.merge_bases.insert(key, theirs);
         }
         let ancestry = self.runtime.block_on(async {
@@ -976,7 +1001,7 @@ impl Store for BranchStore {
         if !is_document(key) {
             state.counts[1] += 1;
         }
-        state.overlay.insert(key.to_string(), Change::Deleted);
+        state.change(key, Change::Deleted);
         state.last_write = Instant::now();
         self.changes.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -1086,7 +1111,7 @@ impl Store for BranchStore {
     fn sync_idle(&self, idle: Duration) {
         let due = {
             let state = self.state.lock();
-            state.session.is_some() && state.last_write.elapsed() >= idle
+            state.session.is_some() && (state.last_write.elapsed() >= idle || state.uncommitted >= UNCOMMITTED)
         };
         if due && let Err(e) = self.commit() {
             log::warn!("{e}");

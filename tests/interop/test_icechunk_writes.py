@@ -21,6 +21,7 @@ import errno
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,8 +48,9 @@ def s3s(tmp_path_factory):
 class Repo:
     """A repository, as the mount names it and as Icechunk's library opens it."""
 
-    def __init__(self, address, storage, options, files):
+    def __init__(self, address, storage, options, files, mounts):
         self.address, self.storage, self.options, self.files = address, storage, options, files
+        self.mounts = mounts
 
     def chunk_objects(self):
         """How many chunk objects the repository holds, counted in the files holding them."""
@@ -60,7 +62,7 @@ class Repo:
 
     def mount(self, **options):
         """A mount of the repository, for a `with` block: unmounted (committing) as it ends."""
-        return shardfs.mount(self.address, **self.options, **options)
+        return shardfs.mount(self.address, tempfile.mkdtemp(dir=self.mounts), **self.options, **options)
 
     def tip(self, branch="main"):
         return self.open().lookup_branch(branch)
@@ -72,20 +74,33 @@ class Repo:
         return [snap.message for snap in self.open().ancestry(branch=branch)]
 
 
+@pytest.fixture(autouse=True)
+def mounts(tmp_path):
+    """Where the case mounts: whatever is left mounted there (an unmount that failed leaves its
+    mount to the caller) is unmounted, lazily, and its daemon with it, however the case ends."""
+    where = tmp_path / "mounts"
+    where.mkdir()
+    yield where
+    for line in Path("/proc/mounts").read_text().splitlines():
+        point = line.split()[1]
+        if point.startswith(str(where)):
+            subprocess.run(["fusermount3", "-uz", point], capture_output=True)
+
+
 @pytest.fixture(params=["local", "s3"])
-def repo(request, tmp_path):
+def repo(request, tmp_path, mounts):
     """A new repository (spec 2) holding `a` (8x8 int32, 4x4 chunks) and `sh` (8x8, 2x2 inner
     chunks in 4x4 shards), both written once."""
     if request.param == "local":
         path = str(tmp_path / "repo")
-        made = Repo(path, lambda: ic.local_filesystem_storage(path), {}, Path(path))
+        made = Repo(path, lambda: ic.local_filesystem_storage(path), {}, Path(path), mounts)
     else:
         server = request.getfixturevalue("s3s")
         prefix = tmp_path.name
         made = Repo(f"s3://{BUCKET}/{prefix}", lambda: ic.s3_storage(
             bucket=BUCKET, prefix=prefix, endpoint_url=server.endpoint, allow_http=True, region="us-east-1",
             access_key_id="test", secret_access_key="test", force_path_style=True), {"endpoint_url": server.endpoint},
-            Path(server.data, "objects", BUCKET, prefix))
+            Path(server.data, "objects", BUCKET, prefix), mounts)
     repository = ic.Repository.create(made.storage())
     session = repository.writable_session("main")
     group = zarr.group(store=session.store)
@@ -259,14 +274,14 @@ def test_a_plain_file_no_commit_can_hold_fails_the_sync_with_eio(repo):
 
 
 @pytest.mark.parametrize("shards", [None, (16, 16)], ids=["chunks", "shards"])
-def test_two_mounts_on_one_branch_writing_disjoint_chunks_lose_nothing(s3s, tmp_path, shards):
+def test_two_mounts_on_one_branch_writing_disjoint_chunks_lose_nothing(s3s, tmp_path, mounts, shards):
     """Two mounts write alternate chunks, each fsyncing as it goes: with shards, every shard is
     written by both, and each commit is merged inner chunk by inner chunk with the other's."""
     prefix = tmp_path.name
     repo = Repo(f"s3://{BUCKET}/{prefix}", lambda: ic.s3_storage(
         bucket=BUCKET, prefix=prefix, endpoint_url=s3s.endpoint, allow_http=True, region="us-east-1",
         access_key_id="test", secret_access_key="test", force_path_style=True), {"endpoint_url": s3s.endpoint},
-        Path(s3s.data, "objects", BUCKET, prefix))
+        Path(s3s.data, "objects", BUCKET, prefix), mounts)
     session = ic.Repository.create(repo.storage()).writable_session("main")
     zarr.group(store=session.store).create_array("big", shape=(32, 32), chunks=(4, 4), shards=shards, dtype="i4",
                                                   fill_value=-1)
@@ -305,7 +320,7 @@ def test_a_rebase_merges_the_inner_chunks_of_a_shard_both_wrote(repo):
         np.testing.assert_array_equal(zarr.open_array(f"{mnt}/r", mode="r")[:], expected)
 
 
-def test_a_spec_1_repository_stays_spec_1_and_its_virtual_chunks_stay_virtual(tmp_path):
+def test_a_spec_1_repository_stays_spec_1_and_its_virtual_chunks_stay_virtual(tmp_path, mounts):
     """A repository of Icechunk's first spec (refs/, no `repo` file) with a virtual chunk: written
     through a mount, it keeps its spec, and the chunk not written stays the virtual reference."""
     raw = np.arange(16, dtype="<i4")
@@ -323,7 +338,7 @@ def test_a_spec_1_repository_stays_spec_1_and_its_virtual_chunks_stay_virtual(tm
     session.store.set_virtual_refs("v", [ic.VirtualChunkSpec(index=[0], location=f"{prefix}raw.bin", offset=0,
                                                              length=64)])
     session.commit("virtual")
-    with shardfs.mount(path, allow_virtual=prefix) as mnt:
+    with shardfs.mount(path, tempfile.mkdtemp(dir=mounts), allow_virtual=prefix) as mnt:
         zarr.open_array(f"{mnt}/v", mode="r+")[16:32] = -7
     assert (Path(path) / "refs").is_dir() and not (Path(path) / "repo").exists()
     reopened = ic.Repository.open(ic.local_filesystem_storage(path), authorize_virtual_chunk_access=credentials)
