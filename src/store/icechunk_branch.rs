@@ -10,40 +10,45 @@
 //! the session becomes one commit, all or nothing. If another writer moved the branch meanwhile,
 //! the commit is rebased onto the new tip ([`Rebase`]): disjoint changes both land, where both
 //! wrote one chunk this mount's write wins, except that a shard both wrote is first merged inner
-//! chunk by inner chunk ([`shard_merge`]), so that neither writer's inner chunks are lost; and a
-//! change that cannot be rebased (the other writer deleted or redefined the array, or the shards
-//! are nested) fails the sync with EIO, commits nothing, and is given up.
+//! chunk by inner chunk ([`crate::format::shard_merge`]), so that neither writer's inner chunks
+//! are lost; and a change that cannot be rebased (the other writer deleted or redefined the
+//! array, or the shards are nested) fails the sync with EIO, commits nothing, and is given up.
 //!
 //! After a commit the view is pinned to the new snapshot; with nothing uncommitted it follows the
 //! branch as other writers move it. Files that are neither a `zarr.json` nor a chunk key (an
 //! atomic writer's temporary file) are held in this process until renamed onto a Zarr key; one
 //! left at a sync point is refused with EIO naming it, as a repository has no place for it.
+//!
+//! - [`keys`]: which keys a session takes, as Icechunk reads them.
+//! - [`held`]: the plain files held in the daemon.
+//! - [`uploads`]: chunks recorded by uploads in the background, which a commit waits for.
+//! - [`merge`]: shards merged with the branch's tip before a commit.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-use futures_util::TryStreamExt;
 use icechunk::Repository;
-use icechunk::conflicts::Conflict;
-use icechunk::format::ByteRange;
-use icechunk::repository::VersionInfo;
 use icechunk::session::{SessionError, SessionErrorKind};
-use icechunk::store::StoreErrorKind;
+
+mod held;
+mod keys;
+mod merge;
+mod uploads;
+
+use held::{Held, HeldFile, HeldHandle};
+use keys::{chunk_key, is_document, is_private, is_zarr_key};
+use merge::{Merge, raced};
 
 use super::icechunk::IcechunkStore;
-use super::icechunk_rebase::{Rebase, is_shard_conflict};
+use super::icechunk_rebase::Rebase;
 use super::read_only::{damaged, errno};
 use super::{Attr, BytesObject, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store};
 use crate::format::icechunk::Version;
 use crate::format::metadata::ZARR_JSON;
-use crate::format::shard_index::IndexSpec;
-use crate::format::shard_merge;
-use crate::format::sharding::{self, Sharding};
-use crate::store::{PRIVATE_DIR, lock, parent_key};
+use crate::store::{lock, parent_key};
 
 /// How many times a commit is rebased onto a branch other writers keep moving before it fails.
 const REBASE_ATTEMPTS: u16 = 20;
@@ -78,16 +83,6 @@ enum Change {
     },
     Deleted,
 }
-
-/// A plain file held in this process (see the module's doc).
-#[derive(Debug)]
-struct Held {
-    bytes: Vec<u8>,
-    stamp: Stamp,
-    modified: SystemTime,
-}
-
-type HeldFile = Arc<parking_lot::Mutex<Held>>;
 
 #[derive(Debug)]
 struct State {
@@ -473,141 +468,6 @@ impl BranchStore {
         doc.is_some_and(|d| d.get("node_type").and_then(|t| t.as_str()) == Some("array"))
     }
 
-    /// Merges each shard this mount changed with the branch's tip, where commits made since the
-    /// session began changed it too ([`shard_merge`]); returns those commits.
-    fn merge_with_tip(
-        &self,
-        session: &icechunk::Store,
-        sharded: &HashSet<String>,
-    ) -> std::result::Result<HashSet<String>, Merge> {
-        let base = self.runtime.block_on(async { session.session().read().await.snapshot_id().clone() });
-        let failed = |key: &str, why: String| Merge::Failed(self.failed(key, why));
-        let keys: Vec<(String, Option<Arc<[u8]>>)> = {
-            let state = self.state.lock();
-            let of_sharded = |k: &String| chunk_key(k).is_some_and(|(dir, _)| sharded.contains(&format!("/{dir}")));
-            let changed = state.overlay.iter().filter(|(k, _)| !is_document(k) && of_sharded(k));
-            changed
-                .filter_map(|(k, change)| match change {
-                    Change::Written { bytes, .. } => Some((k.clone(), Some(bytes.clone()))),
-                    Change::Deleted => Some((k.clone(), None)),
-                    Change::Placeholder { .. } => None,
-                })
-                .collect()
-        };
-        if keys.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let tip = self
-            .runtime
-            .block_on(self.repository.lookup_branch(&self.branch))
-            .map_err(|e| failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
-        if tip == base {
-            return Ok(HashSet::new());
-        }
-        let at_tip = VersionInfo::SnapshotId(tip.clone());
-        let tip_store = self
-            .runtime
-            .block_on(self.repository.readonly_session(&at_tip))
-            .map(|s| icechunk::Store::from_session_and_config(Arc::new(tokio::sync::RwLock::new(s)), 16))
-            .map_err(|e| failed("", format!("snapshot {tip}: {}", one_line(&e))))?;
-        for (key, ours) in keys {
-            let theirs = match self.runtime.block_on(tip_store.get(&key, &ByteRange::ALL)) {
-                Ok(bytes) => Some(bytes.to_vec()),
-                Err(e) if matches!(e.kind, StoreErrorKind::NotFound(_)) => None,
-                Err(e) => return Err(failed(&key, format!("at snapshot {tip}: {}", one_line(&e)))),
-            };
-            // The version both sides started from: the session's base, or what an earlier merge
-            // already took in.
-            let merged_before = self.state.lock().merge_bases.get(&key).cloned();
-            let base = match merged_before {
-                Some(base) => base,
-                None => match self.shown.read(&key) {
-                    Ok(bytes) => Some(bytes),
-                    Err(Error::NotFound(_)) => None,
-                    Err(e) => return Err(Merge::Failed(e)),
-                },
-            };
-            if theirs == base {
-                continue;
-            }
-            let (dir, _) = chunk_key(&key).unwrap_or_default();
-            let spec = self.index_spec(&dir).map_err(|why| Merge::Impossible(format!("{key}: {why}")))?;
-            let merged = shard_merge::merge(&spec, base.as_deref(), ours.as_deref(), theirs.as_deref())
-                .map_err(|why| Merge::Impossible(format!("{key}: cannot merge with snapshot {tip}: {why}")))?;
-            let _turn = self.turn(&key);
-            let stamp = self.new_stamp(&key);
-            let change = match merged {
-                Some(bytes) => {
-                    let bytes: Arc<[u8]> = bytes.into();
-                    self.record(&key, &bytes).map_err(Merge::Failed)?;
-                    Change::Written { bytes, stamp, modified: SystemTime::now() }
-                }
-                None => {
-                    drop(self.uploaded(&key));
-                    self.runtime.block_on(session.delete(&key)).map_err(|e| failed(&key, one_line(&e)))?;
-                    Change::Deleted
-                }
-            };
-            let mut state = self.state.lock();
-            state.change(&key, change);
-            state.merge_bases.insert(key, theirs);
-        }
-        let ancestry = self.runtime.block_on(async {
-            let mut found = HashSet::new();
-            let mut snapshots = Box::pin(self.repository.ancestry(&at_tip).await?);
-            while let Some(snapshot) = snapshots.try_next().await? {
-                if snapshot.id == base {
-                    return Ok(Some(found));
-                }
-                found.insert(snapshot.id.to_string());
-            }
-            Ok::<_, icechunk::repository::RepositoryError>(None)
-        });
-        match ancestry {
-            Ok(Some(found)) => Ok(found),
-            // The branch was reset to a history without the session's base: nothing of this
-            // session can be placed on it.
-            Ok(None) => Err(Merge::Impossible(format!("branch {} was reset past snapshot {base}", self.branch))),
-            Err(e) => Err(failed("", format!("branch {}: {}", self.branch, one_line(&e)))),
-        }
-    }
-
-    /// The index layout of the shards of the sharded array in `dir`; an error for nested sharding,
-    /// whose shards are never merged.
-    fn index_spec(&self, dir: &str) -> std::result::Result<IndexSpec, String> {
-        let doc = self.read(&super::join(dir, ZARR_JSON)).map_err(|e| e.to_string())?;
-        let doc: serde_json::Value = serde_json::from_slice(&doc).map_err(|e| format!("{dir}/zarr.json: {e}"))?;
-        let grid = sharding::shape(doc.pointer("/chunk_grid/configuration/chunk_shape"));
-        let codecs = doc.get("codecs").and_then(|c| c.as_array());
-        let (Some(grid), Some(codecs)) = (grid, codecs) else {
-            return Err(format!("{dir}/zarr.json: no chunk grid or codecs"));
-        };
-        match Sharding::from_codecs(&grid, codecs) {
-            Ok(Some(sharding)) if sharding.levels.len() == 1 => Ok(sharding.levels[0].index),
-            Ok(Some(_)) => Err("nested sharding: shards written by two writers are not merged".into()),
-            Ok(None) => Err("not sharded".into()),
-            Err(why) => Err(why.to_string()),
-        }
-    }
-
-    /// The sharded arrays whose chunks the overlay writes, as Icechunk names nodes.
-    fn sharded_arrays(&self) -> HashSet<String> {
-        let arrays: BTreeSet<String> = {
-            let state = self.state.lock();
-            state.overlay.keys().filter_map(|k| chunk_key(k)).map(|(dir, _)| dir).collect()
-        };
-        let sharded = |dir: &String| {
-            let doc = self.read(&super::join(dir, ZARR_JSON)).ok();
-            let doc = doc.and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
-            let codecs = doc.as_ref().and_then(|d| d.get("codecs")).and_then(|c| c.as_array()).cloned();
-            codecs
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.get("name").and_then(|n| n.as_str()) == Some("sharding_indexed"))
-        };
-        arrays.iter().filter(|dir| sharded(dir)).map(|dir| format!("/{dir}")).collect()
-    }
-
     /// With nothing uncommitted, shows the branch's tip if another writer moved it.
     /// Asked as the view is used (at most once per [`FOLLOW_EVERY`]), so that an idle mount asks
     /// its store nothing.
@@ -633,121 +493,14 @@ impl BranchStore {
         }
     }
 
-    /// Records `bytes` at the Zarr key `key` in the session: a document at once, a chunk by an
-    /// upload in the background (once its array is known to be there). The caller holds the key's
-    /// turn.
-    fn record(&self, key: &str, bytes: &Arc<[u8]>) -> Result<()> {
-        let session = self.session()?;
-        let value = Bytes::from_owner(bytes.clone());
-        if is_document(key) {
-            return self.runtime.block_on(session.set(key, value)).map_err(|e| self.failed(key, one_line(&e)));
-        }
-        let Some((dir, _)) = chunk_key(key) else {
-            return Err(self.failed(key, "not a chunk key".into()));
-        };
-        let node = icechunk::format::Path::try_from(format!("/{dir}")).map_err(|e| self.failed(key, e.to_string()))?;
-        self.runtime
-            .block_on(async { session.session().read().await.get_array(&node).await.map(drop) })
-            .map_err(|e| self.failed(key, format!("no array to hold it: {}", one_line(&e))))?;
-        let slot = self.runtime.block_on(self.slots.clone().acquire_owned()).expect("the semaphore is never closed");
-        let owned = key.to_string();
-        let mut uploads = self.uploads.lock();
-        let previous = uploads.remove(key);
-        let upload = self.runtime.spawn(async move {
-            // The newest write of a key is the one recorded: it lands after the one before.
-            if let Some(previous) = previous {
-                let _ = previous.await;
-            }
-            let done = session.set(&owned, value).await.map_err(|e| one_line(&e));
-            drop(slot);
-            done
-        });
-        uploads.insert(key.to_string(), upload);
-        self.state.lock().unrecorded.remove(key);
-        Ok(())
-    }
-
-    /// Waits for the upload of the chunk at `key`, if one is in flight; one that failed is left to
-    /// be recorded again before the next commit.
-    fn uploaded(&self, key: &str) -> Result<()> {
-        let Some(upload) = self.uploads.lock().remove(key) else { return Ok(()) };
-        let why = match self.runtime.block_on(upload) {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(why)) => why,
-            Err(e) => format!("its upload stopped: {e}"),
-        };
-        self.state.lock().unrecorded.insert(key.to_string());
-        Err(self.failed(key, why))
-    }
-
-    /// Waits for every chunk upload in flight, and records again, in this thread, each chunk whose
-    /// upload failed: an error while one is still not recorded.
-    fn all_uploaded(&self) -> Result<()> {
-        let keys: Vec<String> = self.uploads.lock().keys().cloned().collect();
-        for key in keys {
-            drop(self.uploaded(&key));
-        }
-        let unrecorded: Vec<String> = self.state.lock().unrecorded.iter().cloned().collect();
-        for key in unrecorded {
-            let bytes = match self.state.lock().overlay.get(&key) {
-                Some(Change::Written { bytes, .. }) => bytes.clone(),
-                _ => {
-                    self.state.lock().unrecorded.remove(&key);
-                    continue;
-                }
-            };
-            let session = self.session()?;
-            self.runtime
-                .block_on(session.set(&key, Bytes::from_owner(bytes)))
-                .map_err(|e| self.failed(&key, one_line(&e)))?;
-            self.state.lock().unrecorded.remove(&key);
-        }
-        Ok(())
-    }
-
     fn held(&self, key: &str) -> Option<HeldFile> {
         self.state.lock().held.get(key).cloned()
     }
 }
 
-/// True for a key the Icechunk session takes: a node's `zarr.json`, or a chunk key.
-fn is_zarr_key(key: &str) -> bool {
-    is_document(key) || chunk_key(key).is_some()
-}
-
-/// The array directory (`""`: the root) and coordinates of `key`, a chunk key of the default
-/// encoding (`c`, then one number per dimension, written as Zarr writes numbers), as Icechunk reads
-/// it: the last `c` component ends the array's path.
-fn chunk_key(key: &str) -> Option<(String, Vec<u32>)> {
-    let parts: Vec<&str> = key.split('/').collect();
-    let c = parts.iter().rposition(|p| *p == "c")?;
-    let canonical =
-        |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (*p == "0" || !p.starts_with('0'));
-    let coords: Option<Vec<u32>> =
-        parts[c + 1..].iter().map(|p| canonical(p).then(|| p.parse().ok()).flatten()).collect();
-    Some((parts[..c].join("/"), coords?))
-}
-
 /// A stamp no other change of any key shares.
 fn new_stamp(changes: &AtomicU64, key: &str) -> Stamp {
     Stamp::computed((key, changes.fetch_add(1, Ordering::Relaxed), std::process::id()))
-}
-
-/// Why shards could not be merged with the branch's tip.
-enum Merge {
-    /// The store failed (a request): the commit may be tried again.
-    Failed(Error),
-    /// Nothing of the session can be placed on the tip (the array redefined, nested sharding, a
-    /// branch reset): the changes are given up.
-    Impossible(String),
-}
-
-fn is_document(key: &str) -> bool {
-    key == ZARR_JSON || key.ends_with("/zarr.json")
-}
-
-fn is_private(key: &str) -> bool {
-    key.strip_prefix(PRIVATE_DIR).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 fn plural(n: usize) -> &'static str {
@@ -758,14 +511,6 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
-/// True when a commit failed only because another writer committed a shard this mount wrote
-/// since the shards were merged.
-fn raced(e: &SessionError, sharded: &HashSet<String>) -> bool {
-    let SessionErrorKind::RebaseFailed { conflicts, .. } = &e.kind else { return false };
-    conflicts.iter().any(|c| is_shard_conflict(c, sharded))
-        && conflicts.iter().all(|c| matches!(c, Conflict::ChunkDoubleUpdate { .. }))
-}
-
 /// Why a commit failed, naming the arrays and groups a failed rebase could not carry over.
 fn why(e: &SessionError) -> String {
     match &e.kind {
@@ -774,86 +519,6 @@ fn why(e: &SessionError) -> String {
             format!("another writer's commit conflicts with this mount's changes: {}", names.join("; "))
         }
         _ => one_line(e),
-    }
-}
-
-/// A plain file held in this process, opened for writing.
-#[derive(Debug)]
-struct HeldHandle {
-    key: String,
-    file: HeldFile,
-    attr: Attr,
-    /// The store's change count: every version of the file gets a stamp of its own.
-    changes: Arc<AtomicU64>,
-}
-
-/// The largest plain file held: a bigger one is refused with EFBIG rather than exhaust memory.
-const LARGEST_HELD: u64 = 1 << 30;
-
-impl OpenFile for HeldHandle {
-    fn attr(&self) -> Result<Attr> {
-        let held = self.file.lock();
-        Ok(Attr { size: held.bytes.len() as u64, stamp: held.stamp, mtime: held.modified, ..self.attr })
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let held = self.file.lock();
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(held.bytes.len());
-        let n = buf.len().min(held.bytes.len() - start);
-        buf[..n].copy_from_slice(&held.bytes[start..start + n]);
-        Ok(n)
-    }
-
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-        let mut held = self.file.lock();
-        let end = self.within(offset.checked_add(data.len() as u64))?;
-        let start = end - data.len();
-        if start == held.bytes.len() {
-            // Written front to back, as files mostly are: no zeros first.
-            held.bytes.extend_from_slice(data);
-        } else {
-            if held.bytes.len() < end {
-                held.bytes.resize(end, 0);
-            }
-            held.bytes[start..end].copy_from_slice(data);
-        }
-        self.touched(&mut held);
-        Ok(())
-    }
-
-    fn append(&self, data: &[u8]) -> Result<()> {
-        let mut held = self.file.lock();
-        self.within((held.bytes.len() as u64).checked_add(data.len() as u64))?;
-        held.bytes.extend_from_slice(data);
-        self.touched(&mut held);
-        Ok(())
-    }
-
-    fn set_len(&self, len: u64) -> Result<()> {
-        let mut held = self.file.lock();
-        let len = self.within(Some(len))?;
-        held.bytes.resize(len, 0);
-        self.touched(&mut held);
-        Ok(())
-    }
-
-    fn sync(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
-impl HeldHandle {
-    fn touched(&self, held: &mut Held) {
-        held.stamp = new_stamp(&self.changes, &self.key);
-        held.modified = SystemTime::now();
-    }
-
-    /// `end` as a length, if a file held may be that long (EFBIG otherwise).
-    fn within(&self, end: Option<u64>) -> Result<usize> {
-        match end.filter(|&end| end <= LARGEST_HELD) {
-            Some(end) => Ok(end as usize),
-            None => Err(errno(self.key.clone(), libc::EFBIG)),
-        }
     }
 }
 
@@ -1120,24 +785,5 @@ impl Store for BranchStore {
 
     fn location(&self, key: &str) -> Result<super::Location> {
         self.shown.location(key)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn zarr_keys_are_documents_and_chunk_keys_as_icechunk_reads_them() {
-        for key in ["zarr.json", "a/zarr.json", "a/c/0/1", "a/b/c/12", "c/0", "c", "arc/c/3", "a/c/0/c"] {
-            assert!(is_zarr_key(key), "{key}");
-        }
-        for key in ["notes.txt", "a/c/x", "arc/0", "a/c/0/", "a/0.1", "a/c/99999999999", "a/c/01"] {
-            assert!(!is_zarr_key(key), "{key}");
-        }
-        assert_eq!(chunk_key("a/b/c/1/20"), Some(("a/b".to_string(), vec![1, 20])));
-        assert_eq!(chunk_key("c/7"), Some((String::new(), vec![7])));
-        // The last `c` ends the array's path, as Icechunk splits keys.
-        assert_eq!(chunk_key("a/c/0/c"), Some(("a/c/0".to_string(), vec![])));
     }
 }
