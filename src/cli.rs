@@ -163,7 +163,8 @@ pub struct StoreArgs {
     /// web server, shown read-only; a zip file of one (FILE.zip, FILE.ozx, or
     /// s3://BUCKET/PREFIX/FILE.ozx), shown read-only; or a directory of BLZ data (Bloscpack files,
     /// bcolz directories), shown read-only; an Icechunk repository (a directory or prefix), one
-    /// version shown read-only; or kerchunk references (FILE.json, or a parquet reference
+    /// version shown: a branch written through the mount (each sync point a commit; local or S3),
+    /// a tag or snapshot read-only; or kerchunk references (FILE.json, or a parquet reference
     /// directory), shown read-only.
     pub store: PathBuf,
     /// The object store's endpoint: S3's (a local or S3-compatible server: http://127.0.0.1:9000;
@@ -204,7 +205,8 @@ pub struct StoreArgs {
     /// most 10G.
     #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]
     pub max_cache_size: Option<usize>,
-    /// An Icechunk repository: show the tip of this branch (default: main), followed as it moves.
+    /// An Icechunk repository: show the tip of this branch (default: main), written through a
+    /// writable mount, followed as it moves.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["tag", "snapshot"])]
     pub branch: Option<String>,
     /// An Icechunk repository: show this tag.
