@@ -17,6 +17,8 @@
 //!   before anything was read.
 //! - [`overlay`]: the hook through which uncommitted writes show in the view.
 //! - [`sources`]: the store files (and versions) an answer was read from.
+//! - [`retries`]: how often, and after how long, a read tries again at the version that
+//!   replaced the one it was given.
 
 pub mod array;
 pub mod arrays;
@@ -29,5 +31,6 @@ pub mod overlay;
 pub mod presentation;
 pub mod read_ahead;
 pub mod reading;
+pub mod retries;
 pub mod shards;
 pub mod sources;

@@ -11,10 +11,8 @@ use parking_lot::RwLock;
 
 use super::error::{Error, Result};
 use super::namespace::{Content, Namespace, Node};
+use super::retries::Retries;
 use crate::store;
-
-/// How often a read opens a replaced file again before it gives up.
-const ATTEMPTS: usize = 3;
 
 /// An open view file, read from one version.
 #[derive(Debug)]
@@ -47,7 +45,7 @@ impl Reading {
 
     /// Up to `size` bytes from `offset`; fewer only at the end of the file.
     pub fn read(&self, ns: &Namespace, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let mut attempt = 1;
+        let mut retries = Retries::default();
         loop {
             let content = self.content.read();
             let generation = self.generation.load(Ordering::SeqCst);
@@ -58,15 +56,18 @@ impl Reading {
                 }
                 Err(changed @ Error::Store(store::Error::Changed(_))) => {
                     drop(content);
+                    if self.pinned || self.served.load(Ordering::SeqCst) || !retries.again() {
+                        return Err(changed);
+                    }
+                    // Checked again under the write lock: a reader may have served bytes meanwhile.
                     let mut content = self.content.write();
-                    if attempt == ATTEMPTS || self.pinned || self.served.load(Ordering::SeqCst) {
+                    if self.served.load(Ordering::SeqCst) {
                         return Err(changed);
                     }
                     if self.generation.load(Ordering::SeqCst) == generation {
                         *content = ns.open(&self.node)?;
                         self.generation.fetch_add(1, Ordering::SeqCst);
                     }
-                    attempt += 1;
                 }
                 Err(e) => return Err(e),
             }

@@ -9,6 +9,7 @@ use super::array::ShardedArray;
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::read_ahead::ReadAhead;
+use super::retries::Retries;
 use super::sources::Sources;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
@@ -87,12 +88,11 @@ impl<'a> OpenShard<'a> {
         Ok(Some(OpenShard { _reading: reading, store, key, attr, file, changed: false }))
     }
 
-    /// Opens the shard afresh after a read found the version opened gone (an object replaced
-    /// since its version was looked up): from here on it reads the current version.
+    /// Opens the shard afresh, at the version there now: from here on it reads that one.
     fn reopen(&mut self) -> Result<()> {
-        self.file = None;
-        self.file()?;
-        self.changed = true;
+        let file = self.store.open(&self.key)?;
+        self.attr = *file.attr();
+        self.file = Some(file);
         Ok(())
     }
 
@@ -112,9 +112,6 @@ impl<'a> OpenShard<'a> {
         Error::Damaged(format!("{}: {cause}", self.store.describe(&self.key)))
     }
 }
-
-/// How often a shard replaced while it is read is read again from the top.
-const ATTEMPTS: usize = 3;
 
 /// Shard access for every array of one store, sharing one index cache.
 #[derive(Debug)]
@@ -196,7 +193,8 @@ impl Shards {
         let Some(mut shard) = shard else { return Ok(None) };
         // A shard replaced between stat and open, or while its index was read, is walked again
         // from the top, so that every level's index comes from the same file version.
-        for _ in 0..ATTEMPTS {
+        let mut retries = Retries::default();
+        loop {
             shard.changed = false;
             match self.walk(&mut shard, array, &location.entries) {
                 Ok(range) if !shard.changed => {
@@ -205,8 +203,11 @@ impl Shards {
                 Ok(_) | Err(Error::Store(store::Error::Changed(_))) => {}
                 Err(e) => return Err(e),
             }
+            if !retries.again() {
+                return Err(shard.damaged("shard keeps changing while being read"));
+            }
+            shard.reopen()?;
         }
-        Err(shard.damaged("shard keeps changing while being read"))
     }
 
     fn walk(&self, shard: &mut OpenShard, array: &ShardedArray, entries: &[u64]) -> Result<Option<Range<u64>>> {
@@ -246,8 +247,10 @@ impl Shards {
                 let at = blob.start + range.start;
                 let bytes = match shard.file()?.read_exact_at(at, range.end - range.start) {
                     Ok(bytes) => bytes,
+                    // The caller opens the shard again, after a wait: opened at once, the version
+                    // found would likely be gone as well by the time it is read.
                     Err(changed @ store::Error::Changed(_)) => {
-                        shard.reopen()?;
+                        shard.changed = true;
                         return Err(changed.into());
                     }
                     Err(store::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -315,18 +318,8 @@ impl Shards {
         mut visit: impl FnMut(&[u64], ChunkState, Option<&Attr>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
         let key = array.shard_key(shard);
-        let opened = match OpenShard::open(store, key.clone()) {
-            Ok(Some(mut opened)) => {
-                // The outer index is read here, so that a shard replaced since its version was
-                // looked up is read at its current version rather than listed as damaged.
-                let outer = array.meta.sharding.levels.first();
-                for outer in std::iter::repeat_n(outer, ATTEMPTS).flatten() {
-                    let blob = 0..opened.attr.size;
-                    if !matches!(self.index(&mut opened, outer, &blob), Err(Error::Store(store::Error::Changed(_)))) {
-                        break;
-                    }
-                }
-                opened.changed = false;
+        let opened = match self.read_indexes(store, array, &key, shard) {
+            Ok(Some(opened)) => {
                 sources.record(&key, Some(opened.attr.stamp));
                 Some(opened)
             }
@@ -344,6 +337,38 @@ impl Shards {
         let blob = attr.map(|a| 0..a.size);
         let visit = &mut |c: &[u64], s| visit(c, s, attr.as_ref());
         ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit }.level(0, blob, &mut Vec::new())
+    }
+
+    /// The shard at `key` (shard coordinates `coords`), opened, with every index of one version
+    /// of it read into the cache, so that a walk then visits its chunks from that version alone.
+    /// A version replaced while its indexes were read is read again from the top: listed as it
+    /// was, its chunks would show as damaged, present where there are none.
+    fn read_indexes<'s>(
+        &self,
+        store: &'s dyn Store,
+        array: &ShardedArray,
+        key: &str,
+        coords: &[u64],
+    ) -> Result<Option<OpenShard<'s>>> {
+        let mut retries = Retries::default();
+        loop {
+            let Some(mut opened) = OpenShard::open(store, key.to_string())? else { return Ok(None) };
+            let blob = Some(0..opened.attr.size);
+            let mut read = ShardWalk {
+                shards: self,
+                array,
+                shard: Some(opened),
+                coords,
+                prefix: &[],
+                visit: &mut |_, _| ControlFlow::Continue(()),
+            };
+            let _ = read.level(0, blob, &mut Vec::new());
+            opened = read.shard.take().expect("the walk keeps its shard");
+            if !opened.changed || !retries.again() {
+                opened.changed = false;
+                return Ok(Some(opened));
+            }
+        }
     }
 }
 

@@ -56,6 +56,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def no_mount_left(tmp_path):
+    """Whatever a case left mounted in its temporary directory is unmounted, lazily, and its
+    daemon with it, however the case ends: an unmount that fails (writes that could not be
+    committed) leaves the mount to its caller, and a mount left busy breaks later runs."""
+    yield
+    for line in Path("/proc/mounts").read_text().splitlines():
+        point = line.split()[1].replace("\\040", " ")
+        if point.startswith(str(tmp_path)):
+            subprocess.run(["fusermount3", "-uz", point], capture_output=True)
+
+
 class S3Server:
     """A local S3 server (moto) that takes unsigned requests, as moto does."""
 

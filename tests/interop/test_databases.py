@@ -9,7 +9,8 @@ the peers themselves.
 - kill -9 of a writing daemon: the database passes its own integrity check and holds every chunk
   that was fsync'd;
 - another process writing the database while mounted is seen;
-- two mounts writing interleaved chunks of the same shards lose nothing;
+- two mounts writing interleaved chunks of the same shards lose nothing, nor do eight writing
+  disjoint chunks of them at once;
 - a database in another layout, locked, an LMDB environment py-lmdb holds open, or a Redis
   server that cannot be reached, is refused before mounting with one line naming it; a Redis server lost while mounted fails reads with EIO,
   and the mount recovers when it is back.
@@ -21,6 +22,8 @@ Runs in target/venv (zarr-python 3); one case alone:
 ``target/venv/bin/python -m pytest tests/interop/test_databases.py -k kill``.
 """
 
+import concurrent.futures
+import contextlib
 import errno
 import itertools
 import os
@@ -284,7 +287,7 @@ def raw_array(database, tmp_path):
 
 
 def chunk_bytes(n):
-    return bytes([n + 1]) * 16
+    return bytes([n % 251 + 1]) * 16
 
 
 def test_kill_9_during_writes_keeps_the_database_consistent_and_every_fsynced_chunk(database, tmp_path):
@@ -331,6 +334,37 @@ def test_two_mounts_writing_interleaved_chunks_of_the_same_shards_lose_nothing(d
                 f.flush()
                 os.fsync(f.fileno())
             written[(i, j)] = chunk_bytes(n)
+    got = zarr.open_array(dump(database, tmp_path / "after"), mode="r")[...]
+    assert [k for k, v in written.items() if bytes(got[k[0] * 4:k[0] * 4 + 4, k[1] * 4:k[1] * 4 + 4].ravel()) != v] == []
+    every_shard_decodes(database)
+
+
+def test_eight_mounts_writing_disjoint_chunks_of_the_same_shards_at_once_lose_nothing(database, tmp_path):
+    # 256 chunks in 16 shards, each shard written by all eight mounts, each chunk committed on its
+    # own: every other mount's commit renews the versions a mount reads (on SQLite and LMDB every
+    # version), so lookups and directory checks race commits throughout.
+    made = tmp_path / "raw"
+    zarr.create_array(store=made, shape=(64, 64), chunks=(4, 4), shards=(16, 16), dtype="u1",
+                      compressors=None, fill_value=0)
+    store_directory(database, made)
+    written = {divmod(n, 16): chunk_bytes(n) for n in range(256)}
+    with contextlib.ExitStack() as stack:
+        mounts = []
+        for m in range(8):
+            (tmp_path / f"m{m}").mkdir()
+            mounts.append(stack.enter_context(shardfs.mount(database.address, tmp_path / f"m{m}", **database.options)))
+
+        def write(m):
+            for (i, j), data in written.items():
+                if (i * 16 + j) % 8 == m:
+                    os.makedirs(f"{mounts[m]}/c/{i}", exist_ok=True)
+                    with open(f"{mounts[m]}/c/{i}/{j}", "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(write, range(8)))
     got = zarr.open_array(dump(database, tmp_path / "after"), mode="r")[...]
     assert [k for k, v in written.items() if bytes(got[k[0] * 4:k[0] * 4 + 4, k[1] * 4:k[1] * 4 + 4].ravel()) != v] == []
     every_shard_decodes(database)

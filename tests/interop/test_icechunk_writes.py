@@ -74,17 +74,13 @@ class Repo:
         return [snap.message for snap in self.open().ancestry(branch=branch)]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def mounts(tmp_path):
-    """Where the case mounts: whatever is left mounted there (an unmount that failed leaves its
-    mount to the caller) is unmounted, lazily, and its daemon with it, however the case ends."""
+    """Where the case mounts (whatever is left mounted there is unmounted by conftest's
+    no_mount_left)."""
     where = tmp_path / "mounts"
     where.mkdir()
-    yield where
-    for line in Path("/proc/mounts").read_text().splitlines():
-        point = line.split()[1]
-        if point.startswith(str(where)):
-            subprocess.run(["fusermount3", "-uz", point], capture_output=True)
+    return where
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -22,7 +22,7 @@ use std::path::Path;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use heed::types::Bytes as Raw;
-use heed::{CommitOrAbort, Env, EnvFlags, EnvOpenOptions, RoTxn};
+use heed::{CommitOrAbort, Env, EnvFlags, EnvOpenOptions, RoTxn, WithoutTls};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 
@@ -43,7 +43,7 @@ pub fn is_lmdb(dir: &Path) -> bool {
 
 /// An LMDB environment of Zarr keys.
 pub struct Lmdb {
-    env: Env,
+    env: Env<WithoutTls>,
     /// The unnamed database, where the keys are.
     db: Db,
     path: std::path::PathBuf,
@@ -97,7 +97,11 @@ impl Lmdb {
     pub fn open(dir: &Path) -> std::result::Result<Lmdb, String> {
         let name = dir.display().to_string();
         let open = |read_only: bool| {
-            let mut options = EnvOpenOptions::new();
+            // A read transaction holds a slot of the environment's reader table only while it
+            // lasts, not for the life of the thread that began it: each of a mount's threads
+            // (the kernel's, the runtime's) would otherwise keep one, and eight mounts ran out of
+            // LMDB's 126 (MDB_READERS_FULL).
+            let mut options = EnvOpenOptions::new().read_txn_without_tls();
             options.map_size(MAP_SIZE).max_dbs(0);
             if read_only {
                 // SAFETY: a flag of how the environment is opened, with no other requirement.
