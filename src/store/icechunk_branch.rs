@@ -26,8 +26,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use icechunk::Repository;
@@ -122,7 +122,10 @@ impl State {
 #[derive(Debug)]
 pub struct BranchStore {
     shown: IcechunkStore,
-    repository: Repository,
+    /// The repository opened for writing, once the first thing that needs it has waited for
+    /// [`BranchStore::opening`]: reads never do, and the mount starts without it.
+    repository: OnceLock<std::result::Result<Repository, String>>,
+    opening: parking_lot::Mutex<Option<tokio::task::JoinHandle<std::result::Result<Repository, String>>>>,
     branch: String,
     message: Option<String>,
     runtime: tokio::runtime::Runtime,
@@ -158,9 +161,14 @@ impl BranchStore {
             .enable_all()
             .build()
             .map_err(|e| format!("{place}: cannot start the Icechunk writer: {e}"))?;
-        let repository = runtime
-            .block_on(Repository::open(storage).execute())
-            .map_err(|e| format!("{place}: cannot open the repository for writing: {}", one_line(&e)))?;
+        // Its requests (the repository's file and config read again) go on beside the mount's
+        // first reads rather than before them.
+        let opening = runtime.spawn(async move {
+            Repository::open(storage)
+                .execute()
+                .await
+                .map_err(|e| format!("{place}: cannot open the repository for writing: {}", one_line(&e)))
+        });
         // The tip `shown` found, named by its ID from now on.
         let tip = shown.snapshot().map_err(|e| e.to_string())?;
         shown.show(Version::Snapshot(tip.clone()));
@@ -180,7 +188,8 @@ impl BranchStore {
         };
         Ok(BranchStore {
             shown,
-            repository,
+            repository: OnceLock::new(),
+            opening: parking_lot::Mutex::new(Some(opening)),
             branch: branch.to_string(),
             message,
             runtime,
@@ -205,6 +214,23 @@ impl BranchStore {
         self.turns[(h.finish() % self.turns.len() as u64) as usize].lock()
     }
 
+    /// The repository, opened for writing; EIO, logged, when it could not be.
+    fn repository(&self) -> Result<&Repository> {
+        let opened = self.repository.get_or_init(|| {
+            let opening = self.opening.lock().take();
+            let opened = match opening {
+                Some(opening) => self.runtime.block_on(opening).unwrap_or_else(|e| Err(e.to_string())),
+                None => Err("the repository was not opened".to_string()),
+            };
+            // Once: every write after fails the same way.
+            if let Err(why) = &opened {
+                log::warn!("{why}; writes fail with EIO");
+            }
+            opened
+        });
+        opened.as_ref().map_err(|why| damaged(self.shown.describe(""), why.clone()))
+    }
+
     /// The session taking writes, made (on the branch's tip, which the view is then pinned to)
     /// when there is none.
     fn session(&self) -> Result<icechunk::Store> {
@@ -212,7 +238,7 @@ impl BranchStore {
         if let Some(session) = &state.session {
             return Ok(session.clone());
         }
-        let session = self.runtime.block_on(self.repository.writable_session(&self.branch)).map_err(|e| {
+        let session = self.runtime.block_on(self.repository()?.writable_session(&self.branch)).map_err(|e| {
             self.failed("", format!("cannot start a session on branch {}: {}", self.branch, one_line(&e)))
         })?;
         let base = session.snapshot_id().to_string();
@@ -480,7 +506,8 @@ impl BranchStore {
             state.tip_asked = Instant::now();
             state.base.clone()
         };
-        let tip = match self.runtime.block_on(self.repository.lookup_branch(&self.branch)) {
+        let Ok(repository) = self.repository() else { return };
+        let tip = match self.runtime.block_on(repository.lookup_branch(&self.branch)) {
             Ok(tip) => tip.to_string(),
             Err(e) => return log::warn!("{}: branch {}: {}", self.shown.describe(""), self.branch, one_line(&e)),
         };

@@ -56,9 +56,10 @@ impl BranchStore {
         if keys.is_empty() {
             return Ok(HashSet::new());
         }
+        let repository = self.repository().map_err(Merge::Failed)?;
         let tip = self
             .runtime
-            .block_on(self.repository.lookup_branch(&self.branch))
+            .block_on(repository.lookup_branch(&self.branch))
             .map_err(|e| failed("", format!("branch {}: {}", self.branch, one_line(&e))))?;
         if tip == base {
             return Ok(HashSet::new());
@@ -66,7 +67,7 @@ impl BranchStore {
         let at_tip = VersionInfo::SnapshotId(tip.clone());
         let tip_store = self
             .runtime
-            .block_on(self.repository.readonly_session(&at_tip))
+            .block_on(repository.readonly_session(&at_tip))
             .map(|s| icechunk::Store::from_session_and_config(Arc::new(tokio::sync::RwLock::new(s)), 16))
             .map_err(|e| failed("", format!("snapshot {tip}: {}", one_line(&e))))?;
         for (key, ours) in keys {
@@ -113,7 +114,7 @@ impl BranchStore {
         }
         let ancestry = self.runtime.block_on(async {
             let mut found = HashSet::new();
-            let mut snapshots = Box::pin(self.repository.ancestry(&at_tip).await?);
+            let mut snapshots = Box::pin(repository.ancestry(&at_tip).await?);
             while let Some(snapshot) = snapshots.try_next().await? {
                 if snapshot.id == base {
                     return Ok(Some(found));
