@@ -149,12 +149,16 @@ fn mount_blocking_signals(store: Arc<dyn Store>, config: &MountConfig) -> Result
     fuse::mount(fs, &config.mountpoint, &config.settings)
 }
 
+/// The signal the session's last thread sends [`serve`] once the session has ended.
+const SESSION_ENDED: libc::c_int = libc::SIGUSR1;
+
+/// The signals [`serve`] waits for: the termination signals, and [`SESSION_ENDED`].
 fn termination_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, SESSION_ENDED] {
             libc::sigaddset(&mut set, signal);
         }
         set
@@ -171,14 +175,29 @@ fn block_termination_signals() {
 /// once the session's last commit is done, tidies `tidy`'s `__shardfs/`.
 fn serve(mounted: Mounted, tidy: Option<Arc<dyn Store>>) -> Result<(), String> {
     let set = termination_signals();
-    let tick = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
+    // Told at once when the session ends (`shardfs unmount` waits for this process to exit); the
+    // flag tells that signal from a SIGUSR1 sent from outside.
+    let session_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = session_ended.clone();
+    // SAFETY: pthread_self has no preconditions.
+    let serving = unsafe { libc::pthread_self() };
+    mounted.when_ended(move || {
+        told.store(true, std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: the thread serving waits for this signal, blocked in every thread.
+        unsafe { libc::pthread_kill(serving, SESSION_ENDED) };
+    });
+    // A look now and then all the same, for a session whose last thread could not tell.
+    let tick = libc::timespec { tv_sec: 1, tv_nsec: 0 };
     let ended = loop {
-        if mounted.finished() {
+        if mounted.finished() || session_ended.load(std::sync::atomic::Ordering::SeqCst) {
             log::info!("unmounted");
             break mounted.join().map_err(|e| format!("session ended with an error: {e}"));
         }
         // SAFETY: valid signal set and timeout; no siginfo is requested.
         let signal = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &tick) };
+        if signal == SESSION_ENDED {
+            continue;
+        }
         if signal > 0 {
             log::info!("signal {signal}: unmounting");
             break mounted.unmount().map_err(|e| format!("unmount failed: {e}"));

@@ -30,9 +30,13 @@ pub const PID_IOCTL: u32 = (2 << 30) | (4 << 16) | ((b'Z' as u32) << 8) | 0x70;
 /// Largest read the kernel sends at once, and its readahead.
 const MAX_READAHEAD: u32 = 1 << 20;
 
-/// [`ShardFs`] served over FUSE, and whether the kernel opens directories without asking
-/// (`FUSE_NO_OPENDIR_SUPPORT`, learnt at init).
-pub struct Fuse(pub Arc<ShardFs>, pub bool);
+/// [`ShardFs`] served over FUSE, whether the kernel opens directories without asking
+/// (`FUSE_NO_OPENDIR_SUPPORT`, learnt at init), and what to call once the session has ended.
+pub struct Fuse(pub Arc<ShardFs>, pub bool, pub SessionEnd);
+
+/// Called once, when the session has ended and its last commit is made (see
+/// [`super::Mounted::when_ended`]).
+pub type SessionEnd = Arc<std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>>;
 
 impl Fuse {
     /// FOPEN_NOFLUSH for a handle whose close has nothing to do, so the kernel sends no FLUSH.
@@ -329,6 +333,9 @@ impl Filesystem for Fuse {
     fn destroy(&mut self) {
         if let Err(e) = self.0.commit_all() {
             log::error!("unmount: pending writes could not be committed: {e}");
+        }
+        if let Some(ended) = self.2.get() {
+            ended();
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::adapter::Fuse;
+use super::adapter::{Fuse, SessionEnd};
 use super::options::{MountSettings, config};
 use super::watcher;
 use crate::fs::ShardFs;
@@ -13,12 +13,20 @@ pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     watcher: Option<watcher::Watcher>,
     fs: Arc<ShardFs>,
+    ended: SessionEnd,
 }
 
 impl Mounted {
     /// The filesystem served (for what it holds: [`ShardFs::known_inodes`]).
     pub fn filesystem(&self) -> &ShardFs {
         &self.fs
+    }
+
+    /// Has `f` called once the session ends, from its last thread after its last commit, so that
+    /// whoever waits for the end (the daemon, to exit as `shardfs unmount` waits for it) is told
+    /// rather than looking now and then.
+    pub fn when_ended(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.ended.set(Box::new(f));
     }
 
     /// True once the session ended (unmounted from outside, or the connection was aborted).
@@ -73,9 +81,10 @@ fn join_ended(session: fuser::BackgroundSession) -> std::io::Result<()> {
 pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings) -> Result<Mounted, String> {
     let config = config(settings)?;
     let fs = Arc::new(fs);
-    let session = fuser::Session::new(Fuse(fs.clone(), false), mountpoint, &config)
+    let ended = SessionEnd::default();
+    let session = fuser::Session::new(Fuse(fs.clone(), false, ended.clone()), mountpoint, &config)
         .and_then(|s| s.spawn())
         .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
     let watcher = watcher::Watcher::start(fs.clone(), session.notifier());
-    Ok(Mounted { session: Some(session), watcher: Some(watcher), fs })
+    Ok(Mounted { session: Some(session), watcher: Some(watcher), fs, ended })
 }

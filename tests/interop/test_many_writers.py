@@ -20,10 +20,8 @@ import concurrent.futures
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import obstore
 import pytest
@@ -45,17 +43,6 @@ def service(request, tmp_path_factory):
     server = SERVICES[request.param]()
     with serving(server, tmp_path_factory.mktemp(f"{server.name}-env")):
         yield server
-
-
-@pytest.fixture(autouse=True)
-def no_mount_left(tmp_path):
-    """Whatever a failing case left mounted below its directory (a failed unmount leaves the
-    mount to its caller) is unmounted, lazily, and its daemon with it."""
-    yield
-    for line in Path("/proc/mounts").read_text().splitlines():
-        point = line.split()[1]
-        if point.startswith(str(tmp_path)):
-            subprocess.run(["fusermount3", "-uz", point], capture_output=True)
 
 
 def make_array(service, prefix):
