@@ -278,6 +278,27 @@ fn sigterm_unmounts_a_foreground_mount() {
 }
 
 #[test]
+fn a_foreground_daemon_exits_when_unmounted_from_outside_and_ignores_sigusr1_from_outside() {
+    let Some(mnt) = mount_point() else { return };
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let store = golden().join("sharded");
+    let mut child =
+        Command::new(BIN).args(["mount", "-f", store.to_str().unwrap(), mnt.path().to_str().unwrap()]).spawn().unwrap();
+    wait_for("the mount", || is_mounted(mnt.path()));
+    // The daemon waits for SIGUSR1 from its own session's last thread; one from elsewhere is not
+    // the session ending.
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "SIGUSR1 from outside ended the daemon");
+    assert!(mnt.path().join("zp/nested/c/1/0").exists());
+    let out = Command::new("umount").arg(mnt.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
 fn errors_before_mounting_are_one_line_and_mount_nothing() {
     let mnt = TempDir::new("mnt");
     let not_zarr = TempDir::new("plain");
