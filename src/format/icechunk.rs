@@ -12,13 +12,14 @@
 use std::io::Read;
 use std::sync::Arc;
 
+pub use icechunk_format::SnapshotId;
 use icechunk_format::format_constants::{
     CompressionAlgorithmBin, FileTypeBin, ICECHUNK_FILE_HEADER_LEN, SpecVersionBin, parse_file_header,
 };
 use icechunk_format::manifest::{ChunkPayload, Manifest};
 use icechunk_format::repo_info::RepoInfo;
 use icechunk_format::snapshot::{NodeData, Snapshot};
-use icechunk_format::{ChunkIndices, IcechunkFormatErrorKind, ManifestId, NodeId, SnapshotId};
+use icechunk_format::{ChunkIndices, IcechunkFormatErrorKind, ManifestId, NodeId};
 
 use super::foreign::caught;
 

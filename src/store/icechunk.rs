@@ -27,7 +27,7 @@ use super::targets::Targets;
 use super::{Attr, BytesObject, Error, Kind, Location, Object, Result, Space, Stamp, join};
 use crate::format::chunk_key::ChunkKeyEncoding;
 use crate::format::icechunk::{
-    self, ArrayChunks, Checksum, ManifestFile, Payload, REPO_FILE, Version, manifest_key, snapshot_key,
+    self, ArrayChunks, Checksum, ManifestFile, Payload, REPO_FILE, SnapshotId, Version, manifest_key, snapshot_key,
 };
 use crate::format::metadata::ZARR_JSON;
 
@@ -188,11 +188,11 @@ impl IcechunkStore {
         read.map_err(|why| damaged(self.describe(""), why))
     }
 
-    /// The snapshot `naming` (or the snapshot ID shown) names, indexed; the inner error says what
-    /// in the repository's files keeps it from being read.
-    fn read_catalog(&self, version: &Version, naming: Option<&str>) -> Result<std::result::Result<Catalog, String>> {
+    /// The ID of the snapshot `version` is, read from `naming` (none for a snapshot ID); the inner
+    /// error says what in the repository's files keeps it from being known.
+    fn resolve(&self, version: &Version, naming: Option<&str>) -> Result<std::result::Result<SnapshotId, String>> {
         let in_file = |key: &str, e: icechunk::IcechunkError| format!("{}: {e}", self.inner.describe(key));
-        let snapshot = match (naming, self.spec) {
+        Ok(match (naming, self.spec) {
             (None, _) => icechunk::snapshot_id(match version {
                 Version::Snapshot(id) => id,
                 _ => "",
@@ -206,8 +206,23 @@ impl IcechunkStore {
                 Err(Error::NotFound(_)) => Err(format!("no {version}")),
                 found => icechunk::ref_json(&found?).map_err(|e| in_file(key, e)),
             },
-        };
-        let snapshot = match snapshot {
+        })
+    }
+
+    /// The snapshot branch `branch` names now, read from the file that names it (looked at again
+    /// only when that file changed): no request where nothing moved.
+    pub fn tip(&self, branch: &str) -> Result<String> {
+        let version = Version::Branch(branch.to_string());
+        let naming = self.naming_file(&version);
+        let id = self.resolve(&version, naming.as_deref())?.map_err(|why| damaged(self.describe(""), why))?;
+        Ok(id.to_string())
+    }
+
+    /// The snapshot `naming` (or the snapshot ID shown) names, indexed; the inner error says what
+    /// in the repository's files keeps it from being read.
+    fn read_catalog(&self, version: &Version, naming: Option<&str>) -> Result<std::result::Result<Catalog, String>> {
+        let in_file = |key: &str, e: icechunk::IcechunkError| format!("{}: {e}", self.inner.describe(key));
+        let snapshot = match self.resolve(version, naming)? {
             Ok(snapshot) => snapshot,
             Err(why) => return Ok(Err(why)),
         };

@@ -122,10 +122,10 @@ impl State {
 #[derive(Debug)]
 pub struct BranchStore {
     shown: IcechunkStore,
-    /// The repository opened for writing, once the first thing that needs it has waited for
-    /// [`BranchStore::opening`]: reads never do, and the mount starts without it.
+    /// Where the repository is written, opened for writing by the first thing that needs it
+    /// (a write, a look at the branch's tip): a mount that only reads never asks for it.
+    storage: Arc<dyn icechunk::Storage + Send + Sync>,
     repository: OnceLock<std::result::Result<Repository, String>>,
-    opening: parking_lot::Mutex<Option<tokio::task::JoinHandle<std::result::Result<Repository, String>>>>,
     branch: String,
     message: Option<String>,
     runtime: tokio::runtime::Runtime,
@@ -161,14 +161,6 @@ impl BranchStore {
             .enable_all()
             .build()
             .map_err(|e| format!("{place}: cannot start the Icechunk writer: {e}"))?;
-        // Its requests (the repository's file and config read again) go on beside the mount's
-        // first reads rather than before them.
-        let opening = runtime.spawn(async move {
-            Repository::open(storage)
-                .execute()
-                .await
-                .map_err(|e| format!("{place}: cannot open the repository for writing: {}", one_line(&e)))
-        });
         // The tip `shown` found, named by its ID from now on.
         let tip = shown.snapshot().map_err(|e| e.to_string())?;
         shown.show(Version::Snapshot(tip.clone()));
@@ -188,8 +180,8 @@ impl BranchStore {
         };
         Ok(BranchStore {
             shown,
+            storage,
             repository: OnceLock::new(),
-            opening: parking_lot::Mutex::new(Some(opening)),
             branch: branch.to_string(),
             message,
             runtime,
@@ -217,11 +209,9 @@ impl BranchStore {
     /// The repository, opened for writing; EIO, logged, when it could not be.
     fn repository(&self) -> Result<&Repository> {
         let opened = self.repository.get_or_init(|| {
-            let opening = self.opening.lock().take();
-            let opened = match opening {
-                Some(opening) => self.runtime.block_on(opening).unwrap_or_else(|e| Err(e.to_string())),
-                None => Err("the repository was not opened".to_string()),
-            };
+            let opened = self.runtime.block_on(Repository::open(self.storage.clone()).execute()).map_err(|e| {
+                format!("{}: cannot open the repository for writing: {}", self.shown.describe(""), one_line(&e))
+            });
             // Once: every write after fails the same way.
             if let Err(why) = &opened {
                 log::warn!("{why}; writes fail with EIO");
@@ -506,10 +496,11 @@ impl BranchStore {
             state.tip_asked = Instant::now();
             state.base.clone()
         };
-        let Ok(repository) = self.repository() else { return };
-        let tip = match self.runtime.block_on(repository.lookup_branch(&self.branch)) {
-            Ok(tip) => tip.to_string(),
-            Err(e) => return log::warn!("{}: branch {}: {}", self.shown.describe(""), self.branch, one_line(&e)),
+        // Through the reading store, which asks again only when the file naming the branch
+        // changed: a mount that reads needs no repository opened for writing.
+        let tip = match self.shown.tip(&self.branch) {
+            Ok(tip) => tip,
+            Err(e) => return log::warn!("branch {}: {e}", self.branch),
         };
         let mut state = self.state.lock();
         // Not over a commit of this mount's, or a session, made meanwhile: the tip asked for
