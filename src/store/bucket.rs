@@ -1072,25 +1072,38 @@ impl Store for BucketStore {
             let why = format!("cannot write to the {} ({}); mount it --read-only", self.0.service.bucket, one_line(&e));
             Error::Io { place: self.describe(""), source: io::Error::other(why) }
         })?;
-        let create = put(PutOptions::from(object_store::PutMode::Create));
         // Another ETag, and another generation (ten times this one) for services that match on it.
         let bogus = UpdateVersion {
             e_tag: Some(format!("\"not-{}\"", honoured.e_tag.clone().unwrap_or_default())),
-            version: Some(format!("{}0", honoured.version.unwrap_or_else(|| "1".into()))),
+            version: Some(format!("{}0", honoured.version.clone().unwrap_or_else(|| "1".into()))),
         };
-        let update = put(PutOptions::from(object_store::PutMode::Update(bogus)));
-        // Commits of many machines take turns through notes kept with shard versions (see
-        // `exchange`); a server that keeps none has them take turns by whole shards alone.
-        let kept = self.head_with_attributes(&key).ok().flatten().map(|(_, a)| exchange::noted(&a) == "probe");
+        // The questions below all at once: one after another they kept a writable mount from
+        // starting for 13 round trips (0.41 s at 20 ms). Where the server honours the conditions,
+        // none of them changes the probe; where it does not, the mount is refused whatever the
+        // other answers were.
+        let lost = |_| object_store::Error::Generic { store: "probe", source: "a probe's thread panicked".into() };
+        let (create, update, kept) = std::thread::scope(|scope| {
+            let create = scope.spawn(|| put(PutOptions::from(object_store::PutMode::Create)));
+            let update = scope.spawn(|| put(PutOptions::from(object_store::PutMode::Update(bogus))));
+            // Commits of many machines take turns through notes kept with shard versions (see
+            // `exchange`); a server that keeps none has them take turns by whole shards alone.
+            let kept = scope
+                .spawn(|| self.head_with_attributes(&key).ok().flatten().map(|(_, a)| exchange::noted(&a) == "probe"));
+            if let (Some(multipart), Some(e_tag)) = (&self.0.multipart, &honoured.e_tag) {
+                self.block_on(multipart.probe(&path, e_tag));
+            }
+            (
+                create.join().unwrap_or_else(|e| Err(lost(e))),
+                update.join().unwrap_or_else(|e| Err(lost(e))),
+                kept.join().ok().flatten(),
+            )
+        });
         if kept == Some(false) {
             log::warn!(
                 "{}: the server keeps no user metadata; many machines' commits take turns by whole shards",
                 self.describe("")
             );
             self.0.keeps_notes.store(false, Ordering::Relaxed);
-        }
-        if let (Some(multipart), Some(e_tag)) = (&self.0.multipart, &honoured.e_tag) {
-            self.block_on(multipart.probe(&path, e_tag));
         }
         let _ = self.block_on(self.0.objects.delete(&path));
         self.0.metadata.forget(&key);

@@ -110,17 +110,22 @@ impl Multipart {
     /// each condition go up in parts from then on only if it does.
     pub async fn probe(&self, path: &Path, e_tag: &str) {
         let bogus = format!("\"not-{}\"", e_tag.trim_matches('"'));
-        for (condition, honoured) in [(Condition::Absent, &self.creates), (Condition::ETag(&bogus), &self.updates)] {
-            let refused = match self.upload(path, &[b"probe"], condition).await {
+        let check = |condition, honoured: &'static str| async move {
+            match self.upload(path, &[b"probe"], condition).await {
                 Err(Failed::Refused) => true,
                 Ok(_) => false,
                 Err(Failed::Other(e)) => {
-                    log::info!("multipart uploads under conditions cannot be checked ({e}); shards go up whole");
+                    log::info!("multipart uploads {honoured} cannot be checked ({e}); shards go up whole");
                     false
                 }
-            };
-            honoured.store(refused, Ordering::Relaxed);
-        }
+            }
+        };
+        // Both at once: each is three round trips, and a writable mount waits for them to start.
+        let (creates, updates) =
+            futures_util::future::join(check(Condition::Absent, "if none"), check(Condition::ETag(&bogus), "if match"))
+                .await;
+        self.creates.store(creates, Ordering::Relaxed);
+        self.updates.store(updates, Ordering::Relaxed);
     }
 
     /// Uploads `pieces`, back to back, as the object at `path`, under `condition`.
