@@ -261,15 +261,21 @@ fn a_mount_unmounted_from_outside_leaves_the_next_mount_at_its_place_alone() {
     assert!(!is_mounted(mnt.path()));
 }
 
+/// A foreground daemon serving the golden sharded store at `mnt`, once its mount is there.
+fn foreground_daemon(mnt: &Path) -> std::process::Child {
+    let store = golden().join("sharded");
+    let child =
+        Command::new(BIN).args(["mount", "-f", store.to_str().unwrap(), mnt.to_str().unwrap()]).spawn().unwrap();
+    wait_for("the mount", || is_mounted(mnt));
+    assert!(mnt.join("zp/nested/c/1/0").exists());
+    child
+}
+
 #[test]
 fn sigterm_unmounts_a_foreground_mount() {
     let Some(mnt) = mount_point() else { return };
     let _guard = UnmountGuard(mnt.path().to_path_buf());
-    let store = golden().join("sharded");
-    let mut child =
-        Command::new(BIN).args(["mount", "-f", store.to_str().unwrap(), mnt.path().to_str().unwrap()]).spawn().unwrap();
-    wait_for("the mount", || is_mounted(mnt.path()));
-    assert!(mnt.path().join("zp/nested/c/1/0").exists());
+    let mut child = foreground_daemon(mnt.path());
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
@@ -281,10 +287,7 @@ fn sigterm_unmounts_a_foreground_mount() {
 fn a_foreground_daemon_exits_when_unmounted_from_outside_and_ignores_sigusr1_from_outside() {
     let Some(mnt) = mount_point() else { return };
     let _guard = UnmountGuard(mnt.path().to_path_buf());
-    let store = golden().join("sharded");
-    let mut child =
-        Command::new(BIN).args(["mount", "-f", store.to_str().unwrap(), mnt.path().to_str().unwrap()]).spawn().unwrap();
-    wait_for("the mount", || is_mounted(mnt.path()));
+    let mut child = foreground_daemon(mnt.path());
     // The daemon waits for SIGUSR1 from its own session's last thread; one from elsewhere is not
     // the session ending.
     // SAFETY: signalling our own child process.
