@@ -10,14 +10,16 @@ kept). A test switches faults on and off with the control endpoint on the same p
     GET  /__faults                           {"requests": N, "applied": [count per rule]}
 
 A RULE matches by `method` (GET, PUT, HEAD, ...; any when left out), `key` (a regular expression
-searched in the unquoted path, /BUCKET/KEY), `range` (true: only requests with a Range header;
+searched in the unquoted path, /BUCKET/KEY), `query` (one searched in the query string:
+`uploadId=` tells a multipart upload's parts and completion from its creation), `range` (true: only requests with a Range header;
 false: only without), then applies its `fault` to a match at random, one in `every` on average
 (every match when left out), at most `times` times (no limit when left out). At random, not to
 each `every`-th match: a client whose tries each follow one other request would meet the fault at
 every try, as on no real network. The draws start over from one seed whenever rules are set, so a
 case's faults fall on the same requests in every run, whatever ran before it. Faults:
 
-- `status`: answers `status` (default 500; 503 is S3's SlowDown) without forwarding;
+- `status`: answers `status` (default 500; 503 is S3's SlowDown) without forwarding, with S3's
+  error `code` in the body when given (`NoSuchUpload`: an upload already completed and gone);
 - `reset`: sends the headers and half the body, then resets the connection;
 - `short`: a body of half the length, with a Content-Length that says so;
 - `long`: 64 bytes more than the server sent, with a Content-Length that says so;
@@ -64,7 +66,7 @@ class Faults:
         with self.lock:
             return {"requests": self.requests, "applied": list(self.applied)}
 
-    def pick(self, method, path, has_range):
+    def pick(self, method, path, query, has_range):
         """The rule to apply to this request, if any (the first that matches and is due)."""
         with self.lock:
             self.requests += 1
@@ -72,6 +74,8 @@ class Faults:
                 if rule.get("method") not in (None, method):
                     continue
                 if "key" in rule and not re.search(rule["key"], path):
+                    continue
+                if "query" in rule and not re.search(rule["query"], query):
                     continue
                 if rule.get("range") is not None and bool(rule["range"]) != has_range:
                     continue
@@ -140,13 +144,16 @@ class Handler(socketserver.StreamRequestHandler):
         method, target, headers, body = request
         if target.startswith("/__faults"):
             return self.control(method, body)
-        path = urllib.parse.unquote(urllib.parse.urlsplit(target).path)
+        split = urllib.parse.urlsplit(target)
+        path = urllib.parse.unquote(split.path)
         has_range = any(n.lower() == "range" for n, _ in headers)
-        rule = self.server.faults.pick(method, path, has_range)
+        rule = self.server.faults.pick(method, path, split.query, has_range)
         fault = rule["fault"] if rule else None
         if fault == "status":
             status = rule.get("status", 500)
             payload = SLOW_DOWN if status == 503 else b"<Error><Code>InternalError</Code></Error>"
+            if "code" in rule:
+                payload = f"<Error><Code>{rule['code']}</Code></Error>".encode()
             self.respond(status, [("Content-Type", "application/xml")], payload, method)
             return True
         if fault == "stall":

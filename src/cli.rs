@@ -81,7 +81,7 @@ pub enum Command {
         #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
         commit_bytes: usize,
         /// Memory for chunk writes not yet committed (K, M, G): past it writers wait for commits;
-        /// default: an eighth of --memory-limit.
+        /// default: a quarter of --memory-limit.
         #[arg(long, value_parser = parse_size, value_name = "BYTES")]
         write_buffer_size: Option<usize>,
         /// Store arrays created through the view sharded, with K inner chunks per shard along
@@ -479,12 +479,12 @@ mod tests {
         let config = |args: &[&str]| Cli::try_parse_from(helper(args)).unwrap().command.mount_config(0).unwrap();
         let limited = config(&["shardfs", "s", "m", "-o", "memory_limit=512M"]);
         assert_eq!(limited.cache_bytes, 32 << 20);
-        assert_eq!(limited.writes.policy.memory, 64 << 20);
+        assert_eq!(limited.writes.policy.memory, 128 << 20);
         assert_eq!(limited.store.caching.read_ahead_bytes, 128 << 20);
         assert_eq!(limited.store.memory.manifests(), 128 << 20);
         let sized = config(&["shardfs", "s", "m", "-o", "memory_limit=512M,cache_size=1M,read_ahead_size=0"]);
         assert_eq!((sized.cache_bytes, sized.store.caching.read_ahead_bytes), (1 << 20, 0));
-        assert_eq!(config(&["shardfs", "s", "m"]).writes.policy.memory, 128 << 20);
+        assert_eq!(config(&["shardfs", "s", "m"]).writes.policy.memory, 256 << 20);
     }
 
     fn helper(args: &[&str]) -> Vec<String> {

@@ -57,7 +57,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { shard_bytes: 16 << 20, idle: Duration::from_secs(2), memory: 128 << 20 }
+        Policy { shard_bytes: 16 << 20, idle: Duration::from_secs(2), memory: 256 << 20 }
     }
 }
 

@@ -18,7 +18,9 @@ of every chunk file on three fresh mounts succeeds, exactly. With one shard's GE
 30 s, a read of a chunk of another shard takes < 1 s and the stalled read is served, tried again,
 within 10 s; so does a read of another shard in the stalled shard's own chunk directory, on a fresh
 mount that reads nothing ahead (the directory's lookup does not wait for the stalled index). While another client PUTs new versions of the shards every 50 ms, every read through
-a read-only mount is one version's chunk, whole.
+a read-only mount is one version's chunk, whole. A 16 MiB shard whose multipart completion's
+answer is lost, and whose upload is gone when it is sent again, is found stored by its parts'
+ETags, every byte.
 
 Runs in ``target/venv``. One fault alone:
 ``target/venv/bin/python -m pytest tests/interop/test_faults.py -k "lost PUT"``.
@@ -373,3 +375,36 @@ def test_every_read_while_shards_are_overwritten_every_50_ms_is_one_versions_chu
     assert counts["reads"] >= 1000 and counts["newer"] > 0, counts
     print(f"{counts['puts']} PUTs, {counts['reads']} reads ({counts['newer']} of a later version, "
           f"{counts['errors']} errors)")
+
+
+def test_a_shard_whose_completion_answer_is_lost_is_known_stored_by_its_parts_etags(bucket, faults, tmp_path):
+    """A 16 MiB shard goes up in parts; the answer to its CompleteMultipartUpload is lost. Sent
+    again, the upload is gone (S3 forgets a completed upload after a while; moto would answer
+    again, so the proxy says NoSuchUpload): the object is taken for this upload's because its ETag
+    is the one the parts' ETags make, and the commit succeeds with every byte in the bucket."""
+    chunk = 1 << 20
+    arr = zarr.create_array(store=ObjectStore(s3_objects(bucket.endpoint, "large")), shape=(4 * chunk,),
+                            chunks=(chunk,), shards=(4 * chunk,), dtype="float32", compressors=None, fill_value=0)
+    data = np.random.default_rng(7).random(4 * chunk, dtype="float32")
+    log = tmp_path / "daemon.log"
+    (tmp_path / "mnt").mkdir()
+    try:
+        with shardfs.mount(f"s3://{BUCKET}/large", tmp_path / "mnt", endpoint_url=faults.endpoint, log_file=log,
+                           verbose=True) as mnt:
+            faults.control([{"method": "POST", "query": "uploadId=", "fault": "lost_put", "times": 1},
+                            {"method": "POST", "query": "uploadId=", "fault": "status", "status": 404,
+                             "code": "NoSuchUpload", "times": 1}])
+            os.makedirs(os.path.join(mnt, "c"), exist_ok=True)
+            for i in range(4):
+                with open(os.path.join(mnt, "c", str(i)), "wb") as f:
+                    f.write(data[i * chunk:(i + 1) * chunk].tobytes())
+                    if i == 3:
+                        os.fsync(f.fileno())
+            applied = faults.control()["applied"]
+            faults.control([])
+        assert applied == [1, 1], f"lost completion answers, and NoSuchUpload: {applied}"
+        e_tag = bucket.s3.head_object(Bucket=BUCKET, Key="large/c/0")["ETag"]
+        assert e_tag.strip('"').endswith("-4"), f"not four parts: {e_tag}"
+        assert np.array_equal(arr[...], data)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{daemon_warnings(log)}") from None
