@@ -78,7 +78,7 @@ pub enum Command {
         /// On a local store, commit a shard's pending chunk writes once they reach this many bytes
         /// (K, M, G); on an object store a shard is committed whole, once all its chunks are
         /// written or it is left alone.
-        #[arg(long, value_parser = parse_size, default_value = "16M", value_name = "BYTES")]
+        #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "BYTES")]
         commit_bytes: usize,
         /// Memory for chunk writes not yet committed (K, M, G): past it writers wait for commits;
         /// default: a quarter of --memory-limit.

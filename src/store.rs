@@ -3,6 +3,9 @@
 //! backing store only through it.
 //!
 //! - [`local`]: a directory on a local filesystem, confined with `openat2`, locked with OFD locks.
+//! - [`scratch`]: a wrapper that holds the temporary files made inside chunk-key directories in
+//!   memory (over [`local`], which would write them to disk).
+//! - [`held`]: plain files held in memory ([`scratch`]'s, an Icechunk branch's).
 //! - [`blz`]: a directory of BLZ data (Bloscpack files, bcolz directories) as a read-only store of
 //!   sharded Zarr v3 arrays, with synthesized documents.
 //! - [`bucket`]: a prefix of an object store bucket (S3 and compatibles), with conditional writes
@@ -43,6 +46,7 @@ pub mod conformance;
 pub mod database;
 pub mod exchange;
 pub mod faulty;
+pub mod held;
 pub mod icechunk;
 pub mod icechunk_branch;
 pub mod icechunk_rebase;
@@ -53,6 +57,7 @@ pub mod memory_budget;
 pub mod range;
 pub mod read_only;
 pub mod references;
+pub mod scratch;
 pub mod targets;
 pub mod unlisted;
 pub mod zip;
@@ -422,6 +427,14 @@ pub trait Store: Send + Sync + Debug {
     /// (for files whose return is harmless, as a finished append's journal record).
     fn discard(&self, key: &str) -> Result<()> {
         self.delete(key)
+    }
+
+    /// The content of the file at `key`, which is removed: a file renamed onto a chunk key becomes
+    /// a pending chunk. A store that holds the file in memory hands its bytes over, uncopied.
+    fn take(&self, key: &str) -> Result<Vec<u8>> {
+        let content = self.read(key)?;
+        self.delete(key)?;
+        Ok(content)
     }
 
     /// Moves the file at `from` to `to`, replacing a file there, atomically and durably.

@@ -484,8 +484,7 @@ impl ShardFs {
                 return Ok(store.rename(key, new_key)?);
             }
             Target::Stored(key) if matches!(to, Target::Chunk(..)) => {
-                let content = store.read(key)?;
-                store.delete(key)?;
+                let content = store.take(key)?;
                 let Target::Chunk(array, coords) = &to else { unreachable!() };
                 return self.publish(array, coords, PendingChunk::Written(Arc::new(RwLock::new(content))));
             }

@@ -26,6 +26,7 @@ use crate::store::icechunk_branch::BranchStore;
 use crate::store::memory_budget::MemoryBudget;
 use crate::store::references::ReferenceStore;
 use crate::store::references::catalog::Layout;
+use crate::store::scratch::ScratchInMemory;
 use crate::store::targets::{OpenRoot, Targets};
 use crate::store::zip::{self, ZipStore};
 use crate::store::{LocalStore, Store};
@@ -136,7 +137,9 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                     "{shown}: not a directory, a zip file, an SQLite database nor a kerchunk reference file, so not a Zarr store"
                 ));
             } else {
-                Arc::new(LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?)
+                let dir =
+                    LocalStore::open(&address.location).map_err(|e| format!("{shown}: cannot open store: {e}"))?;
+                Arc::new(ScratchInMemory::new(Arc::new(dir)))
             }
         }
     };

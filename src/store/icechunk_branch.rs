@@ -16,11 +16,10 @@
 //!
 //! After a commit the view is pinned to the new snapshot; with nothing uncommitted it follows the
 //! branch as other writers move it. Files that are neither a `zarr.json` nor a chunk key (an
-//! atomic writer's temporary file) are held in this process until renamed onto a Zarr key; one
+//! atomic writer's temporary file) are held in this process ([`super::held`]) until renamed onto a Zarr key; one
 //! left at a sync point is refused with EIO naming it, as a repository has no place for it.
 //!
 //! - [`keys`]: which keys a session takes, as Icechunk reads them.
-//! - [`held`]: the plain files held in the daemon.
 //! - [`uploads`]: chunks recorded by uploads in the background, which a commit waits for.
 //! - [`merge`]: shards merged with the branch's tip before a commit.
 
@@ -33,12 +32,11 @@ use std::time::{Duration, Instant, SystemTime};
 use icechunk::Repository;
 use icechunk::session::{SessionError, SessionErrorKind};
 
-mod held;
 mod keys;
 mod merge;
 mod uploads;
 
-use held::{Held, HeldFile, HeldHandle};
+use super::held::{Held, HeldFile, HeldHandle, new_stamp};
 use keys::{chunk_key, is_document, is_private, is_zarr_key};
 use merge::{Merge, raced};
 
@@ -514,11 +512,6 @@ impl BranchStore {
     fn held(&self, key: &str) -> Option<HeldFile> {
         self.state.lock().held.get(key).cloned()
     }
-}
-
-/// A stamp no other change of any key shares.
-fn new_stamp(changes: &AtomicU64, key: &str) -> Stamp {
-    Stamp::computed((key, changes.fetch_add(1, Ordering::Relaxed), std::process::id()))
 }
 
 fn plural(n: usize) -> &'static str {

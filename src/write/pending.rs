@@ -47,7 +47,8 @@ use crate::view::overlay::{Buffer, Overlay, PendingChunk};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     /// On a store that appends, a shard whose pending chunks reach this many bytes is committed
-    /// at once.
+    /// at once. Each such commit is a journal record, an append and their fsyncs: 256 MiB written
+    /// into 64 MiB shards of a local directory took 0.38 s with 16 MiB, 0.30 s with 64 MiB.
     pub shard_bytes: usize,
     /// A shard with no new write for this long is committed by the background flusher.
     pub idle: Duration,
@@ -57,7 +58,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { shard_bytes: 16 << 20, idle: Duration::from_secs(2), memory: 256 << 20 }
+        Policy { shard_bytes: 64 << 20, idle: Duration::from_secs(2), memory: 256 << 20 }
     }
 }
 

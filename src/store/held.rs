@@ -1,38 +1,44 @@
-//! Plain files held in the daemon (an atomic writer's temporary file, a chunk file written before
-//! its array's `zarr.json`): no Icechunk commit can hold a file that is neither a `zarr.json` nor a
-//! chunk, so each lives here until renamed onto one, or is adopted as a chunk once its array is
-//! there.
+//! Plain files held in the daemon's memory, never written to the store: on an Icechunk branch, a
+//! file that is neither a `zarr.json` nor a chunk (an atomic writer's temporary file, a chunk file
+//! written before its array's `zarr.json`) until it is renamed onto one or adopted as a chunk; on
+//! a local directory, the temporary files made inside chunk-key directories ([`super::scratch`]).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 
-use super::new_stamp;
+use std::sync::atomic::Ordering;
+
 use crate::store::read_only::errno;
 use crate::store::{Attr, OpenFile, Result, Stamp};
 
 /// A plain file held in this process.
 #[derive(Debug)]
-pub(super) struct Held {
-    pub(super) bytes: Vec<u8>,
-    pub(super) stamp: Stamp,
-    pub(super) modified: SystemTime,
+pub struct Held {
+    pub bytes: Vec<u8>,
+    pub stamp: Stamp,
+    pub modified: SystemTime,
 }
 
-pub(super) type HeldFile = Arc<parking_lot::Mutex<Held>>;
+pub type HeldFile = Arc<parking_lot::Mutex<Held>>;
 
 /// A plain file held in this process, opened for writing.
 #[derive(Debug)]
-pub(super) struct HeldHandle {
-    pub(super) key: String,
-    pub(super) file: HeldFile,
-    pub(super) attr: Attr,
+pub struct HeldHandle {
+    pub key: String,
+    pub file: HeldFile,
+    pub attr: Attr,
     /// The store's change count: every version of the file gets a stamp of its own.
-    pub(super) changes: Arc<AtomicU64>,
+    pub changes: Arc<AtomicU64>,
+}
+
+/// A stamp no other change of any key shares.
+pub fn new_stamp(changes: &AtomicU64, key: &str) -> Stamp {
+    Stamp::computed((key, changes.fetch_add(1, Ordering::Relaxed), std::process::id()))
 }
 
 /// The largest plain file held: a bigger one is refused with EFBIG rather than exhaust memory.
-pub(super) const LARGEST_HELD: u64 = 1 << 30;
+pub const LARGEST_HELD: u64 = 1 << 30;
 
 impl OpenFile for HeldHandle {
     fn attr(&self) -> Result<Attr> {
