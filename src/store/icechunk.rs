@@ -43,8 +43,12 @@ pub enum Spec {
 /// True when `store` holds an Icechunk repository, and which kind.
 pub fn spec_of(store: &dyn super::Store) -> Option<Spec> {
     let is = |key: &str, kind| store.attr(key).is_ok_and(|a| a.kind == kind);
-    if is(REPO_FILE, Kind::File) && is("snapshots", Kind::Dir) {
-        Some(Spec::V2)
+    if is(REPO_FILE, Kind::File) {
+        // The root's listing, which finding `repo` read on an object store, says whether
+        // `snapshots` is a directory: asking for its attributes would list it, a round trip more
+        // before the mount starts.
+        let (entries, _) = store.list("").ok()?;
+        entries.iter().any(|(name, kind)| name == "snapshots" && *kind == Kind::Dir).then_some(Spec::V2)
     } else if is("refs", Kind::Dir) && is("snapshots", Kind::Dir) {
         Some(Spec::V1)
     } else {
@@ -227,28 +231,22 @@ impl IcechunkStore {
             Err(why) => return Ok(Err(why)),
         };
         let key = snapshot_key(&snapshot);
-        let (attr, bytes) = match self.inner.open(&key) {
-            Ok(file) => (*file.attr(), file.read_exact_at(0, file.attr().size)?),
-            // A snapshot committed since the store last looked: named by its ID, it is there for
-            // good once a ref names it.
-            Err(Error::NotFound(place)) => match self.inner.read_written_once(&key) {
-                Ok(bytes) => {
-                    let dir = self.inner.attr("")?;
-                    let attr = Attr {
-                        kind: Kind::File,
-                        size: bytes.len() as u64,
-                        nlink: 1,
-                        stamp: Stamp::computed(&key),
-                        ..dir
-                    };
-                    (attr, bytes)
-                }
-                Err(Error::NotFound(_)) => {
-                    return Ok(Err(format!("{place}: snapshot {snapshot} of {version} is not there")));
-                }
-                Err(e) => return Err(e),
-            },
+        // Named by its ID, a snapshot never changes: read whole without asking for its version
+        // first (a round trip less before a mount starts), and one stamp serves it for good. One
+        // committed since the store last looked is there for good once a ref names it.
+        let bytes = match self.inner.read_written_once(&key) {
+            Ok(bytes) => bytes,
+            Err(Error::NotFound(place)) => {
+                return Ok(Err(format!("{place}: snapshot {snapshot} of {version} is not there")));
+            }
             Err(e) => return Err(e),
+        };
+        let attr = Attr {
+            kind: Kind::File,
+            size: bytes.len() as u64,
+            nlink: 1,
+            stamp: Stamp::computed(&key),
+            ..self.inner.attr("")?
         };
         let nodes = match icechunk::snapshot_nodes(&bytes) {
             Ok(nodes) => nodes,
