@@ -227,8 +227,9 @@ impl Store for ScratchInMemory {
             return self.inner.rename(from, to);
         }
         if is_scratch(from) && is_scratch(to) {
-            let file = self.files.lock().remove(from).ok_or_else(|| Error::NotFound(self.describe(from)))?;
-            self.files.lock().insert(to.to_string(), file);
+            let mut files = self.files.lock();
+            let file = files.remove(from).ok_or_else(|| Error::NotFound(self.describe(from)))?;
+            files.insert(to.to_string(), file);
             return Ok(());
         }
         // Into or out of the scratch space: the content moves, as across filesystems.
