@@ -108,6 +108,9 @@ fn atomic_rename_writers_and_new_chunk_directories() {
     let (_, _, fh) = fs.create(dir, "2.__lock", 0o644, TRUNCATE).unwrap();
     fs.write(fh, 0, b"renamed into place").unwrap();
     fs.release(fh);
+    assert_eq!(read(&fs, "zp/gzip_crc_end/c/4/2.__lock"), b"renamed into place");
+    let scratch = store.path().join(shardfs::store::SCRATCH_DIR);
+    assert!(!scratch.exists(), "a temporary file in a chunk-key directory is held in memory, not written");
     fs.rename(dir, "2.__lock", dir, "2").unwrap();
     assert_eq!(read(&fs, "zp/gzip_crc_end/c/4/2"), b"renamed into place");
     assert!(matches!(ino(&fs, "zp/gzip_crc_end/c/4/2.__lock"), Err(Error::NotFound)));
