@@ -4,7 +4,9 @@
 # depends on it: listings carry each object's ETag, and a key naming a directory is NoSuchKey
 # (404), not a 500; writes to one key take turns from the check of their If-Match or
 # If-None-Match to the ETag stored (as on S3: unpatched, eight writers holding one ETag all
-# "succeed" and all but one of their commits are lost); and so that it reads files 256 KiB at a
+# "succeed" and all but one of their commits are lost), and a GET takes a turn to open the object
+# and read the checksum stored beside it (unpatched, a GET racing a PUT could pair the old body
+# with the new checksum, which Icechunk's reader rejects); and so that it reads files 256 KiB at a
 # time rather than 4 KiB (each read a trip to tokio's blocking pool: 2.7 s of CPU to serve 512 MiB,
 # on the two cores its clients share). A benchmark tool, not a test dependency: scripts/bench.sh
 # runs this on demand.

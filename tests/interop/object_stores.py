@@ -224,8 +224,9 @@ class GCS(Child):
 
 class S3sFs(Child):
     """s3s-fs over a directory (scripts/s3s_fs.sh builds it, patched so that writes to one key
-    take turns from the check of their condition to the ETag stored, as on S3): the S3 server for
-    many machines writing at once, where moto's conditional writes are not atomic."""
+    take turns from the check of their condition to the ETag stored, and a GET reads the body and
+    its checksum of one version, as on S3): the S3 server for many machines writing at once, where
+    moto's conditional writes are not atomic."""
 
     name, scheme, bucket_word, missing_bucket = "s3s", "s3", "bucket", "no such bucket"
     takes_writes = True
