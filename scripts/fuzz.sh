@@ -59,6 +59,11 @@ JSON
 cat >fuzz/corpus/kerchunk/seed-zmetadata <<'JSON'
 {"metadata": {".zgroup": {"zarr_format": 2}, "x/.zarray": {"shape": [10, 6], "chunks": [4, 4], "dimension_separator": "."}}, "record_size": 4}
 JSON
+# cargo fuzz has no --locked: a stale fuzz/Cargo.lock would build with whatever versions are newest.
+if ! cargo metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml >/dev/null 2>&1; then
+  echo "fuzz: fuzz/Cargo.lock is stale; refresh it from the crate's: cp Cargo.lock fuzz/Cargo.lock && cargo metadata --manifest-path fuzz/Cargo.toml >/dev/null"
+  exit 1
+fi
 build_log=$(mktemp)
 if ! cargo fuzz build "${profile[@]}" -s none >"$build_log" 2>&1; then
   grep -m 20 -A 12 '^error' "$build_log" || tail -40 "$build_log"; echo "fuzz: the targets do not build"; exit 1

@@ -14,6 +14,9 @@ timed() {
   "$@"
   echo "test.sh: $((SECONDS - start)) s: $*" >&2
 }
+# The run needs about 12 GB of disk (builds, venvs, test data); a full disk fails a build far from
+# its cause, so the log starts with what is free.
+echo "test.sh: $(df -h --output=avail . | tail -1 | tr -d ' ') free on $(df --output=target . | tail -1)" >&2
 timed scripts/setup.sh
 # The crate as the Rust package registry would take it (packaged and built, not uploaded).
 timed cargo publish --dry-run --locked --allow-dirty
