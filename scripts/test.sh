@@ -14,8 +14,8 @@ timed() {
   "$@"
   echo "test.sh: $((SECONDS - start)) s: $*" >&2
 }
-# The run needs about 12 GB of disk (builds, venvs, test data); a full disk fails a build far from
-# its cause, so the log starts with what is free.
+# A run takes about 9 GB of disk in the clone (builds 5 GB, venvs and servers 4 GB) and 1 GB of
+# Cargo's registry; a full disk fails a build far from its cause, so the log starts with what is free.
 echo "test.sh: $(df -h --output=avail . | tail -1 | tr -d ' ') free on $(df --output=target . | tail -1)" >&2
 timed scripts/setup.sh
 # The crate as the Rust package registry would take it (packaged and built, not uploaded).

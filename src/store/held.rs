@@ -4,10 +4,8 @@
 //! a local directory, the temporary files made inside chunk-key directories ([`super::scratch`]).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
-
-use std::sync::atomic::Ordering;
 
 use crate::store::read_only::errno;
 use crate::store::{Attr, OpenFile, Result, Stamp};
