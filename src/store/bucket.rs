@@ -72,7 +72,7 @@ use self::disk_cache::{DiskCache, DiskSettings};
 use self::fetch::{Fetcher, Reader, VersionId};
 use self::metadata::{Flights, Head, Listing, MetadataCache, bare_e_tag};
 use self::requests::is_answer;
-use self::staged::{Staged, StagedHandle, StagedObject, is_private};
+use self::staged::{Staged, StagedFile, StagedHandle, StagedObject, is_private};
 use super::{
     Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, backoff, join, lock,
 };
@@ -929,6 +929,20 @@ impl Store for BucketStore {
         self.delete_object(key)
     }
 
+    fn take(&self, key: &str) -> Result<Vec<u8>> {
+        self.writable(key)?;
+        let Some((file, in_bucket)) = self.0.staged.take(key) else {
+            let content = self.read(key)?;
+            self.delete(key)?;
+            return Ok(content);
+        };
+        let content = StagedFile::into_bytes(file);
+        if in_bucket {
+            self.delete_object(key).or_else(|e| if matches!(e, Error::NotFound(_)) { Ok(()) } else { Err(e) })?;
+        }
+        Ok(content)
+    }
+
     fn delete_version(&self, _key: &str, _stamp: &Stamp) -> Result<bool> {
         Ok(false)
     }
@@ -1165,6 +1179,29 @@ mod tests {
             read_ahead_bytes: 0,
             ..Caching::default()
         }));
+    }
+
+    #[test]
+    fn a_file_taken_while_open_keeps_its_bytes_for_its_handle_and_one_in_the_bucket_leaves_it() {
+        let store = store(Caching::default());
+        let file = store.open_file("held", OpenHow { create: Some(0o644), truncate: false }).unwrap();
+        file.write_at(b"held here", 0).unwrap();
+        assert_eq!(store.take("held").unwrap(), b"held here");
+        let mut buf = [0u8; 9];
+        assert_eq!(file.read_at(&mut buf, 0).unwrap(), 9, "the open handle still reads what it wrote");
+        assert_eq!(&buf, b"held here");
+        file.write_at(b"late", 0).unwrap();
+        file.sync().unwrap();
+        drop(file);
+        assert!(matches!(store.attr("held"), Err(Error::NotFound(_))), "a write after the take is stored nowhere");
+        store.put("stored", &[b"old"], PutMode::Overwrite).unwrap();
+        let file = store.open_file("stored", OpenHow { create: None, truncate: true }).unwrap();
+        file.write_at(b"new", 0).unwrap();
+        drop(file);
+        assert_eq!(store.take("stored").unwrap(), b"new");
+        let fresh =
+            BucketStore::new(store.0.objects.clone(), "root/prefix", "memory://bucket/root/prefix", Caching::default());
+        assert!(matches!(fresh.unwrap().attr("stored"), Err(Error::NotFound(_))), "the object is gone from the bucket");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The checks every [`Store`] implementation passes, run by each implementation's tests on an
 //! empty store: reading what was written, versions that change with every write, conditional
-//! whole-file writes, listings, renames, deletions, directories, in-place writes where the store
-//! can append, and locks. A failed check panics with what differed.
+//! whole-file writes, listings, renames, deletions, files taken whole, directories, in-place
+//! writes where the store can append, and locks. A failed check panics with what differed.
 
 use super::{Error, Kind, OpenHow, PutMode, Store, lock};
 
@@ -13,6 +13,7 @@ pub fn check(store: &dyn Store) {
     conditional_writes_refuse_a_changed_key(store);
     listings_show_entries_and_change_version(store);
     renames_and_deletions(store);
+    files_taken_whole(store);
     directories(store);
     if store.can_append() {
         files_written_in_place(store);
@@ -90,6 +91,20 @@ fn renames_and_deletions(store: &dyn Store) {
     store.put("conformance/r/gone", &[b"x"], PutMode::Overwrite).unwrap();
     store.discard("conformance/r/gone").unwrap();
     assert!(matches!(store.attr("conformance/r/gone"), Err(Error::NotFound(_))));
+}
+
+fn files_taken_whole(store: &dyn Store) {
+    store.put("conformance/t/put", &[b"put ", b"whole"], PutMode::Overwrite).unwrap();
+    assert_eq!(store.take("conformance/t/put").unwrap(), b"put whole");
+    assert!(matches!(store.attr("conformance/t/put"), Err(Error::NotFound(_))));
+    // As an atomic writer leaves its temporary file: written in order through a handle, closed.
+    let file = store.open_file("conformance/t/written", OpenHow { create: Some(0o644), truncate: false }).unwrap();
+    file.write_at(b"written ", 0).unwrap();
+    file.write_at(b"in order", 8).unwrap();
+    drop(file);
+    assert_eq!(store.take("conformance/t/written").unwrap(), b"written in order");
+    assert!(matches!(store.attr("conformance/t/written"), Err(Error::NotFound(_))));
+    assert!(matches!(store.take("conformance/t/written"), Err(Error::NotFound(_))));
 }
 
 fn directories(store: &dyn Store) {

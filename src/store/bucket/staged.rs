@@ -267,11 +267,17 @@ impl OpenFile for StagedHandle {
         let end = offset.saturating_add(data.len() as u64);
         let len = end.max(self.file.content.lock().bytes.len() as u64);
         self.change(len, |bytes| {
-            let end = end as usize;
+            let (start, end) = (offset as usize, end as usize);
+            // A file written in order grows by its writes: zeroing the new end first would touch
+            // every page twice.
+            if start == bytes.len() {
+                bytes.extend_from_slice(data);
+                return;
+            }
             if bytes.len() < end {
                 bytes.resize(end, 0);
             }
-            bytes[offset as usize..end].copy_from_slice(data);
+            bytes[start..end].copy_from_slice(data);
         })
     }
 
@@ -328,6 +334,19 @@ impl StagedFile {
     /// The whole content.
     pub fn bytes(&self) -> Vec<u8> {
         self.content.lock().bytes.clone()
+    }
+
+    /// The whole content of a file taken out (see [`Staged::take`]), which is dropped: moved when
+    /// no handle has it open (an atomic writer closes its temporary file before the rename),
+    /// else copied.
+    pub fn into_bytes(file: Arc<StagedFile>) -> Vec<u8> {
+        match Arc::try_unwrap(file) {
+            Ok(file) => file.content.into_inner().bytes,
+            Err(shared) => {
+                Staged::drop_file(&shared);
+                shared.bytes()
+            }
+        }
     }
 
     /// Cuts the content to nothing (a truncating open).
