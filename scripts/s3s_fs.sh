@@ -6,7 +6,11 @@
 # If-None-Match to the ETag stored (as on S3: unpatched, eight writers holding one ETag all
 # "succeed" and all but one of their commits are lost), and a GET takes a turn to open the object
 # and read the checksum stored beside it (unpatched, a GET racing a PUT could pair the old body
-# with the new checksum, which Icechunk's reader rejects); and so that it reads files 256 KiB at a
+# with the new checksum, which Icechunk's reader rejects); a part copy (UploadPartCopy) honours
+# x-amz-copy-source-if-match, reading the source under its key's turn, a completion refuses parts
+# below 5 MiB but the last before it changes anything, and an object a completion replaces keeps
+# none of the old one's checksums (unpatched: copies of any version, and the old checksum served
+# with the new body); and so that it reads files 256 KiB at a
 # time rather than 4 KiB (each read a trip to tokio's blocking pool: 2.7 s of CPU to serve 512 MiB,
 # on the two cores its clients share). A benchmark tool, not a test dependency: scripts/bench.sh
 # runs this on demand.

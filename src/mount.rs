@@ -302,19 +302,52 @@ pub fn unmount(mountpoint: &Path) -> Result<(), String> {
         return Err(format!("{shown}: pending writes could not be committed, not unmounting: {e}"));
     }
     let daemon = daemon_pid(mountpoint);
+    let device = std::fs::metadata(mountpoint).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).ok();
     unmount_now(mountpoint)?;
     // The daemon finishes after the kernel lets go of the mount; wait for it, so that a mount made
     // right after this returns is not disturbed by the old daemon's last steps.
     if let Some(pid) = daemon {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let start = std::time::Instant::now();
+        let mut looked = start;
         while process_alive(pid) {
-            if std::time::Instant::now() > deadline {
+            // A mount namespace made after the mount (unshare -m, a container) holds a copy of
+            // it: the kernel keeps the filesystem, and the daemon rightly serves it there.
+            if looked.elapsed() >= std::time::Duration::from_millis(500) {
+                looked = std::time::Instant::now();
+                if let Some(holder) = device.and_then(mounted_elsewhere) {
+                    eprintln!(
+                        "shardfs: {shown}: unmounted here; daemon {pid} goes on serving the copy of this mount in \
+                         the mount namespace of process {holder}, and commits its writes when that one is unmounted"
+                    );
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > std::time::Duration::from_secs(60) {
                 return Err(format!("{shown}: unmounted, but daemon {pid} is still running after 60 s"));
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
     Ok(())
+}
+
+/// A process in whose mount namespace the filesystem of device `device` is still mounted.
+fn mounted_elsewhere(device: u64) -> Option<u32> {
+    let wanted = format!("{}:{}", libc::major(device), libc::minor(device));
+    let mut seen = std::collections::HashSet::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        // One look per namespace: every process of it lists the same mounts.
+        let Ok(namespace) = std::fs::read_link(entry.path().join("ns/mnt")) else { continue };
+        if !seen.insert(namespace) {
+            continue;
+        }
+        let Ok(mounts) = std::fs::read_to_string(entry.path().join("mountinfo")) else { continue };
+        if mounts.lines().any(|line| line.split(' ').nth(2) == Some(wanted.as_str())) {
+            return Some(pid);
+        }
+    }
+    None
 }
 
 /// The id of the process serving the shardfs mount at `mountpoint`, if it is one.

@@ -460,6 +460,23 @@ pub trait Store: Send + Sync + Debug {
     /// True when files can be opened for writing in place ([`Store::open_file`]) and appended to.
     fn can_append(&self) -> bool;
 
+    /// The fewest bytes of a version [`Store::put_extending`] can keep: it copies them inside the
+    /// store (an object store's server-side copy), so that a new version costs only its new
+    /// bytes on the network. `None`: this store cannot.
+    fn keeps_at_least(&self) -> Option<u64> {
+        None
+    }
+
+    /// Replaces the file at `key`, only while it is at version `over` ([`Error::Changed`]
+    /// otherwise, and when that version is gone), with its first `kept` bytes as they are in
+    /// `over`, copied inside the store, then `tail`; atomically and durably, as [`Store::put`].
+    /// `note`, when not empty, is stored with the version written in the same write (read back
+    /// with [`exchange::Exchange::note`]). Only where [`Store::keeps_at_least`] allows `kept`.
+    fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
+        let _ = (over, kept, tail, note);
+        Err(Error::Io { place: self.describe(key), source: io::Error::from(io::ErrorKind::Unsupported) })
+    }
+
     /// Where many machines writing this store take turns, when its own locks reach no further
     /// than this process and its server can make writes conditional (an object store).
     fn exchange(&self) -> Option<&dyn exchange::Exchange> {

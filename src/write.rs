@@ -1,9 +1,11 @@
 //! Writing shards without ever tearing one: every change to a shard is one [`commit`], under the
-//! shard's lock, by one of two strategies chosen by what the store can do.
+//! shard's lock, by one of three strategies chosen by what the store can do.
 //!
 //! - [`commit`]: one shard update under the shard's lock, tried again when another writer got there first.
 //! - [`apply`]: changes applied over the shard version read, and the choice of strategy.
 //! - [`append`]: new chunk bytes and a fresh index appended after the shard's end, journaled.
+//! - [`extend`]: the old chunk bytes copied inside the store, new chunks and a fresh index sent,
+//!   written atomically over the version read (object stores).
 //! - [`rewrite`]: a whole new shard written atomically over the version read.
 //! - [`shared_commit`]: commits into shards other machines write at once, taking turns through
 //!   a lease and folding the others' [`delta`]s in.
@@ -22,6 +24,7 @@ pub mod commit;
 pub mod delta;
 pub mod document;
 pub mod error;
+pub mod extend;
 pub mod journal;
 pub mod own_commits;
 pub mod pending;

@@ -109,6 +109,24 @@ impl ShardFs {
         }
     }
 
+    /// The whole current content of a chunk opened for writing, from whichever shard version is
+    /// newest: such a handle is bound to no version, so a version replaced while it was read (by
+    /// other machines' commits, however many) is no error to its writer, only a reason to read
+    /// the newest again.
+    fn newest_chunk_bytes(&self, node: &Node) -> Result<Vec<u8>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.chunk_bytes(node) {
+                Err(Error::Store(store::Error::Changed(why)) | Error::Stale(why)) if attempt < READS_OF_NEWEST => {
+                    log::debug!("{why}; reading the newest version");
+                    std::thread::sleep(store::backoff(attempt));
+                }
+                read => return read,
+            }
+        }
+    }
+
     /// Records a chunk's new state and commits its shard at once when the policy says so.
     fn publish(&self, array: &Arc<ShardedArray>, coords: &[u64], state: PendingChunk) -> Result<()> {
         let pending = self.pending()?;
@@ -134,7 +152,9 @@ impl ShardFs {
                 // chunk works on this very buffer.
                 let buffer = match self.ns_overlay_chunk(array, coords) {
                     Some(PendingChunk::Written(buffer)) => buffer,
-                    _ => Arc::new(RwLock::new(if mode.truncate { Vec::new() } else { self.chunk_bytes(&node)? })),
+                    _ => {
+                        Arc::new(RwLock::new(if mode.truncate { Vec::new() } else { self.newest_chunk_bytes(&node)? }))
+                    }
                 };
                 if mode.truncate {
                     buffer.write().clear();
@@ -691,6 +711,11 @@ impl ShardFs {
 }
 
 /// The error for writing the chunk key `name` outside the bounds of `array`.
+/// How often a chunk opened for writing is read again when the shard version read was replaced
+/// meanwhile: each try reads the newest, so only a shard replaced this often within the backoff
+/// (a few seconds in all) fails the open.
+const READS_OF_NEWEST: u32 = 12;
+
 fn outside(array: &ShardedArray, name: &str) -> Error {
     Error::Invalid(format!("{name}: chunk outside the bounds of {}", array.dir))
 }

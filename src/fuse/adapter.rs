@@ -67,13 +67,28 @@ pub fn errno(error: &Error) -> Errno {
     }
 }
 
+/// The errno of a failed operation, logged: a failure of the mount or its store (EIO, ENOSPC,
+/// ...) at warning level every time, since its caller sees only the errno and the log says why;
+/// an answer about what the caller asked (ENOENT, EEXIST, a stale handle the kernel opens again)
+/// only when asked for.
 fn fail(op: &str, error: &Error) -> Errno {
+    let errno = errno(error);
     match error {
         Error::NotFound => {}
         Error::Damaged(msg) => log::debug!("{op}: {msg}"),
-        other => log::info!("{op}: {other}"),
+        Error::NotADirectory
+        | Error::IsADirectory
+        | Error::ReadOnly
+        | Error::Invalid(_)
+        | Error::Exists
+        | Error::NotEmpty
+        | Error::CrossDevice
+        | Error::BadHandle
+        | Error::Stale(_)
+        | Error::Store(store::Error::Changed(_) | store::Error::NotFound(_)) => log::info!("{op}: {error}"),
+        other => log::warn!("{op}: {other} ({errno:?})"),
     }
-    errno(error)
+    errno
 }
 
 fn file_attr(ino: u64, attr: &Attr) -> FileAttr {

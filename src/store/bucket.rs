@@ -571,6 +571,18 @@ impl BucketStore {
                 self.put_verified(key, payload, PutOptions { mode, attributes, ..Default::default() })
             }
         };
+        self.uploaded(key, size, pieces, uploaded)
+    }
+
+    /// What an upload of `size` bytes to `key` did, known to the metadata cache: the version
+    /// stored, when the server named it. `pieces`: the bytes, kept as read when few.
+    fn uploaded(
+        &self,
+        key: &str,
+        size: u64,
+        pieces: &[&[u8]],
+        uploaded: Result<object_store::PutResult>,
+    ) -> Result<Option<Stamp>> {
         let put = match uploaded {
             Ok(put) => put,
             Err(e) => {
@@ -582,6 +594,7 @@ impl BucketStore {
         self.0.made_dirs.lock().retain(|d| !key.starts_with(&format!("{d}/")));
         if let Some(e_tag) = &put.e_tag
             && size <= KEPT_READ_BYTES as u64
+            && pieces.iter().map(|p| p.len() as u64).sum::<u64>() == size
         {
             // A document stored is read back at once (its array is looked at again): kept as read.
             self.0.reads_kept.lock().put(format!("{key}\0{e_tag}"), Bytes::from(pieces.concat()));
@@ -591,6 +604,29 @@ impl BucketStore {
         let stamp = head.as_ref().map(Head::stamp);
         self.0.metadata.stored(key, head);
         Ok(stamp)
+    }
+
+    /// [`Store::put_extending`] in the bucket: a multipart upload copying the bytes kept.
+    fn extend(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
+        self.writable(key)?;
+        let Some(multipart) = self.0.multipart.as_ref().filter(|m| m.completes_only_over()) else {
+            let why = "this server's uploads cannot be made conditional";
+            return Err(Error::Io {
+                place: self.describe(key),
+                source: io::Error::new(io::ErrorKind::Unsupported, why),
+            });
+        };
+        let e_tag = self.version_at(key, over)?.e_tag.ok_or_else(|| no_e_tag(&self.describe(key)))?;
+        let size = kept + tail.iter().map(|p| p.len() as u64).sum::<u64>();
+        let extended = self.block_on(multipart.extend(&self.path(key), &e_tag, kept, tail, note));
+        let extended = extended.map_err(|e| match e {
+            multipart::Failed::Refused => {
+                self.0.metadata.forget(key);
+                Error::Changed(self.describe(key))
+            }
+            multipart::Failed::Other(why) => Error::Io { place: self.describe(key), source: io::Error::other(why) },
+        });
+        self.uploaded(key, size, &[], extended)
     }
 
     /// Deletes the object at `key` (NotFound when there is none).
@@ -1027,6 +1063,15 @@ impl Store for BucketStore {
 
     fn can_append(&self) -> bool {
         false
+    }
+
+    fn keeps_at_least(&self) -> Option<u64> {
+        let multipart = self.0.multipart.as_ref()?;
+        multipart.completes_only_over().then_some(multipart::PART as u64)
+    }
+
+    fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
+        self.extend(key, over, kept, tail, note)
     }
 
     fn exchange(&self) -> Option<&dyn super::exchange::Exchange> {

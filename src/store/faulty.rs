@@ -153,6 +153,14 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.can_append()
     }
 
+    fn keeps_at_least(&self) -> Option<u64> {
+        self.inner.keeps_at_least()
+    }
+
+    fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
+        self.inner.put_extending(key, over, kept, tail, note)
+    }
+
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
         let file = self.inner.open_file(key, how)?;
         Ok(Box::new(FaultyFile { file, budget: self.budget.clone(), place: self.describe(key) }))

@@ -273,6 +273,14 @@ impl Store for ScratchInMemory {
         self.inner.can_append()
     }
 
+    fn keeps_at_least(&self) -> Option<u64> {
+        self.inner.keeps_at_least()
+    }
+
+    fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
+        self.inner.put_extending(key, over, kept, tail, note)
+    }
+
     fn exchange(&self) -> Option<&dyn super::exchange::Exchange> {
         self.inner.exchange()
     }

@@ -368,6 +368,14 @@ impl Store for UnlistedStore {
         self.inner.can_append()
     }
 
+    fn keeps_at_least(&self) -> Option<u64> {
+        self.inner.keeps_at_least()
+    }
+
+    fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
+        self.inner.put_extending(key, over, kept, tail, note)
+    }
+
     fn open_file(&self, key: &str, how: OpenHow) -> Result<Box<dyn OpenFile>> {
         self.inner.open_file(key, how)
     }

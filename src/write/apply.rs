@@ -2,6 +2,8 @@
 //! store allows: inner shards of a nested shard rebuilt whole, then
 //! - [`append`] (index at the end, on a store that [`Store::can_append`]): the new chunk bytes and
 //!   a fresh index appended after the shard's end, journaled;
+//! - [`extend`] (index at the end, on a store that copies inside itself, an object store): the
+//!   old version's chunk bytes copied by the store, the new chunk bytes and a fresh index sent;
 //! - [`rewrite`] (index at the start, a new shard, or a store that cannot append): a whole new
 //!   shard written with one atomic [`Store::put`] over the version read (or where there was none);
 //!
@@ -15,7 +17,7 @@ use std::collections::BTreeMap;
 use super::error::CommitError;
 use super::rewrite::Note;
 use super::shard::{Changes, Committed, Current, NestedChanges, Outcome};
-use super::{append, rewrite};
+use super::{append, extend, rewrite};
 use crate::format::shard_index::{IndexLocation, IndexSpec, ShardIndex};
 use crate::store::{self, Store};
 
@@ -145,6 +147,9 @@ pub(super) fn commit_over(
     }
     if spec.location == IndexLocation::End && store.can_append() {
         return append::append(store, key, &current, spec, changes);
+    }
+    if let Some(extended) = extend::extend(store, key, &current, spec, changes, note)? {
+        return Ok(extended);
     }
     let mut chunks = Vec::with_capacity(spec.entries as usize);
     for i in 0..spec.entries {

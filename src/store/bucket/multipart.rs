@@ -18,6 +18,8 @@
 //! the parts' MD5s, then `-` and their count; each part's MD5 is the ETag its upload answered,
 //! not hashed here: hashing each part before sending it held the parts back one after another).
 
+mod extend;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -71,6 +73,8 @@ pub struct Multipart {
     http: HttpClient,
     /// The bucket's URL, objects' paths below it.
     bucket_url: String,
+    /// The bucket's name, as a copy names its source.
+    bucket: String,
     region: String,
     /// The server refuses a completion over an object (`If-None-Match: *`), and one over another
     /// version (`If-Match`): asked once, by [`Multipart::probe`].
@@ -82,7 +86,13 @@ pub struct Multipart {
 
 impl Multipart {
     /// Uploads through `client` to the bucket at `bucket_url` in `region`.
-    pub fn new(client: Arc<AmazonS3>, bucket_url: &str, region: &str, signed: bool) -> Result<Self, String> {
+    pub fn new(
+        client: Arc<AmazonS3>,
+        bucket: &str,
+        bucket_url: &str,
+        region: &str,
+        signed: bool,
+    ) -> Result<Self, String> {
         let options = ClientOptions::new().with_allow_http(bucket_url.starts_with("http://"));
         let http = ReqwestConnector::default().connect(&options).map_err(|e| e.to_string())?;
         Ok(Multipart {
@@ -90,6 +100,7 @@ impl Multipart {
             client,
             http,
             bucket_url: bucket_url.trim_end_matches('/').to_string(),
+            bucket: bucket.to_string(),
             region: region.to_string(),
             creates: AtomicBool::new(false),
             updates: AtomicBool::new(false),
@@ -105,6 +116,13 @@ impl Multipart {
             Condition::ETag(_) => self.updates.load(Ordering::Relaxed),
         };
         size >= SMALLEST && honoured
+    }
+
+    /// True when the server refuses to complete an upload over another version than the one its
+    /// `If-Match` names (as [`Multipart::probe`] found): only then may a new version be made of
+    /// an old one's bytes ([`Multipart::extend`]).
+    pub fn completes_only_over(&self) -> bool {
+        self.updates.load(Ordering::Relaxed)
     }
 
     /// Asks the server, with uploads to `path` (where an object with ETag `e_tag` is), whether it
@@ -243,15 +261,34 @@ impl Multipart {
         body: &str,
         condition: Condition<'_>,
     ) -> Result<HttpRequest, Failed> {
+        let header = match condition {
+            Condition::None => None,
+            Condition::Absent => Some(("If-None-Match", "*")),
+            Condition::ETag(e_tag) => Some(("If-Match", e_tag)),
+        };
+        self.signed("POST", path, &[("uploadId", id)], header.as_slice(), body).await
+    }
+
+    /// A request of `method` about the object at `path`, with `query` and `headers`, signed as
+    /// object_store signs its own.
+    pub(super) async fn signed(
+        &self,
+        method: &str,
+        path: &Path,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<HttpRequest, Failed> {
         let mut url = url::Url::parse(&self.bucket_url).map_err(|e| Failed::Other(e.to_string()))?;
         url.path_segments_mut().map_err(|_| Failed::Other("a bucket URL with no path".into()))?.extend(path.parts());
-        url.query_pairs_mut().append_pair("uploadId", id);
-        let mut request = http::Request::builder().method("POST").uri(url.as_str());
-        request = match condition {
-            Condition::None => request,
-            Condition::Absent => request.header("If-None-Match", "*"),
-            Condition::ETag(e_tag) => request.header("If-Match", e_tag),
-        };
+        if !query.is_empty() {
+            // S3 takes `?uploads` with no value; an empty value is the same to it and to SigV4.
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let mut request = http::Request::builder().method(method).uri(url.as_str());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         let mut request: HttpRequest =
             request.body(Bytes::from(body.to_string()).into()).map_err(|e| Failed::Other(e.to_string()))?;
         if let Some(credentials) = &self.credentials {
@@ -261,6 +298,43 @@ impl Multipart {
                 .map_err(|e| Failed::Other(super::one_line(&e)))?;
         }
         Ok(request)
+    }
+
+    /// Sends the request `make` makes, again while the network or the server fails (5xx, or an
+    /// error in a 200's body): the status and the body of the first answer that is not such a
+    /// failure. For requests that may be sent twice.
+    pub(super) async fn send<F, R>(&self, make: F) -> Result<(u16, String), Failed>
+    where
+        F: Fn() -> R,
+        R: std::future::Future<Output = Result<HttpRequest, Failed>>,
+    {
+        let mut last = String::new();
+        for attempt in 0..super::TRIES as u32 {
+            if attempt > 0 {
+                tokio::time::sleep(crate::store::backoff(attempt)).await;
+            }
+            let reply = match self.http.execute(make().await?).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            let status = reply.status().as_u16();
+            match reply.into_body().bytes().await {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    match (status, tag(&text, "Code").as_deref()) {
+                        (500.., code) | (_, code @ Some("InternalError" | "SlowDown" | "ServiceUnavailable")) => {
+                            last = format!("{status}: {}", code.unwrap_or_default());
+                        }
+                        _ => return Ok((status, text)),
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(Failed::Other(last))
     }
 }
 
@@ -292,7 +366,7 @@ fn md5_of_e_tag(e_tag: &str) -> Option<Vec<u8>> {
 }
 
 /// The text of the first `<name>` element of an XML answer.
-fn tag(xml: &str, name: &str) -> Option<String> {
+pub(super) fn tag(xml: &str, name: &str) -> Option<String> {
     let open = format!("<{name}>");
     let start = xml.find(&open)? + open.len();
     let end = start + xml[start..].find(&format!("</{name}>"))?;

@@ -85,6 +85,19 @@ pub(super) fn is_answer(e: &object_store::Error) -> bool {
     )
 }
 
+/// True when the server answered 416 (Range Not Satisfiable). object_store keeps the status in
+/// an error type of its own it does not export: the error's sources are read for it.
+fn is_unsatisfiable(e: &object_store::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(e) = source {
+        if e.to_string().contains("status code: 416") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 impl BucketStore {
     fn timed_out(&self, key: &str, after: Duration) -> Error {
         let why = format!("no answer within {:.1} s", after.as_secs_f64());
@@ -224,6 +237,12 @@ impl BucketStore {
             Ok(reply) => reply,
             // The version opened is gone: as much a change as a newer ETag.
             Err(object_store::Error::NotFound { .. }) => {
+                self.0.metadata.forget(key);
+                return Err(Failed::Final(Error::Changed(self.describe(key))));
+            }
+            // A named version's range the server will not serve: a server that looks at Range
+            // before If-Match (MinIO did) answers so for a version replaced by a shorter one.
+            Err(e) if is_unsatisfiable(&e) => {
                 self.0.metadata.forget(key);
                 return Err(Failed::Final(Error::Changed(self.describe(key))));
             }

@@ -111,7 +111,7 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
         .build()
         .map_err(|e| format!("{url}: {}", super::one_line(&e)))?;
     let objects = Arc::new(objects);
-    let multipart = Multipart::new(objects.clone(), &bucket_url, &region, !options.no_sign_request)
+    let multipart = Multipart::new(objects.clone(), bucket, &bucket_url, &region, !options.no_sign_request)
         .map_err(|e| format!("{url}: {e}"))?;
     let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
     let store = BucketStore::new(objects, prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
