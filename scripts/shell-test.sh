@@ -12,7 +12,9 @@ twin=tests/data/golden/unsharded
 work=$(mktemp -d -t shardfs-shell.XXXXXX)
 mnt=$work/mnt
 mkdir "$mnt"
+holder=
 cleanup() {
+  if [ -n "$holder" ]; then kill "$holder" 2>/dev/null; fi
   for m in "$mnt" "$work/full/mnt" "$work/blz"; do
     if mountpoint -q "$m"; then "$bin" unmount "$m" 2>/dev/null || umount -l "$m"; fi
   done
@@ -84,6 +86,21 @@ if mount -t tmpfs -o size=1m tmpfs "$full" 2>/dev/null; then
 else
   echo "skip full-disk checks: cannot mount a tmpfs (not root?)"
 fi
+
+# A mount namespace made after the mount (unshare -m, a container) holds a copy of it: unmount
+# here succeeds and says so, and the daemon serves the copy until that namespace lets it go.
+check "mount, then a namespace that copies it" "$bin" mount --read-only "$store" "$mnt"
+daemon=$(pgrep -f "shardfs mount .* $mnt\$" | head -1)
+unshare -m --propagation private sleep 60 &
+holder=$!
+for _ in $(seq 100); do grep -q " $mnt " "/proc/$holder/mountinfo" 2>/dev/null && break; sleep 0.05; done
+check "unmount with a copy elsewhere succeeds and says so" bash -c \
+  "$bin unmount $mnt 2>$work/unmount.err && grep -q 'unmounted here' $work/unmount.err"
+check "nothing left mounted here" bash -c "! mountpoint -q $mnt"
+check "the daemon serves the copy" kill -0 "$daemon"
+kill "$holder"; wait "$holder" 2>/dev/null
+check "the daemon ends once the copy is gone" bash -c \
+  "for _ in \$(seq 200); do kill -0 $daemon 2>/dev/null || exit 0; sleep 0.05; done; exit 1"
 
 # BLZ data (tests/data/blz): Bloscpack files and bcolz directories with no zarr.json, mounted
 # read-only whatever is asked; chunk files are the stored blosc buffers.
