@@ -3,7 +3,7 @@
 //! atomic per key, and which keeps user metadata): nothing committed is lost, the turn-taking
 //! objects are gone afterwards, a delta a stored shard already holds is never folded again over
 //! newer chunks, a delta left waiting is folded before the changes of the commit that finds it,
-//! a damaged delta is left out, and an expired lease is taken over.
+//! a damaged delta is left out and its writer told so, and an expired lease is taken over.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Barrier};
@@ -133,7 +133,34 @@ fn a_waiting_delta_is_folded_before_the_changes_of_the_commit_that_finds_it_and_
     let chunks = read_shard(&bucket);
     assert_eq!(chunks[1].as_deref(), Some(&[1; 5][..]), "the waiting delta is folded");
     assert_eq!(chunks[2].as_deref(), Some(&[2; 5][..]), "the committer's own change comes last");
-    assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+    // The damaged delta is gone, and a marker tells its writer why.
+    assert_eq!(exchange_objects(&bucket), vec![format!("p/{}", delta_key("rejected-delta-2"))]);
+    assert!(!store.exchange().unwrap().note(KEY).unwrap().unwrap().1.contains("delta-2"));
+}
+
+#[test]
+fn a_waiter_whose_delta_was_damaged_on_the_way_is_told_its_commit_failed() {
+    let bucket = Arc::new(InMemory::new());
+    put_object(&bucket, &delta_key("lease"), b"holder-other".to_vec());
+    let waiter = {
+        let store = machine(&bucket);
+        std::thread::spawn(move || commit_levels(&store, KEY, &[spec()], &changes(&[(4, vec![4; 9])])))
+    };
+    let start = std::time::Instant::now();
+    let delta = loop {
+        if let Some(name) = exchange_objects(&bucket).into_iter().find(|k| k.contains("/delta-")) {
+            break name;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "no delta uploaded");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // Its bytes damaged in the bucket, then the lease given up: the waiter folds its own delta.
+    put_object(&bucket, delta.strip_prefix("p/").unwrap(), b"shardfs delta 1\n\x05".to_vec());
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime.block_on(bucket.delete(&Path::from(format!("p/{}", delta_key("lease"))))).unwrap();
+    let failed = waiter.join().unwrap().expect_err("a rejected delta is no commit");
+    assert!(failed.to_string().contains("not committed"), "{failed}");
+    assert_eq!(exchange_objects(&bucket), Vec::<String>::new(), "its marker is removed once read");
 }
 
 #[test]

@@ -37,7 +37,7 @@ use super::delta;
 use super::error::CommitError;
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
-use crate::format::shard_index::IndexSpec;
+use crate::format::shard_index::{IndexLocation, IndexSpec};
 use crate::store::exchange::{EXCHANGE_DIR, Exchange};
 use crate::store::{self, Store, join, lock};
 
@@ -45,6 +45,8 @@ use crate::store::{self, Store, join, lock};
 const LEASE: &str = "lease";
 /// How a delta's name starts.
 const DELTA: &str = "delta-";
+/// How the name of the marker of a rejected delta starts (then the delta's name).
+const REJECTED: &str = "rejected-";
 /// A lease whose version has not changed for this long is taken over: its holder died or stalled.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a waiter asks whether its delta was folded.
@@ -73,7 +75,10 @@ pub fn commit(
     });
     match taken? {
         Some(tag) => turns.hold(Lease { tag, renewed: Instant::now() }, Some(changes), Some(seen)),
-        None => turns.wait(changes),
+        None => match seen {
+            Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
+            _ => turns.wait(changes),
+        },
     }
 }
 
@@ -128,6 +133,32 @@ impl Turns<'_> {
         result
     }
 
+    /// True when a commit over `current` sends only its own chunks ([`super::extend`]): the
+    /// store copies what it keeps, and the shard is big enough for it.
+    fn extends(&self, current: &Current) -> bool {
+        let spec = &self.specs[0];
+        spec.location == IndexLocation::End
+            && self.store.keeps_at_least().is_some_and(|least| current.len() >= least + spec.encoded_len())
+    }
+
+    /// Waits for the lease and commits `changes` under it: where the shard is extended, a
+    /// commit's chunks cross the network once this way, where a delta would send them twice (as
+    /// the delta, then inside the holder's version).
+    fn queue(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
+        log::info!("{}: its lease is held; waiting for its turn", self.store.describe(self.key));
+        let holder = unique_name("holder-").into_bytes();
+        let mut seen = None;
+        let mut polls = 0u32;
+        loop {
+            polls += 1;
+            std::thread::sleep(POLL + store::backoff(polls.min(2)));
+            if let Some(tag) = self.take_turn(&holder, &mut seen)? {
+                self.exchange.forget(self.key);
+                return self.hold(Lease { tag, renewed: Instant::now() }, Some(changes), None);
+            }
+        }
+    }
+
     /// Uploads `changes` as a delta and waits until a stored shard version holds it, taking the
     /// lease when it is free or expired.
     fn wait(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
@@ -137,36 +168,62 @@ impl Turns<'_> {
         if self.exchange.create(&delta_key, &delta::encode(changes))?.is_none() {
             return Err(store::Error::Changed(self.store.describe(&delta_key)).into());
         }
-        let lease = self.lease();
         let holder = unique_name("holder-").into_bytes();
-        let mut seen: Option<(String, Instant)> = None;
+        let mut seen = None;
         let mut polls = 0u32;
         loop {
             polls += 1;
             std::thread::sleep(POLL + store::backoff(polls.min(2)));
             if self.exchange.tag(&delta_key)?.is_none() {
                 self.exchange.forget(self.key);
-                return Ok(Outcome::Rewritten.into());
+                return self.folded(&name);
             }
-            let taken = match self.exchange.tag(&lease)? {
-                None => self.exchange.create(&lease, &holder)?,
-                Some(tag) => match &seen {
-                    Some((old, since)) if *old == tag && since.elapsed() >= LEASE_TIMEOUT => {
-                        log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
-                        self.exchange.replace(&lease, &holder, &tag)?
-                    }
-                    Some((old, _)) if *old == tag => None,
-                    _ => {
-                        seen = Some((tag, Instant::now()));
-                        None
-                    }
-                },
-            };
-            if let Some(tag) = taken {
-                let mut committed = self.hold(Lease { tag, renewed: Instant::now() }, None, None)?;
-                committed.replaced = None;
+            if let Some(tag) = self.take_turn(&holder, &mut seen)? {
+                self.hold(Lease { tag, renewed: Instant::now() }, None, None)?;
                 self.exchange.forget(self.key);
-                return Ok(committed);
+                // A holder taken over mid-fold may not have reached this delta: it is done only
+                // once it is gone.
+                if self.exchange.tag(&delta_key)?.is_none() {
+                    return self.folded(&name);
+                }
+            }
+        }
+    }
+
+    /// Takes the lease when it is free, or when it has not changed for [`LEASE_TIMEOUT`] since
+    /// first `seen` (its holder died or stalled): its tag, `None` when another holds it.
+    fn take_turn(&self, holder: &[u8], seen: &mut Option<(String, Instant)>) -> Result<Option<String>, CommitError> {
+        let lease = self.lease();
+        Ok(match self.exchange.tag(&lease)? {
+            None => self.exchange.create(&lease, holder)?,
+            Some(tag) => match seen {
+                Some((old, since)) if *old == tag && since.elapsed() >= LEASE_TIMEOUT => {
+                    log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
+                    self.exchange.replace(&lease, holder, &tag)?
+                }
+                Some((old, _)) if *old == tag => None,
+                _ => {
+                    *seen = Some((tag, Instant::now()));
+                    None
+                }
+            },
+        })
+    }
+
+    /// What became of delta `name`, now gone: folded into a stored version, or rejected by the
+    /// holder that read it (its bytes were damaged, or made for another layout), which leaves a
+    /// marker saying why.
+    fn folded(&self, name: &str) -> Result<Committed, CommitError> {
+        let marker = join(&self.dir, &format!("{REJECTED}{name}"));
+        match self.exchange.read(&marker)? {
+            None => Ok(Outcome::Rewritten.into()),
+            Some(why) => {
+                let _ = self.exchange.remove(&marker);
+                Err(CommitError::Damaged(format!(
+                    "{}: {}; its chunks were not committed",
+                    self.store.describe(&join(&self.dir, name)),
+                    String::from_utf8_lossy(&why)
+                )))
             }
         }
     }
@@ -228,19 +285,29 @@ impl Turns<'_> {
             read.extend(more);
             read.retain(|name, _| fresh.contains(name));
             let mut merged = NestedChanges::new();
+            let mut rejected = Vec::new();
             for (name, bytes) in &read {
                 match delta::decode(bytes, self.specs) {
                     Ok(changes) => merged.extend(changes),
                     Err(why) => {
-                        log::error!("{}: {why}; left out of the shard", self.store.describe(&join(&self.dir, name)))
+                        log::error!(
+                            "{}: {why}; left out of the shard, and its writer told so",
+                            self.store.describe(&join(&self.dir, name))
+                        );
+                        rejected.push((name.clone(), why));
                     }
                 }
             }
             if let Some(own) = own {
                 merged.extend(own.iter().map(|(path, c)| (path.clone(), c.as_deref().map(Cow::Borrowed))));
             }
-            let folded: Vec<&str> =
-                deltas.iter().copied().filter(|n| held.contains(*n) || read.contains_key(*n)).collect();
+            // A rejected delta is in no version's note: it is removed once its marker is stored.
+            let is_rejected = |n: &str| rejected.iter().any(|(r, _)| r == n);
+            let folded: Vec<&str> = deltas
+                .iter()
+                .copied()
+                .filter(|n| held.contains(*n) || (read.contains_key(*n) && !is_rejected(n)))
+                .collect();
             // Listed again while the shard goes up (no round trip of its own): deltas that landed
             // meanwhile keep this holder on for another round.
             let mut arrived = false;
@@ -282,9 +349,21 @@ impl Turns<'_> {
                 deltas.len(),
                 if own.is_some() { " and this mount's own changes" } else { "" }
             );
+            // A rejected delta is removed once the marker that tells its writer so is stored (or
+            // was, by a holder before); one whose marker failed is read again next round.
+            let marked = at_once(&rejected, |(name, why)| {
+                self.exchange.create(&join(&self.dir, &format!("{REJECTED}{name}")), why.as_bytes())
+            });
+            let removable: Vec<&str> = rejected
+                .iter()
+                .zip(marked)
+                .filter(|(_, marked)| marked.is_ok())
+                .map(|((name, _), _)| name.as_str())
+                .chain(folded.iter().copied())
+                .collect();
             // Held by the version just written (or the one read): one left is removed by the next
             // holder.
-            for removed in at_once(&folded, |name| self.exchange.remove(&join(&self.dir, name))) {
+            for removed in at_once(&removable, |name| self.exchange.remove(&join(&self.dir, name))) {
                 if let Err(e) = removed {
                     log::warn!("{e}; the next commit of the shard removes it");
                 }
@@ -300,7 +379,7 @@ impl Turns<'_> {
             // Others committing now likely have more deltas on the way: while there were some
             // this round, or some landed during its PUT, the holder goes on, sparing the next one
             // its lease and reads.
-            if deltas.len() == folded.len() && read.is_empty() && !arrived {
+            if deltas.len() == removable.len() && read.is_empty() && !arrived {
                 return Ok(last.expect("set above"));
             }
             if let Some(held) = lease.as_ref().filter(|held| held.renewed.elapsed() >= LEASE_TIMEOUT / 4) {
