@@ -22,7 +22,12 @@ from the bucket directly and comparing it with what was written:
 - eight: eight mounts of the bucket (eight daemons) writing the 256 tiles of an existing array at
   once, tile i through mount i % 8 (every shard written by all eight), against `region`'s one
   mount; direct: eight clients;
-- sixteen: the same through sixteen mounts.
+- sixteen: the same through sixteen mounts;
+- wide: a new 6144x6144 uint16 array of 576 tiles of random values (256x256 zstd chunks of about
+  128 KiB, 2048x2048 shards: 9 shards of 64 chunks, 8 MiB each) written through one mount;
+- wide8: the same tiles through eight mounts at once, each writing one eighth of every shard (row
+  i % 8 of each shard's tiles through mount i % 8), against `wide`'s one mount;
+- wide16: the same through sixteen mounts, each half a row of every shard.
 
 Writers: zarr-python 3 on the bucket directly (obstore; it writes shards, so a tile rewritten is a
 shard read and rewritten); zarr-python through a writable shardfs mount of the same sharded
@@ -237,8 +242,19 @@ def tile_slices(i, j):
 
 
 TILES = [(i, j) for i in range(16) for j in range(16)]
-# The workloads of many mounts at once, and how many.
-MANY = {"eight": 8, "sixteen": 16}
+# The wide workloads' tiles: 24x24 (9 shards of 8x8 tiles).
+WIDE_TILES = [(i, j) for i in range(24) for j in range(24)]
+# The workloads of many mounts at once, and how many; each is compared with the one-mount workload
+# that writes the same tiles.
+MANY = {"eight": 8, "sixteen": 16, "wide8": 8, "wide16": 16}
+ONE_MOUNT = {"eight": "region", "sixteen": "region", "wide8": "wide", "wide16": "wide"}
+WIDE = ("wide", "wide8", "wide16")
+
+
+def wide_writer(tile, mounts):
+    """Which of `mounts` writes `tile` in the wide workloads: an equal share of every shard's rows."""
+    i, j = tile
+    return (i % 8) * mounts // 8 + (j % 8) * max(mounts // 8, 1) // 8
 
 
 def main():
@@ -248,7 +264,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="bulk is SCALE x 256 MiB")
     parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,mountpoint,plain")
-    parser.add_argument("--workloads", default="bulk,tiles,append,region,eight,sixteen")
+    parser.add_argument("--workloads", default="bulk,tiles,append,region,eight,sixteen,wide,wide8,wide16")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="", help="more flags for the shardfs mounts, one string")
     parser.add_argument("--connection-mbs", type=float, default=20.0,
@@ -277,10 +293,13 @@ def main():
     bulk = np.arange(n, dtype="float32")
     tiles = rng.integers(0, 256, size=(4096, 4096), dtype="uint8")
     rewritten = rng.integers(0, 256, size=(4096, 4096), dtype="uint8")
+    wide = rng.integers(0, 65536, size=(6144, 6144), dtype="uint16")
     per_append = 1 << 20
     appends = np.arange(64 * per_append, dtype="float32") * 0.5
     order = TILES[:]
     random.Random(40).shuffle(order)
+    wide_order = WIDE_TILES[:]
+    random.Random(40).shuffle(wide_order)
     prefixes = iter(range(1_000_000))
 
     def new_prefix(name):
@@ -293,11 +312,12 @@ def main():
         shape, chunks, shards, dtype, compressors = {
             "bulk": (bulk.shape, (1 << 20,), (16 << 20,), "float32", None),
             "append": ((0,), (1 << 20,), (16 << 20,), "float32", None),
+            **{k: ((6144, 6144), (256, 256), (2048, 2048), "uint16", zarr.codecs.ZstdCodec()) for k in WIDE},
         }.get(kind, ((4096, 4096), (256, 256), (2048, 2048), "uint8", zarr.codecs.ZstdCodec()))
-        name = {"bulk": "b", "append": "a"}.get(kind, "t")
+        name = {"bulk": "b", "append": "a", **{k: "w" for k in WIDE}}.get(kind, "t")
         arr = zarr.create_array(store, name=name, shape=shape, chunks=chunks, shards=shards if sharded_here else None,
                                 dtype=dtype, compressors=compressors, fill_value=0)
-        if kind == "region" or kind in MANY:
+        if kind == "region" or kind in ("eight", "sixteen"):
             arr[...] = tiles
 
     def prepare(place, kind, prefix, sharded_here):
@@ -311,15 +331,17 @@ def main():
             upload_twin(endpoint, prefix, twin)
             shutil.rmtree(twin)
 
-    def write_tiles(arr_for, picks, per_shard):
-        """Writes each pick's tile with 8 threads; with `per_shard`, one tile of a shard at a time
-        (zarr-python rewrites a shard to write a tile of it: two at once would lose one)."""
-        locks = {(i, j): threading.Lock() for i in range(2) for j in range(2)}
+    def write_tiles(arr_for, picks, per_shard, source=None):
+        """Writes each pick's tile of `source` (`rewritten` unless told) with 8 threads; with
+        `per_shard`, one tile of a shard at a time (zarr-python rewrites a shard to write a tile of
+        it: two at once would lose one)."""
+        source = rewritten if source is None else source
+        locks = {(i, j): threading.Lock() for i in range(3) for j in range(3)}
 
         def one(t):
             i, j = t[1]
             with locks[(i // 8, j // 8)] if per_shard else contextlib.nullcontext():
-                arr_for(t)[tile_slices(i, j)] = rewritten[tile_slices(i, j)]
+                arr_for(t)[tile_slices(i, j)] = source[tile_slices(i, j)]
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(one, enumerate(picks)))
@@ -336,6 +358,10 @@ def main():
         elif kind == "region":
             arr = zarr.open_array(store, path="t", mode="r+")
             write_tiles(lambda t: arr, order, per_shard)
+        elif kind in WIDE:
+            count = MANY.get(kind, 1)
+            arrays = [zarr.open_array(store_of(k), path="w", mode="r+") for k in range(count)]
+            write_tiles(lambda t: arrays[wide_writer(t[1], count)], wide_order, per_shard, wide)
         elif kind in MANY:
             arrays = [zarr.open_array(store_of(k), path="t", mode="r+") for k in range(MANY[kind])]
             write_tiles(lambda t: arrays[t[0] % len(arrays)], order, per_shard)
@@ -343,7 +369,8 @@ def main():
     def verify(place, kind, prefix):
         store = place.store(prefix, proxied=False)
         name, want = {"bulk": ("b", bulk), "tiles": ("t", tiles), "append": ("a", appends),
-                      "region": ("t", rewritten), "eight": ("t", rewritten), "sixteen": ("t", rewritten)}[kind]
+                      "region": ("t", rewritten), "eight": ("t", rewritten), "sixteen": ("t", rewritten),
+                      **{k: ("w", wide) for k in WIDE}}[kind]
         got = zarr.open_array(store, path=name, mode="r")[...]
         return got.shape == want.shape and np.array_equal(got, want)
 
@@ -426,7 +453,10 @@ def main():
         remove_unless_mounted(work)
     # What the many mounts' tiles are as stored: each tile zstd-compressed as the array's codec does.
     zstd = numcodecs.Zstd(level=0)
-    compressed_mib = sum(len(zstd.encode(np.ascontiguousarray(rewritten[tile_slices(i, j)]))) for i, j in TILES) / MIB
+    compressed_mib = {
+        "region": sum(len(zstd.encode(np.ascontiguousarray(rewritten[tile_slices(i, j)]))) for i, j in TILES) / MIB,
+        "wide": sum(len(zstd.encode(np.ascontiguousarray(wide[tile_slices(i, j)]))) for i, j in WIDE_TILES) / MIB,
+    }
     publish(report(args, [p.label for p in places], workloads, writers, results, failed, compressed_mib), args.out)
     return 0
 
@@ -457,7 +487,10 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
             "append": "append: 64 appends to a sharded array",
             "region": "region: 256 tiles rewritten, 8 threads",
             "eight": "eight: 256 tiles rewritten through 8 mounts at once",
-            "sixteen": "sixteen: 256 tiles rewritten through 16 mounts at once"}
+            "sixteen": "sixteen: 256 tiles rewritten through 16 mounts at once",
+            "wide": "wide: new 6144x6144 uint16, 576 zstd tiles of ~128 KiB, 8 MiB shards, one mount",
+            "wide8": "wide8: the same through 8 mounts at once, each an eighth of every shard",
+            "wide16": "wide16: the same through 16 mounts at once, each a sixteenth of every shard"}
     lines = ["s3s-fs behind scripts/latency_proxy.py"
              + (f", each connection paced to {args.connection_mbs:g} MB/s" if args.connection_mbs else ", unpaced")
              + f"; median of {args.runs} run(s), each on a fresh mount and prefix, verified by reading the "
@@ -496,11 +529,16 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
                 lines.append(f"- {where}, {kind}: plain chunk files / direct = {p[0] / d[0]:.2f}x, "
                              f"shardfs / plain chunk files = {s[0] / p[0]:.2f}x")
         for kind in MANY:
-            if (kind, "shardfs", where) in median and ("region", "shardfs", where) in median:
-                e, r = median[(kind, "shardfs", where)], median[("region", "shardfs", where)]
-                lines.append(f"- {where}: {kind} mounts / one mount writing the same tiles = {e[0] / r[0]:.2f}x the "
-                             f"time; they sent {e[2] / compressed_mib:.2f}x the compressed bytes of the tiles "
-                             f"({compressed_mib:.1f} MiB)")
+            one = ONE_MOUNT[kind]
+            if (kind, "shardfs", where) in median and (one, "shardfs", where) in median:
+                e, r = median[(kind, "shardfs", where)], median[(one, "shardfs", where)]
+                mib = compressed_mib[one]
+                lines.append(f"- {where}: {kind} mounts / one mount writing the same tiles ({one}) = "
+                             f"{e[0] / r[0]:.2f}x the time; they sent {e[2] / mib:.2f}x the compressed bytes of "
+                             f"the tiles ({mib:.1f} MiB), one mount {r[2] / mib:.2f}x")
+                if (kind, "rclone", where) in median:
+                    lines.append(f"- {where}: {kind} rclone mounts / shardfs mounts = "
+                                 f"{median[(kind, 'rclone', where)][0] / e[0]:.2f}x the time")
     return lines
 
 

@@ -460,18 +460,19 @@ pub trait Store: Send + Sync + Debug {
     /// True when files can be opened for writing in place ([`Store::open_file`]) and appended to.
     fn can_append(&self) -> bool;
 
-    /// The fewest bytes of a version [`Store::put_extending`] can keep: it copies them inside the
-    /// store (an object store's server-side copy), so that a new version costs only its new
-    /// bytes on the network. `None`: this store cannot.
-    fn keeps_at_least(&self) -> Option<u64> {
-        None
+    /// Whether [`Store::put_extending`] can make a new version of a file that keeps its first
+    /// `kept` bytes: it copies them inside the store (an object store's server-side copy), so
+    /// that a new version costs only its new bytes on the network.
+    fn can_keep(&self, kept: u64) -> bool {
+        let _ = kept;
+        false
     }
 
     /// Replaces the file at `key`, only while it is at version `over` ([`Error::Changed`]
     /// otherwise, and when that version is gone), with its first `kept` bytes as they are in
     /// `over`, copied inside the store, then `tail`; atomically and durably, as [`Store::put`].
     /// `note`, when not empty, is stored with the version written in the same write (read back
-    /// with [`exchange::Exchange::note`]). Only where [`Store::keeps_at_least`] allows `kept`.
+    /// with [`exchange::Exchange::note`]). Only where [`Store::can_keep`] allows `kept`.
     fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
         let _ = (over, kept, tail, note);
         Err(Error::Io { place: self.describe(key), source: io::Error::from(io::ErrorKind::Unsupported) })

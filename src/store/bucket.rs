@@ -606,15 +606,19 @@ impl BucketStore {
         Ok(stamp)
     }
 
-    /// [`Store::put_extending`] in the bucket: a multipart upload copying the bytes kept.
+    /// [`Store::can_keep`] in the bucket: S3 copies parts of 5 MiB or more of a version, where
+    /// its completions are conditional.
+    fn keeps(&self, kept: u64) -> bool {
+        self.0.multipart.as_ref().is_some_and(|m| m.completes_only_over() && kept >= multipart::PART as u64)
+    }
+
+    /// [`Store::put_extending`] in the bucket: a multipart upload copying the bytes kept (S3).
     fn extend(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
         self.writable(key)?;
         let Some(multipart) = self.0.multipart.as_ref().filter(|m| m.completes_only_over()) else {
-            let why = "this server's uploads cannot be made conditional";
-            return Err(Error::Io {
-                place: self.describe(key),
-                source: io::Error::new(io::ErrorKind::Unsupported, why),
-            });
+            let why = "this server cannot extend a version of an object";
+            let source = io::Error::new(io::ErrorKind::Unsupported, why);
+            return Err(Error::Io { place: self.describe(key), source });
         };
         let e_tag = self.version_at(key, over)?.e_tag.ok_or_else(|| no_e_tag(&self.describe(key)))?;
         let size = kept + tail.iter().map(|p| p.len() as u64).sum::<u64>();
@@ -1065,9 +1069,8 @@ impl Store for BucketStore {
         false
     }
 
-    fn keeps_at_least(&self) -> Option<u64> {
-        let multipart = self.0.multipart.as_ref()?;
-        multipart.completes_only_over().then_some(multipart::PART as u64)
+    fn can_keep(&self, kept: u64) -> bool {
+        self.keeps(kept)
     }
 
     fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {

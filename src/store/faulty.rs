@@ -153,8 +153,8 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.can_append()
     }
 
-    fn keeps_at_least(&self) -> Option<u64> {
-        self.inner.keeps_at_least()
+    fn can_keep(&self, kept: u64) -> bool {
+        self.inner.can_keep(kept)
     }
 
     fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {

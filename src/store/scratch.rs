@@ -273,8 +273,8 @@ impl Store for ScratchInMemory {
         self.inner.can_append()
     }
 
-    fn keeps_at_least(&self) -> Option<u64> {
-        self.inner.keeps_at_least()
+    fn can_keep(&self, kept: u64) -> bool {
+        self.inner.can_keep(kept)
     }
 
     fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {

@@ -1,8 +1,8 @@
 //! The extend commit strategy, for shards with the index at the end on stores that copy inside
-//! themselves ([`Store::keeps_at_least`]: S3's multipart copy): the new version is the old
-//! version's chunk bytes, copied by the store without crossing the network, then the new chunks
-//! and a fresh index, written with one atomic [`Store::put_extending`] only over the version
-//! read. What a commit sends is its own chunks and an index, whatever the shard's size.
+//! themselves ([`Store::can_keep`]: S3's multipart copy): the new version is the old version's
+//! chunk bytes, copied by the store without crossing the network, then the new chunks and a
+//! fresh index, written with one atomic [`Store::put_extending`] only over the version read.
+//! What a commit sends is its own chunks and an index, whatever the shard's size.
 //!
 //! Every version is one valid shard that any Zarr reader reads; the chunk bytes it no longer
 //! indexes (chunks replaced or emptied since) are unused space. A commit that would leave more
@@ -31,12 +31,7 @@ pub(super) fn extend(
     changes: &Changes,
     note: Option<Note>,
 ) -> Result<Option<Committed>, CommitError> {
-    let Some(least) = store.keeps_at_least() else { return Ok(None) };
-    if spec.location != IndexLocation::End {
-        return Ok(None);
-    }
-    // The old index is not kept: it is the version's last bytes.
-    let Some(kept) = current.len().checked_sub(spec.encoded_len()) else { return Ok(None) };
+    let Some(kept) = kept(store, spec, current.len()) else { return Ok(None) };
     let mut tail: Vec<&[u8]> = Vec::new();
     let (mut end, mut live) = (kept, 0);
     let mut entries = Vec::with_capacity(current.entries.len());
@@ -62,7 +57,7 @@ pub(super) fn extend(
     let index = spec.encode(&entries);
     let len = end + index.len() as u64;
     let unused = len - live - index.len() as u64;
-    if kept < least || unused as f64 > MOST_UNUSED * len as f64 {
+    if unused as f64 > MOST_UNUSED * len as f64 {
         return Ok(None);
     }
     tail.push(&index);
@@ -80,4 +75,12 @@ pub(super) fn extend(
         replaced: Some((current.stamp(), stamp)),
         written: Some(Written { stamp, len, index: Arc::new(index) }),
     }))
+}
+
+/// How many of the first bytes of a shard of `len` bytes laid out as `spec` says a commit keeps
+/// by extending it: its chunk bytes (the old index is its last bytes); `None`: the store cannot
+/// extend it.
+pub(super) fn kept(store: &dyn Store, spec: &IndexSpec, len: u64) -> Option<u64> {
+    let chunks = len.checked_sub(spec.encoded_len())?;
+    (spec.location == IndexLocation::End && store.can_keep(chunks)).then_some(chunks)
 }

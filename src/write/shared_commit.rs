@@ -37,7 +37,7 @@ use super::delta;
 use super::error::CommitError;
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
-use crate::format::shard_index::{IndexLocation, IndexSpec};
+use crate::format::shard_index::IndexSpec;
 use crate::store::exchange::{EXCHANGE_DIR, Exchange};
 use crate::store::{self, Store, join, lock};
 
@@ -136,9 +136,7 @@ impl Turns<'_> {
     /// True when a commit over `current` sends only its own chunks ([`super::extend`]): the
     /// store copies what it keeps, and the shard is big enough for it.
     fn extends(&self, current: &Current) -> bool {
-        let spec = &self.specs[0];
-        spec.location == IndexLocation::End
-            && self.store.keeps_at_least().is_some_and(|least| current.len() >= least + spec.encoded_len())
+        super::extend::kept(self.store, &self.specs[0], current.len()).is_some()
     }
 
     /// Waits for the lease and commits `changes` under it: where the shard is extended, a
