@@ -3,7 +3,8 @@
 //! atomic per key, and which keeps user metadata): nothing committed is lost, the turn-taking
 //! objects are gone afterwards, a delta a stored shard already holds is never folded again over
 //! newer chunks, a delta left waiting is folded before the changes of the commit that finds it,
-//! a damaged delta is left out and its writer told so, and an expired lease is taken over.
+//! a damaged delta is left out and its writer told so, an expired lease is taken over, and
+//! deltas fold in the order the server stored them, whatever their names say.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Barrier};
@@ -193,4 +194,19 @@ fn more_deltas_than_one_note_names_are_folded_in_rounds_each_note_within_s3s_lim
     let (_, note) = store.exchange().unwrap().note(KEY).unwrap().unwrap();
     assert!(note.len() <= 2048 - 32, "a note of {} bytes", note.len());
     assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+}
+
+#[test]
+fn deltas_fold_in_the_order_the_server_stored_them_not_by_their_writers_clocks() {
+    let bucket = Arc::new(InMemory::new());
+    let store = machine(&bucket);
+    // A machine whose clock runs fast named its delta for the future; the later one, stored
+    // after it by a machine with a true clock, wins.
+    put_object(&bucket, &delta_key("delta-09999999999999999999-0"), delta::encode(&changes(&[(6, vec![1; 4])])));
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    put_object(&bucket, &delta_key("delta-00000000000000000001-0"), delta::encode(&changes(&[(6, vec![2; 4])])));
+    commit_levels(&store, KEY, &[spec()], &changes(&[(7, vec![7; 4])])).unwrap();
+    let chunks = read_shard(&bucket);
+    assert_eq!(chunks[6].as_deref(), Some(&[2; 4][..]), "the delta stored last is folded last");
+    assert_eq!(chunks[7].as_deref(), Some(&[7; 4][..]));
 }

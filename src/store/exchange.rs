@@ -6,11 +6,21 @@
 //!
 //! Keys are the store's own keys below [`EXCHANGE_DIR`], which no reader of the data looks at.
 
+use std::time::SystemTime;
+
 use super::{PutMode, Result, Stamp};
 
 /// The directory of the objects writers take turns with (below the private directory, which the
 /// view never shows and Zarr readers never open).
 pub const EXCHANGE_DIR: &str = "__shardfs/exchange";
+
+/// A file of an exchange directory as listed: its name, and when it was stored by the server's
+/// clock (one clock for every machine, where theirs may disagree).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub stored: SystemTime,
+}
 
 /// The conditional primitives of a store many machines write at once (an object store).
 pub trait Exchange: Send + Sync {
@@ -28,8 +38,8 @@ pub trait Exchange: Send + Sync {
     /// The bytes at `key` now; `None`: nothing there.
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>>;
 
-    /// The names of the files directly in directory `dir` as the server lists them now.
-    fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// The files directly in directory `dir` as the server lists them now.
+    fn list(&self, dir: &str) -> Result<Vec<Listed>>;
 
     /// Removes `key`; nothing there is no error.
     fn remove(&self, key: &str) -> Result<()>;

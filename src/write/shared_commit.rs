@@ -38,7 +38,7 @@ use super::error::CommitError;
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
-use crate::store::exchange::{EXCHANGE_DIR, Exchange};
+use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed};
 use crate::store::{self, Store, join, lock};
 
 /// The lease's name in a shard's exchange directory.
@@ -84,7 +84,7 @@ pub fn commit(
 
 /// What a holder reads before folding: the shard's note and the version it is of, the names in
 /// the shard's exchange directory, and the shard.
-type Seen = (Option<(store::Stamp, String)>, Vec<String>, Option<Current>);
+type Seen = (Option<(store::Stamp, String)>, Vec<Listed>, Option<Current>);
 
 /// Deltas read: their bytes by name, in the order they are folded.
 type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
@@ -257,15 +257,25 @@ impl Turns<'_> {
                 std::thread::sleep(store::backoff(attempt.min(6)));
                 continue;
             }
+            // The lease, listed, tells the server's time (see `expired`): when the listing made
+            // while it was being taken lacks it, and something waits, the holder lists again.
+            let waiting = |l: &Listed| l.name.starts_with(DELTA) || l.name.starts_with(REJECTED);
+            if listed.iter().any(waiting) && !listed.iter().any(|l| l.name == LEASE) {
+                listed = self.exchange.list(&self.dir)?;
+            }
             let held: HashSet<String> =
                 note.as_ref().map(|(_, n)| n.split(' ').map(str::to_string).collect()).unwrap_or_default();
-            let fresh = |listed: &[String]| -> Vec<String> {
-                let still_held = listed.iter().filter(|n| held.contains(*n)).count();
-                let mut fresh: Vec<String> =
-                    listed.iter().filter(|n| n.starts_with(DELTA) && !held.contains(*n)).cloned().collect();
-                fresh.sort_unstable();
+            // Deltas fold in the order the server stored them (one clock, where the machines'
+            // may disagree), oldest first.
+            let fresh = |listed: &[Listed]| -> Vec<String> {
+                let still_held = listed.iter().filter(|l| held.contains(&l.name)).count();
+                let mut fresh: Vec<&Listed> = listed
+                    .iter()
+                    .filter(|l| l.name.starts_with(DELTA) && !held.contains(&l.name) && !expired(l, listed))
+                    .collect();
+                fresh.sort_unstable_by(|a, b| (a.stored, &a.name).cmp(&(b.stored, &b.name)));
                 fresh.truncate(MOST_NOTED.saturating_sub(still_held));
-                fresh
+                fresh.into_iter().map(|l| l.name.clone()).collect()
             };
             let mut read = Deltas::new();
             if !fresh(&listed).is_empty() {
@@ -275,16 +285,29 @@ impl Turns<'_> {
                 read = first;
                 listed = self.exchange.list(&self.dir)?;
             }
-            let mut deltas: Vec<&str> = listed.iter().map(String::as_str).filter(|n| n.starts_with(DELTA)).collect();
-            deltas.sort_unstable();
+            let deltas: Vec<&str> = listed.iter().map(|l| l.name.as_str()).filter(|n| n.starts_with(DELTA)).collect();
             let fresh = fresh(&listed);
             let more: Vec<String> = fresh.iter().filter(|n| !read.contains_key(*n)).cloned().collect();
             let Some(more) = self.read_deltas(&more)? else { continue };
             read.extend(more);
             read.retain(|name, _| fresh.contains(name));
             let mut merged = NestedChanges::new();
-            let mut rejected = Vec::new();
-            for (name, bytes) in &read {
+            // A delta that waited past its lifetime is a dead writer's: folded weeks later, it
+            // would bring back over newer writes what was never acknowledged.
+            let mut rejected: Vec<(String, String)> = listed
+                .iter()
+                .filter(|l| l.name.starts_with(DELTA) && !held.contains(&l.name) && expired(l, &listed))
+                .map(|l| {
+                    log::warn!(
+                        "{}: waited past {:?}; left out",
+                        self.store.describe(&join(&self.dir, &l.name)),
+                        lifetime()
+                    );
+                    (l.name.clone(), format!("its writer waited past {:?} and was taken for gone", lifetime()))
+                })
+                .collect();
+            for name in &fresh {
+                let Some(bytes) = read.get(name) else { continue };
                 match delta::decode(bytes, self.specs) {
                     Ok(changes) => merged.extend(changes),
                     Err(why) => {
@@ -325,8 +348,11 @@ impl Turns<'_> {
                         );
                         (applied, relisted.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
                     });
-                    arrived = relisted.is_ok_and(|names| {
-                        names.iter().any(|n| n.starts_with(DELTA) && !held.contains(n) && !read.contains_key(n))
+                    arrived = relisted.is_ok_and(|listed| {
+                        listed
+                            .iter()
+                            .map(|l| &l.name)
+                            .any(|n| n.starts_with(DELTA) && !held.contains(n) && !read.contains_key(n))
                     });
                     match applied {
                         Ok(committed) => committed,
@@ -359,9 +385,16 @@ impl Turns<'_> {
                 .map(|((name, _), _)| name.as_str())
                 .chain(folded.iter().copied())
                 .collect();
+            // A marker no waiter read within a delta's lifetime is a dead writer's.
+            let unread: Vec<&str> = listed
+                .iter()
+                .filter(|l| l.name.starts_with(REJECTED) && expired(l, &listed))
+                .map(|l| l.name.as_str())
+                .collect();
             // Held by the version just written (or the one read): one left is removed by the next
             // holder.
-            for removed in at_once(&removable, |name| self.exchange.remove(&join(&self.dir, name))) {
+            let removing: Vec<&str> = removable.iter().chain(&unread).copied().collect();
+            for removed in at_once(&removing, |name| self.exchange.remove(&join(&self.dir, name))) {
                 if let Err(e) = removed {
                     log::warn!("{e}; the next commit of the shard removes it");
                 }
@@ -423,6 +456,30 @@ impl Turns<'_> {
         }
         Ok(Some(deltas))
     }
+}
+
+/// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer
+/// that is gone (ten minutes: a live waiter's is folded within seconds); tests shorten it.
+static LIFETIME_MS: AtomicU64 = AtomicU64::new(600_000);
+
+/// How long a delta may wait before it is taken for a dead writer's.
+pub fn lifetime() -> Duration {
+    Duration::from_millis(LIFETIME_MS.load(Ordering::Relaxed))
+}
+
+/// Sets [`lifetime`] (for tests, which cannot wait ten minutes).
+pub fn set_lifetime(lifetime: Duration) {
+    LIFETIME_MS.store(lifetime.as_millis() as u64, Ordering::Relaxed);
+}
+
+/// True when `file` was stored more than [`lifetime`] before the lease of `listed` (the server's
+/// clock as of its holder's last renewal); false where the lease is not listed.
+fn expired(file: &Listed, listed: &[Listed]) -> bool {
+    listed
+        .iter()
+        .find(|l| l.name == LEASE)
+        .and_then(|lease| lease.stored.duration_since(file.stored).ok())
+        .is_some_and(|age| age > lifetime())
 }
 
 /// `f` of each of `items`, a few at a time on threads of their own: each is a round trip.

@@ -7,7 +7,7 @@
 use object_store::{Attribute, Attributes, PutMode as ObjectPutMode, PutOptions, PutPayload, UpdateVersion};
 
 use super::BucketStore;
-use crate::store::exchange::Exchange;
+use crate::store::exchange::{Exchange, Listed};
 use crate::store::{Error, PutMode, Result, Stamp, Store};
 
 /// The user-metadata name of a version's note (letters only: Azure's names must be identifiers,
@@ -67,10 +67,14 @@ impl Exchange for BucketStore {
         }
     }
 
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
+    fn list(&self, dir: &str) -> Result<Vec<Listed>> {
         let prefix = self.path(dir);
         let found = self.list_request(dir, Some(&prefix))?;
-        Ok(found.objects.iter().filter_map(|meta| meta.location.filename().map(str::to_string)).collect())
+        let listed = |meta: &object_store::ObjectMeta| {
+            let name = meta.location.filename()?.to_string();
+            Some(Listed { name, stored: meta.last_modified.into() })
+        };
+        Ok(found.objects.iter().filter_map(listed).collect())
     }
 
     fn remove(&self, key: &str) -> Result<()> {
