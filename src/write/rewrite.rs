@@ -1,7 +1,8 @@
 //! The rewrite commit strategy: a whole new shard, index and chunks back to back, written with one
 //! atomic [`Store::put`] only over the version the commit read (or only where there was none), so
 //! that readers see the old shard or the new one, and a writer that got there first is never
-//! overwritten. A shard written this way holds no unused bytes.
+//! overwritten. A shard written this way holds no unused bytes but, where many machines take
+//! turns, 16 that make its version unique ([`nonce`]).
 
 use std::sync::Arc;
 
@@ -26,7 +27,11 @@ pub fn put_shard<C: AsRef<[u8]>>(
     note: Option<Note>,
 ) -> Result<Option<Written>, store::Error> {
     let index = spec.encode(&shard_layout(spec, chunks));
-    let data = chunks.iter().flatten().map(AsRef::as_ref);
+    // Where many machines take turns by ETag, which S3 makes the MD5 of the bytes, a version
+    // never has an earlier one's bytes (see [`nonce`]).
+    let nonce = nonce();
+    let unique: &[u8] = if note.is_some() { &nonce } else { &[] };
+    let data = chunks.iter().flatten().map(AsRef::as_ref).chain(std::iter::once(unique));
     let pieces: Vec<&[u8]> = match spec.location {
         IndexLocation::Start => std::iter::once(&index[..]).chain(data).collect(),
         IndexLocation::End => data.chain(std::iter::once(&index[..])).collect(),
@@ -40,4 +45,18 @@ pub fn put_shard<C: AsRef<[u8]>>(
     let Some(stamp) = put else { return Ok(None) };
     let index = ShardIndex::decode(spec, &index, len, 0).expect("an index just encoded decodes");
     Ok(Some(Written { stamp, len, index: Arc::new(index) }))
+}
+
+/// 16 bytes no other version holds, stored after a shard's chunks where no index names them. A
+/// shard's bytes follow from its chunks, so without them a shard returned to an earlier content
+/// gets the earlier ETag back (S3's is the MD5 of the bytes), and a holder that stalled with that
+/// ETag would write over a version it never read (ABA).
+pub fn nonce() -> [u8; 16] {
+    use std::hash::{BuildHasher, RandomState};
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let (a, b) = (RandomState::new().hash_one(now), RandomState::new().hash_one(now));
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&a.to_le_bytes());
+    out[8..].copy_from_slice(&b.to_le_bytes());
+    out
 }

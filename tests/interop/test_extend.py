@@ -154,7 +154,7 @@ def test_a_commit_into_a_big_shard_copies_the_old_bytes_and_sends_only_its_new_c
         assert e_tag(service, "big").strip('"').endswith("-2")
         kept = len(before) - INDEX
         assert after[:kept] == before[:kept]
-        assert len(after) == kept + 3 * SIDE * CHUNK * CHUNK * 2 + INDEX
+        assert len(after) == kept + 3 * SIDE * CHUNK * CHUNK * 2 + 16 + INDEX  # 16: the nonce
         check(service, "big", tiles)
     check(service, "big", tiles)
 

@@ -142,7 +142,7 @@ mod tests {
             .unwrap();
         let multipart =
             Multipart::new(std::sync::Arc::new(client), "b", "http://127.0.0.1:1/b", "us-east-1", false).unwrap();
-        let source = multipart.copy_source(&Path::from("arr/c/0 1/ä")).unwrap();
+        let source = multipart.copy_source(&Path::parse("arr/c/0 1/ä").unwrap()).unwrap();
         assert_eq!(source, "b/arr/c/0%201/%C3%A4");
     }
 }
