@@ -49,6 +49,10 @@ const DELTA: &str = "delta-";
 const REJECTED: &str = "rejected-";
 /// A lease whose version has not changed for this long is taken over: its holder died or stalled.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a round reads a shard replaced under it before the commit fails.
+const READS: u32 = 16;
+/// How often a waiter that took the lease may fail to fold before its commit fails.
+const HOLDS: u32 = 3;
 /// How often a waiter asks whether its delta was folded.
 const POLL: Duration = Duration::from_millis(20);
 /// The most delta names a shard version's note holds (44 bytes each: S3 keeps at most 2 KiB of
@@ -168,7 +172,7 @@ impl Turns<'_> {
         }
         let holder = unique_name("holder-").into_bytes();
         let mut seen = None;
-        let mut polls = 0u32;
+        let (mut polls, mut failed) = (0u32, 0u32);
         loop {
             polls += 1;
             std::thread::sleep(POLL + store::backoff(polls.min(2)));
@@ -177,12 +181,19 @@ impl Turns<'_> {
                 return self.folded(&name);
             }
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
-                self.hold(Lease { tag, renewed: Instant::now() }, None, None)?;
+                let held = self.hold(Lease { tag, renewed: Instant::now() }, None, None);
                 self.exchange.forget(self.key);
-                // A holder taken over mid-fold may not have reached this delta: it is done only
-                // once it is gone.
+                // Done only once the delta is gone, whatever the rounds said: a holder taken over
+                // mid-fold may not have reached it, and one that failed may have folded it.
                 if self.exchange.tag(&delta_key)?.is_none() {
                     return self.folded(&name);
+                }
+                if let Err(e) = held {
+                    failed += 1;
+                    if failed >= HOLDS {
+                        return Err(e);
+                    }
+                    log::warn!("{}: {e}; its delta waits on", self.store.describe(self.key));
                 }
             }
         }
@@ -213,7 +224,19 @@ impl Turns<'_> {
     /// marker saying why.
     fn folded(&self, name: &str) -> Result<Committed, CommitError> {
         let marker = join(&self.dir, &format!("{REJECTED}{name}"));
-        match self.exchange.read(&marker)? {
+        let mut tries = 0;
+        // Its delta is gone: an error now would have its writer write again what is stored.
+        let read = loop {
+            tries += 1;
+            match self.exchange.read(&marker) {
+                Err(e) if tries < READS => {
+                    log::warn!("{e}; asked again");
+                    std::thread::sleep(store::backoff(tries.min(6)));
+                }
+                read => break read?,
+            }
+        };
+        match read {
             None => Ok(Outcome::Rewritten.into()),
             Some(why) => {
                 let _ = self.exchange.remove(&marker);
@@ -228,23 +251,45 @@ impl Turns<'_> {
 
     /// Under the lease: folds the waiting deltas and `own` changes into the shard, in rounds of
     /// at most [`MOST_NOTED`] deltas until none is left, and removes the deltas folded. `seen`:
-    /// what was read already for the first round.
+    /// what was read already for the first round. Once a stored version holds `own`, a later
+    /// round's failure is no failure of this commit: its writer is told it is done (told EIO, it
+    /// would write its chunks again later, over whatever others wrote since).
     fn fold(
+        &self,
+        lease: &mut Option<Lease>,
+        own: Option<&NestedChanges>,
+        seen: Option<Result<Seen, CommitError>>,
+    ) -> Result<Committed, CommitError> {
+        let mut stored = None;
+        match self.rounds(lease, own, seen, &mut stored) {
+            Err(e) if let Some(committed) = stored => {
+                log::warn!("{}: {e}; after this commit was stored, others' deltas wait", self.store.describe(self.key));
+                Ok(committed)
+            }
+            done => done,
+        }
+    }
+
+    /// [`Turns::fold`]'s rounds; `last`: what the first round (the one holding `own`) stored.
+    fn rounds(
         &self,
         lease: &mut Option<Lease>,
         mut own: Option<&NestedChanges>,
         mut seen: Option<Result<Seen, CommitError>>,
+        last: &mut Option<Committed>,
     ) -> Result<Committed, CommitError> {
         let mut attempt = 0;
-        let mut last: Option<Committed> = None;
         loop {
             attempt += 1;
             let lock = self.store.lock(lock::slot(self.key))?;
             let (note, mut listed, current) = match seen.take().unwrap_or_else(|| self.read()) {
                 Ok(seen) => seen,
-                // Replaced between its HEAD and the read of its index: read again.
-                Err(CommitError::Store(store::Error::Changed(_))) => {
+                // Replaced between its HEAD and the read of its index (or a version gone, a 416):
+                // read again, after a growing pause, a bounded number of times.
+                Err(CommitError::Store(store::Error::Changed(_))) if attempt < READS => {
                     self.exchange.forget(self.key);
+                    drop(lock);
+                    std::thread::sleep(store::backoff(attempt.min(6)));
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -404,14 +449,14 @@ impl Turns<'_> {
                 committed.replaced = None;
             }
             if own.is_some() || last.is_none() {
-                last = Some(committed);
+                *last = Some(committed);
             }
             own = None;
             // Others committing now likely have more deltas on the way: while there were some
             // this round, or some landed during its PUT, the holder goes on, sparing the next one
             // its lease and reads.
             if deltas.len() == removable.len() && read.is_empty() && !arrived {
-                return Ok(last.expect("set above"));
+                return Ok(last.clone().expect("set above"));
             }
             if let Some(held) = lease.as_ref().filter(|held| held.renewed.elapsed() >= LEASE_TIMEOUT / 4) {
                 let body = unique_name("holder-").into_bytes();
@@ -420,7 +465,7 @@ impl Turns<'_> {
                     // Taken over: whoever holds it now folds what is left, and gives it up.
                     None => {
                         *lease = None;
-                        return Ok(last.expect("set above"));
+                        return Ok(last.clone().expect("set above"));
                     }
                 }
             }

@@ -80,6 +80,9 @@ pub struct Multipart {
     /// version (`If-Match`): asked once, by [`Multipart::probe`].
     creates: AtomicBool,
     updates: AtomicBool,
+    /// The server refuses to copy a part of a version its `x-amz-copy-source-if-match` does not
+    /// name: asked once, by [`Multipart::probe`].
+    copies: AtomicBool,
     /// Parts in flight, across the store.
     parts: tokio::sync::Semaphore,
 }
@@ -104,6 +107,7 @@ impl Multipart {
             region: region.to_string(),
             creates: AtomicBool::new(false),
             updates: AtomicBool::new(false),
+            copies: AtomicBool::new(false),
             parts: tokio::sync::Semaphore::new(PARTS_AT_ONCE),
         })
     }
@@ -119,10 +123,12 @@ impl Multipart {
     }
 
     /// True when the server refuses to complete an upload over another version than the one its
-    /// `If-Match` names (as [`Multipart::probe`] found): only then may a new version be made of
-    /// an old one's bytes ([`Multipart::extend`]).
+    /// `If-Match` names, and to copy a part of another version than the one its
+    /// `x-amz-copy-source-if-match` names (as [`Multipart::probe`] found): only then may a new
+    /// version be made of an old one's bytes ([`Multipart::extend`]). A server ignoring the
+    /// second could copy a newer version's bytes under an index made for the one read.
     pub fn completes_only_over(&self) -> bool {
-        self.updates.load(Ordering::Relaxed)
+        self.updates.load(Ordering::Relaxed) && self.copies.load(Ordering::Relaxed)
     }
 
     /// Asks the server, with uploads to `path` (where an object with ETag `e_tag` is), whether it
@@ -140,12 +146,16 @@ impl Multipart {
                 }
             }
         };
-        // Both at once: each is three round trips, and a writable mount waits for them to start.
-        let (creates, updates) =
-            futures_util::future::join(check(Condition::Absent, "if none"), check(Condition::ETag(&bogus), "if match"))
-                .await;
+        // All at once: each is three round trips, and a writable mount waits for them to start.
+        let (creates, updates, copies) = futures_util::future::join3(
+            check(Condition::Absent, "if none"),
+            check(Condition::ETag(&bogus), "if match"),
+            self.refuses_copies_of_other_versions(path, &bogus),
+        )
+        .await;
         self.creates.store(creates, Ordering::Relaxed);
         self.updates.store(updates, Ordering::Relaxed);
+        self.copies.store(copies, Ordering::Relaxed);
     }
 
     /// Uploads `pieces`, back to back, as the object at `path`, under `condition`.

@@ -115,6 +115,25 @@ impl Multipart {
         }
     }
 
+    /// Asks the server, with an upload to `path` copying a part of the object there, whether it
+    /// refuses a copy whose `x-amz-copy-source-if-match` names another version (`bogus`).
+    pub(super) async fn refuses_copies_of_other_versions(&self, path: &Path, bogus: &str) -> bool {
+        let id = match self.create(path, "").await {
+            Ok(id) => id,
+            Err(Failed::Refused | Failed::Other(_)) => return false,
+        };
+        let copied = self.copy_part(path, &id, 0, bogus, 0..1).await;
+        let _ = self.client.abort_multipart(path, &id).await;
+        match copied {
+            Err(Failed::Refused) => true,
+            Ok(_) => false,
+            Err(Failed::Other(e)) => {
+                log::info!("copies of parts cannot be checked ({e}); shards go up whole");
+                false
+            }
+        }
+    }
+
     /// The `x-amz-copy-source` naming the object at `path`: `BUCKET/KEY`, percent-encoded.
     fn copy_source(&self, path: &Path) -> Result<String, Failed> {
         let mut url = url::Url::parse("http://source/").expect("a valid URL");
