@@ -2,7 +2,8 @@
 against s3s-fs (patched as S3 behaves: scripts/s3s_fs.sh), mounted as a user would:
 
 - the S3 server itself: a part copied only from the version `x-amz-copy-source-if-match` names,
-  a completion over another version refused, a part below 5 MiB anywhere but last refused;
+  a completion over another version refused, a part below 5 MiB anywhere but last refused; a
+  HEAD or a listing racing PUTs gives one version's size and ETag;
 - a commit into a shard of 5 MiB or more stores a multipart version whose first bytes are the old
   version's, copied: only the new chunks crossed the network; every version read back with
   zarr-python and with a reader that knows nothing of shardfs (the index decoded here);
@@ -19,9 +20,11 @@ Runs in ``target/venv``; one case: ``target/venv/bin/python -m pytest tests/inte
 """
 
 import concurrent.futures
+import hashlib
 import os
 import struct
 import threading
+import time
 
 import boto3
 import botocore.exceptions
@@ -131,6 +134,42 @@ def test_the_s3_server_copies_only_the_version_named_and_refuses_small_middle_pa
     with pytest.raises(botocore.exceptions.ClientError, match="EntityTooSmall"):
         s3.complete_multipart_upload(Bucket=BUCKET, Key="small", UploadId=small, MultipartUpload={
             "Parts": [{"PartNumber": n, "ETag": t} for n, t in zip((1, 2), tags)]})
+
+
+def test_the_s3_server_heads_and_lists_one_versions_size_and_etag(service):
+    """One thread PUTs two bodies of different sizes in turn at one key while others HEAD it and
+    list it, for 3 s: every answer pairs one version's size with that version's ETag. Unpatched,
+    s3s-fs read them apart, and a reader took the wrong bytes for a version's index."""
+    s3 = client(service)
+    bodies = [os.urandom(100_000), os.urandom(300_000)]
+    versions = {(len(b), f'"{hashlib.md5(b).hexdigest()}"') for b in bodies}
+    s3.put_object(Bucket=BUCKET, Key="sized", Body=bodies[0])
+    stop, seen, wrong = time.monotonic() + 3, [0], []
+
+    def write():
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+            s3.put_object(Bucket=BUCKET, Key="sized", Body=bodies[n % 2])
+
+    def look(listing):
+        while time.monotonic() < stop:
+            if listing:
+                found = s3.list_objects_v2(Bucket=BUCKET, Prefix="sized")["Contents"][0]
+                pair = (found["Size"], found["ETag"])
+            else:
+                head = s3.head_object(Bucket=BUCKET, Key="sized")
+                pair = (head["ContentLength"], head["ETag"])
+            seen[0] += 1
+            if pair not in versions:
+                wrong.append(pair)
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=look, args=(n % 2,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen[0] > 100 and not wrong, f"{len(wrong)} of {seen[0]} answers paired two versions: {wrong[:2]}"
 
 
 def test_a_commit_into_a_big_shard_copies_the_old_bytes_and_sends_only_its_new_chunks(service, tmp_path):
