@@ -224,3 +224,25 @@ fn a_shard_returned_to_earlier_chunks_is_never_an_earlier_versions_bytes() {
     // S3's ETag is the MD5 of the bytes: equal bytes would give the third version the first's.
     assert_ne!(versions[0], versions[2]);
 }
+
+#[test]
+fn a_compacted_version_keeps_its_note_so_deltas_it_holds_are_not_folded_again() {
+    let bucket = Arc::new(InMemory::new());
+    let store = machine(&bucket);
+    // As in the case above: delta-1 (entry 1 = old) is held by the version, which has entry 1 =
+    // new since; then the shard is compacted, and another chunk committed.
+    let (old, new) = (vec![1u8; 10], vec![2u8; 10]);
+    put_object(&bucket, &delta_key("delta-1"), delta::encode(&changes(&[(1, old)])));
+    // Ten unused bytes before entry 1's, as a rewritten chunk leaves: something to compact.
+    let empty = (shardfs::format::shard_index::EMPTY, shardfs::format::shard_index::EMPTY);
+    let mut entries = vec![empty; ENTRIES as usize];
+    entries[1] = (10, 10);
+    let index = spec().encode(&entries);
+    let shard = [&[9u8; 10][..], &new, &index].concat();
+    store.exchange().unwrap().put_noted(KEY, &[&shard], PutMode::Create, "delta-1").unwrap();
+    let compacted = shardfs::write::commit::compact(&store, KEY, &spec()).unwrap();
+    assert!(matches!(compacted, shardfs::write::commit::Outcome::Compacted { .. }), "{compacted:?}");
+    assert_eq!(store.exchange().unwrap().note(KEY).unwrap().unwrap().1, "delta-1");
+    commit_levels(&store, KEY, &[spec()], &changes(&[(2, vec![3; 10])])).unwrap();
+    assert_eq!(read_shard(&bucket)[1].as_deref(), Some(&new[..]), "the held delta was folded again");
+}

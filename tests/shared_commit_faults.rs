@@ -4,7 +4,8 @@
 //! would write them again later, over whatever others wrote since), whether it held the lease
 //! itself or its delta was folded by it as a waiter that took the lease; and a shard whose ranged
 //! reads keep failing as replaced (416) fails the commit after a bounded number of reads, with
-//! pauses between them, rather than asking again forever.
+//! pauses between them, rather than asking again forever; a delta removed between a holder's HEAD
+//! and its GET of it is taken as gone, and the round read again, not failed.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -44,6 +45,9 @@ struct Faults {
     put: AtomicBool,
     range_gone: bool,
     ranged_gets: AtomicU64,
+    /// The next whole GET of a delta is answered 404, as when another holder removed it between
+    /// this one's HEAD and its GET.
+    delta_gone_once: AtomicBool,
 }
 
 impl std::fmt::Display for Faults {
@@ -73,6 +77,13 @@ impl ObjectStore for Faults {
             self.ranged_gets.fetch_add(1, Ordering::SeqCst);
             let source = "Server returned non-2xx status code: 416 Range Not Satisfiable".into();
             return Err(object_store::Error::Generic { store: "S3", source });
+        }
+        if options.range.is_none()
+            && !options.head
+            && location.as_ref().contains("/delta-")
+            && self.delta_gone_once.swap(false, Ordering::SeqCst)
+        {
+            return Err(object_store::Error::NotFound { path: location.to_string(), source: "injected".into() });
         }
         self.inner.get_opts(location, options).await
     }
@@ -167,4 +178,17 @@ fn a_shard_whose_ranged_reads_keep_answering_416_fails_the_commit_after_bounded_
     assert!(failed, "a commit over a shard it cannot read succeeded");
     let gets = faults.ranged_gets.load(Ordering::SeqCst);
     assert!(gets <= 64, "{gets} ranged GETs: read again without end");
+}
+
+#[test]
+fn a_delta_removed_between_its_head_and_its_get_is_read_as_gone_not_as_a_failure() {
+    let bucket = Arc::new(InMemory::new());
+    let delta = Path::from(format!("p/{EXCHANGE_DIR}/{KEY}/delta-00000000000000000001-0"));
+    runtime().block_on(bucket.put(&delta, delta::encode(&changes(&[(1, vec![1; 7])])).into())).unwrap();
+    let faults =
+        Arc::new(Faults { inner: bucket.clone(), delta_gone_once: AtomicBool::new(true), ..Faults::default() });
+    commit_levels(&machine(faults), KEY, &[spec()], &changes(&[(2, vec![2; 9])])).expect("no EIO");
+    let chunks = read_shard(&bucket);
+    assert_eq!(chunks[1].as_deref(), Some(&[1; 7][..]));
+    assert_eq!(chunks[2].as_deref(), Some(&[2; 9][..]));
 }

@@ -89,14 +89,25 @@ fn retrying(mut commit_once: impl FnMut() -> Result<Committed, CommitError>) -> 
 pub fn compact(store: &dyn Store, key: &str, spec: &IndexSpec) -> Result<Outcome, CommitError> {
     let _lock = store.lock(lock::slot(key))?;
     let Some(current) = read_current(store, key, spec, "not compacting it")? else { return Ok(Outcome::Unchanged) };
+    // Where machines take turns, the version written keeps the note of the one read: it holds the
+    // same chunks, so the deltas named there are held still, never to be folded again.
+    let note = match store.exchange() {
+        None => None,
+        Some(exchange) => match exchange.note(key)? {
+            Some((stamp, note)) if stamp == current.stamp() => Some((exchange, note)),
+            _ => return Err(store::Error::Changed(store.describe(key)).into()),
+        },
+    };
     let old_len = current.len();
     let live: u64 = current.entries.iter().flatten().map(|r| r.end - r.start).sum();
-    let new_len = live + spec.encoded_len();
+    let unique = if note.is_some() { rewrite::NONCE_LEN as u64 } else { 0 };
+    let new_len = live + unique + spec.encoded_len();
     if new_len == old_len {
         return Ok(Outcome::Unchanged);
     }
     let chunks: Vec<Option<Vec<u8>>> =
         (0..current.entries.len()).map(|i| current.chunk(i)).collect::<Result<_, _>>()?;
-    rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()), None)?;
+    let note = note.as_ref().map(|(exchange, note)| (*exchange, note.as_str()));
+    rewrite::put_shard(store, key, spec, &chunks, Some(current.stamp()), note)?;
     Ok(Outcome::Compacted { old_len, new_len })
 }

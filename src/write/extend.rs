@@ -17,9 +17,6 @@ use super::shard::{Changes, Committed, Current, Outcome, Written};
 use crate::format::shard_index::{EMPTY, IndexLocation, IndexSpec, ShardIndex};
 use crate::store::Store;
 
-/// The bytes after the new chunks that make the version unique ([`super::rewrite::nonce`]).
-const NONCE: u64 = 16;
-
 /// The most of a version's bytes that may be unused before a commit rewrites it whole: half.
 pub const MOST_UNUSED: f64 = 0.5;
 
@@ -58,7 +55,7 @@ pub(super) fn extend(
         });
     }
     let index = spec.encode(&entries);
-    let len = end + NONCE + index.len() as u64;
+    let len = end + super::rewrite::NONCE_LEN as u64 + index.len() as u64;
     let unused = len - live - index.len() as u64;
     if unused as f64 > MOST_UNUSED * len as f64 {
         return Ok(None);

@@ -47,15 +47,18 @@ pub fn put_shard<C: AsRef<[u8]>>(
     Ok(Some(Written { stamp, len, index: Arc::new(index) }))
 }
 
+/// How many bytes [`nonce`] makes.
+pub const NONCE_LEN: usize = 16;
+
 /// 16 bytes no other version holds, stored after a shard's chunks where no index names them. A
 /// shard's bytes follow from its chunks, so without them a shard returned to an earlier content
 /// gets the earlier ETag back (S3's is the MD5 of the bytes), and a holder that stalled with that
 /// ETag would write over a version it never read (ABA).
-pub fn nonce() -> [u8; 16] {
+pub fn nonce() -> [u8; NONCE_LEN] {
     use std::hash::{BuildHasher, RandomState};
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let (a, b) = (RandomState::new().hash_one(now), RandomState::new().hash_one(now));
-    let mut out = [0; 16];
+    let mut out = [0; NONCE_LEN];
     out[..8].copy_from_slice(&a.to_le_bytes());
     out[8..].copy_from_slice(&b.to_le_bytes());
     out

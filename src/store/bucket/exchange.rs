@@ -62,7 +62,9 @@ impl Exchange for BucketStore {
         let e_tag = head.e_tag.ok_or_else(|| super::no_e_tag(&self.describe(key)))?;
         match self.get_verified(key, &e_tag, None, head.size) {
             Ok(bytes) => Ok(Some(bytes.to_vec())),
-            Err(Error::NotFound(_)) => Ok(None),
+            // Removed between the HEAD and the GET (a delta folded by another holder meanwhile):
+            // the GET layer says the version read is gone.
+            Err(Error::NotFound(_) | Error::Changed(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }
