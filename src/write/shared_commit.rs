@@ -1,5 +1,5 @@
 //! Commits into a shard that other machines write at the same time (an object store: every
-//! commit is a whole new shard, put only over the version read). Were each machine to read the
+//! commit is a new shard version, put only over the version read). Were each machine to read the
 //! shard, rewrite it and try again whenever another got there first, N machines would upload
 //! about N^2/2 shards and the last could wait through N failed tries. Instead they take turns
 //! through the store's [`Exchange`], in `__shardfs/exchange/<shard key>/`:
@@ -13,7 +13,12 @@
 //!   commit is done when its delta is gone: a delta is removed only once a stored shard version
 //!   holds it. When the lease is gone it takes the lease itself; when the lease has not changed
 //!   for [`LEASE_TIMEOUT`] (its holder died or stalled) it takes it over, replacing it only at
-//!   the version it saw, so that one waiter does.
+//!   the version it saw, so that one waiter does. Over a shard the store extends by copy
+//!   ([`super::extend`]), a committer that finds the lease held **queues** instead: it uploads
+//!   nothing until it holds the lease, so that its chunks cross the network once.
+//! - **rejected**: a delta its holder cannot read (damaged, made for another layout), or one that
+//!   waited past its [`lifetime`] by the server's clock (its writer is gone), is left out, and a
+//!   `rejected-<delta>` marker saying why makes its waiter's commit fail rather than succeed.
 //! - **note**: each shard version written here carries, in the same atomic PUT, a note naming the
 //!   deltas it holds that still existed. A holder killed between its PUT and its removals leaves
 //!   deltas the shard already holds; the next holder finds them in the note and removes them
@@ -24,8 +29,10 @@
 //! reader that knows nothing of this sees the old shard or the new one. The lease only keeps
 //! machines from uploading shards in vain; correctness rests on the PUT's condition, so a holder
 //! that stalled past its lease and wakes loses its PUT and reads again. Contention costs time,
-//! never an error. Deltas are folded oldest first, and a holder's own changes last: a delta
-//! waiting in the store was written before the commit that finds it.
+//! never an error. Deltas are folded oldest first by the server's clock (their listed
+//! `Last-Modified`, not the names their writers' clocks gave them), and a holder's own changes
+//! last: a delta waiting in the store was written before the commit that finds it. Once a stored
+//! version holds a commit's own changes, nothing after fails it.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
