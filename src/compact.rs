@@ -67,7 +67,7 @@ pub fn compact_command(store: &dyn Store, only: &[String], progress: &dyn Progre
         "{} shards, {} rewritten, {} bytes freed",
         totals.shards,
         totals.rewritten,
-        totals.bytes_before - totals.bytes_after
+        totals.bytes_before.saturating_sub(totals.bytes_after)
     );
     if failures.is_empty() { Ok(totals) } else { Err(CompactError::Damaged(failures)) }
 }

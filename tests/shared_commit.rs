@@ -233,12 +233,12 @@ fn a_compacted_version_keeps_its_note_so_deltas_it_holds_are_not_folded_again() 
     // new since; then the shard is compacted, and another chunk committed.
     let (old, new) = (vec![1u8; 10], vec![2u8; 10]);
     put_object(&bucket, &delta_key("delta-1"), delta::encode(&changes(&[(1, old)])));
-    // Ten unused bytes before entry 1's, as a rewritten chunk leaves: something to compact.
+    // A hundred unused bytes before entry 1's, as a rewritten chunk leaves: something to compact.
     let empty = (shardfs::format::shard_index::EMPTY, shardfs::format::shard_index::EMPTY);
     let mut entries = vec![empty; ENTRIES as usize];
-    entries[1] = (10, 10);
+    entries[1] = (100, 10);
     let index = spec().encode(&entries);
-    let shard = [&[9u8; 10][..], &new, &index].concat();
+    let shard = [&[9u8; 100][..], &new, &index].concat();
     store.exchange().unwrap().put_noted(KEY, &[&shard], PutMode::Create, "delta-1").unwrap();
     let compacted = shardfs::write::commit::compact(&store, KEY, &spec()).unwrap();
     assert!(matches!(compacted, shardfs::write::commit::Outcome::Compacted { .. }), "{compacted:?}");

@@ -102,7 +102,8 @@ pub fn compact(store: &dyn Store, key: &str, spec: &IndexSpec) -> Result<Outcome
     let live: u64 = current.entries.iter().flatten().map(|r| r.end - r.start).sum();
     let unique = if note.is_some() { rewrite::NONCE_LEN as u64 } else { 0 };
     let new_len = live + unique + spec.encoded_len();
-    if new_len == old_len {
+    // Nothing to free (a version already compact; one written without the nonce by another tool).
+    if new_len >= old_len {
         return Ok(Outcome::Unchanged);
     }
     let chunks: Vec<Option<Vec<u8>>> =
