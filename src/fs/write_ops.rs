@@ -710,12 +710,12 @@ impl ShardFs {
     }
 }
 
-/// The error for writing the chunk key `name` outside the bounds of `array`.
 /// How often a chunk opened for writing is read again when the shard version read was replaced
 /// meanwhile: each try reads the newest, so only a shard replaced this often within the backoff
 /// (a few seconds in all) fails the open.
 const READS_OF_NEWEST: u32 = 12;
 
+/// The error for writing the chunk key `name` outside the bounds of `array`.
 fn outside(array: &ShardedArray, name: &str) -> Error {
     Error::Invalid(format!("{name}: chunk outside the bounds of {}", array.dir))
 }
