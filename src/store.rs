@@ -32,6 +32,8 @@
 //! - [`cache`]: a byte-bounded cache of values made from one file version.
 //! - [`faulty`]: a wrapper that stops every write after a given number of bytes, for crash tests.
 //! - [`conformance`]: the checks every implementation passes.
+//! - [`world`]: the clock, pauses and threads of machines taking turns through an [`exchange`],
+//!   real or simulated.
 //!
 //! A store reads byte ranges of an opened file version ([`Object`]), lists directories with their
 //! version, writes whole files atomically and durably ([`Store::put`], optionally only over a
@@ -60,6 +62,7 @@ pub mod references;
 pub mod scratch;
 pub mod targets;
 pub mod unlisted;
+pub mod world;
 pub mod zip;
 
 use std::fmt::Debug;
@@ -101,6 +104,11 @@ impl Stamp {
     /// A stamp of the store's own making.
     pub fn new(words: [u64; 5]) -> Self {
         Stamp(words)
+    }
+
+    /// The words a store made this stamp of (with [`Stamp::new`]), for that store to read back.
+    pub fn words(&self) -> [u64; 5] {
+        self.0
     }
 
     /// The stamp of a file the view computes (the consolidated metadata), made of `from`: its

@@ -8,6 +8,7 @@
 
 use std::time::SystemTime;
 
+use super::world::{RealWorld, World};
 use super::{PutMode, Result, Stamp};
 
 /// The directory of the objects writers take turns with (below the private directory, which the
@@ -54,4 +55,10 @@ pub trait Exchange: Send + Sync {
 
     /// Forgets what this process knows of the file at `key`: another machine changed it.
     fn forget(&self, key: &str);
+
+    /// The clock, pauses and threads its users take turns by: the machine's own, or a
+    /// simulation's.
+    fn world(&self) -> &dyn World {
+        &RealWorld
+    }
 }

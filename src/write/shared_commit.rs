@@ -37,7 +37,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use super::apply::{apply_levels, read_current};
 use super::delta;
@@ -46,6 +46,7 @@ use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
 use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed};
+use crate::store::world::{World, both, each_at_once};
 use crate::store::{self, Store, join, lock};
 
 /// The lease's name in a shard's exchange directory.
@@ -60,8 +61,22 @@ pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 const READS: u32 = 16;
 /// How often a waiter that took the lease may fail to fold before its commit fails.
 const HOLDS: u32 = 3;
-/// How often a waiter asks whether its delta was folded.
+/// How long a waiter waits before asking whether its delta was folded (or the lease is free);
+/// the pause doubles with each question (a queued committer's, every fourth) up to
+/// [`LONGEST_POLL`].
 const POLL: Duration = Duration::from_millis(20);
+/// The longest pause between a waiter's questions: a thousand machines waiting on one shard ask
+/// about two thousand times a second, under what an object store serves a prefix (S3: 5,500
+/// reads a second), while a short wait is noticed within tens of milliseconds.
+const LONGEST_POLL: Duration = Duration::from_secs(1);
+/// How long a holder takes to fold each delta, about (forty to a round of a few round trips): a
+/// waiter that found N deltas waiting asks no more often than every N times this, so that many
+/// waiters do not ask in vain.
+const PER_DELTA: Duration = Duration::from_millis(5);
+/// How long a committer queues for its turn before it uploads its changes as a delta instead:
+/// queued commits take one round each, deltas are folded forty to a round, so where many
+/// machines wait (each queued round takes a few round trips) the queue would grow without end.
+const QUEUE_PATIENCE: Duration = Duration::from_secs(2);
 /// The most delta names a shard version's note holds (44 bytes each: S3 keeps at most 2 KiB of
 /// user metadata): those it takes in, and those it held before that are still there. More deltas
 /// wait for the holder's next round.
@@ -76,19 +91,20 @@ pub fn commit(
     specs: &[IndexSpec],
     changes: &NestedChanges,
 ) -> Result<Committed, CommitError> {
-    let turns = Turns { store, exchange, key, specs, dir: join(EXCHANGE_DIR, key) };
-    let (lease, holder) = (turns.lease(), unique_name("holder-"));
+    let world = exchange.world();
+    let turns = Turns { store, exchange, world, key, specs, dir: join(EXCHANGE_DIR, key) };
+    let (lease, holder) = (turns.lease(), turns.unique_name("holder-"));
     // The lease is asked for while the shard is read: uncontended, it costs no round trip.
-    let (taken, seen) = std::thread::scope(|scope| {
-        let taken = scope.spawn(|| exchange.create(&lease, holder.as_bytes()));
-        let seen = turns.read();
-        (taken.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), seen)
-    });
+    let (taken, seen) = both(world, || exchange.create(&lease, holder.as_bytes()), || turns.read());
     match taken? {
-        Some(tag) => turns.hold(Lease { tag, renewed: Instant::now() }, Some(changes), Some(seen)),
+        Some(tag) => turns.hold(Lease { tag, renewed: world.now() }, Some(changes), Some(seen)),
         None => match seen {
             Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
-            _ => turns.wait(changes),
+            Ok((_, listed, _)) => {
+                let ahead = listed.iter().filter(|l| l.name.starts_with(DELTA)).count() as u32;
+                turns.wait(changes, PER_DELTA * ahead)
+            }
+            Err(_) => turns.wait(changes, Duration::ZERO),
         },
     }
 }
@@ -103,13 +119,15 @@ type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
 /// The lease as its holder last stored it.
 struct Lease {
     tag: String,
-    renewed: Instant,
+    /// When, by [`World::now`].
+    renewed: Duration,
 }
 
 /// One shard's turn-taking.
 struct Turns<'a> {
     store: &'a dyn Store,
     exchange: &'a dyn Exchange,
+    world: &'a dyn World,
     key: &'a str,
     specs: &'a [IndexSpec],
     /// The shard's exchange directory.
@@ -119,6 +137,42 @@ struct Turns<'a> {
 impl Turns<'_> {
     fn lease(&self) -> String {
         join(&self.dir, LEASE)
+    }
+
+    /// `ask` again after a growing pause while the server fails it (a 503 its client gave up on,
+    /// an answer lost), a bounded number of times: a passing fault costs time, not the commit.
+    fn patiently<T>(&self, ask: impl Fn() -> Result<T, store::Error>) -> Result<T, store::Error> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match ask() {
+                Err(e @ store::Error::Io { .. }) if tries < READS => {
+                    log::warn!("{e}; asked again");
+                    self.world.sleep(self.world.backoff(tries.min(6)));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// The pause before question `polls` of a waiter that doubles it every `doubling` questions:
+    /// [`POLL`] doubled so, at least `least`, at most [`LONGEST_POLL`], give or take half, so
+    /// that waiters fall out of step.
+    fn poll(&self, polls: u32, doubling: u32, least: Duration) -> Duration {
+        let doubled = POLL * 2u32.pow(((polls - 1) / doubling).min(8));
+        let mean = doubled.max(least).min(LONGEST_POLL).as_millis() as u64;
+        Duration::from_millis(mean / 2 + self.world.random() % (mean + 1))
+    }
+
+    /// How long ago `then` (a [`World::now`]) was.
+    fn since(&self, then: Duration) -> Duration {
+        self.world.now().saturating_sub(then)
+    }
+
+    /// A name no other commit uses, that sorts after every name this process made before:
+    /// `prefix`, this machine's time in nanoseconds and a random number.
+    fn unique_name(&self, prefix: &str) -> String {
+        format!("{prefix}{:020}-{:016x}", self.world.wall_nanos(), self.world.random())
     }
 
     /// Folds as the lease's holder, then gives the lease up while it is still this holder's (a
@@ -133,7 +187,7 @@ impl Turns<'_> {
         let result = self.fold(&mut lease, own, seen);
         // Held long enough that a waiter may have taken it over: removed only if it is unchanged.
         let ours = lease.filter(|lease| {
-            lease.renewed.elapsed() < LEASE_TIMEOUT
+            self.since(lease.renewed) < LEASE_TIMEOUT
                 || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag))
         });
         if ours.is_some()
@@ -152,47 +206,52 @@ impl Turns<'_> {
 
     /// Waits for the lease and commits `changes` under it: where the shard is extended, a
     /// commit's chunks cross the network once this way, where a delta would send them twice (as
-    /// the delta, then inside the holder's version).
+    /// the delta, then inside the holder's version). Past [`QUEUE_PATIENCE`], it waits as a delta.
     fn queue(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
         log::info!("{}: its lease is held; waiting for its turn", self.store.describe(self.key));
-        let holder = unique_name("holder-").into_bytes();
+        let holder = self.unique_name("holder-").into_bytes();
         let mut seen = None;
-        let mut polls = 0u32;
+        let (mut polls, since) = (0u32, self.world.now());
         loop {
             polls += 1;
-            std::thread::sleep(POLL + store::backoff(polls.min(2)));
+            // Queued for at most a few seconds: each turn is taken soon after the last.
+            self.world.sleep(self.poll(polls, 4, Duration::ZERO));
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
                 self.exchange.forget(self.key);
-                return self.hold(Lease { tag, renewed: Instant::now() }, Some(changes), None);
+                return self.hold(Lease { tag, renewed: self.world.now() }, Some(changes), None);
+            }
+            if self.since(since) > QUEUE_PATIENCE {
+                return self.wait(changes, Duration::ZERO);
             }
         }
     }
 
     /// Uploads `changes` as a delta and waits until a stored shard version holds it, taking the
-    /// lease when it is free or expired.
-    fn wait(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
-        let name = unique_name(DELTA);
+    /// lease when it is free or expired. `least`: the shortest pause between its questions.
+    fn wait(&self, changes: &NestedChanges, least: Duration) -> Result<Committed, CommitError> {
+        let name = self.unique_name(DELTA);
         let delta_key = join(&self.dir, &name);
         log::info!("{}: its lease is held; waiting as {name}", self.store.describe(self.key));
-        if self.exchange.create(&delta_key, &delta::encode(changes))?.is_none() {
-            return Err(store::Error::Changed(self.store.describe(&delta_key)).into());
-        }
-        let holder = unique_name("holder-").into_bytes();
+        // Its name is unique: found there, it is this very delta, stored by a try whose answer was
+        // lost.
+        let encoded = delta::encode(changes);
+        self.patiently(|| self.exchange.create(&delta_key, &encoded))?;
+        let holder = self.unique_name("holder-").into_bytes();
         let mut seen = None;
         let (mut polls, mut failed) = (0u32, 0u32);
         loop {
             polls += 1;
-            std::thread::sleep(POLL + store::backoff(polls.min(2)));
-            if self.exchange.tag(&delta_key)?.is_none() {
+            self.world.sleep(self.poll(polls, 1, least));
+            if self.patiently(|| self.exchange.tag(&delta_key))?.is_none() {
                 self.exchange.forget(self.key);
                 return self.folded(&name);
             }
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
-                let held = self.hold(Lease { tag, renewed: Instant::now() }, None, None);
+                let held = self.hold(Lease { tag, renewed: self.world.now() }, None, None);
                 self.exchange.forget(self.key);
                 // Done only once the delta is gone, whatever the rounds said: a holder taken over
                 // mid-fold may not have reached it, and one that failed may have folded it.
-                if self.exchange.tag(&delta_key)?.is_none() {
+                if self.patiently(|| self.exchange.tag(&delta_key))?.is_none() {
                     return self.folded(&name);
                 }
                 if let Err(e) = held {
@@ -208,18 +267,18 @@ impl Turns<'_> {
 
     /// Takes the lease when it is free, or when it has not changed for [`LEASE_TIMEOUT`] since
     /// first `seen` (its holder died or stalled): its tag, `None` when another holds it.
-    fn take_turn(&self, holder: &[u8], seen: &mut Option<(String, Instant)>) -> Result<Option<String>, CommitError> {
+    fn take_turn(&self, holder: &[u8], seen: &mut Option<(String, Duration)>) -> Result<Option<String>, CommitError> {
         let lease = self.lease();
-        Ok(match self.exchange.tag(&lease)? {
-            None => self.exchange.create(&lease, holder)?,
+        Ok(match self.patiently(|| self.exchange.tag(&lease))? {
+            None => self.patiently(|| self.exchange.create(&lease, holder))?,
             Some(tag) => match seen {
-                Some((old, since)) if *old == tag && since.elapsed() >= LEASE_TIMEOUT => {
+                Some((old, since)) if *old == tag && self.since(*since) >= LEASE_TIMEOUT => {
                     log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
-                    self.exchange.replace(&lease, holder, &tag)?
+                    self.patiently(|| self.exchange.replace(&lease, holder, &tag))?
                 }
                 Some((old, _)) if *old == tag => None,
                 _ => {
-                    *seen = Some((tag, Instant::now()));
+                    *seen = Some((tag, self.world.now()));
                     None
                 }
             },
@@ -238,7 +297,7 @@ impl Turns<'_> {
             match self.exchange.read(&marker) {
                 Err(e) if tries < READS => {
                     log::warn!("{e}; asked again");
-                    std::thread::sleep(store::backoff(tries.min(6)));
+                    self.world.sleep(self.world.backoff(tries.min(6)));
                 }
                 read => break read?,
             }
@@ -291,12 +350,12 @@ impl Turns<'_> {
             let lock = self.store.lock(lock::slot(self.key))?;
             let (note, mut listed, current) = match seen.take().unwrap_or_else(|| self.read()) {
                 Ok(seen) => seen,
-                // Replaced between its HEAD and the read of its index (or a version gone, a 416):
-                // read again, after a growing pause, a bounded number of times.
-                Err(CommitError::Store(store::Error::Changed(_))) if attempt < READS => {
+                // Replaced between its HEAD and the read of its index (or a version gone, a 416),
+                // or a passing fault: read again, after a growing pause, a bounded number of times.
+                Err(CommitError::Store(store::Error::Changed(_) | store::Error::Io { .. })) if attempt < READS => {
                     self.exchange.forget(self.key);
                     drop(lock);
-                    std::thread::sleep(store::backoff(attempt.min(6)));
+                    self.world.sleep(self.world.backoff(attempt.min(6)));
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -306,14 +365,14 @@ impl Turns<'_> {
                 // What this process knew of the shard was old, or it changed between the reads.
                 self.exchange.forget(self.key);
                 drop(lock);
-                std::thread::sleep(store::backoff(attempt.min(6)));
+                self.world.sleep(self.world.backoff(attempt.min(6)));
                 continue;
             }
             // The lease, listed, tells the server's time (see `expired`): when the listing made
             // while it was being taken lacks it, and something waits, the holder lists again.
             let waiting = |l: &Listed| l.name.starts_with(DELTA) || l.name.starts_with(REJECTED);
             if listed.iter().any(waiting) && !listed.iter().any(|l| l.name == LEASE) {
-                listed = self.exchange.list(&self.dir)?;
+                listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
             let held: HashSet<String> =
                 note.as_ref().map(|(_, n)| n.split(' ').map(str::to_string).collect()).unwrap_or_default();
@@ -335,7 +394,7 @@ impl Turns<'_> {
                 // folded in this round too.
                 let Some(first) = self.read_deltas(&fresh(&listed))? else { continue };
                 read = first;
-                listed = self.exchange.list(&self.dir)?;
+                listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
             let deltas: Vec<&str> = listed.iter().map(|l| l.name.as_str()).filter(|n| n.starts_with(DELTA)).collect();
             let fresh = fresh(&listed);
@@ -388,18 +447,12 @@ impl Turns<'_> {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
                     let note = folded.join(" ");
-                    let (applied, relisted) = std::thread::scope(|scope| {
-                        let relisted = scope.spawn(|| self.exchange.list(&self.dir));
-                        let applied = apply_levels(
-                            self.store,
-                            self.key,
-                            self.specs,
-                            current,
-                            &merged,
-                            Some((self.exchange, &note)),
-                        );
-                        (applied, relisted.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                    });
+                    let note = Some((self.exchange, note.as_str()));
+                    let (applied, relisted) = both(
+                        self.world,
+                        || apply_levels(self.store, self.key, self.specs, current, &merged, note),
+                        || self.exchange.list(&self.dir),
+                    );
                     arrived = relisted.is_ok_and(|listed| {
                         listed
                             .iter()
@@ -410,7 +463,7 @@ impl Turns<'_> {
                         Ok(committed) => committed,
                         Err(CommitError::Store(store::Error::Changed(_))) => {
                             drop(lock);
-                            std::thread::sleep(store::backoff(attempt.min(6)));
+                            self.world.sleep(self.world.backoff(attempt.min(6)));
                             continue;
                         }
                         Err(e) => return Err(e),
@@ -427,7 +480,7 @@ impl Turns<'_> {
             );
             // A rejected delta is removed once the marker that tells its writer so is stored (or
             // was, by a holder before); one whose marker failed is read again next round.
-            let marked = at_once(&rejected, |(name, why)| {
+            let marked = each_at_once(self.world, &rejected, |(name, why)| {
                 self.exchange.create(&join(&self.dir, &format!("{REJECTED}{name}")), why.as_bytes())
             });
             let removable: Vec<&str> = rejected
@@ -446,7 +499,7 @@ impl Turns<'_> {
             // Held by the version just written (or the one read): one left is removed by the next
             // holder.
             let removing: Vec<&str> = removable.iter().chain(&unread).copied().collect();
-            for removed in at_once(&removing, |name| self.exchange.remove(&join(&self.dir, name))) {
+            for removed in each_at_once(self.world, &removing, |name| self.exchange.remove(&join(&self.dir, name))) {
                 if let Err(e) = removed {
                     log::warn!("{e}; the next commit of the shard removes it");
                 }
@@ -465,10 +518,10 @@ impl Turns<'_> {
             if deltas.len() == removable.len() && read.is_empty() && !arrived {
                 return Ok(last.clone().expect("set above"));
             }
-            if let Some(held) = lease.as_ref().filter(|held| held.renewed.elapsed() >= LEASE_TIMEOUT / 4) {
-                let body = unique_name("holder-").into_bytes();
-                match self.exchange.replace(&self.lease(), &body, &held.tag)? {
-                    Some(tag) => *lease = Some(Lease { tag, renewed: Instant::now() }),
+            if let Some(held) = lease.as_ref().filter(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 4) {
+                let body = self.unique_name("holder-").into_bytes();
+                match self.patiently(|| self.exchange.replace(&self.lease(), &body, &held.tag))? {
+                    Some(tag) => *lease = Some(Lease { tag, renewed: self.world.now() }),
                     // Taken over: whoever holds it now folds what is left, and gives it up.
                     None => {
                         *lease = None;
@@ -484,21 +537,23 @@ impl Turns<'_> {
     /// note before the listing, so that every delta the note names and the listing does not is
     /// gone for good.
     fn read(&self) -> Result<Seen, CommitError> {
-        std::thread::scope(|scope| {
-            let noted = scope.spawn(|| -> Result<_, store::Error> {
+        let (noted, current) = both(
+            self.world,
+            || -> Result<_, store::Error> {
                 let note = self.exchange.note(self.key)?;
                 Ok((note, self.exchange.list(&self.dir)?))
-            });
-            let current = read_current(self.store, self.key, &self.specs[0], "not writing over it");
-            let (note, listed) = noted.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-            Ok((note, listed, current?))
-        })
+            },
+            || read_current(self.store, self.key, &self.specs[0], "not writing over it"),
+        );
+        let (note, listed) = noted?;
+        Ok((note, listed, current?))
     }
 
     /// The bytes of the deltas named, read at once; `None` when one is gone (a holder that
     /// stalled past its lease folded and removed it): the shard is read again.
     fn read_deltas(&self, names: &[String]) -> Result<Option<Deltas>, CommitError> {
-        let read = at_once(names, |name| self.exchange.read(&join(&self.dir, name)));
+        let read =
+            each_at_once(self.world, names, |name| self.patiently(|| self.exchange.read(&join(&self.dir, name))));
         let mut deltas = Deltas::new();
         for (name, bytes) in names.iter().zip(read) {
             match bytes? {
@@ -532,29 +587,4 @@ fn expired(file: &Listed, listed: &[Listed]) -> bool {
         .find(|l| l.name == LEASE)
         .and_then(|lease| lease.stored.duration_since(file.stored).ok())
         .is_some_and(|age| age > lifetime())
-}
-
-/// `f` of each of `items`, a few at a time on threads of their own: each is a round trip.
-fn at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let mut results = Vec::with_capacity(items.len());
-    for batch in items.chunks(8) {
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = batch.iter().map(|item| scope.spawn(|| f(item))).collect();
-            results.extend(threads.into_iter().map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
-        });
-    }
-    results
-}
-/// A name no other commit uses, that sorts after every name this process made before: `prefix`,
-/// the time in nanoseconds (kept rising here) and a random number.
-fn unique_name(prefix: &str) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let mut time = now;
-    let _ = LAST.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-        time = now.max(last + 1);
-        Some(time)
-    });
-    format!("{prefix}{time:020}-{:016x}", RandomState::new().hash_one(time))
 }

@@ -1,0 +1,453 @@
+//! Deterministic simulation of many machines committing into one shard of an object store,
+//! through the real commit code (`write::commit`, `write::shared_commit`, `write::delta`,
+//! `write::extend`, `write::rewrite`) over a simulated server ([`server`]) reached through the
+//! `Store`/`Exchange` seam, with virtual time, per-machine clocks that run fast or slow and sit
+//! minutes apart, requests that are answered 503, lose their answer, stall the machine past a
+//! lease's time-out, or kill it. One thread per machine, one running at a time ([`scheduler`]):
+//! a seed replays exactly (`SHARDFS_SIM_SEED=N`).
+//!
+//! After every run:
+//! - every shard version ever stored is a valid shard whose every chunk is one a commit wrote;
+//! - every acknowledged write is in the final shard, unless a write to the same chunk that was
+//!   not acknowledged before it began replaced it (a write that failed or whose machine was
+//!   killed may still land: it was never acknowledged; but not once its delta's lifetime is
+//!   past);
+//! - with no fault that fails requests, every commit of a machine not killed succeeded;
+//! - every commit of a live machine returned (a run past six virtual hours fails);
+//! - the exchange is empty once all are done (with killed machines, after the commits that
+//!   follow a delta's lifetime).
+//!
+//! `SHARDFS_SIM_SEEDS=N` runs N seeds (default 8,000); the ignored `scale` test prints the table
+//! of docs/benchmarks.md (1 to 1,000 machines under S3's per-prefix request rates).
+
+mod machine;
+mod scheduler;
+mod server;
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use machine::Machine;
+use scheduler::{Faults, Killed, Limits, Sim};
+use server::Server;
+use shardfs::format::shard_index::{Endian, IndexLocation, IndexSpec, ShardIndex};
+use shardfs::store::exchange::EXCHANGE_DIR;
+use shardfs::write::commit::{NestedChanges, commit_levels};
+use shardfs::write::shared_commit;
+
+const KEY: &str = "arr/c/0";
+
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    machines: usize,
+    commits: usize,
+    entries: u64,
+    /// Most chunks one commit writes.
+    most_chunks: u64,
+    faults: Faults,
+    skewed: bool,
+    /// The server copies versions' bytes from this many on (`None`: it cannot).
+    copies_from: Option<u64>,
+    limits: Option<Limits>,
+    /// Pause between a machine's commits, in ms.
+    think_ms: u64,
+}
+
+impl Config {
+    /// Fault profile `seed % 5`: none; skewed clocks and stalls; kills too; failing requests;
+    /// everything at once. Half the seeds have a server that copies.
+    fn of_seed(seed: u64) -> Config {
+        let mut rng = scheduler::Rng::new(seed.wrapping_mul(31));
+        let stalls = Faults { stall: 0.01, ..Faults::default() };
+        let kills = Faults { kill: 0.004, ..stalls };
+        let errors = Faults { unavailable: 0.01, lost: 0.01, ..Faults::default() };
+        let (faults, skewed) = match seed % 5 {
+            0 => (Faults::default(), false),
+            1 => (stalls, true),
+            2 => (kills, true),
+            3 => (errors, false),
+            _ => (Faults { kill: 0.004, stall: 0.01, ..errors }, true),
+        };
+        // One seed in twenty has more waiters than a shard version's note names (40).
+        let crowd = seed % 20 == 19;
+        Config {
+            machines: if crowd { 41 + rng.below(16) as usize } else { 2 + rng.below(7) as usize },
+            commits: if crowd { 1 } else { 1 + rng.below(4) as usize },
+            entries: 16,
+            most_chunks: 1 + rng.below(4),
+            faults,
+            skewed,
+            copies_from: rng.chance(0.5).then_some(64),
+            limits: None,
+            think_ms: 200,
+        }
+    }
+
+    /// Whether a commit of a machine not killed may fail.
+    fn may_fail(&self) -> bool {
+        self.faults.unavailable > 0.0 || self.faults.lost > 0.0
+    }
+}
+
+fn spec(entries: u64) -> IndexSpec {
+    IndexSpec { entries, endian: Endian::Little, checksum: true, location: IndexLocation::End }
+}
+
+/// What one commit wrote and how it ended.
+#[derive(Clone, Debug)]
+struct Record {
+    machine: usize,
+    start: Duration,
+    end: Option<Duration>,
+    /// `None`: its machine was killed during it.
+    result: Option<Result<(), String>>,
+    /// Each chunk written, and the commit whose bytes it holds (`None`: removed).
+    changes: Vec<(u64, Option<u32>)>,
+}
+
+/// The bytes commit `id` writes to entry `entry`: they name both.
+fn chunk(id: u32, entry: u64) -> Vec<u8> {
+    let mut bytes = id.to_le_bytes().to_vec();
+    bytes.extend((entry as u32).to_le_bytes());
+    bytes.resize(8 + 3 + (id as usize % 7) * 3, 0xA5);
+    bytes
+}
+
+/// The commit whose bytes `bytes` (found at `entry`) are.
+fn parse(bytes: &[u8], entry: u64) -> Result<u32, String> {
+    let word = |at: usize| bytes.get(at..at + 4).map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")));
+    let (Some(id), Some(at)) = (word(0), word(4)) else { return Err(format!("entry {entry}: {} bytes", bytes.len())) };
+    if at as u64 != entry || bytes != chunk(id, entry) {
+        return Err(format!("entry {entry} holds commit {id}'s bytes for entry {at}, or damaged ones"));
+    }
+    Ok(id)
+}
+
+/// The chunks of a shard version, by the commit that wrote them.
+fn chunks(bytes: &[u8], entries: u64) -> Result<Vec<Option<u32>>, String> {
+    let spec = spec(entries);
+    let len = bytes.len() as u64;
+    let range = spec.index_range(len).map_err(|e| e.to_string())?;
+    let index = ShardIndex::decode(&spec, machine::slice(bytes, range), len, 0).map_err(|e| e.to_string())?;
+    (0..entries)
+        .map(|i| match index.chunk(i).map_err(|e| e.to_string())? {
+            Some(range) => parse(machine::slice(bytes, range), i).map(Some),
+            None => Ok(None),
+        })
+        .collect()
+}
+
+/// What a run measured.
+#[derive(Debug, Default)]
+struct Report {
+    /// How long each acknowledged commit took.
+    latencies: Vec<Duration>,
+    /// When the last machine was done.
+    makespan: Duration,
+    peak: [u64; 2],
+    slow_downs: u64,
+}
+
+/// Panics that end killed machines' threads are not reported.
+fn quiet_kills() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Killed>() {
+                report(info);
+            }
+        }));
+    });
+}
+
+/// One machine's commits from server time `from`, each of up to `most_chunks` chunks; `Err`: a
+/// panic of the commit code.
+fn run_machine(
+    sim: &Arc<Sim>,
+    m: usize,
+    config: Config,
+    records: &Mutex<Vec<Record>>,
+    commits: usize,
+    from: Duration,
+) -> Result<(), String> {
+    let machine = Machine { sim: sim.clone(), id: m };
+    let spec = spec(config.entries);
+    let body = || {
+        sim.arrive(m);
+        sim.wait_until(m, from);
+        for _ in 0..commits {
+            let think = sim.random(m) % (config.think_ms + 1);
+            sim.sleep(m, Duration::from_millis(think));
+            let mut entries = BTreeSet::new();
+            for _ in 0..1 + sim.random(m) % config.most_chunks {
+                entries.insert(sim.random(m) % config.entries);
+            }
+            let (id, start) = {
+                let records = records.lock().expect("records");
+                (records.len() as u32, sim.clock(m))
+            };
+            let changes: Vec<(u64, Option<u32>)> =
+                entries.iter().map(|&e| (e, (!sim.random(m).is_multiple_of(10)).then_some(id))).collect();
+            records.lock().expect("records").push(Record {
+                machine: m,
+                start,
+                end: None,
+                result: None,
+                changes: changes.clone(),
+            });
+            let bytes: Vec<(u64, Option<Vec<u8>>)> =
+                changes.iter().map(|&(e, v)| (e, v.map(|id| chunk(id, e)))).collect();
+            let nested: NestedChanges =
+                bytes.iter().map(|(e, b)| (vec![*e], b.as_deref().map(Cow::Borrowed))).collect();
+            let result = commit_levels(&machine, KEY, &[spec], &nested).map(drop).map_err(|e| e.to_string());
+            let mut records = records.lock().expect("records");
+            records[id as usize].end = Some(sim.clock(m));
+            records[id as usize].result = Some(result);
+        }
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(body)) {
+        Ok(()) => {
+            sim.leave(m);
+            Ok(())
+        }
+        Err(panic) if panic.is::<Killed>() => Ok(()),
+        Err(panic) => {
+            sim.leave(m);
+            let what =
+                panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+            Err(format!("machine {m} panicked: {}", what.unwrap_or_default()))
+        }
+    }
+}
+
+/// Machines `ids`, each running `commits` commits at once on threads of their own.
+fn run_machines(
+    sim: &Arc<Sim>,
+    ids: &[usize],
+    config: Config,
+    records: &Mutex<Vec<Record>>,
+    commits: usize,
+) -> Result<(), String> {
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = ids
+            .iter()
+            .map(|&m| {
+                std::thread::Builder::new()
+                    .stack_size(512 << 10)
+                    .spawn_scoped(scope, move || run_machine(sim, m, config, records, commits, Duration::ZERO))
+                    .expect("a thread")
+            })
+            .collect();
+        threads.into_iter().try_for_each(|t| t.join().unwrap_or_else(|_| Err("a machine thread failed".into())))
+    })
+}
+
+/// The objects left in the shard's exchange directory.
+fn exchange_left(sim: &Sim) -> Vec<String> {
+    sim.state().server.keys_below(&format!("{EXCHANGE_DIR}/"))
+}
+
+/// Runs `config` from `seed` and checks what the machines left.
+fn run(seed: u64, config: Config) -> Result<Report, String> {
+    quiet_kills();
+    let server = Server::new(KEY, config.copies_from);
+    let sim = Arc::new(Sim::new(seed, server, config.faults));
+    sim.state().limits = config.limits;
+    let records = Mutex::new(Vec::new());
+    let ids: Vec<usize> = (0..config.machines).map(|_| sim.add_machine(config.skewed)).collect();
+    run_machines(&sim, &ids, config, &records, config.commits)?;
+    if sim.state().endless {
+        return Err("a commit did not end within six virtual hours".into());
+    }
+    let report = {
+        let st = sim.state();
+        let records = records.lock().expect("records");
+        let latencies = records
+            .iter()
+            .filter(|r| matches!(r.result, Some(Ok(()))))
+            .filter_map(|r| Some(r.end? - r.start))
+            .collect();
+        Report { latencies, makespan: st.now, peak: st.rates.peak, slow_downs: st.rates.slow_downs }
+    };
+    let killed = config.faults.kill > 0.0;
+    if !killed && !config.may_fail() && !exchange_left(&sim).is_empty() {
+        return Err(format!("left in the exchange: {:?}", exchange_left(&sim)));
+    }
+    if std::env::var_os("SHARDFS_SIM_VERBOSE").is_some() && !exchange_left(&sim).is_empty() {
+        eprintln!("seed {seed}: left before the sweeps: {:?}", exchange_left(&sim));
+    }
+    // After a delta's lifetime, two commits sweep what dead or failed writers left: the first
+    // rejects their deltas, the second the markers no writer read.
+    sim.state().faults = Faults::default();
+    let sweep = Config { most_chunks: 1, think_ms: 0, ..config };
+    for _ in 0..2 {
+        let sweeper = sim.add_machine(false);
+        let from = sim.state().now + dead_after() + Duration::from_secs(1);
+        std::thread::scope(|scope| {
+            let sweeping = scope.spawn(|| run_machine(&sim, sweeper, sweep, &records, 1, from));
+            sweeping.join().unwrap_or_else(|_| Err("the sweeper failed".into()))
+        })?;
+    }
+    if !exchange_left(&sim).is_empty() {
+        return Err(format!("left in the exchange after the sweeps: {:?}", exchange_left(&sim)));
+    }
+    check(&sim, &records.lock().expect("records"), config)?;
+    if std::env::var_os("SHARDFS_SIM_VERBOSE").is_some() {
+        let records = records.lock().expect("records");
+        let failed = records.iter().filter(|r| matches!(r.result, Some(Err(_)))).count();
+        let killed = records.iter().filter(|r| r.result.is_none()).count();
+        let versions = sim.state().server.history.len();
+        eprintln!(
+            "seed {seed}: {} commits ({failed} failed, {killed} killed), {versions} versions, {report:?}",
+            records.len()
+        );
+    }
+    Ok(report)
+}
+
+/// How long after it began a write never acknowledged may still land: a delta's lifetime, and
+/// the stalls of the holders that fold it.
+fn dead_after() -> Duration {
+    shared_commit::lifetime() + 3 * shared_commit::LEASE_TIMEOUT + Duration::from_secs(60)
+}
+
+/// The checks of the module doc over what the run left.
+fn check(sim: &Sim, records: &[Record], config: Config) -> Result<(), String> {
+    let st = sim.state();
+    let acknowledged = |r: &Record| matches!(r.result, Some(Ok(())));
+    let mut before = vec![None; config.entries as usize];
+    for (n, (version, stored)) in st.server.history.iter().enumerate() {
+        let now = chunks(version, config.entries).map_err(|e| format!("shard version {n} is invalid: {e}"))?;
+        for (entry, id) in now.iter().enumerate() {
+            let Some(id) = id.filter(|_| *id != before[entry]) else { continue };
+            let record = &records[id as usize];
+            if !acknowledged(record) && record.start + dead_after() < *stored {
+                return Err(format!(
+                    "version {n} (at {stored:?}) took in commit {id}'s entry {entry}, never acknowledged, begun at {:?}: past its lifetime",
+                    record.start
+                ));
+            }
+        }
+        before = now;
+    }
+    let last = match st.server.objects.get(KEY) {
+        Some(version) => chunks(&version.bytes, config.entries)?,
+        None => vec![None; config.entries as usize],
+    };
+    for (entry, held) in last.iter().enumerate() {
+        let entry = entry as u64;
+        if let Some(id) = held {
+            let wrote = records.get(*id as usize).is_some_and(|r| r.changes.contains(&(entry, Some(*id))));
+            if !wrote {
+                return Err(format!("entry {entry} holds commit {id}'s bytes, which it never wrote there"));
+            }
+        }
+    }
+    for (a, record) in records.iter().enumerate() {
+        match &record.result {
+            Some(Err(e)) if !config.may_fail() => {
+                return Err(format!(
+                    "commit {a} of machine {} failed with no fault to explain it: {e}",
+                    record.machine
+                ));
+            }
+            Some(Ok(())) => {}
+            _ => continue,
+        }
+        for &(entry, value) in &record.changes {
+            let held = last[entry as usize];
+            if held == value {
+                continue;
+            }
+            // Replaced by a write not acknowledged before this one began, and, if never
+            // acknowledged, one that began within a delta's lifetime (and the holders' stalls)
+            // before: after that, a dead writer's delta is left out.
+            let replaced = records.iter().enumerate().any(|(b, other)| {
+                b != a
+                    && other.changes.contains(&(entry, held))
+                    && !(acknowledged(other) && other.end.is_some_and(|end| end < record.start))
+                    && (acknowledged(other) || other.start + dead_after() > record.start)
+            });
+            if !replaced {
+                return Err(format!(
+                    "LOST: commit {a} (machine {}, acknowledged) wrote entry {entry} as {value:?}; the shard holds {held:?}",
+                    record.machine
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("SHARDFS_SIM_SEED") {
+        return vec![seed.parse().expect("SHARDFS_SIM_SEED is a number")];
+    }
+    let count = std::env::var("SHARDFS_SIM_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(8_000);
+    let first = std::env::var("SHARDFS_SIM_FIRST").ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+    (first..first + count).collect()
+}
+
+#[test]
+fn no_acknowledged_write_is_lost_under_faults_stalls_kills_and_skewed_clocks() {
+    let started = std::time::Instant::now();
+    let mut failed = Vec::new();
+    let seeds = seeds();
+    for &seed in &seeds {
+        let config = Config::of_seed(seed);
+        if let Err(e) = run(seed, config) {
+            eprintln!("seed {seed} ({config:?}): {e}");
+            failed.push(seed);
+        }
+    }
+    eprintln!("{} seeds in {:.1?}", seeds.len(), started.elapsed());
+    assert!(failed.is_empty(), "seeds failed (replay one with SHARDFS_SIM_SEED=N): {failed:?}");
+}
+
+/// The table of docs/benchmarks.md: 1 to 1,000 machines, each committing three chunks one at a
+/// time into one shard (the most contended case), at 5-40 ms a request, under S3's per-prefix
+/// request rates. `cargo test --release --test simulation -- --ignored --nocapture scale`
+#[test]
+#[ignore = "prints a table; run by hand with --release"]
+fn scale() {
+    println!(
+        "| machines | server copies | commits | virtual time | commits/s | fsync p50 | fsync p99 | peak reads/s | peak writes/s | 503 SlowDown |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for machines in [1, 8, 64, 1000] {
+        for copies_from in [None, Some(64)] {
+            let config = Config {
+                machines,
+                commits: 3,
+                entries: 1024,
+                most_chunks: 1,
+                faults: Faults::default(),
+                skewed: false,
+                copies_from,
+                limits: Some(Limits { reads: 5_500, writes: 3_500 }),
+                think_ms: 1_000,
+            };
+            let started = std::time::Instant::now();
+            let mut report = run(1, config).unwrap_or_else(|e| panic!("{machines} machines: {e}"));
+            report.latencies.sort();
+            let at = |q: f64| report.latencies[((report.latencies.len() - 1) as f64 * q) as usize];
+            let commits = report.latencies.len();
+            let busy = report.makespan.as_secs_f64();
+            println!(
+                "| {machines} | {} | {commits} | {busy:.1} s | {:.1} | {:.2} s | {:.2} s | {} | {} | {} |",
+                if copies_from.is_some() { "yes" } else { "no" },
+                commits as f64 / busy,
+                at(0.5).as_secs_f64(),
+                at(0.99).as_secs_f64(),
+                report.peak[0],
+                report.peak[1],
+                report.slow_downs,
+            );
+            eprintln!("({machines} machines simulated in {:.1?})", started.elapsed());
+        }
+    }
+}
