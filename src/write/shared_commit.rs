@@ -185,15 +185,20 @@ impl Turns<'_> {
     ) -> Result<Committed, CommitError> {
         let mut lease = Some(lease);
         let result = self.fold(&mut lease, own, seen);
-        // Held long enough that a waiter may have taken it over: removed only if it is unchanged.
+        // Removed only at the version this holder stored, where the server decides that (S3's
+        // conditional DELETE); elsewhere checked first when held long enough that a waiter may
+        // have taken it over (a waiter whose clock runs fast may still have: two holders then
+        // run at once, which costs uploads, never data).
         let ours = lease.filter(|lease| {
-            self.since(lease.renewed) < LEASE_TIMEOUT
+            self.exchange.removes_at()
+                || self.since(lease.renewed) < LEASE_TIMEOUT
                 || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag))
         });
-        if ours.is_some()
-            && let Err(e) = self.exchange.remove(&self.lease())
-        {
-            log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key));
+        if let Some(lease) = ours {
+            match self.exchange.remove_at(&self.lease(), &lease.tag) {
+                Ok(()) | Err(store::Error::Changed(_)) => {}
+                Err(e) => log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key)),
+            }
         }
         result
     }

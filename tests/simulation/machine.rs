@@ -261,6 +261,25 @@ impl Exchange for Machine {
         Store::delete(self, key)
     }
 
+    fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
+        if !self.removes_at() {
+            return self.remove(key);
+        }
+        let Ok(at) = u64::from_str_radix(tag, 16) else { return Err(Error::Changed(self.describe(key))) };
+        let removed = self.ask(key, Class::Write, |server, _| match server.objects.get(key) {
+            Some(version) if version.e_tag != at => false,
+            _ => {
+                server.objects.remove(key);
+                true
+            }
+        })?;
+        if removed { Ok(()) } else { Err(Error::Changed(self.describe(key))) }
+    }
+
+    fn removes_at(&self) -> bool {
+        self.sim.state().server.deletes_at
+    }
+
     fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {
         Ok(self.head(key)?.map(|v| (stamp(&v), v.note.clone())))
     }

@@ -51,6 +51,8 @@ struct Config {
     skewed: bool,
     /// The server copies versions' bytes from this many on (`None`: it cannot).
     copies_from: Option<u64>,
+    /// Whether the server makes a DELETE conditional.
+    deletes_at: bool,
     limits: Option<Limits>,
     /// Pause between a machine's commits, in ms.
     think_ms: u64,
@@ -58,7 +60,8 @@ struct Config {
 
 impl Config {
     /// Fault profile `seed % 5`: none; skewed clocks and stalls; kills too; failing requests;
-    /// everything at once. Half the seeds have a server that copies.
+    /// everything at once. Half the seeds have a server that copies, half one whose DELETE can be
+    /// conditional.
     fn of_seed(seed: u64) -> Config {
         let mut rng = scheduler::Rng::new(seed.wrapping_mul(31));
         let stalls = Faults { stall: 0.01, ..Faults::default() };
@@ -81,6 +84,7 @@ impl Config {
             faults,
             skewed,
             copies_from: rng.chance(0.5).then_some(64),
+            deletes_at: rng.chance(0.5),
             limits: None,
             think_ms: 200,
         }
@@ -254,7 +258,7 @@ fn exchange_left(sim: &Sim) -> Vec<String> {
 /// Runs `config` from `seed` and checks what the machines left.
 fn run(seed: u64, config: Config) -> Result<Report, String> {
     quiet_kills();
-    let server = Server::new(KEY, config.copies_from);
+    let server = Server::new(KEY, config.copies_from, config.deletes_at);
     let sim = Arc::new(Sim::new(seed, server, config.faults));
     sim.state().limits = config.limits;
     let records = Mutex::new(Vec::new());
@@ -428,6 +432,7 @@ fn scale() {
                 faults: Faults::default(),
                 skewed: false,
                 copies_from,
+                deletes_at: true,
                 limits: Some(Limits { reads: 5_500, writes: 3_500 }),
                 think_ms: 1_000,
             };

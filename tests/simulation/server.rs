@@ -21,6 +21,8 @@ pub struct Server {
     pub objects: BTreeMap<String, Version>,
     /// Whether it makes a version of copied bytes (S3's multipart copy) from this many on.
     pub copies_from: Option<u64>,
+    /// Whether a DELETE can be made conditional (S3's `If-Match`).
+    pub deletes_at: bool,
     /// Every version stored at this key, in order, with when.
     pub watched: String,
     pub history: Vec<(Arc<Vec<u8>>, Duration)>,
@@ -41,8 +43,9 @@ pub fn e_tag(bytes: &[u8]) -> u64 {
 }
 
 impl Server {
-    pub fn new(watched: &str, copies_from: Option<u64>) -> Server {
-        Server { objects: BTreeMap::new(), copies_from, watched: watched.to_string(), history: Vec::new() }
+    pub fn new(watched: &str, copies_from: Option<u64>, deletes_at: bool) -> Server {
+        let watched = watched.to_string();
+        Server { objects: BTreeMap::new(), copies_from, deletes_at, watched, history: Vec::new() }
     }
 
     /// Stores `bytes` at `key` if `condition` holds: the new version's ETag, or `None`.

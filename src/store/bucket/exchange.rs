@@ -7,6 +7,7 @@
 use object_store::{Attribute, Attributes, PutMode as ObjectPutMode, PutOptions, PutPayload, UpdateVersion};
 
 use super::BucketStore;
+use super::multipart::Failed;
 use crate::store::exchange::{Exchange, Listed};
 use crate::store::{Error, PutMode, Result, Stamp, Store};
 
@@ -84,6 +85,19 @@ impl Exchange for BucketStore {
             Ok(()) | Err(Error::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
+        let Some(multipart) = &self.0.multipart else { return self.remove(key) };
+        match self.block_on(multipart.delete_at(&self.path(key), tag)) {
+            Ok(_) => Ok(()),
+            Err(Failed::Refused) => Err(Error::Changed(self.describe(key))),
+            Err(Failed::Other(why)) => Err(Error::Io { place: self.describe(key), source: std::io::Error::other(why) }),
+        }
+    }
+
+    fn removes_at(&self) -> bool {
+        self.0.multipart.is_some()
     }
 
     fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {

@@ -18,6 +18,7 @@
 //! the parts' MD5s, then `-` and their count; each part's MD5 is the ETag its upload answered,
 //! not hashed here: hashing each part before sending it held the parts back one after another).
 
+mod delete;
 mod extend;
 
 use std::sync::Arc;
