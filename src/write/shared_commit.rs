@@ -62,8 +62,8 @@ const READS: u32 = 16;
 /// How often a waiter that took the lease may fail to fold before its commit fails.
 const HOLDS: u32 = 3;
 /// How long a waiter waits before asking whether its delta was folded (or the lease is free);
-/// the pause doubles with each question (a queued committer's, every fourth) up to
-/// [`LONGEST_POLL`].
+/// the pause doubles with each question (a queued committer's stays: it queues for at most
+/// [`QUEUE_PATIENCE`]) up to [`LONGEST_POLL`].
 const POLL: Duration = Duration::from_millis(20);
 /// The longest pause between a waiter's questions: a thousand machines waiting on one shard ask
 /// about two thousand times a second, under what an object store serves a prefix (S3: 5,500
@@ -219,8 +219,9 @@ impl Turns<'_> {
         let (mut polls, since) = (0u32, self.world.now());
         loop {
             polls += 1;
-            // Queued for at most a few seconds: each turn is taken soon after the last.
-            self.world.sleep(self.poll(polls, 4, Duration::ZERO));
+            // Queued for at most a few seconds, and each turn is taken soon after the last: asked
+            // every 10-30 ms.
+            self.world.sleep(self.poll(polls, u32::MAX, Duration::ZERO));
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
                 self.exchange.forget(self.key);
                 return self.hold(Lease { tag, renewed: self.world.now() }, Some(changes), None);
