@@ -45,16 +45,12 @@ pub trait Exchange: Send + Sync {
     /// Removes `key`; nothing there is no error.
     fn remove(&self, key: &str) -> Result<()>;
 
-    /// Removes `key` only while it is at version `tag` (nothing there is no error), where the
-    /// server decides that with the removal ([`Exchange::removes_at`]); elsewhere whatever is there.
+    /// Removes `key` only while it is at version `tag` ([`super::Error::Changed`] at another;
+    /// nothing there is no error), where the server decides that with the removal (S3's
+    /// conditional DELETE); elsewhere whatever is there.
     fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
         let _ = tag;
         self.remove(key)
-    }
-
-    /// True when [`Exchange::remove_at`] removes only the version named.
-    fn removes_at(&self) -> bool {
-        false
     }
 
     /// The note stored with the current version of the file at `key` (empty when it has none),

@@ -78,9 +78,15 @@ const PER_DELTA: Duration = Duration::from_millis(5);
 /// machines wait (each queued round takes a few round trips) the queue would grow without end.
 const QUEUE_PATIENCE: Duration = Duration::from_secs(2);
 /// The most delta names a shard version's note holds (44 bytes each: S3 keeps at most 2 KiB of
-/// user metadata): those it takes in, and those it held before that are still there. More deltas
-/// wait for the holder's next round.
-const MOST_NOTED: usize = 40;
+/// user metadata, with [`HOLDERS_NOTED`] holders' names): those it takes in, and those it held
+/// before that are still there. More deltas wait for the holder's next round.
+const MOST_NOTED: usize = 36;
+/// How many of the latest holders whose own changes a version holds its note names (this one's,
+/// then those of the versions before): a holder whose PUT was refused finds out whether a try
+/// whose answer was lost stored it after all.
+const HOLDERS_NOTED: usize = 4;
+/// How the names of holders in a note start.
+const HOLDER: &str = "holder-";
 
 /// Commits `changes` (innermost chunks by their entry at every level) into the shard at `key`,
 /// laid out as `specs` say, taking turns with other machines through `exchange`.
@@ -186,12 +192,10 @@ impl Turns<'_> {
         let mut lease = Some(lease);
         let result = self.fold(&mut lease, own, seen);
         // Removed only at the version this holder stored, where the server decides that (S3's
-        // conditional DELETE); elsewhere checked first when held long enough that a waiter may
-        // have taken it over (a waiter whose clock runs fast may still have: two holders then
-        // run at once, which costs uploads, never data).
+        // conditional DELETE), and checked first when held long enough that a waiter may have
+        // taken it over (for a server that ignores the condition).
         let ours = lease.filter(|lease| {
-            self.exchange.removes_at()
-                || self.since(lease.renewed) < LEASE_TIMEOUT
+            self.since(lease.renewed) < LEASE_TIMEOUT
                 || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag))
         });
         if let Some(lease) = ours {
@@ -238,10 +242,14 @@ impl Turns<'_> {
         let name = self.unique_name(DELTA);
         let delta_key = join(&self.dir, &name);
         log::info!("{}: its lease is held; waiting as {name}", self.store.describe(self.key));
-        // Its name is unique: found there, it is this very delta, stored by a try whose answer was
-        // lost.
-        let encoded = delta::encode(changes);
-        self.patiently(|| self.exchange.create(&delta_key, &encoded))?;
+        // Never made again after a failure: the first try may have stored it, and a holder folded
+        // and removed it since (made again, it would be folded twice). Found there, it is this very
+        // delta (its name is unique); not found, the commit fails, its writes kept for later.
+        if let Err(e) = self.exchange.create(&delta_key, &delta::encode(changes))
+            && self.patiently(|| self.exchange.tag(&delta_key))?.is_none()
+        {
+            return Err(e.into());
+        }
         let holder = self.unique_name("holder-").into_bytes();
         let mut seen = None;
         let (mut polls, mut failed) = (0u32, 0u32);
@@ -351,6 +359,8 @@ impl Turns<'_> {
         last: &mut Option<Committed>,
     ) -> Result<Committed, CommitError> {
         let mut attempt = 0;
+        // Named in the note of the version holding `own`.
+        let me = self.unique_name(HOLDER);
         loop {
             attempt += 1;
             let lock = self.store.lock(lock::slot(self.key))?;
@@ -452,7 +462,11 @@ impl Turns<'_> {
             let mut committed = match merged.is_empty() {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
-                    let note = folded.join(" ");
+                    // The holders named before this one's own changes carry on, latest first.
+                    let before = note.as_ref().map_or("", |(_, n)| n.as_str()).split(' ');
+                    let holders = own.map(|_| me.as_str()).into_iter().chain(before.filter(|n| n.starts_with(HOLDER)));
+                    let noted: Vec<&str> = folded.iter().copied().chain(holders.take(HOLDERS_NOTED)).collect();
+                    let note = noted.join(" ");
                     let note = Some((self.exchange, note.as_str()));
                     let (applied, relisted) = both(
                         self.world,
@@ -469,6 +483,11 @@ impl Turns<'_> {
                         Ok(committed) => committed,
                         Err(CommitError::Store(store::Error::Changed(_))) => {
                             drop(lock);
+                            // Stored by a try whose answer was lost: never applied twice.
+                            if own.is_some() && self.stored_own(&me)? {
+                                *last = Some(Outcome::Rewritten.into());
+                                own = None;
+                            }
                             self.world.sleep(self.world.backoff(attempt.min(6)));
                             continue;
                         }
@@ -537,6 +556,15 @@ impl Turns<'_> {
             }
             attempt = 0;
         }
+    }
+
+    /// After a PUT of this holder's own changes was refused: whether a try of it whose answer was
+    /// lost stored them after all (the version's note names holder `me`, as do the notes of the
+    /// next [`HOLDERS_NOTED`] versions). Asked at once, so that only a holder stalled right there
+    /// while that many versions were written could miss it.
+    fn stored_own(&self, me: &str) -> Result<bool, CommitError> {
+        let note = self.patiently(|| self.exchange.note(self.key))?;
+        Ok(note.is_some_and(|(_, note)| note.split(' ').any(|n| n == me)))
     }
 
     /// The shard's note, the exchange directory's names and the shard itself, read at once: the

@@ -262,7 +262,7 @@ impl Exchange for Machine {
     }
 
     fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
-        if !self.removes_at() {
+        if !self.sim.state().server.deletes_at {
             return self.remove(key);
         }
         let Ok(at) = u64::from_str_radix(tag, 16) else { return Err(Error::Changed(self.describe(key))) };
@@ -274,10 +274,6 @@ impl Exchange for Machine {
             }
         })?;
         if removed { Ok(()) } else { Err(Error::Changed(self.describe(key))) }
-    }
-
-    fn removes_at(&self) -> bool {
-        self.sim.state().server.deletes_at
     }
 
     fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {

@@ -96,10 +96,6 @@ impl Exchange for BucketStore {
         }
     }
 
-    fn removes_at(&self) -> bool {
-        self.0.multipart.is_some()
-    }
-
     fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {
         Ok(self.head_with_attributes(key)?.map(|(head, attributes)| (head.stamp(), noted(&attributes))))
     }
