@@ -336,7 +336,8 @@ impl Shards {
         let attr = opened.as_ref().map(|s| s.attr);
         let blob = attr.map(|a| 0..a.size);
         let visit = &mut |c: &[u64], s| visit(c, s, attr.as_ref());
-        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit }.level(0, blob, &mut Vec::new())
+        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit, indexes_only: false }
+            .level(0, blob, &mut Vec::new())
     }
 
     /// The shard at `key` (shard coordinates `coords`), opened, with every index of one version
@@ -361,6 +362,7 @@ impl Shards {
                 coords,
                 prefix: &[],
                 visit: &mut |_, _| ControlFlow::Continue(()),
+                indexes_only: true,
             };
             let _ = read.level(0, blob, &mut Vec::new());
             opened = read.shard.take().expect("the walk keeps its shard");
@@ -487,6 +489,9 @@ struct ShardWalk<'w, 's> {
     coords: &'w [u64],
     prefix: &'w [u64],
     visit: &'w mut dyn FnMut(&[u64], ChunkState) -> ControlFlow<()>,
+    /// Reads the indexes of every level into the cache and visits no chunk: the innermost
+    /// level's entries are not gone through ([`Shards::read_indexes`]).
+    indexes_only: bool,
 }
 
 impl ShardWalk<'_, '_> {
@@ -514,6 +519,9 @@ impl ShardWalk<'_, '_> {
             _ => None,
         };
         let leaf = depth + 1 == levels.len();
+        if leaf && self.indexes_only {
+            return ControlFlow::Continue(());
+        }
         for entry in 0..levels[depth].index.entries {
             let found = index.as_ref().map(|i| i.chunk(entry));
             let state = match found {
