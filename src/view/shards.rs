@@ -336,8 +336,11 @@ impl Shards {
         let attr = opened.as_ref().map(|s| s.attr);
         let blob = attr.map(|a| 0..a.size);
         let visit = &mut |c: &[u64], s| visit(c, s, attr.as_ref());
-        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit, indexes_only: false }
-            .level(0, blob, &mut Vec::new())
+        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit, indexes_only: false }.level(
+            0,
+            blob,
+            &mut Vec::new(),
+        )
     }
 
     /// The shard at `key` (shard coordinates `coords`), opened, with every index of one version
