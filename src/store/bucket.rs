@@ -553,9 +553,9 @@ impl BucketStore {
         };
         let size: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         let uploaded = match &self.0.multipart {
-            Some(multipart) if note.is_empty() && condition_of(&mode).is_some_and(|c| multipart.fits(size, c)) => {
+            Some(multipart) if condition_of(&mode).is_some_and(|c| multipart.fits(size, c)) => {
                 let condition = condition_of(&mode).expect("checked");
-                self.block_on(multipart.upload(&self.path(key), pieces, condition)).map_err(|e| match e {
+                self.block_on(multipart.upload(&self.path(key), pieces, condition, note)).map_err(|e| match e {
                     multipart::Failed::Refused => Error::Changed(self.describe(key)),
                     multipart::Failed::Other(why) => {
                         Error::Io { place: self.describe(key), source: io::Error::other(why) }

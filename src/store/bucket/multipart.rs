@@ -138,7 +138,7 @@ impl Multipart {
     pub async fn probe(&self, path: &Path, e_tag: &str) {
         let bogus = format!("\"not-{}\"", e_tag.trim_matches('"'));
         let check = |condition, honoured: &'static str| async move {
-            match self.upload(path, &[b"probe"], condition).await {
+            match self.upload(path, &[b"probe"], condition, "").await {
                 Err(Failed::Refused) => true,
                 Ok(_) => false,
                 Err(Failed::Other(e)) => {
@@ -159,10 +159,21 @@ impl Multipart {
         self.copies.store(copies, Ordering::Relaxed);
     }
 
-    /// Uploads `pieces`, back to back, as the object at `path`, under `condition`.
-    pub async fn upload(&self, path: &Path, pieces: &[&[u8]], condition: Condition<'_>) -> Result<PutResult, Failed> {
+    /// Uploads `pieces`, back to back, as the object at `path`, under `condition`, with `note` (when
+    /// not empty) as its note.
+    pub async fn upload(
+        &self,
+        path: &Path,
+        pieces: &[&[u8]],
+        condition: Condition<'_>,
+        note: &str,
+    ) -> Result<PutResult, Failed> {
         let other = |e: object_store::Error| Failed::Other(super::one_line(&e));
-        let id = self.client.create_multipart(path).await.map_err(other)?;
+        // object_store starts uploads with no user metadata: one with a note is started here.
+        let id = match note.is_empty() {
+            true => self.client.create_multipart(path).await.map_err(other)?,
+            false => self.create(path, note).await?,
+        };
         let id = &id;
         let uploaded = async {
             let size: usize = pieces.iter().map(|p| p.len()).sum();

@@ -72,7 +72,7 @@ impl Multipart {
 
     /// Starts an upload to `path` (CreateMultipartUpload) with `note` as its note when not empty:
     /// the upload's ID. object_store starts uploads with no user metadata.
-    async fn create(&self, path: &Path, note: &str) -> Result<String, Failed> {
+    pub(super) async fn create(&self, path: &Path, note: &str) -> Result<String, Failed> {
         let name = format!("x-amz-meta-{}", crate::store::bucket::exchange::NOTE);
         let header = [(name.as_str(), note)];
         let headers: &[(&str, &str)] = if note.is_empty() { &[] } else { &header };
