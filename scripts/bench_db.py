@@ -1,12 +1,14 @@
 """The db profile of scripts/bench.sh: zarr-python 2.18 reading an array through a shardfs mount of
 a database against zarr-python 2.18 reading it through its own store for that database
-(SQLiteStore, LMDBStore, RedisStore), side by side in one run.
+(SQLiteStore, LMDBStore, RedisStore; for PostgreSQL, which zarr-python ships no store for, the
+minimal store of the same layout in tests/interop/postgres_server.py), side by side in one run.
 
     target/venv-v2/bin/python scripts/bench_db.py [--runs R] [--quick] [--binary SHARDFS] [--out FILE]
 
 The array: 256 MiB of float32 in 1 MiB chunks, uncompressed (--quick: 64 MiB, one run), written
 by zarr-python 2.18 into each database through its own store. Redis is a redis-server started
-here on a free port of 127.0.0.1, in memory only. Beside them, the same chunks as plain files in a
+here on a free port of 127.0.0.1, in memory only; PostgreSQL a fresh cluster of Debian's server on
+another (fsync on). Beside them, the same chunks as plain files in a
 directory, read through zarr-python's DirectoryStore and through a mount of the directory: what
 FUSE itself costs. Each read is from a fresh store or a fresh mount
 (release build, read-only; the mount is timed, the unmount is not, as a store is opened in the
@@ -26,6 +28,7 @@ import numpy as np
 import zarr
 from bench_net import shardfs_binary
 from ports import free_port, wait_for_port
+from postgres_server import PostgresServer, TableStore
 
 warnings.simplefilter("ignore")
 
@@ -46,13 +49,16 @@ def main():
                               "--appendonly", "no", "--dir", work],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mounts = []
+    postgres = PostgresServer()
     try:
+        postgres.start()
         wait_for_port(redis_port, "redis-server", redis)
         data = np.random.default_rng(1).random(mib << 18, dtype="f4")
         databases = {
             "SQLite": (lambda: zarr.SQLiteStore(f"{work}/data.sqlite"), f"{work}/data.sqlite"),
             "LMDB": (lambda: zarr.LMDBStore(f"{work}/data.lmdb"), f"{work}/data.lmdb"),
             "Redis": (lambda: zarr.RedisStore(port=redis_port), f"redis://127.0.0.1:{redis_port}/0"),
+            "PostgreSQL": (lambda: TableStore(postgres.url), postgres.url),
             # The floor: the same chunks as plain files, read through a mount of their directory.
             "plain files": (lambda: zarr.DirectoryStore(f"{work}/plain"), f"{work}/plain"),
         }
@@ -93,7 +99,7 @@ def main():
                     while mounts:
                         subprocess.run([binary, "unmount", mounts.pop()], check=True)
                     assert np.array_equal(got, data), f"{name} through {reader} read wrong"
-        target = {"SQLite": "1.5x", "LMDB": "1.5x", "Redis": "2.0x", "plain files": "-"}
+        target = {"SQLite": "1.5x", "LMDB": "1.5x", "Redis": "2.0x", "PostgreSQL": "2.0x", "plain files": "-"}
         lines = ["| database | zarr-python 2.18's own store | shardfs mount | ratio | target |", "|---|---|---|---|---|"]
         for name in databases:
             medians = [sorted(results[(name, r)])[len(results[(name, r)]) // 2] for r in readers]
@@ -110,6 +116,7 @@ def main():
             subprocess.run([binary, "unmount", mnt], check=False)
         redis.terminate()
         redis.wait()
+        postgres.remove()
         shutil.rmtree(work, ignore_errors=True)
 
 

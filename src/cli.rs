@@ -223,6 +223,10 @@ pub struct StoreArgs {
     /// zarr-python 2's RedisStore names them.
     #[arg(long, value_name = "PREFIX", default_value = "zarr")]
     pub key_prefix: String,
+    /// A PostgreSQL database (postgresql://USER@HOST:PORT/DB; the password from PGPASSWORD): the
+    /// table of the Zarr keys, (key text PRIMARY KEY, value bytea); a writable mount creates it.
+    #[arg(long, value_name = "NAME", default_value = "zarr")]
+    pub table: String,
 }
 
 impl StoreArgs {
@@ -262,6 +266,7 @@ impl StoreArgs {
             },
             memory: self.memory(),
             key_prefix: self.key_prefix.clone(),
+            table: self.table.clone(),
             metadata_ttl_given: self.metadata_ttl.is_some(),
         }
     }

@@ -17,10 +17,11 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
-use crate::store::database::Objects;
 use crate::store::database::lmdb::{self, Lmdb};
+use crate::store::database::postgres::{self, Postgres};
 use crate::store::database::redis::Redis;
 use crate::store::database::sqlite::{self, Sqlite};
+use crate::store::database::{Database, Objects};
 use crate::store::icechunk::{self, IcechunkStore};
 use crate::store::icechunk_branch::BranchStore;
 use crate::store::memory_budget::MemoryBudget;
@@ -44,6 +45,8 @@ pub struct StoreAddress {
     pub memory: MemoryBudget,
     /// `--key-prefix`: a Redis database's keys are `PREFIX:KEY`.
     pub key_prefix: String,
+    /// `--table`: the table of a PostgreSQL database that holds the Zarr keys.
+    pub table: String,
     /// `caching.metadata_ttl` was chosen (`--metadata-ttl`), not a default: a store whose looks
     /// cost more (Redis) keeps its own default otherwise.
     pub metadata_ttl_given: bool,
@@ -102,9 +105,10 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
         Some(_) if azure::is_azure_url(&shown) => open_bucket(&shown, &address)?,
         Some(("http" | "https", _)) => http::open(&shown, address.caching.clone())?,
         Some(("redis", _)) => return open_redis(&shown, &address),
+        Some(("postgres" | "postgresql", _)) => return open_postgres(&shown, &address),
         Some((scheme, _)) => {
             return Err(format!(
-                "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http://, redis:// and local directories and files are)"
+                "{shown}: {scheme}:// stores are not supported yet (s3://, gs://, az://, https://, http://, redis://, postgresql:// and local directories and files are)"
             ));
         }
         None if address.caching.disk.is_some() => {
@@ -216,6 +220,18 @@ fn open_redis(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
     let metadata_ttl = if address.metadata_ttl_given { address.caching.metadata_ttl } else { REDIS_METADATA_TTL };
     let caching = Caching { metadata_ttl, disk: None, ..address.caching.clone() };
     Ok(Arc::new(Objects::mount(database, "Redis", url, false, caching).map_err(|e| format!("{url}: {e}"))?))
+}
+
+/// Opens the table `--table` of the PostgreSQL database at `url`: its keys as they are. A writable
+/// mount creates the table when there is none. Versions and listings are trusted for
+/// `--metadata-ttl`, as of an object store: a look is a round trip to the server.
+fn open_postgres(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    // An address made in code rather than from the command line names no table: the default's.
+    let table = if address.table.is_empty() { postgres::DEFAULT_TABLE } else { &address.table };
+    let database = Postgres::open(url, table, address.repository.writable)?;
+    let name = database.name().to_string();
+    let caching = Caching { disk: None, ..address.caching.clone() };
+    Ok(Arc::new(Objects::mount(database, "PostgreSQL", &name, false, caching).map_err(|e| format!("{name}: {e}"))?))
 }
 
 /// Checks that the view can show `store` as Zarr `zarr_format`: the v2 view is made from Zarr v3

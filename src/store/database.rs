@@ -1,5 +1,5 @@
-//! Databases as stores: zarr-python 2's `SQLiteStore`, `LMDBStore` and `RedisStore` layouts, each
-//! a flat map of Zarr keys to values, served as an object store ([`Objects`]) under the same
+//! Databases as stores: zarr-python 2's `SQLiteStore`, `LMDBStore` and `RedisStore` layouts, and
+//! a PostgreSQL table, each a flat map of Zarr keys to values, served as an object store ([`Objects`]) under the same
 //! [`BucketStore`] every object store is served through. A database then reads and writes as a
 //! bucket does: ranged reads checked against the version opened, whole-value writes made
 //! conditional on the version read (so two mounts writing one shard never overwrite each other),
@@ -10,6 +10,7 @@
 //!   incremental blob I/O.
 //! - [`lmdb`]: an LMDB environment's unnamed database, read from its memory map.
 //! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions checked in server-side scripts.
+//! - [`postgres`]: a PostgreSQL table `(key, value)`, versions the server's own row versions.
 //!
 //! A backend implements [`Database`]: entries with versions, ranged reads consistent with the
 //! version they report, and writes that check a condition and commit in one transaction. What an
@@ -17,6 +18,7 @@
 //! parts) is done here once.
 
 pub mod lmdb;
+pub mod postgres;
 pub mod redis;
 pub mod sqlite;
 

@@ -38,10 +38,12 @@ import pytest
 import shardfs
 import zarr
 import lmdb
+import psycopg
 import redis
 from conftest import BINARY, V2_PYTHON, zarr2_reads
 from object_stores import daemon_pid
 from ports import free_port, wait_for_port
+from postgres_server import PostgresServer, TableStore, postgres_server
 
 
 class Sqlite:
@@ -167,13 +169,58 @@ class Redis:
         return True
 
 
-DATABASES = ["sqlite", "lmdb", "redis"]
+@pytest.fixture(scope="session")
+def pg_server():
+    with postgres_server() as server:
+        yield server
+
+
+class Postgres:
+    """A table NAME(key text PRIMARY KEY, value bytea) of a PostgreSQL database, written by
+    zarr-python 2 through `TableStore` (zarr-python ships no PostgreSQL store)."""
+
+    name = "postgres"
+    tables = itertools.count()
+
+    def __init__(self, server):
+        self.server = server
+        self.table = f"case{next(self.tables)}"
+        self.address = server.url
+        self.options = {"table": self.table}
+        self.v2_argument = f"{server.url} {self.table}"
+        TableStore(server.url, self.table).close()
+
+    v2_store = (f'(sys.path.insert(0, {str(Path(__file__).parent)!r}), __import__("postgres_server"))[1]'
+                '.TableStore(*sys.argv[1].split(" "))')
+
+    def store(self):
+        return TableStore(self.server.url, self.table)
+
+    def put(self, key, value):
+        store = self.store()
+        store[key] = value
+        store.close()
+
+    def items(self):
+        store = self.store()
+        try:
+            return dict(store.items())
+        finally:
+            store.close()
+
+    def consistent(self):
+        return True
+
+
+DATABASES = ["sqlite", "lmdb", "redis", "postgres"]
 
 
 @pytest.fixture(params=DATABASES)
 def database(request, tmp_path):
     if request.param == "redis":
         return Redis(request.getfixturevalue("redis_server"))
+    if request.param == "postgres":
+        return Postgres(request.getfixturevalue("pg_server"))
     return {"sqlite": Sqlite, "lmdb": Lmdb}[request.param](tmp_path)
 
 
@@ -374,8 +421,8 @@ def test_another_process_writing_the_database_is_seen(database, shardfs_mount, t
     if database.name == "lmdb":
         pytest.skip("py-lmdb cannot open an environment a mount holds (another LMDB lock format)")
     run_v2(database, V2_WRITER)
-    # A Redis mount trusts what it saw for --metadata-ttl (30 s unless given); SQLite and LMDB
-    # look each time.
+    # A Redis or PostgreSQL mount trusts what it saw for --metadata-ttl (30 s and 1 s unless
+    # given); SQLite and LMDB look each time.
     mnt = shardfs_mount(database.address, metadata_ttl=500, **database.options)
     before = (Path(mnt) / "ints/0.0").read_bytes()
     run_v2(database, 'zarr.open_array(store, path="ints")[0:30, 0:25] = -1')
@@ -451,3 +498,70 @@ def test_an_lmdb_environment_py_lmdb_holds_open_is_refused_naming_it(tmp_path):
     with lmdb.open(str(database.path), map_size=2**30):
         line = mount_fails(database.address, tmp_path)
     assert str(database.path) in line and "another LMDB's lock format" in line
+
+
+def test_a_postgresql_server_that_cannot_be_reached_is_refused_naming_it(tmp_path):
+    address = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    line = mount_fails(address, tmp_path)
+    assert address in line and "cannot reach the server" in line
+
+
+def test_a_postgresql_table_in_another_layout_or_missing_is_refused_naming_it(pg_server, tmp_path):
+    with psycopg.connect(pg_server.url, autocommit=True) as db:
+        db.execute("CREATE TABLE kv (key text, value text)")
+    line = mount_fails(pg_server.url, tmp_path, "--table=kv")
+    assert pg_server.url in line and "kv" in line and "(key text PRIMARY KEY, value bytea)" in line
+    # A read-only mount creates nothing: a table not there is named.
+    line = mount_fails(pg_server.url, tmp_path, "--table=nowhere", "--read-only")
+    assert "no table nowhere" in line
+    with psycopg.connect(pg_server.url) as db:
+        assert db.execute("SELECT to_regclass('nowhere')").fetchone()[0] is None
+
+
+def test_a_postgresql_password_is_taken_from_the_environment_and_shown_nowhere(tmp_path):
+    secret = "s3cret-Pa55word"
+    server = PostgresServer(password=secret)
+    try:
+        server.start()
+        # A wrong password is refused before mounting, in one line without it.
+        wrong = server.url.replace("postgres@", "postgres:not-it@")
+        line = mount_fails(wrong, tmp_path)
+        assert "password authentication failed" in line and "not-it" not in line
+        env = dict(os.environ, PGPASSWORD=secret, RUST_LOG="debug")
+        log = tmp_path / "daemon.log"
+        with open(log, "w") as err:
+            mounted = subprocess.run([BINARY, "mount", server.url, tmp_path / "refused", "--log-file", log],
+                                     env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert mounted.returncode == 0, mounted.stderr
+        try:
+            mnt = tmp_path / "refused"
+            (mnt / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+            pid = daemon_pid(mnt)
+            assert secret not in Path(f"/proc/{pid}/cmdline").read_text()
+        finally:
+            subprocess.run([BINARY, "unmount", tmp_path / "refused"], check=True, timeout=120)
+        assert secret not in log.read_text() + mounted.stderr
+        with psycopg.connect(server.url, password=secret) as db:
+            assert db.execute("SELECT key FROM zarr").fetchall() == [("zarr.json",)]
+    finally:
+        server.remove()
+
+
+def test_a_postgresql_server_lost_while_mounted_fails_reads_with_eio_and_the_mount_recovers(tmp_path):
+    server = PostgresServer()
+    try:
+        server.start()
+        database = Postgres(server)
+        run_v2(database, V2_WRITER)
+        with shardfs.mount(database.address, metadata_ttl=0, **database.options) as mnt:
+            want = (Path(mnt) / "ints/0.0").read_bytes()
+            values = database.items()
+            server.stop()
+            with pytest.raises(OSError) as lost:
+                (Path(mnt) / "ints/1.1").read_bytes()
+            assert lost.value.errno == errno.EIO
+            server.start()
+            assert (Path(mnt) / "ints/0.0").read_bytes() == want
+            assert (Path(mnt) / "ints/1.1").read_bytes() == values["ints/1.1"]
+    finally:
+        server.remove()
