@@ -1,7 +1,8 @@
 """The db profile of scripts/bench.sh: zarr-python 2.18 reading an array through a shardfs mount of
 a database against zarr-python 2.18 reading it through its own store for that database
-(SQLiteStore, LMDBStore, RedisStore; for PostgreSQL, which zarr-python ships no store for, the
-minimal store of the same layout in tests/interop/postgres_server.py), side by side in one run.
+(SQLiteStore, LMDBStore, RedisStore; for LevelDB and PostgreSQL, which zarr-python ships no store
+for, the minimal stores of the same layouts in tests/interop/plyvel_store.py and
+postgres_server.py), side by side in one run.
 
     target/venv-v2/bin/python scripts/bench_db.py [--runs R] [--quick] [--binary SHARDFS] [--out FILE]
 
@@ -28,6 +29,7 @@ import numpy as np
 import zarr
 from bench_net import shardfs_binary
 from ports import free_port, wait_for_port
+from plyvel_store import PlyvelStore
 from postgres_server import PostgresServer, TableStore
 
 warnings.simplefilter("ignore")
@@ -57,6 +59,7 @@ def main():
         databases = {
             "SQLite": (lambda: zarr.SQLiteStore(f"{work}/data.sqlite"), f"{work}/data.sqlite"),
             "LMDB": (lambda: zarr.LMDBStore(f"{work}/data.lmdb"), f"{work}/data.lmdb"),
+            "LevelDB": (lambda: PlyvelStore(f"{work}/data.leveldb"), f"{work}/data.leveldb"),
             "Redis": (lambda: zarr.RedisStore(port=redis_port), f"redis://127.0.0.1:{redis_port}/0"),
             "PostgreSQL": (lambda: TableStore(postgres.url), postgres.url),
             # The floor: the same chunks as plain files, read through a mount of their directory.
@@ -99,7 +102,7 @@ def main():
                     while mounts:
                         subprocess.run([binary, "unmount", mounts.pop()], check=True)
                     assert np.array_equal(got, data), f"{name} through {reader} read wrong"
-        target = {"SQLite": "1.5x", "LMDB": "1.5x", "Redis": "2.0x", "PostgreSQL": "2.0x", "plain files": "-"}
+        target = {"SQLite": "1.5x", "LMDB": "1.5x", "LevelDB": "1.5x", "Redis": "2.0x", "PostgreSQL": "2.0x", "plain files": "-"}
         lines = ["| database | zarr-python 2.18's own store | shardfs mount | ratio | target |", "|---|---|---|---|---|"]
         for name in databases:
             medians = [sorted(results[(name, r)])[len(results[(name, r)]) // 2] for r in readers]

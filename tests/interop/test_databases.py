@@ -38,11 +38,13 @@ import pytest
 import shardfs
 import zarr
 import lmdb
+import plyvel
 import psycopg
 import redis
 from conftest import BINARY, V2_PYTHON, zarr2_reads
 from object_stores import daemon_pid
 from ports import free_port, wait_for_port
+from plyvel_store import PlyvelStore
 from postgres_server import PostgresServer, TableStore, postgres_server
 
 
@@ -108,6 +110,44 @@ class Lmdb:
 
     def consistent(self):
         return bool(self.items())
+
+
+class LevelDb:
+    """A LevelDB directory as plyvel users write it, written by zarr-python 2 through
+    `PlyvelStore` (zarr-python ships no LevelDB store). LevelDB lets one process at a time open
+    it, so it is written and read here only when nothing is mounted."""
+
+    name = "leveldb"
+    options = {}
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "data.leveldb"
+        PlyvelStore(self.path).close()
+
+    address = property(lambda self: str(self.path))
+    v2_store = (f'(sys.path.insert(0, {str(Path(__file__).parent)!r}), __import__("plyvel_store"))[1]'
+                '.PlyvelStore(sys.argv[1])')
+    v2_argument = property(lambda self: str(self.path))
+
+    def put(self, key, value):
+        store = PlyvelStore(self.path)
+        store[key] = value
+        store.close()
+
+    def items(self):
+        store = PlyvelStore(self.path)
+        try:
+            return dict(store.items())
+        finally:
+            store.close()
+
+    def consistent(self):
+        return bool(self.items())
+
+
+def one_process_at_a_time(database):
+    if database.name == "leveldb":
+        pytest.skip("LevelDB lets one process at a time open a database")
 
 
 class RedisServer:
@@ -212,7 +252,7 @@ class Postgres:
         return True
 
 
-DATABASES = ["sqlite", "lmdb", "redis", "postgres"]
+DATABASES = ["sqlite", "lmdb", "leveldb", "redis", "postgres"]
 
 
 @pytest.fixture(params=DATABASES)
@@ -221,7 +261,7 @@ def database(request, tmp_path):
         return Redis(request.getfixturevalue("redis_server"))
     if request.param == "postgres":
         return Postgres(request.getfixturevalue("pg_server"))
-    return {"sqlite": Sqlite, "lmdb": Lmdb}[request.param](tmp_path)
+    return {"sqlite": Sqlite, "lmdb": Lmdb, "leveldb": LevelDb}[request.param](tmp_path)
 
 
 def run_v2(database, source):
@@ -366,6 +406,7 @@ def every_shard_decodes(database):
 
 
 def test_two_mounts_writing_interleaved_chunks_of_the_same_shards_lose_nothing(database, tmp_path):
+    one_process_at_a_time(database)
     raw_array(database, tmp_path)
     written = {}
     (tmp_path / "a").mkdir()
@@ -387,6 +428,7 @@ def test_two_mounts_writing_interleaved_chunks_of_the_same_shards_lose_nothing(d
 
 
 def test_eight_mounts_writing_disjoint_chunks_of_the_same_shards_at_once_lose_nothing(database, tmp_path):
+    one_process_at_a_time(database)
     # 256 chunks in 16 shards, each shard written by all eight mounts, each chunk committed on its
     # own: every other mount's commit renews the versions a mount reads (on SQLite and LMDB every
     # version), so lookups and directory checks race commits throughout.
@@ -420,6 +462,7 @@ def test_eight_mounts_writing_disjoint_chunks_of_the_same_shards_at_once_lose_no
 def test_another_process_writing_the_database_is_seen(database, shardfs_mount, tmp_path):
     if database.name == "lmdb":
         pytest.skip("py-lmdb cannot open an environment a mount holds (another LMDB lock format)")
+    one_process_at_a_time(database)
     run_v2(database, V2_WRITER)
     # A Redis or PostgreSQL mount trusts what it saw for --metadata-ttl (30 s and 1 s unless
     # given); SQLite and LMDB look each time.
@@ -565,3 +608,18 @@ def test_a_postgresql_server_lost_while_mounted_fails_reads_with_eio_and_the_mou
             assert (Path(mnt) / "ints/1.1").read_bytes() == values["ints/1.1"]
     finally:
         server.remove()
+
+
+def test_a_leveldb_another_process_holds_is_refused_and_a_mounted_one_refuses_others(shardfs_mount, tmp_path):
+    database = LevelDb(tmp_path)
+    run_v2(database, V2_WRITER)
+    held = plyvel.DB(str(database.path))
+    try:
+        line = mount_fails(database.address, tmp_path)
+    finally:
+        held.close()
+    assert str(database.path) in line and "held by another process" in line
+    mnt = shardfs_mount(database.address, read_only=True)
+    with pytest.raises(plyvel.IOError, match="lock"):
+        plyvel.DB(str(database.path))
+    assert (Path(mnt) / "ints/0.0").is_file()
