@@ -20,8 +20,10 @@
 
 pub mod leveldb;
 pub mod lmdb;
+mod loaded;
 pub mod postgres;
 pub mod redis;
+mod sole;
 pub mod sqlite;
 
 use std::ops::Range;

@@ -4,25 +4,22 @@
 //!
 //! LevelDB lets one process at a time open a database (its `LOCK` file): while mounted, this
 //! mount is the database's only writer, and another process's open fails; a database another
-//! process holds is refused before mounting. So versions need not come from the database: a
-//! value's version is an epoch (new at each open) with the number of this mount's write that
-//! wrote it, 0 for a value as found. Reads and listings hold a read lock of the versions while
-//! they look, and writes a write lock, so a version always names the bytes read with it.
+//! process holds is refused before mounting. So versions are this mount's own ([`Versions`]).
 //!
 //! Reads seek an iterator to the key and copy the range asked for from the value LevelDB holds,
 //! never the whole value; writes are synced to disk before they return (LevelDB's `sync`).
 
 mod library;
 
-use std::collections::HashMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::RwLock;
 
+use super::sole::Versions;
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "LevelDB";
@@ -45,21 +42,6 @@ impl std::fmt::Debug for LevelDb {
     }
 }
 
-/// The versions of the values this mount wrote.
-struct Versions {
-    /// New at each open: versions of two opens never coincide.
-    epoch: u64,
-    /// The number of this mount's last write of each key it wrote.
-    written: HashMap<Vec<u8>, u64>,
-    writes: u64,
-}
-
-impl Versions {
-    fn of(&self, key: &[u8]) -> String {
-        format!("{:x}.{}", self.epoch, self.written.get(key).copied().unwrap_or(0))
-    }
-}
-
 impl LevelDb {
     /// Opens the LevelDB in `dir`; fails, naming it and the cause, when another process holds it,
     /// it is damaged, or the library is missing.
@@ -72,12 +54,7 @@ impl LevelDb {
                 format!("{name}: {e}")
             }
         })?;
-        let epoch = {
-            use std::hash::{BuildHasher, RandomState};
-            RandomState::new().hash_one((std::time::SystemTime::now(), PathBuf::from(dir)))
-        };
-        let versions = RwLock::new(Versions { epoch, written: HashMap::new(), writes: 0 });
-        Ok(LevelDb { name, database, versions })
+        Ok(LevelDb { name, database, versions: RwLock::new(Versions::new(dir)) })
     }
 
     fn fail(&self, what: impl std::fmt::Display) -> object_store::Error {
@@ -161,16 +138,13 @@ impl Database for LevelDb {
         }
         let bytes: Vec<u8> = value.iter().flat_map(|piece| piece.iter().copied()).collect();
         self.database.put(key.as_bytes(), &bytes).map_err(|e| self.fail(format!("{key}: {e}")))?;
-        versions.writes += 1;
-        let write = versions.writes;
-        versions.written.insert(key.as_bytes().to_vec(), write);
-        Ok(Entry { size: bytes.len() as u64, version: versions.of(key.as_bytes()) })
+        Ok(Entry { size: bytes.len() as u64, version: versions.wrote(key.as_bytes()) })
     }
 
     fn delete(&self, key: &str) -> Result<()> {
         let mut versions = self.versions.write();
         self.database.delete(key.as_bytes()).map_err(|e| self.fail(format!("{key}: {e}")))?;
-        versions.written.remove(key.as_bytes());
+        versions.wrote(key.as_bytes());
         Ok(())
     }
 
@@ -217,7 +191,7 @@ mod tests {
 
     /// A new empty LevelDB, removed when the guard is dropped; `None` (said loudly) where the
     /// library is missing, unless `SHARDFS_REQUIRE_LEVELDB=1` (`.ci/run`) makes that a failure.
-    fn temp_database(label: &str) -> Option<(Removed, PathBuf)> {
+    fn temp_database(label: &str) -> Option<(Removed, std::path::PathBuf)> {
         let dir = std::env::temp_dir().join(format!("shardfs-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         match library::Database::open(&dir, true) {
@@ -231,7 +205,7 @@ mod tests {
         Some((Removed(dir.clone()), dir))
     }
 
-    struct Removed(PathBuf);
+    struct Removed(std::path::PathBuf);
 
     impl Drop for Removed {
         fn drop(&mut self) {

@@ -1,12 +1,13 @@
-//! LevelDB's C API (`leveldb/c.h`), from Debian's `libleveldb1d` loaded when a LevelDB is first
-//! opened: the binary links no LevelDB, so that machines without the library run every other
-//! store, and a LevelDB mount there fails with one line saying what to install.
+//! LevelDB's C API (`leveldb/c.h`), from Debian's `libleveldb1d`, loaded when a LevelDB is first
+//! opened ([`loaded`]).
 //!
 //! Only what [`super::LevelDb`] calls, each wrapped so that the rest of the store sees Rust types:
 //! errors as strings, values as slices or vectors, the C objects freed on drop.
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
+
+use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names, newest soname first.
 const NAMES: [&str; 3] = ["libleveldb.so.1d", "libleveldb.so.1", "libleveldb.so"];
@@ -58,43 +59,29 @@ fn api() -> Result<&'static Api, String> {
 }
 
 fn load() -> Result<Api, String> {
-    let mut tried = Vec::new();
-    let library = NAMES
-        .iter()
-        // SAFETY: LevelDB's initialisers only set up its own statics.
-        .find_map(|name| unsafe { libloading::Library::new(*name) }.map_err(|e| tried.push(e.to_string())).ok())
-        .ok_or_else(|| {
-            format!("LevelDB's library is not installed (apt-get install libleveldb1d): {}", tried.join("; "))
-        })?;
-    macro_rules! symbol {
-        ($name:literal) => {
-            // SAFETY: the type is the one leveldb/c.h declares for this name.
-            *unsafe { library.get(concat!($name, "\0").as_bytes()) }
-                .map_err(|e| format!("LevelDB's library lacks {}: {e}", $name))?
-        };
-    }
+    let library = loaded::library(&NAMES, "LevelDB", "libleveldb1d")?;
     Ok(Api {
-        open: symbol!("leveldb_open"),
-        close: symbol!("leveldb_close"),
-        put: symbol!("leveldb_put"),
-        delete: symbol!("leveldb_delete"),
-        create_iterator: symbol!("leveldb_create_iterator"),
-        iter_destroy: symbol!("leveldb_iter_destroy"),
-        iter_valid: symbol!("leveldb_iter_valid"),
-        iter_seek: symbol!("leveldb_iter_seek"),
-        iter_next: symbol!("leveldb_iter_next"),
-        iter_key: symbol!("leveldb_iter_key"),
-        iter_value: symbol!("leveldb_iter_value"),
-        iter_get_error: symbol!("leveldb_iter_get_error"),
-        options_create: symbol!("leveldb_options_create"),
-        options_destroy: symbol!("leveldb_options_destroy"),
-        options_set_create_if_missing: symbol!("leveldb_options_set_create_if_missing"),
-        readoptions_create: symbol!("leveldb_readoptions_create"),
-        readoptions_destroy: symbol!("leveldb_readoptions_destroy"),
-        writeoptions_create: symbol!("leveldb_writeoptions_create"),
-        writeoptions_destroy: symbol!("leveldb_writeoptions_destroy"),
-        writeoptions_set_sync: symbol!("leveldb_writeoptions_set_sync"),
-        free: symbol!("leveldb_free"),
+        open: symbol!(library, "LevelDB", "leveldb_open"),
+        close: symbol!(library, "LevelDB", "leveldb_close"),
+        put: symbol!(library, "LevelDB", "leveldb_put"),
+        delete: symbol!(library, "LevelDB", "leveldb_delete"),
+        create_iterator: symbol!(library, "LevelDB", "leveldb_create_iterator"),
+        iter_destroy: symbol!(library, "LevelDB", "leveldb_iter_destroy"),
+        iter_valid: symbol!(library, "LevelDB", "leveldb_iter_valid"),
+        iter_seek: symbol!(library, "LevelDB", "leveldb_iter_seek"),
+        iter_next: symbol!(library, "LevelDB", "leveldb_iter_next"),
+        iter_key: symbol!(library, "LevelDB", "leveldb_iter_key"),
+        iter_value: symbol!(library, "LevelDB", "leveldb_iter_value"),
+        iter_get_error: symbol!(library, "LevelDB", "leveldb_iter_get_error"),
+        options_create: symbol!(library, "LevelDB", "leveldb_options_create"),
+        options_destroy: symbol!(library, "LevelDB", "leveldb_options_destroy"),
+        options_set_create_if_missing: symbol!(library, "LevelDB", "leveldb_options_set_create_if_missing"),
+        readoptions_create: symbol!(library, "LevelDB", "leveldb_readoptions_create"),
+        readoptions_destroy: symbol!(library, "LevelDB", "leveldb_readoptions_destroy"),
+        writeoptions_create: symbol!(library, "LevelDB", "leveldb_writeoptions_create"),
+        writeoptions_destroy: symbol!(library, "LevelDB", "leveldb_writeoptions_destroy"),
+        writeoptions_set_sync: symbol!(library, "LevelDB", "leveldb_writeoptions_set_sync"),
+        free: symbol!(library, "LevelDB", "leveldb_free"),
         _library: library,
     })
 }
