@@ -1,5 +1,5 @@
 //! The mounts the driver made, found again after it restarts: the kernel's mount table
-//! (`/proc/self/mountinfo`, a `fuse.shardfs` mount at the target) says what is mounted, and a
+//! (`/proc/self/mountinfo`, a FUSE mount at the target) says what is mounted, and a
 //! record per target in the state directory says which volume and settings it was published
 //! with (no secrets: those live in the daemon's environment alone). One request at a time works
 //! on a target.
@@ -14,8 +14,9 @@ use sha2::Digest;
 
 use super::volume::Settings;
 
-/// The filesystem type a shardfs mount shows in the mount table (FUSE subtype `shardfs`).
-const FS_TYPE: &str = "fuse.shardfs";
+/// The filesystem types a shardfs mount shows in the mount table: `fuse` where root mounted it
+/// directly (the kernel is told no subtype then), `fuse.shardfs` through fusermount3.
+const FS_TYPES: [&str; 2] = ["fuse", "fuse.shardfs"];
 
 pub struct Mounts {
     dir: PathBuf,
@@ -34,7 +35,8 @@ impl Drop for Claim<'_> {
     }
 }
 
-/// A shardfs mount the mount table shows.
+/// A FUSE mount the mount table shows at a target: shardfs's, where the driver's record says so
+/// or its source is the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mounted {
     /// The mount's source: the store, as `shardfs mount` names it (`fsname=`).
@@ -129,14 +131,14 @@ pub fn canonical(target: &Path) -> PathBuf {
     }
 }
 
-/// The shardfs mount at `target`, the topmost where several are stacked.
+/// The FUSE mount at `target`, the topmost where several are stacked.
 pub fn mounted(target: &Path) -> Option<Mounted> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    shardfs_mount_at(&table, target)
+    fuse_mount_at(&table, target)
 }
 
 /// [`mounted`] in the text of a mountinfo file.
-fn shardfs_mount_at(table: &str, target: &Path) -> Option<Mounted> {
+fn fuse_mount_at(table: &str, target: &Path) -> Option<Mounted> {
     let mut found = None;
     for line in table.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
@@ -146,7 +148,7 @@ fn shardfs_mount_at(table: &str, target: &Path) -> Option<Mounted> {
         else {
             continue;
         };
-        if *kind == FS_TYPE && Path::new(&unescape(point)) == target {
+        if FS_TYPES.contains(kind) && Path::new(&unescape(point)) == target {
             let read_only = options.split(',').any(|o| o == "ro");
             found = Some(Mounted { source: unescape(source), read_only });
         }
@@ -183,21 +185,21 @@ mod tests {
 22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 90 22 0:50 / /var/lib/kubelet/pods/a/volumes/kubernetes.io~csi/pv\\0401/mount rw,nosuid,nodev,relatime shared:40 - fuse.shardfs s3://bucket/data\\040set.zarr rw,user_id=0,group_id=0,allow_other
 91 22 0:51 / /mnt/other rw,relatime shared:41 - fuse.sshfs host:/x rw,user_id=0
-92 22 0:52 / /mnt/ro ro,relatime shared:42 - fuse.shardfs /data/store.zarr ro,user_id=0";
+92 22 0:52 / /mnt/ro ro,relatime shared:42 - fuse /data/store.zarr ro,user_id=0,group_id=0,default_permissions";
 
     #[test]
     fn the_mount_table_names_shardfs_mounts_at_targets() {
         let target = Path::new("/var/lib/kubelet/pods/a/volumes/kubernetes.io~csi/pv 1/mount");
         assert_eq!(
-            shardfs_mount_at(TABLE, target),
+            fuse_mount_at(TABLE, target),
             Some(Mounted { source: "s3://bucket/data set.zarr".into(), read_only: false })
         );
         assert_eq!(
-            shardfs_mount_at(TABLE, Path::new("/mnt/ro")),
+            fuse_mount_at(TABLE, Path::new("/mnt/ro")),
             Some(Mounted { source: "/data/store.zarr".into(), read_only: true })
         );
-        assert_eq!(shardfs_mount_at(TABLE, Path::new("/mnt/other")), None, "not a shardfs mount");
-        assert_eq!(shardfs_mount_at(TABLE, Path::new("/mnt")), None);
+        assert_eq!(fuse_mount_at(TABLE, Path::new("/mnt/other")), None, "not a shardfs mount");
+        assert_eq!(fuse_mount_at(TABLE, Path::new("/mnt")), None);
     }
 
     #[test]
