@@ -34,6 +34,12 @@ impl Node {
     fn publish(&self, publish: Publish) -> Result<(), Status> {
         let settings = &publish.settings;
         let id = &settings.volume_id;
+        // Its directory made first, so that the target is named as the mount table will name it
+        // from the first request on (links resolved).
+        if let Some(parent) = publish.target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Status::internal(format!("volume {id}: cannot make {}: {e}", parent.display())))?;
+        }
         let target = mounts::canonical(&publish.target);
         let shown = target.display();
         let _claim = self.mounts.claim(&target).ok_or_else(|| busy(id, &target))?;
