@@ -70,11 +70,31 @@ def shardfs_mounts(path):
     return count
 
 
+def daemons_at(path):
+    """The mount daemons serving (or that served) `path`: the processes of `shardfs mount`
+    whose command line names it."""
+    pids = []
+    for pid, line in all_command_lines().items():
+        args = line.split(b"\0")
+        if b"mount" in args and str(path).encode() in args:
+            pids.append(pid)
+    return pids
+
+
 def force_unmount(path):
+    """`path` unmounted, whatever state it is in, and its daemons ended: a daemon whose commit
+    cannot finish (its server stopped) would otherwise try on after the test."""
+    daemons = daemons_at(path)
     for command in (["fusermount3", "-u", str(path)], ["umount", "-l", str(path)]):
         if shardfs_mounts(path) == 0:
-            return
+            break
         subprocess.run(command, capture_output=True)
+    deadline = time.monotonic() + 10
+    for pid in daemons:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 class Driver:
@@ -157,6 +177,10 @@ def driver(csi, tmp_path):
             point = line.split(" ")[4].replace("\\040", " ")
             if point.startswith((str(tmp_path), str(d.dir))):
                 force_unmount(point)
+        for pid, line in all_command_lines().items():
+            if str(tmp_path).encode() in line and b"mount" in line.split(b"\0"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         subprocess.run(["rm", "-rf", str(d.dir)])
 
 
