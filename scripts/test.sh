@@ -39,8 +39,9 @@ SHARDFS_REQUIRE_S3=1 SHARDFS_REQUIRE_AZURE=1 timed target/venv/bin/python tests/
 # A bounded fuzz run of every target, 10 s each, unoptimized (the optimized build took 8.5 of the
 # step's 10 minutes; longer runs by hand, optimized: scripts/fuzz.sh 3600).
 timed scripts/fuzz.sh --dev 10
-# Reference files are for machines without FUSE: their interop test needs none.
-interop target/venv/bin/python tests/interop/test_refs.py
+# Reference files are for machines without FUSE: their interop test needs none, nor does the check
+# of the Kubernetes deployment files (deploy/: the manifests and the Helm chart's templates).
+interop target/venv/bin/python tests/interop/test_refs.py tests/interop/test_deploy.py
 # The wan benchmark's latency proxy: the round trip it adds and the bytes it carries (a few s).
 timed python3 scripts/latency_proxy.py --self-check
 
@@ -60,12 +61,13 @@ timed scripts/package-test.sh
 # through the view, arrays changing underneath, nginx, object stores (moto, Azurite,
 # fake-gcs-server; S3 behind a fault-injecting proxy), the Zarr v2 view, BLZ and zip, many daemons
 # writing one dataset (s3s-fs, built by scripts/s3s_fs.sh, and Azurite) and a Dask cluster writing
-# through the plugin: about 10 min.
+# through the plugin, and the Kubernetes CSI driver driven over its socket as kubelet drives it: about
+# 10 min.
 interop target/venv/bin/python tests/interop/test_peers.py tests/interop/test_changes.py \
   tests/interop/test_overwrite.py tests/interop/test_http.py tests/interop/test_object_stores.py \
   tests/interop/test_faults.py tests/interop/test_v2.py tests/interop/test_blz.py tests/interop/test_zip.py \
   tests/interop/test_many_writers.py tests/interop/test_extend.py tests/interop/test_torture.py tests/interop/test_dask.py \
-  tests/interop/test_databases.py
+  tests/interop/test_databases.py tests/interop/test_csi.py
 # The newest releases (pinned in setup.sh), so that a release that breaks the view is caught: the
 # peers again, zarr-python's own store suite in a writable mount, Icechunk (read, and written
 # through branch mounts) and GDAL 3.12.

@@ -149,6 +149,21 @@ pub enum Command {
         #[arg(default_value = "shardfs-demo")]
         dir: PathBuf,
     },
+    /// Serve the Kubernetes CSI node plugin (driver shardfs.csi.zarr.dev): the Identity and Node
+    /// services on a unix socket, each published volume a `shardfs mount` at the pod's target
+    /// path (docs/kubernetes.md).
+    Csi {
+        /// The socket to serve, as the CSI sidecars name it: unix:///csi/csi.sock.
+        #[arg(long, value_name = "URL")]
+        endpoint: String,
+        /// This node's name, as NodeGetInfo reports it (in Kubernetes: the pod's spec.nodeName).
+        #[arg(long, value_name = "NAME")]
+        node_id: String,
+        /// Where the record of each published volume and its daemon's log are kept, so that a
+        /// restarted driver finds its mounts; default: `volumes/` beside the socket.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// Write the man pages (shardfs.1 and one per command) to DIR/man and shell completions for
     /// bash, zsh and fish to DIR/completions, as the Debian package installs them.
     Generate { dir: PathBuf },

@@ -5,11 +5,13 @@
 //! [`view`] (view paths <-> arrays, shards and inner chunks) <- [`write`] (commits, journal,
 //! group commit) <- [`fs`] (filesystem operations as plain structs) <- [`fuse`] (the only code
 //! that speaks FUSE) <- the commands: [`inspect`] and [`compact`] (which never use each other),
-//! [`mount`], then [`demo`] and [`cli`]. [`logging`] and [`progress`] (how the commands report
+//! [`mount`], then [`demo`] and [`cli`], and last [`csi`] (the Kubernetes driver, which runs
+//! `shardfs mount` and reads mount options as the command line does). [`logging`] and [`progress`] (how the commands report
 //! their progress, shown by the command line) stand apart.
 
 pub mod cli;
 pub mod compact;
+pub mod csi;
 pub mod demo;
 pub mod format;
 pub mod fs;

@@ -3,7 +3,7 @@
 
 use shardfs::cli::progress::Bar;
 use shardfs::cli::{Cli, Command, generate};
-use shardfs::{compact, demo, inspect, mount};
+use shardfs::{compact, csi, demo, inspect, mount};
 
 fn main() {
     let cli = Cli::from_args();
@@ -20,6 +20,12 @@ fn main() {
         Command::Mount { .. } => mount::run(&cli.command.mount_config(cli.verbose).expect("a mount command")),
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
+        Command::Csi { endpoint, node_id, state_dir } => csi::run(&csi::CsiConfig {
+            endpoint: endpoint.clone(),
+            node_id: node_id.clone(),
+            state_dir: state_dir.clone(),
+            verbosity: cli.verbose,
+        }),
         Command::Generate { dir } => generate::write_all(dir),
         Command::Check { store, repair, data } => {
             let depth = if *data { inspect::Depth::Data } else { inspect::Depth::Indexes };

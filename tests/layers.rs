@@ -9,8 +9,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Top-level modules, lowest layer first; modules in one string share a layer.
-const LAYERS: &[&str] =
-    &["format logging progress", "store", "error view", "write", "fs", "fuse", "inspect compact", "mount", "demo cli"];
+const LAYERS: &[&str] = &[
+    "format logging progress",
+    "store",
+    "error view",
+    "write",
+    "fs",
+    "fuse",
+    "inspect compact",
+    "mount",
+    "demo cli",
+    "csi",
+];
 
 fn layer_of(module: &str) -> usize {
     let top = module.split('/').next().unwrap();
