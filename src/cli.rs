@@ -534,7 +534,7 @@ mod tests {
                        no_sign_request,metadata_ttl=5,read_ahead_size=0,max_requests=3,commit_bytes=2K,commit_idle_ms=7,\
                        write_buffer_size=3M,memory_limit=2G,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
-                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays,\
+                       cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays,table=chunks,\
                        message=from a test";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
@@ -562,6 +562,7 @@ mod tests {
         assert_eq!(config.store.repository.version, Some(Version::Branch("dev".into())));
         assert_eq!(config.store.repository.allow_virtual, ["file:///d/"]);
         assert_eq!(config.store.key_prefix, "arrays");
+        assert_eq!(config.store.table, "chunks");
         assert_eq!(config.store.repository.message.as_deref(), Some("from a test"));
         assert!(!config.store.repository.writable, "read_only was given");
         // One version at a time: --tag and --snapshot each alone.
