@@ -11,6 +11,7 @@ source scripts/lib.sh
 command -v fusermount3 >/dev/null 2>&1 || apt_install fuse3
 # Debian splits venv (and the pip it bootstraps) out of python3: a bare Debian 12 lacks it.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_install python3-venv
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_install python3-venv
 # GDAL from Debian (3.6: Zarr v2 only), a reader of the Zarr v2 view.
 command -v gdal_translate >/dev/null 2>&1 || apt_install gdal-bin
 # nginx from Debian with its WebDAV PROPFIND module, the web server of tests/interop/test_http.py
@@ -32,6 +33,8 @@ command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
 # LevelDB's library, which the binary loads when a LevelDB is mounted (src/store/database/leveldb).
 ls /usr/lib/*/libleveldb.so.1d >/dev/null 2>&1 || apt_install libleveldb1d
+# GNU dbm's library, loaded the same way for GNU dbm files (src/store/database/gdbm).
+ls /usr/lib/*/libgdbm.so.6 >/dev/null 2>&1 || apt_install libgdbm6
 
 # Makes the venv DIR with PYTHON and the packages after WHAT (pinned), unless it already holds
 # exactly those: its stamp is made of the interpreter and the pins, so a changed pin installs
@@ -91,8 +94,10 @@ make_venv target/venv2 python3 "zarr-python 2.16.1" 'zarr==2.16.1' 'numcodecs<0.
 # redis and lmdb: the clients zarr-python 2.18's RedisStore and LMDBStore write databases with;
 # psycopg and plyvel: the PostgreSQL and LevelDB clients of the minimal stores
 # tests/interop/postgres_server.py and plyvel_store.py (tests/interop/test_databases.py,
-# scripts/bench_db.py).
-make_venv target/venv-v2 python3 "zarr-python 2.18.7, xarray (the Zarr v2 view's readers), redis, lmdb, psycopg and plyvel" \
+# scripts/bench_db.py). On Debian's own Python, whose dbm.gnu is GNU dbm (python3-gdbm), for
+# zarr-python 2.18's DBMStore: the Python python3 names here may have been built without it.
+/usr/bin/python3 -c 'import dbm.gnu' >/dev/null 2>&1 || apt_install python3-gdbm
+make_venv target/venv-v2 /usr/bin/python3 "zarr-python 2.18.7, xarray (the Zarr v2 view's readers), redis, lmdb, psycopg and plyvel" \
   'zarr==2.18.7' 'numcodecs==0.15.2' 'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0' 'redis==8.1.0' \
   'lmdb==3.0.0' 'psycopg[binary]==3.2.13' 'plyvel==1.5.1'
 

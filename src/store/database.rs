@@ -1,5 +1,5 @@
-//! Databases as stores: zarr-python 2's `SQLiteStore`, `LMDBStore` and `RedisStore` layouts, a
-//! LevelDB and a PostgreSQL table, each a flat map of Zarr keys to values, served as an object store ([`Objects`]) under the same
+//! Databases as stores: zarr-python 2's `SQLiteStore`, `LMDBStore`, `RedisStore` and `DBMStore`
+//! (GNU dbm) layouts, a LevelDB and a PostgreSQL table, each a flat map of Zarr keys to values, served as an object store ([`Objects`]) under the same
 //! [`BucketStore`] every object store is served through. A database then reads and writes as a
 //! bucket does: ranged reads checked against the version opened, whole-value writes made
 //! conditional on the version read (so two mounts writing one shard never overwrite each other),
@@ -9,6 +9,8 @@
 //! - [`sqlite`]: an SQLite file with the table `zarr(k TEXT PRIMARY KEY, v BLOB)`, read with
 //!   incremental blob I/O.
 //! - [`lmdb`]: an LMDB environment's unnamed database, read from its memory map.
+//! - [`gdbm`]: a GNU dbm file's keys (zarr-python 2's `DBMStore` over `dbm.gnu`), through
+//!   Debian's GNU dbm library.
 //! - [`leveldb`]: a LevelDB directory's keys, read and written through Debian's LevelDB library.
 //! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions checked in server-side scripts.
 //! - [`postgres`]: a PostgreSQL table `(key, value)`, versions the server's own row versions.
@@ -18,6 +20,7 @@
 //! object store's protocol adds (preconditions of reads, listings by delimiter, copies, uploads in
 //! parts) is done here once.
 
+pub mod gdbm;
 pub mod leveldb;
 pub mod lmdb;
 mod loaded;

@@ -27,6 +27,7 @@ import contextlib
 import errno
 import itertools
 import os
+import pickle
 import signal
 import sqlite3
 import subprocess
@@ -145,9 +146,49 @@ class LevelDb:
         return bool(self.items())
 
 
+# target/venv-v2 is made with Debian's Python, whose dbm.gnu is GNU dbm (scripts/setup.sh).
+DBM_PYTHON = V2_PYTHON
+
+
+def dbm_run(path, source, *args):
+    """Runs `source` in DBM_PYTHON with `db`, the GNU dbm file at `path`, open; returns what it
+    printed, unpickled."""
+    program = ("import dbm.gnu, pickle, sys\n"
+               f"db = dbm.gnu.open(sys.argv[1], sys.argv[2])\n{source}\ndb.close()\n")
+    run = subprocess.run([DBM_PYTHON, "-c", program, str(path), *args], capture_output=True)
+    assert run.returncode == 0, run.stderr.decode()[-1500:]
+    return pickle.loads(run.stdout) if run.stdout else None
+
+
+class Gdbm:
+    """A GNU dbm file as zarr-python 2's DBMStore writes it over dbm.gnu. GNU dbm lets one writer,
+    or only readers, open it, so it is written here only when nothing is mounted."""
+
+    name = "gdbm"
+    options = {}
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "data.gdbm"
+        dbm_run(self.path, "", "c")
+
+    address = property(lambda self: str(self.path))
+    v2_store = 'zarr.DBMStore(sys.argv[1], open=__import__("dbm.gnu").gnu.open)'
+    v2_argument = property(lambda self: str(self.path))
+
+    def put(self, key, value):
+        dbm_run(self.path, "db[sys.argv[3]] = bytes.fromhex(sys.argv[4])", "w", key, value.hex())
+
+    def items(self):
+        return dbm_run(self.path, "sys.stdout.buffer.write(pickle.dumps({k.decode(): db[k] for k in db.keys()}))",
+                       "r")
+
+    def consistent(self):
+        return bool(self.items())
+
+
 def one_process_at_a_time(database):
-    if database.name == "leveldb":
-        pytest.skip("LevelDB lets one process at a time open a database")
+    if database.name in ("leveldb", "gdbm"):
+        pytest.skip(f"{database.name} lets one process at a time write a database")
 
 
 class RedisServer:
@@ -252,7 +293,7 @@ class Postgres:
         return True
 
 
-DATABASES = ["sqlite", "lmdb", "leveldb", "redis", "postgres"]
+DATABASES = ["sqlite", "lmdb", "leveldb", "gdbm", "redis", "postgres"]
 
 
 @pytest.fixture(params=DATABASES)
@@ -261,7 +302,7 @@ def database(request, tmp_path):
         return Redis(request.getfixturevalue("redis_server"))
     if request.param == "postgres":
         return Postgres(request.getfixturevalue("pg_server"))
-    return {"sqlite": Sqlite, "lmdb": Lmdb, "leveldb": LevelDb}[request.param](tmp_path)
+    return {"sqlite": Sqlite, "lmdb": Lmdb, "leveldb": LevelDb, "gdbm": Gdbm}[request.param](tmp_path)
 
 
 def run_v2(database, source):
@@ -623,3 +664,23 @@ def test_a_leveldb_another_process_holds_is_refused_and_a_mounted_one_refuses_ot
     with pytest.raises(plyvel.IOError, match="lock"):
         plyvel.DB(str(database.path))
     assert (Path(mnt) / "ints/0.0").is_file()
+
+
+def test_a_gdbm_file_another_process_writes_is_refused_and_readers_share_it(shardfs_mount, tmp_path):
+    database = Gdbm(tmp_path)
+    run_v2(database, V2_WRITER)
+    writer = subprocess.Popen([DBM_PYTHON, "-c", "import dbm.gnu, sys, time\n"
+                               "db = dbm.gnu.open(sys.argv[1], 'w'); print('open', flush=True); time.sleep(60)",
+                               database.address], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "open"
+        line = mount_fails(database.address, tmp_path, "--read-only")
+    finally:
+        writer.kill()
+        writer.wait()
+    assert str(database.path) in line and "held by another process" in line
+    # A read-only mount is a reader: dbm.gnu reads beside it, and cannot write.
+    mnt = shardfs_mount(database.address, read_only=True)
+    assert (Path(mnt) / "ints/0.0").read_bytes() == database.items()["ints/0.0"]
+    with pytest.raises(AssertionError, match="Resource temporarily unavailable|lock|Can't be writer"):
+        database.put("x", b"1")

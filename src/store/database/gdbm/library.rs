@@ -1,0 +1,198 @@
+//! GNU dbm's C API (`gdbm.h`), from Debian's `libgdbm6`, loaded when a GNU dbm file is first
+//! opened ([`loaded`]).
+//!
+//! Only what [`super::Gdbm`] calls, each wrapped so that the rest of the store sees Rust types.
+//! A GNU dbm handle is not safe to use from two threads at once: [`File`] is `Send`, not
+//! `Sync`, and the store keeps it behind a lock.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+use crate::store::database::loaded::{self, symbol};
+
+/// The library's file names, newest soname first.
+const NAMES: [&str; 2] = ["libgdbm.so.6", "libgdbm.so"];
+
+const READER: c_int = 0;
+const WRITER: c_int = 1;
+const REPLACE: c_int = 1;
+/// `gdbm_errno` when another process holds the lock a reader or a writer needs.
+const CANT_BE_READER: c_int = 9;
+const CANT_BE_WRITER: c_int = 10;
+
+/// The first bytes of a GNU dbm file, in this machine's byte order: the old format, the 32-bit
+/// and 64-bit ones, and the last two with numsync.
+const MAGICS: [u32; 5] = [0x13579ace, 0x13579acd, 0x13579acf, 0x13579ad0, 0x13579ad1];
+
+/// True when `start`, a file's first bytes, are a GNU dbm file's.
+pub fn is_gdbm(start: &[u8]) -> bool {
+    start.get(..4).and_then(|b| b.try_into().ok()).is_some_and(|b| MAGICS.contains(&u32::from_ne_bytes(b)))
+}
+
+#[repr(C)]
+struct Handle(c_void);
+
+/// `datum`: a pointer and a length.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Datum {
+    dptr: *mut c_char,
+    dsize: c_int,
+}
+
+impl Datum {
+    fn of(bytes: &[u8]) -> Result<Datum, String> {
+        let dsize =
+            c_int::try_from(bytes.len()).map_err(|_| format!("{} bytes: more than GNU dbm holds", bytes.len()))?;
+        Ok(Datum { dptr: bytes.as_ptr().cast_mut().cast(), dsize })
+    }
+
+    /// The bytes of a datum the library allocated, freed here; `None` for none.
+    fn take(self) -> Option<Vec<u8>> {
+        if self.dptr.is_null() {
+            return None;
+        }
+        // SAFETY: the library allocated dsize bytes at dptr with malloc, handed to the caller.
+        let bytes = unsafe { std::slice::from_raw_parts(self.dptr.cast::<u8>(), self.dsize.max(0) as usize) }.to_vec();
+        unsafe { libc::free(self.dptr.cast()) };
+        Some(bytes)
+    }
+}
+
+struct Api {
+    open: unsafe extern "C" fn(*const c_char, c_int, c_int, c_int, *const c_void) -> *mut Handle,
+    close: unsafe extern "C" fn(*mut Handle) -> c_int,
+    fetch: unsafe extern "C" fn(*mut Handle, Datum) -> Datum,
+    store: unsafe extern "C" fn(*mut Handle, Datum, Datum, c_int) -> c_int,
+    delete: unsafe extern "C" fn(*mut Handle, Datum) -> c_int,
+    firstkey: unsafe extern "C" fn(*mut Handle) -> Datum,
+    nextkey: unsafe extern "C" fn(*mut Handle, Datum) -> Datum,
+    sync: unsafe extern "C" fn(*mut Handle) -> c_int,
+    errno_location: unsafe extern "C" fn() -> *mut c_int,
+    strerror: unsafe extern "C" fn(c_int) -> *const c_char,
+    /// Keeps the functions above loaded.
+    _library: libloading::Library,
+}
+
+fn api() -> Result<&'static Api, String> {
+    static API: OnceLock<Result<Api, String>> = OnceLock::new();
+    API.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+fn load() -> Result<Api, String> {
+    let library = loaded::library(&NAMES, "GNU dbm", "libgdbm6")?;
+    Ok(Api {
+        open: symbol!(library, "GNU dbm", "gdbm_open"),
+        close: symbol!(library, "GNU dbm", "gdbm_close"),
+        fetch: symbol!(library, "GNU dbm", "gdbm_fetch"),
+        store: symbol!(library, "GNU dbm", "gdbm_store"),
+        delete: symbol!(library, "GNU dbm", "gdbm_delete"),
+        firstkey: symbol!(library, "GNU dbm", "gdbm_firstkey"),
+        nextkey: symbol!(library, "GNU dbm", "gdbm_nextkey"),
+        sync: symbol!(library, "GNU dbm", "gdbm_sync"),
+        errno_location: symbol!(library, "GNU dbm", "gdbm_errno_location"),
+        strerror: symbol!(library, "GNU dbm", "gdbm_strerror"),
+        _library: library,
+    })
+}
+
+/// Why a GNU dbm file could not be opened.
+pub enum OpenError {
+    /// Another process holds the lock this open needs.
+    Held(String),
+    Other(String),
+}
+
+/// An open GNU dbm file.
+pub struct File {
+    api: &'static Api,
+    handle: *mut Handle,
+}
+
+// SAFETY: a handle may move between threads; it is used by one at a time (not Sync).
+unsafe impl Send for File {}
+
+impl File {
+    /// Opens the file at `path` for writing (GNU dbm's exclusive lock) or reading (its shared
+    /// one).
+    pub fn open(path: &std::path::Path, writer: bool) -> Result<File, OpenError> {
+        let api = api().map_err(OpenError::Other)?;
+        let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| OpenError::Other(e.to_string()))?;
+        // SAFETY: a NUL-terminated name; no fatal function, so errors come back as gdbm_errno.
+        let handle =
+            unsafe { (api.open)(name.as_ptr(), 0, if writer { WRITER } else { READER }, 0o644, std::ptr::null()) };
+        if handle.is_null() {
+            // SAFETY: the library's own errno slot.
+            let code = unsafe { *(api.errno_location)() };
+            let message = message(api, code);
+            let io = std::io::Error::last_os_error();
+            return Err(match code {
+                CANT_BE_READER | CANT_BE_WRITER => OpenError::Held(message),
+                _ => OpenError::Other(format!("{message} ({io})")),
+            });
+        }
+        Ok(File { api, handle })
+    }
+
+    fn error(&self) -> String {
+        // SAFETY: the library's own errno slot.
+        message(self.api, unsafe { *(self.api.errno_location)() })
+    }
+
+    /// The value at `key`, if there is one.
+    pub fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        // SAFETY: the key's bytes outlive the call; the result is the caller's to free.
+        Ok(unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take())
+    }
+
+    /// Stores `value` at `key` and syncs the file to disk.
+    pub fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        // SAFETY: both slices outlive the call; the library copies them.
+        if unsafe { (self.api.store)(self.handle, Datum::of(key)?, Datum::of(value)?, REPLACE) } != 0 {
+            return Err(self.error());
+        }
+        self.sync()
+    }
+
+    /// Removes `key` and syncs; nothing there is no error.
+    pub fn delete(&mut self, key: &[u8]) -> Result<(), String> {
+        // SAFETY: as for fetch. -1 is also "no such key", which is no error here.
+        let _ = unsafe { (self.api.delete)(self.handle, Datum::of(key)?) };
+        self.sync()
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        // SAFETY: a live handle.
+        if unsafe { (self.api.sync)(self.handle) } != 0 { Err(self.error()) } else { Ok(()) }
+    }
+
+    /// Every key, in the file's hash order.
+    pub fn keys(&mut self) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        // SAFETY: each datum the library returns is freed once, after the next call used it.
+        let mut key = unsafe { (self.api.firstkey)(self.handle) };
+        while !key.dptr.is_null() {
+            let next = unsafe { (self.api.nextkey)(self.handle, key) };
+            keys.extend(key.take());
+            key = next;
+        }
+        keys
+    }
+}
+
+fn message(api: &Api, code: c_int) -> String {
+    // SAFETY: gdbm_strerror returns a static NUL-terminated string for any code.
+    let text = unsafe { (api.strerror)(code) };
+    if text.is_null() {
+        format!("GNU dbm error {code}")
+    } else {
+        unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        // SAFETY: opened in open, closed once.
+        unsafe { (self.api.close)(self.handle) };
+    }
+}
