@@ -35,6 +35,9 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
 ls /usr/lib/*/libleveldb.so.1d >/dev/null 2>&1 || apt_install libleveldb1d
 # GNU dbm's library, loaded the same way for GNU dbm files (src/store/database/gdbm).
 ls /usr/lib/*/libgdbm.so.6 >/dev/null 2>&1 || apt_install libgdbm6
+# Kyoto Cabinet's library, loaded the same way, and its tools, which write and read the Kyoto
+# Cabinet files of the tests (no Python binding is on PyPI).
+command -v kctreemgr >/dev/null 2>&1 || apt_install libkyotocabinet16v5 kyotocabinet-utils
 
 # Makes the venv DIR with PYTHON and the packages after WHAT (pinned), unless it already holds
 # exactly those: its stamp is made of the interpreter and the pins, so a changed pin installs

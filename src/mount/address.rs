@@ -17,13 +17,13 @@ use crate::store::bucket::azure::{self, AzureOptions};
 use crate::store::bucket::gcs::{self, GcsOptions};
 use crate::store::bucket::http;
 use crate::store::bucket::s3::{self, S3Options};
-use crate::store::database::gdbm::{self, Gdbm};
 use crate::store::database::leveldb::{self, LevelDb};
 use crate::store::database::lmdb::{self, Lmdb};
 use crate::store::database::postgres::{self, Postgres};
 use crate::store::database::redis::Redis;
 use crate::store::database::sqlite::{self, Sqlite};
 use crate::store::database::{Database, Objects};
+use crate::store::database::{gdbm, kyoto};
 use crate::store::icechunk::{self, IcechunkStore};
 use crate::store::icechunk_branch::BranchStore;
 use crate::store::memory_budget::MemoryBudget;
@@ -138,13 +138,15 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 return open_sqlite(&address.location, &address);
             } else if meta.is_file() && gdbm::is_gdbm(&address.location) {
                 return open_gdbm(&address.location, &address);
+            } else if let Some(kind) = kyoto::kind(&address.location).filter(|_| meta.is_file()) {
+                return open_kyoto(&address.location, kind, &address);
             } else if meta.is_dir() && lmdb::is_lmdb(&address.location) {
                 return open_lmdb(&address.location, &address);
             } else if meta.is_dir() && leveldb::is_leveldb(&address.location) {
                 return open_leveldb(&address.location, &address);
             } else if !meta.is_dir() {
                 return Err(format!(
-                    "{shown}: not a directory, a zip file, an SQLite or GNU dbm database nor a kerchunk reference file, so not a Zarr store"
+                    "{shown}: not a directory, a zip file, an SQLite, GNU dbm or Kyoto Cabinet database nor a kerchunk reference file, so not a Zarr store"
                 ));
             } else {
                 let dir =
@@ -212,11 +214,23 @@ fn open_lmdb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
 /// Opens the GNU dbm file at `path` (zarr-python 2's `DBMStore` over `dbm.gnu`): its keys as they
 /// are, locked as GNU dbm locks (the writer of a writable mount, a reader of a read-only one).
 fn open_gdbm(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
-    let database = Gdbm::open(path, !address.repository.writable)?;
+    let database = gdbm::open(path, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
     let caching = local_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "GNU dbm", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
+}
+
+/// Opens the Kyoto Cabinet file at `path`, a `kind` (`kch`, `kct`) file: its keys as they are,
+/// locked as Kyoto Cabinet locks (the writer of a writable mount, a reader of a read-only one).
+fn open_kyoto(path: &Path, kind: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let database = kyoto::open(path, kind, !address.repository.writable)?;
+    let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
+    let read_only = database.read_only();
+    let caching = local_database_caching(address);
+    Ok(Arc::new(
+        Objects::mount(database, "Kyoto Cabinet", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?,
+    ))
 }
 
 /// Opens the LevelDB in `dir` (keys the Zarr keys, as plyvel users write them): its keys as they

@@ -1,5 +1,5 @@
 //! Databases as stores: zarr-python 2's `SQLiteStore`, `LMDBStore`, `RedisStore` and `DBMStore`
-//! (GNU dbm) layouts, a LevelDB and a PostgreSQL table, each a flat map of Zarr keys to values, served as an object store ([`Objects`]) under the same
+//! (GNU dbm) layouts, a LevelDB, a Kyoto Cabinet file and a PostgreSQL table, each a flat map of Zarr keys to values, served as an object store ([`Objects`]) under the same
 //! [`BucketStore`] every object store is served through. A database then reads and writes as a
 //! bucket does: ranged reads checked against the version opened, whole-value writes made
 //! conditional on the version read (so two mounts writing one shard never overwrite each other),
@@ -11,6 +11,7 @@
 //! - [`lmdb`]: an LMDB environment's unnamed database, read from its memory map.
 //! - [`gdbm`]: a GNU dbm file's keys (zarr-python 2's `DBMStore` over `dbm.gnu`), through
 //!   Debian's GNU dbm library.
+//! - [`kyoto`]: a Kyoto Cabinet hash or tree file's keys, through Debian's Kyoto Cabinet library.
 //! - [`leveldb`]: a LevelDB directory's keys, read and written through Debian's LevelDB library.
 //! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions checked in server-side scripts.
 //! - [`postgres`]: a PostgreSQL table `(key, value)`, versions the server's own row versions.
@@ -21,6 +22,8 @@
 //! parts) is done here once.
 
 pub mod gdbm;
+pub mod keyed_file;
+pub mod kyoto;
 pub mod leveldb;
 pub mod lmdb;
 mod loaded;

@@ -45,6 +45,7 @@ import redis
 from conftest import BINARY, V2_PYTHON, zarr2_reads
 from object_stores import daemon_pid
 from ports import free_port, wait_for_port
+from kyoto_store import KyotoStore
 from plyvel_store import PlyvelStore
 from postgres_server import PostgresServer, TableStore, postgres_server
 
@@ -186,8 +187,37 @@ class Gdbm:
         return bool(self.items())
 
 
+class Kyoto:
+    """A Kyoto Cabinet tree file, written by zarr-python 2 through `KyotoStore` (Kyoto Cabinet's
+    own tools; no Python binding is on PyPI). It lets one writer, or only readers, open it, so it
+    is written here only when nothing is mounted."""
+
+    name = "kyoto"
+    options = {}
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "data.kct"
+        KyotoStore(self.path).close()
+
+    address = property(lambda self: str(self.path))
+    v2_store = (f'(sys.path.insert(0, {str(Path(__file__).parent)!r}), __import__("kyoto_store"))[1]'
+                '.KyotoStore(sys.argv[1])')
+    v2_argument = property(lambda self: str(self.path))
+
+    def put(self, key, value):
+        store = KyotoStore(self.path)
+        store[key] = value
+        store.close()
+
+    def items(self):
+        return KyotoStore(self.path).everything()
+
+    def consistent(self):
+        return subprocess.run(["kctreemgr", "check", str(self.path)], capture_output=True).returncode == 0
+
+
 def one_process_at_a_time(database):
-    if database.name in ("leveldb", "gdbm"):
+    if database.name in ("leveldb", "gdbm", "kyoto"):
         pytest.skip(f"{database.name} lets one process at a time write a database")
 
 
@@ -293,7 +323,7 @@ class Postgres:
         return True
 
 
-DATABASES = ["sqlite", "lmdb", "leveldb", "gdbm", "redis", "postgres"]
+DATABASES = ["sqlite", "lmdb", "leveldb", "gdbm", "kyoto", "redis", "postgres"]
 
 
 @pytest.fixture(params=DATABASES)
@@ -302,7 +332,7 @@ def database(request, tmp_path):
         return Redis(request.getfixturevalue("redis_server"))
     if request.param == "postgres":
         return Postgres(request.getfixturevalue("pg_server"))
-    return {"sqlite": Sqlite, "lmdb": Lmdb, "leveldb": LevelDb, "gdbm": Gdbm}[request.param](tmp_path)
+    return {"sqlite": Sqlite, "lmdb": Lmdb, "leveldb": LevelDb, "gdbm": Gdbm, "kyoto": Kyoto}[request.param](tmp_path)
 
 
 def run_v2(database, source):

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::RwLock;
 
-use super::sole::Versions;
+use super::sole::{Registered, Versions};
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "LevelDB";
@@ -34,6 +34,8 @@ pub struct LevelDb {
     name: String,
     database: library::Database,
     versions: RwLock<Versions>,
+    /// Last: given up once the database is closed.
+    _registered: Registered,
 }
 
 impl std::fmt::Debug for LevelDb {
@@ -47,6 +49,7 @@ impl LevelDb {
     /// it is damaged, or the library is missing.
     pub fn open(dir: &Path) -> std::result::Result<LevelDb, String> {
         let name = dir.display().to_string();
+        let registered = Registered::open(dir, &name)?;
         let database = library::Database::open(dir, false).map_err(|e| {
             if e.contains("lock") {
                 format!("{name}: held by another process (LevelDB lets one process at a time open it): {e}")
@@ -54,7 +57,7 @@ impl LevelDb {
                 format!("{name}: {e}")
             }
         })?;
-        Ok(LevelDb { name, database, versions: RwLock::new(Versions::new(dir)) })
+        Ok(LevelDb { name, database, versions: RwLock::new(Versions::new(dir)), _registered: registered })
     }
 
     fn fail(&self, what: impl std::fmt::Display) -> object_store::Error {
@@ -231,8 +234,9 @@ mod tests {
         assert_ne!(one.version, two.version);
         let stale = database.write("a", &PutPayload::from_static(b"three"), &Condition::At(one.version));
         assert!(matches!(stale, Err(object_store::Error::Precondition { .. })));
-        let held = LevelDb::open(&path).unwrap_err();
-        assert!(held.contains("held by another process"), "{held}");
+        let twice = LevelDb::open(&path).unwrap_err();
+        assert!(twice.contains("already open in this process"), "{twice}");
+        // Another process is refused (plyvel's refusal is in tests/interop/test_databases.py).
         drop(database);
         // Opened again: the values are there, at versions of the new open.
         let again = LevelDb::open(&path).unwrap();

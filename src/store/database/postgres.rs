@@ -39,6 +39,10 @@ const STORE: &str = "PostgreSQL";
 /// How long connecting may take before the request fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request may take before it fails (and its connection is dropped): a server that
+/// stopped answering (SIGSTOP, a network gone) otherwise holds a FUSE request forever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Connections kept for reuse: FUSE requests in parallel each take one.
 const KEPT: usize = 8;
 
@@ -75,8 +79,22 @@ struct Statements {
     all: String,
 }
 
+/// The server's history a row version belongs to: the cluster's identifier (new at each initdb)
+/// and its timeline (new at each promotion of a standby and each point-in-time recovery; the one
+/// WAL is written on now, as the last checkpoint's is the old one until the first checkpoint after
+/// a promotion). A
+/// server that lost its last transactions (a standby promoted before it received them, a backup
+/// recovered) issues their transaction ids again, to other row versions at the same places.
+macro_rules! origin {
+    () => {
+        "(SELECT system_identifier::text || '-' || CASE WHEN pg_is_in_recovery() \
+           THEN (SELECT timeline_id::text FROM pg_control_checkpoint()) \
+           ELSE left(pg_walfile_name(pg_current_wal_lsn()), 8) END FROM pg_control_system())"
+    };
+}
+
 /// The columns that name a row's version, as `version_of` reads them.
-const VERSION: &str = "xmin::text, ctid::text";
+const VERSION: &str = concat!(origin!(), ", xmin::text, ctid::text");
 
 impl Statements {
     fn of(table: &str) -> Statements {
@@ -94,23 +112,28 @@ impl Statements {
             ),
             put: format!(
                 "INSERT INTO {t} (key, value) VALUES ($1, $2) \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value RETURNING {VERSION}"
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value RETURNING {VERSION}, octet_length(value)"
             ),
             create: format!(
-                "INSERT INTO {t} (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING {VERSION}"
+                "INSERT INTO {t} (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING \
+                 RETURNING {VERSION}, octet_length(value)"
             ),
             update: format!(
-                "UPDATE {t} SET value = $2 WHERE key = $1 AND xmin::text = $3 AND ctid::text = $4 RETURNING {VERSION}"
+                "UPDATE {t} SET value = $2 WHERE key = $1 AND xmin::text = $3 AND ctid::text = $4 AND {} = $5 \
+                 RETURNING {VERSION}, octet_length(value)",
+                origin!()
             ),
             delete: format!("DELETE FROM {t} WHERE key = $1"),
-            // $1: the directory as a LIKE pattern of its keys, $2: the length of its name plus one.
+            // $1: the directory as a LIKE pattern of its keys, $2: the directory itself, whose
+            // length the server counts in its own encoding (SQL_ASCII counts bytes).
             files: format!(
                 "SELECT key, octet_length(value), {VERSION} FROM {t} \
-                 WHERE key LIKE $1 AND char_length(key) >= $2::int4 AND strpos(substr(key, $2::int4), '/') = 0"
+                 WHERE key LIKE $1 AND char_length(key) > char_length($2::text) \
+                 AND strpos(substr(key, char_length($2::text) + 1), '/') = 0"
             ),
             dirs: format!(
-                "SELECT DISTINCT split_part(substr(key, $2::int4), '/', 1) FROM {t} \
-                 WHERE key LIKE $1 AND strpos(substr(key, $2::int4), '/') > 0"
+                "SELECT DISTINCT split_part(substr(key, char_length($2::text) + 1), '/', 1) FROM {t} \
+                 WHERE key LIKE $1 AND strpos(substr(key, char_length($2::text) + 1), '/') > 0"
             ),
             all: format!("SELECT key, octet_length(value), {VERSION} FROM {t} WHERE key LIKE $1"),
         }
@@ -126,26 +149,33 @@ fn quote_table(name: &str) -> std::result::Result<String, String> {
     Ok(parts.iter().map(|p| format!("\"{}\"", p.replace('"', "\"\""))).collect::<Vec<_>>().join("."))
 }
 
-/// The version of the row whose `xmin` and `ctid` are the columns `at` and `at + 1` of `row`:
-/// `XMIN.BLOCK.OFFSET`, as no separator of an ETag list is in it.
+/// The version of the row whose origin, `xmin` and `ctid` are the columns `at` to `at + 2` of
+/// `row`: `ORIGIN.XMIN.BLOCK.OFFSET`, as no separator of an ETag list is in it.
 fn version_of(row: &Row, at: usize) -> std::result::Result<String, tokio_postgres::Error> {
-    let xmin: &str = row.try_get(at)?;
-    let ctid: &str = row.try_get(at + 1)?;
+    let origin: &str = row.try_get(at)?;
+    let xmin: &str = row.try_get(at + 1)?;
+    let ctid: &str = row.try_get(at + 2)?;
     let (block, offset) = ctid.trim_matches(|c| c == '(' || c == ')').split_once(',').unwrap_or((ctid, ""));
-    Ok(format!("{xmin}.{block}.{offset}"))
+    Ok(format!("{origin}.{xmin}.{block}.{offset}"))
 }
 
-/// The `xmin` and `ctid` a version names, as the statements compare them.
-fn row_version(version: &str) -> Option<(String, String)> {
-    let mut parts = version.splitn(3, '.');
-    let (xmin, block, offset) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((xmin.to_string(), format!("({block},{offset})")))
+/// The origin, `xmin` and `ctid` a version names, as the statements compare them.
+fn row_version(version: &str) -> Option<(String, String, String)> {
+    let mut parts = version.splitn(4, '.');
+    let (origin, xmin, block, offset) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    Some((origin.to_string(), xmin.to_string(), format!("({block},{offset})")))
 }
 
 /// The entry of the row whose length is column `at` of `row`, its version the two after it.
 fn entry_of(row: &Row, at: usize) -> std::result::Result<Entry, tokio_postgres::Error> {
     let size: Option<i32> = row.try_get(at)?;
     Ok(Entry { size: size.unwrap_or(0).max(0) as u64, version: version_of(row, at + 1)? })
+}
+
+/// The entry of a row a write returned: its version, then its length.
+fn entry_of_written(row: &Row) -> std::result::Result<Entry, tokio_postgres::Error> {
+    let size: Option<i32> = row.try_get(3)?;
+    Ok(Entry { size: size.unwrap_or(0).max(0) as u64, version: version_of(row, 0)? })
 }
 
 /// `prefix` as a LIKE pattern of the keys starting with it.
@@ -174,7 +204,23 @@ impl Postgres {
         {
             config.password(password);
         }
-        config.connect_timeout(CONNECT_TIMEOUT).keepalives(true).application_name("shardfs");
+        config
+            .connect_timeout(CONNECT_TIMEOUT)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .tcp_user_timeout(REQUEST_TIMEOUT)
+            .application_name("shardfs");
+        // Each statement is its own transaction and relies on READ COMMITTED's re-check of a row
+        // another transaction updated meanwhile: a server or database defaulting to REPEATABLE
+        // READ or SERIALIZABLE would fail such writes with serialization errors instead. And a
+        // lock someone else holds (LOCK TABLE, SELECT ... FOR UPDATE in an open psql
+        // transaction) must not hold a FUSE request forever.
+        let options = format!(
+            "{} -c default_transaction_isolation=read\\ committed -c lock_timeout={}s",
+            config.get_options().unwrap_or_default(),
+            REQUEST_TIMEOUT.as_secs() / 2
+        );
+        config.options(options.trim_start());
         let quoted = quote_table(table).map_err(|e| format!("{shown}: {e}"))?;
         let name = if table == DEFAULT_TABLE { shown.clone() } else { format!("{shown} (table {table})") };
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -226,7 +272,14 @@ impl Postgres {
                 },
             };
             let client = Arc::new(client);
-            let done = work(client.clone()).await.map_err(|e| cause(&e));
+            let done = match tokio::time::timeout(REQUEST_TIMEOUT, work(client.clone())).await {
+                Ok(done) => done.map_err(|e| cause(&e)),
+                Err(_) => {
+                    // Whether a write committed is not known: the bucket store asks again.
+                    let _ = sender.send(Err(format!("no answer in {} s", REQUEST_TIMEOUT.as_secs())));
+                    return;
+                }
+            };
             if let Ok(client) = Arc::try_unwrap(client)
                 && !client.is_closed()
             {
@@ -268,17 +321,23 @@ impl Postgres {
     /// Writes `value` at `key` with the statement `sql`, whose `$3` and `$4` are `more`: the new
     /// version, or `None` when the statement changed no row.
     fn store(&self, sql: &str, key: &str, value: &PutPayload, more: Vec<String>) -> Result<Option<Entry>> {
-        let (sql, key) = (sql.to_string(), key.to_string());
+        let (sql, owned) = (sql.to_string(), key.to_string());
         let bytes: Vec<u8> = value.iter().flat_map(|piece| piece.iter().copied()).collect();
         let size = bytes.len() as u64;
         let row = self.query(move |client| async move {
-            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&key, &bytes];
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&owned, &bytes];
             for text in &more {
                 params.push(text);
             }
             client.query_opt(&sql, &params).await
         })?;
-        row.map(|row| version_of(&row, 0).map(|version| Entry { size, version })).transpose().map_err(|e| self.fail(e))
+        let Some(row) = row else { return Ok(None) };
+        let entry = entry_of_written(&row).map_err(|e| self.fail(e))?;
+        if entry.size != size {
+            // Not the bytes written (a trigger's doing): their version must not be taken for them.
+            return Err(self.fail(format!("{key}: {size} bytes written, {} stored", entry.size)));
+        }
+        Ok(Some(entry))
     }
 
     /// The keys and entries of `rows` (key, length, xmin, ctid), in the keys' byte order.
@@ -355,6 +414,23 @@ async fn layout(
         )
         .await?
         .is_some();
+    let refused: Option<String> = client
+        .query_opt(
+            "SELECT 'its key''s collation ' || c.collname || ' is not deterministic' FROM pg_attribute a \
+               JOIN pg_collation c ON c.oid = a.attcollation \
+               WHERE a.attrelid = $1::text::regclass AND a.attname = 'key' AND NOT c.collisdeterministic \
+             UNION ALL SELECT 'its trigger ' || tgname || ' may change what is written' FROM pg_trigger \
+               WHERE tgrelid = $1::text::regclass AND NOT tgisinternal AND (tgtype & 3) = 3 AND (tgtype & 20) <> 0 \
+             UNION ALL SELECT 'its rule ' || rulename || ' may change what is written' FROM pg_rewrite \
+               WHERE ev_class = $1::text::regclass AND rulename <> '_RETURN' LIMIT 1",
+            &[&quoted],
+        )
+        .await?
+        .map(|row| row.try_get(0))
+        .transpose()?;
+    if let Some(why) = refused {
+        return Ok(Err(format!("the table {table} cannot be mounted: {why}")));
+    }
     if !(has("key", &["text", "character varying"]) && has("value", &["bytea"]) && unique) {
         let found: Vec<String> = columns.iter().map(|(n, t)| format!("{n} {t}")).collect();
         return Ok(Err(format!(
@@ -389,8 +465,8 @@ impl Database for Postgres {
     fn read(&self, key: &str, range: Option<&GetRange>, admit: Admit) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
         let (first, count, suffix) = match range {
             None => (1, None, None),
-            Some(GetRange::Bounded(r)) => (r.start + 1, Some(int4(r.end.saturating_sub(r.start))), None),
-            Some(GetRange::Offset(start)) => (start + 1, None, None),
+            Some(GetRange::Bounded(r)) => (r.start.saturating_add(1), Some(int4(r.end.saturating_sub(r.start))), None),
+            Some(GetRange::Offset(start)) => (start.saturating_add(1), None, None),
             Some(GetRange::Suffix(n)) => (1, None, Some(int4(*n))),
         };
         let rows = self.rows(&self.statements.read, vec![key.to_string()], vec![Some(int4(first)), count, suffix])?;
@@ -398,7 +474,7 @@ impl Database for Postgres {
         let entry = entry_of(row, 0).map_err(|e| self.fail(e))?;
         admit(&entry)?;
         let range = resolve(STORE, range, entry.size)?;
-        let bytes: Option<&[u8]> = row.try_get(3).map_err(|e| self.fail(e))?;
+        let bytes: Option<&[u8]> = row.try_get(4).map_err(|e| self.fail(e))?;
         let bytes = bytes.unwrap_or_default();
         if bytes.len() as u64 != range.end - range.start {
             return Err(self.fail(format!("{key}: {} bytes read of {range:?}", bytes.len())));
@@ -417,10 +493,10 @@ impl Database for Postgres {
                 object_store::Error::AlreadyExists { path: key.to_string(), source }
             }),
             Condition::At(version) => {
-                let Some((xmin, ctid)) = row_version(version) else {
+                let Some((origin, xmin, ctid)) = row_version(version) else {
                     return Err(changed(key, format!("{version} is no version of this store")));
                 };
-                self.store(&s.update, key, value, vec![xmin, ctid])?
+                self.store(&s.update, key, value, vec![xmin, ctid, origin])?
                     .ok_or_else(|| changed(key, format!("not at {version}")))
             }
         }
@@ -431,9 +507,8 @@ impl Database for Postgres {
     }
 
     fn list_dir(&self, dir: &str) -> Result<Listing> {
-        let after = Some(int4(dir.chars().count() as u64 + 1));
-        let files = self.rows(&self.statements.files, vec![like_prefix(dir)], vec![after])?;
-        let dirs = self.rows(&self.statements.dirs, vec![like_prefix(dir)], vec![after])?;
+        let files = self.rows(&self.statements.files, vec![like_prefix(dir), dir.to_string()], vec![])?;
+        let dirs = self.rows(&self.statements.dirs, vec![like_prefix(dir), dir.to_string()], vec![])?;
         let mut dirs: Vec<String> =
             dirs.iter().map(|row| row.try_get(0)).collect::<std::result::Result<_, _>>().map_err(|e| self.fail(e))?;
         // A key with `//` in it would name a directory without a name.
@@ -576,8 +651,8 @@ mod tests {
         assert_eq!(quote_table("zarr").unwrap(), "\"zarr\"");
         assert_eq!(quote_table("data.my\"table").unwrap(), "\"data\".\"my\"\"table\"");
         assert!(quote_table("a.b.c").is_err() && quote_table("").is_err() && quote_table("a.").is_err());
-        assert_eq!(row_version("7.0.12"), Some(("7".to_string(), "(0,12)".to_string())));
-        assert_eq!(row_version("7"), None);
+        assert_eq!(row_version("1-1.7.0.12"), Some(("1-1".to_string(), "7".to_string(), "(0,12)".to_string())));
+        assert_eq!(row_version("7.0.12"), None);
         assert_eq!(like_prefix("a_b%/"), "a\\_b\\%/%");
         assert_eq!(without_password("postgresql://u:pw@h:5/db"), "postgresql://u@h:5/db");
     }

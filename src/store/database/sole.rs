@@ -36,3 +36,36 @@ impl Versions {
         self.of(key)
     }
 }
+
+/// The database files and directories this process has open, by device and inode.
+static OPEN: parking_lot::Mutex<std::collections::BTreeSet<(u64, u64)>> =
+    parking_lot::Mutex::new(std::collections::BTreeSet::new());
+
+/// This process's one open of a database file or directory, given up when dropped.
+///
+/// The locks of LevelDB and Kyoto Cabinet (and GNU dbm's where it falls back from `flock`) are
+/// fcntl locks, which are the process's and go with the first close of any descriptor of the file
+/// in the process: a second open here (refused or not, by any spelling of the path) would close
+/// one, and another process could then write the database under this mount. So a second open is
+/// refused before the library is asked. Held as the last field of a store, so that it is given up
+/// after the database closes.
+pub struct Registered((u64, u64));
+
+impl Registered {
+    /// Registers the open of `path`, named `name` in the error when it is open here already.
+    pub fn open(path: &std::path::Path, name: &str) -> Result<Registered, String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|e| format!("{name}: {e}"))?;
+        let id = (meta.dev(), meta.ino());
+        if !OPEN.lock().insert(id) {
+            return Err(format!("{name}: already open in this process"));
+        }
+        Ok(Registered(id))
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        OPEN.lock().remove(&self.0);
+    }
+}

@@ -1,0 +1,136 @@
+//! A Kyoto Cabinet file of Zarr keys, hash (`.kch`) or tree (`.kct`): keys the Zarr keys in
+//! UTF-8, values the bytes, the layout of the other key-value files. Through Debian's Kyoto
+//! Cabinet library ([`library`]), loaded when such a file is mounted; served as a [`KeyedFile`]
+//! under Kyoto Cabinet's lock (a writable mount its one writer, a read-only mount a reader).
+//! Each write is synced to the device before it returns.
+
+mod library;
+
+use std::path::Path;
+
+use super::keyed_file::{KeyedFile, LockedFile};
+
+const STORE: &str = "Kyoto Cabinet";
+
+/// The first bytes of every Kyoto Cabinet hash file (a tree file is one too).
+const MAGIC: &[u8; 4] = b"KC\n\0";
+
+/// A Kyoto Cabinet file of Zarr keys, locked by this process.
+pub type Kyoto = KeyedFile<library::File>;
+
+/// Which kind of Kyoto Cabinet file the local file at `path` is, by its header (`kch` or `kct`),
+/// if it is one.
+pub fn kind(path: &Path) -> Option<&'static str> {
+    use std::io::Read;
+    let mut start = [0; 9];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut start)).ok()?;
+    // The header's type byte: 0x30 a hash file, 0x31 a tree file (kchashdb.h, kcplantdb.h).
+    match (&start[..4] == MAGIC, start[8]) {
+        (true, 0x30) => Some("kch"),
+        (true, 0x31) => Some("kct"),
+        _ => None,
+    }
+}
+
+/// Opens the file at `path`, of `kind`, as its writer unless `read_only`; fails, naming it and the
+/// cause, when another process holds it, it is damaged, or the library is missing.
+pub fn open(path: &Path, kind: &str, read_only: bool) -> Result<Kyoto, String> {
+    let name = path.display().to_string();
+    if name.contains('#') {
+        return Err(format!("{name}: Kyoto Cabinet reads '#' in a path as the start of its options"));
+    }
+    // The kind from the header, not the name's suffix, which Kyoto Cabinet would go by.
+    let file = || {
+        library::File::open(&format!("{name}#type={kind}"), !read_only).map_err(|why| {
+            if why.contains("lock") {
+                format!("{name}: held by another process ({why}: Kyoto Cabinet lets one writer, or only readers, open a file)")
+            } else {
+                format!("{name}: {why}")
+            }
+        })
+    };
+    KeyedFile::open(STORE, path, file, read_only)
+}
+
+impl LockedFile for library::File {
+    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        library::File::fetch(self, key)
+    }
+
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        library::File::store(self, key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<(), String> {
+        library::File::delete(self, key)
+    }
+
+    fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        Ok(library::File::keys(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::database::{Condition, Database, Objects};
+    use object_store::PutPayload;
+
+    /// A new empty file of `kind`, made with Kyoto Cabinet's own tool, removed when the guard is
+    /// dropped; `None` (said loudly) where the tools are missing, unless
+    /// `SHARDFS_REQUIRE_KYOTO=1` (`.ci/run`) makes that a failure.
+    fn temp_file(label: &str, kind: &str) -> Option<(Removed, std::path::PathBuf)> {
+        let path = std::env::temp_dir().join(format!("shardfs-{label}-{}.{kind}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let tool = if kind == "kch" { "kchashmgr" } else { "kctreemgr" };
+        match std::process::Command::new(tool).arg("create").arg(&path).status() {
+            Ok(status) => assert!(status.success(), "{tool} create failed"),
+            Err(e) if std::env::var("SHARDFS_REQUIRE_KYOTO").as_deref() != Ok("1") => {
+                eprintln!("*** SKIPPED: {tool}: {e} (apt-get install kyotocabinet-utils) ***");
+                return None;
+            }
+            Err(e) => panic!("{tool}: {e}"),
+        }
+        assert_eq!(super::kind(&path), Some(kind));
+        Some((Removed(path.clone()), path))
+    }
+
+    struct Removed(std::path::PathBuf);
+
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn hash_and_tree_files_pass_the_conformance_checks_and_list_their_directories() {
+        for kind in ["kch", "kct"] {
+            let Some((_file, path)) = temp_file("kyoto-conformance", kind) else { return };
+            let store =
+                Objects::mount(open(&path, kind, false).unwrap(), STORE, "test", false, Default::default()).unwrap();
+            crate::store::conformance::check(&store);
+            drop(store);
+            let Some((_file, path)) = temp_file("kyoto-listing", kind) else { return };
+            crate::store::database::check_listing(&open(&path, kind, false).unwrap());
+        }
+    }
+
+    #[test]
+    fn versions_change_with_this_stores_writes_and_a_held_file_is_refused() {
+        let Some((_file, path)) = temp_file("kyoto-versions", "kct") else { return };
+        let database = open(&path, "kct", false).unwrap();
+        let one = database.write("a", &PutPayload::from_static(b"one"), &Condition::Any).unwrap();
+        let two = database.write("a", &PutPayload::from_static(b"two"), &Condition::At(one.version.clone())).unwrap();
+        assert_ne!(one.version, two.version);
+        let stale = database.write("a", &PutPayload::from_static(b"three"), &Condition::At(one.version));
+        assert!(matches!(stale, Err(object_store::Error::Precondition { .. })));
+        // Kyoto Cabinet's lock is per process (fcntl): another process is refused.
+        let other =
+            std::process::Command::new("kctreemgr").args(["set", "-otl"]).arg(&path).args(["b", "x"]).output().unwrap();
+        assert!(!other.status.success(), "a second writer got in");
+        drop(database);
+        let listed = std::process::Command::new("kctreemgr").arg("get").arg(&path).arg("a").output().unwrap();
+        assert_eq!(listed.stdout, b"two\n");
+    }
+}
