@@ -625,6 +625,17 @@ def test_a_postgresql_table_in_another_layout_or_missing_is_refused_naming_it(pg
         db.execute("CREATE TABLE kv (key text, value text)")
     line = mount_fails(pg_server.url, tmp_path, "--table=kv")
     assert pg_server.url in line and "kv" in line and "(key text PRIMARY KEY, value bytea)" in line
+    # A table whose writes a trigger may change, or whose keys compare case-blind, would have a
+    # version name bytes it does not hold.
+    with psycopg.connect(pg_server.url, autocommit=True) as db:
+        db.execute("CREATE TABLE trig (key text PRIMARY KEY, value bytea)")
+        db.execute("CREATE FUNCTION bang() RETURNS trigger AS $$ BEGIN NEW.value := NEW.value || '!'; "
+                   "RETURN NEW; END $$ LANGUAGE plpgsql")
+        db.execute("CREATE TRIGGER bang BEFORE INSERT OR UPDATE ON trig FOR EACH ROW EXECUTE FUNCTION bang()")
+        db.execute("CREATE COLLATION blind (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+        db.execute("CREATE TABLE blind (key text COLLATE blind PRIMARY KEY, value bytea)")
+    assert "trigger bang" in mount_fails(pg_server.url, tmp_path, "--table=trig")
+    assert "collation blind is not deterministic" in mount_fails(pg_server.url, tmp_path, "--table=blind")
     # A read-only mount creates nothing: a table not there is named.
     line = mount_fails(pg_server.url, tmp_path, "--table=nowhere", "--read-only")
     assert "no table nowhere" in line
