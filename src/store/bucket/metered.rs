@@ -81,11 +81,31 @@ fn counting(body: BoxStream<'static, Result<Bytes>>) -> BoxStream<'static, Resul
     .boxed()
 }
 
-/// A listing, counted as one request when it ends (or fails): its pages are not seen here.
+/// A listing, counted as one request when it ends, fails, or is dropped by a reader that took
+/// what it wanted (its pages are not seen here).
 struct Listed {
     inner: BoxStream<'static, Result<ObjectMeta>>,
     start: Instant,
     counted: bool,
+}
+
+impl Listed {
+    fn new(inner: BoxStream<'static, Result<ObjectMeta>>) -> Self {
+        Listed { inner, start: Instant::now(), counted: false }
+    }
+
+    fn count(&mut self, outcome: &'static str) {
+        if !self.counted {
+            self.counted = true;
+            metrics::request("list", outcome, self.start.elapsed());
+        }
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.count("ok");
+    }
 }
 
 impl Stream for Listed {
@@ -99,11 +119,8 @@ impl Stream for Listed {
             Poll::Ready(Some(Err(e))) => Some(failure(e)),
             _ => None,
         };
-        if let Some(ended) = ended
-            && !this.counted
-        {
-            this.counted = true;
-            metrics::request("list", ended, this.start.elapsed());
+        if let Some(ended) = ended {
+            this.count(ended);
         }
         next
     }
@@ -155,11 +172,11 @@ impl ObjectStore for Metered {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        Listed { inner: self.0.list(prefix), start: Instant::now(), counted: false }.boxed()
+        Listed::new(self.0.list(prefix)).boxed()
     }
 
     fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
-        Listed { inner: self.0.list_with_offset(prefix, offset), start: Instant::now(), counted: false }.boxed()
+        Listed::new(self.0.list_with_offset(prefix, offset)).boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
@@ -201,6 +218,13 @@ mod tests {
             store.delete(&path).await.unwrap();
             assert_eq!(store.list(Some(&Path::from("metered"))).count().await, 0);
         });
+        let lists = count("list", "ok");
+        // A reader that takes one entry and drops the rest still made the request.
+        runtime.block_on(async {
+            store.put(&path, PutPayload::from_static(b"1")).await.unwrap();
+            assert_eq!(store.list(None).take(1).count().await, 1);
+        });
+        assert!(count("list", "ok") > lists, "counted when dropped");
         let after = metrics::snapshot();
         assert!(count("put", "ok") > puts);
         assert!(count("head", "not_found") > heads_missing);
