@@ -122,6 +122,14 @@ def test_the_numbers_move_with_reads_writes_and_errors(store, tmp_path):
                      kind="get", le="+Inf") == count
         assert {s.labels.get("le") for s in histogram.samples if s.name.endswith("_bucket")} >= {"0.001", "+Inf"}
 
+        # Another chunk of the same shard: its index is known by now.
+        assert (view / "a/c/0/1").read_bytes()
+        again = scrape(url)
+        assert value(again, "shardfs_cache_hits", cache="index") > value(read, "shardfs_cache_hits", cache="index")
+        if address.startswith("s3://"):
+            assert value(read, "shardfs_cache_misses", cache="fetch") > value(before, "shardfs_cache_misses",
+                                                                              cache="fetch")
+
         with pytest.raises(FileNotFoundError):
             (view / "a/no-such-file").stat()
         missing = scrape(url)
