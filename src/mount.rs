@@ -367,7 +367,10 @@ pub fn status(mountpoint: &Path) -> Result<String, String> {
     // buffer given, which is that long.
     let rc = unsafe { libc::ioctl(root.as_raw_fd(), fuse::METRICS_IOCTL as _, answer.as_mut_ptr()) };
     if rc != 0 {
-        return Err(format!("{shown}: not a shardfs mount"));
+        return Err(match daemon_pid(mountpoint) {
+            Some(pid) => format!("{shown}: its daemon (process {pid}) is older than `shardfs status`"),
+            None => format!("{shown}: not a shardfs mount"),
+        });
     }
     let text = String::from_utf8_lossy(&answer);
     let text = text.trim_end_matches('\0');
