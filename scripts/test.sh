@@ -61,13 +61,15 @@ timed scripts/package-test.sh
 # through the view, arrays changing underneath, nginx, object stores (moto, Azurite,
 # fake-gcs-server; S3 behind a fault-injecting proxy), the Zarr v2 view, BLZ and zip, many daemons
 # writing one dataset (s3s-fs, built by scripts/s3s_fs.sh, and Azurite) and a Dask cluster writing
-# through the plugin, and the Kubernetes CSI driver driven over its socket as kubelet drives it: about
-# 10 min.
+# through the plugin, the Kubernetes CSI driver driven over its socket as kubelet drives it, the
+# metrics endpoint scraped while a mount reads and writes, and a web identity token exchanged at an
+# STS of the test's: about 10 min.
 interop target/venv/bin/python tests/interop/test_peers.py tests/interop/test_changes.py \
   tests/interop/test_overwrite.py tests/interop/test_http.py tests/interop/test_object_stores.py \
   tests/interop/test_faults.py tests/interop/test_v2.py tests/interop/test_blz.py tests/interop/test_zip.py \
   tests/interop/test_many_writers.py tests/interop/test_extend.py tests/interop/test_torture.py tests/interop/test_dask.py \
-  tests/interop/test_databases.py tests/interop/test_csi.py
+  tests/interop/test_databases.py tests/interop/test_csi.py tests/interop/test_metrics.py \
+  tests/interop/test_credentials.py
 # The newest releases (pinned in setup.sh), so that a release that breaks the view is caught: the
 # peers again, zarr-python's own store suite in a writable mount, Icechunk (read, and written
 # through branch mounts) and GDAL 3.12.

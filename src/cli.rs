@@ -99,9 +99,16 @@ pub enum Command {
         /// Append log lines to this file (default: stderr in the foreground, syslog otherwise).
         #[arg(long, value_name = "PATH")]
         log_file: Option<PathBuf>,
+        /// Serve the mount's metrics (store requests, bytes, cache hits, pending chunks, commits,
+        /// errors) as Prometheus text at http://HOST:PORT/metrics; port 0 picks a free one
+        /// (`shardfs status` finds it).
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_address: Option<String>,
     },
     /// Unmount a shardfs mount (umount and fusermount3 -u work too).
     Unmount { mountpoint: PathBuf },
+    /// Print the metrics of the shardfs mount at MOUNTPOINT (mounted with --metrics-address).
+    Status { mountpoint: PathBuf },
     /// Verify every shard of STORE (checksums, bounds, overlaps, unfinished commits). Exit status
     /// 0: healthy, 1: damage remains, 2: the store could not be checked.
     Check {
@@ -428,6 +435,7 @@ impl Command {
             message,
             shard_new,
             log_file,
+            metrics_address,
             zarr_format,
         } = self
         else {
@@ -457,6 +465,7 @@ impl Command {
             },
             verbosity,
             log_file: log_file.clone(),
+            metrics_address: metrics_address.clone(),
             zarr_format: *zarr_format,
         })
     }
@@ -535,7 +544,7 @@ mod tests {
                        write_buffer_size=3M,memory_limit=2G,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
                        cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays,table=chunks,\
-                       message=from a test";
+                       metrics_address=127.0.0.1:9100,message=from a test";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
         let config = cli.command.mount_config(cli.verbose).unwrap();
@@ -545,6 +554,7 @@ mod tests {
         assert_eq!(config.store.s3.endpoint_url.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(config.store.s3.region.as_deref(), Some("eu-west-1"));
         assert!(config.store.s3.no_sign_request);
+        assert_eq!(config.metrics_address.as_deref(), Some("127.0.0.1:9100"));
         assert_eq!(config.store.caching.metadata_ttl, std::time::Duration::from_millis(5));
         assert_eq!(config.store.caching.read_ahead_bytes, 0);
         assert_eq!(config.store.caching.max_requests, 3);

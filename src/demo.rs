@@ -174,6 +174,7 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
         writes: WriteOptions::default(),
         verbosity,
         log_file: None,
+        metrics_address: None,
         zarr_format: 3,
     })
 }

@@ -11,6 +11,6 @@ pub mod options;
 pub mod session;
 mod watcher;
 
-pub use adapter::{CACHE_TTL, Fuse, PID_IOCTL, WATCH_INTERVAL, errno};
+pub use adapter::{CACHE_TTL, Fuse, METRICS_ADDRESS_LEN, METRICS_IOCTL, PID_IOCTL, WATCH_INTERVAL, errno};
 pub use options::{MountSettings, check_options};
 pub use session::{Mounted, mount};

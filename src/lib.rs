@@ -6,8 +6,9 @@
 //! group commit) <- [`fs`] (filesystem operations as plain structs) <- [`fuse`] (the only code
 //! that speaks FUSE) <- the commands: [`inspect`] and [`compact`] (which never use each other),
 //! [`mount`], then [`demo`] and [`cli`], and last [`csi`] (the Kubernetes driver, which runs
-//! `shardfs mount` and reads mount options as the command line does). [`logging`] and [`progress`] (how the commands report
-//! their progress, shown by the command line) stand apart.
+//! `shardfs mount` and reads mount options as the command line does). [`logging`], [`metrics`] (what the daemon counts, served for
+//! an operator) and [`progress`] (how the commands report their progress, shown by the command
+//! line) stand apart.
 
 pub mod cli;
 pub mod compact;
@@ -18,6 +19,7 @@ pub mod fs;
 pub mod fuse;
 pub mod inspect;
 pub mod logging;
+pub mod metrics;
 pub mod mount;
 pub mod progress;
 pub mod store;

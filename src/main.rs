@@ -19,6 +19,7 @@ fn main() {
     let result = match &cli.command {
         Command::Mount { .. } => mount::run(&cli.command.mount_config(cli.verbose).expect("a mount command")),
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
+        Command::Status { mountpoint } => mount::status(mountpoint).map(|text| print!("{text}")),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
         Command::Csi { endpoint, node_id, state_dir } => csi::run(&csi::CsiConfig {
             endpoint: endpoint.clone(),

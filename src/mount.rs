@@ -18,6 +18,7 @@ pub use address::{RepositoryOptions, StoreAddress, check_zarr_format, open_store
 use crate::fs::{ShardFs, WriteOptions};
 use crate::fuse::{self, MountSettings, Mounted};
 use crate::logging::{self, LogTarget};
+use crate::metrics;
 use crate::store::Store;
 use crate::view::index_cache::IndexCache;
 use crate::view::presentation::{Presentation, ZarrV2, ZarrV3};
@@ -39,6 +40,8 @@ pub struct MountConfig {
     pub zarr_format: u8,
     pub verbosity: u8,
     pub log_file: Option<PathBuf>,
+    /// `--metrics-address`: where the daemon serves its metrics.
+    pub metrics_address: Option<String>,
 }
 
 /// Checks that `path` is an empty directory the mount can cover.
@@ -116,6 +119,10 @@ fn prepared(config: &MountConfig) -> Result<(Arc<dyn Store>, MountConfig), Strin
     check_mountpoint(&config.mountpoint)?;
     check_fuse_device()?;
     fuse::check_options(&config.settings)?;
+    if let Some(address) = &config.metrics_address {
+        let serving = metrics::serve::start(address)?;
+        log::info!("metrics at http://{serving}/metrics");
+    }
     Ok((store, config))
 }
 
@@ -348,6 +355,31 @@ fn mounted_elsewhere(device: u64) -> Option<u32> {
         }
     }
     None
+}
+
+/// `shardfs status`: the metrics of the mount at `mountpoint`, as its daemon serves them.
+pub fn status(mountpoint: &Path) -> Result<String, String> {
+    use std::os::fd::AsRawFd;
+    let shown = mountpoint.display();
+    let root = std::fs::File::open(mountpoint).map_err(|e| format!("{shown}: {e}"))?;
+    let mut answer = [0u8; fuse::METRICS_ADDRESS_LEN];
+    // SAFETY: an open descriptor, and a request that writes METRICS_ADDRESS_LEN bytes to the
+    // buffer given, which is that long.
+    let rc = unsafe { libc::ioctl(root.as_raw_fd(), fuse::METRICS_IOCTL as _, answer.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(match daemon_pid(mountpoint) {
+            Some(pid) => format!("{shown}: its daemon (process {pid}) is older than `shardfs status`"),
+            None => format!("{shown}: not a shardfs mount"),
+        });
+    }
+    let text = String::from_utf8_lossy(&answer);
+    let text = text.trim_end_matches('\0');
+    if text.is_empty() {
+        return Err(format!("{shown}: mounted without --metrics-address, so its daemon serves no metrics"));
+    }
+    let address = text.parse().map_err(|_| format!("{shown}: its daemon named no address but {text:?}"))?;
+    let body = metrics::serve::scrape(address).map_err(|e| format!("{shown}: {e}"))?;
+    Ok(format!("# {shown}: served at http://{address}/metrics\n{body}"))
 }
 
 /// The id of the process serving the shardfs mount at `mountpoint`, if it is one.

@@ -9,7 +9,8 @@ use std::process::Command;
 
 use common::TempDir;
 
-const COMMANDS: &[&str] = &["mount", "unmount", "check", "compact", "info", "refs", "demo", "csi", "generate"];
+const COMMANDS: &[&str] =
+    &["mount", "unmount", "status", "check", "compact", "info", "refs", "demo", "csi", "generate"];
 
 fn generate() -> TempDir {
     let dir = TempDir::new("generate");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules, lowest layer first; modules in one string share a layer.
 const LAYERS: &[&str] = &[
-    "format logging progress",
+    "format logging metrics progress",
     "store",
     "error view",
     "write",

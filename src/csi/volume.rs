@@ -239,6 +239,27 @@ mod tests {
     }
 
     #[test]
+    fn a_volume_serves_its_metrics_where_its_flags_say() {
+        let publish =
+            Publish::from_request(&request(&["metrics-address=0.0.0.0:9464"], &[("store", "s3://b/p")])).unwrap();
+        let args = publish.settings.mount_arguments(&publish.target, Path::new("/log"));
+        let config = Cli::try_parse_from(helper_form(std::iter::once(OsString::from("shardfs")).chain(args)))
+            .unwrap()
+            .command
+            .mount_config(0)
+            .unwrap();
+        assert_eq!(config.metrics_address.as_deref(), Some("0.0.0.0:9464"));
+        let unflagged = Publish::from_request(&request(&[], &[("store", "s3://b/p")])).unwrap();
+        let args = unflagged.settings.mount_arguments(&unflagged.target, Path::new("/log"));
+        let config = Cli::try_parse_from(helper_form(std::iter::once(OsString::from("shardfs")).chain(args)))
+            .unwrap()
+            .command
+            .mount_config(0)
+            .unwrap();
+        assert_eq!(config.metrics_address, None);
+    }
+
+    #[test]
     fn read_only_comes_from_the_request_the_access_mode_or_the_flags() {
         let store = [("store", "s3://b/p")];
         let mut readonly = request(&[], &store);

@@ -27,6 +27,14 @@ pub use super::watcher::INTERVAL as WATCH_INTERVAL;
 /// `u32`), so that `shardfs unmount` can wait for the daemon to finish: `_IOR('Z', 0x70, u32)`.
 pub const PID_IOCTL: u32 = (2 << 30) | (4 << 16) | ((b'Z' as u32) << 8) | 0x70;
 
+/// The size of [`METRICS_IOCTL`]'s answer: room for any `[IPv6%scope]:port`.
+pub const METRICS_ADDRESS_LEN: usize = 64;
+
+/// ioctl on the mount's root directory answering where the daemon serves its metrics (the
+/// address, NUL-padded; all NULs when it serves none), so that `shardfs status` finds them as
+/// `shardfs unmount` finds the daemon: `_IOR('Z', 0x71, char[64])`.
+pub const METRICS_IOCTL: u32 = (2 << 30) | ((METRICS_ADDRESS_LEN as u32) << 16) | ((b'Z' as u32) << 8) | 0x71;
+
 /// Largest read the kernel sends at once, and its readahead.
 const MAX_READAHEAD: u32 = 1 << 20;
 
@@ -73,6 +81,7 @@ pub fn errno(error: &Error) -> Errno {
 /// only when asked for.
 fn fail(op: &str, error: &Error) -> Errno {
     let errno = errno(error);
+    crate::metrics::error_given(errno.code());
     match error {
         Error::NotFound => {}
         Error::Damaged(msg) => log::debug!("{op}: {msg}"),
@@ -149,7 +158,10 @@ fn open_mode(flags: i32) -> OpenMode {
 }
 
 fn name(name: &OsStr) -> Result<&str, Errno> {
-    name.to_str().ok_or(Errno::ENOENT)
+    name.to_str().ok_or_else(|| {
+        crate::metrics::error_given(libc::ENOENT);
+        Errno::ENOENT
+    })
 }
 
 impl Filesystem for Fuse {
@@ -424,6 +436,16 @@ impl Filesystem for Fuse {
     ) {
         if ino.0 == crate::fs::ROOT_INO && cmd == PID_IOCTL && out_size >= 4 {
             reply.ioctl(0, &std::process::id().to_ne_bytes());
+            return;
+        }
+        if ino.0 == crate::fs::ROOT_INO && cmd == METRICS_IOCTL && out_size as usize >= METRICS_ADDRESS_LEN {
+            let mut answer = [0u8; METRICS_ADDRESS_LEN];
+            if let Some(address) = crate::metrics::serve::address() {
+                let text = address.to_string();
+                let len = text.len().min(METRICS_ADDRESS_LEN);
+                answer[..len].copy_from_slice(&text.as_bytes()[..len]);
+            }
+            reply.ioctl(0, &answer);
             return;
         }
         // Every Python open() asks whether the file is a terminal (TCGETS), and the kernel does not

@@ -37,6 +37,8 @@
 //! A web server (`https://`, [`http`]) is a bucket store that cannot be written, and may not
 //! list: see [`Abilities`].
 //!
+//! Every request the client makes is counted for the metrics ([`metered`]).
+//!
 //! The crate is async: one tokio runtime per store, entered with `block_on` from the calling
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
@@ -47,6 +49,7 @@ pub mod fetch;
 pub mod gcs;
 pub mod http;
 pub mod metadata;
+mod metered;
 pub mod multipart;
 mod requests;
 mod revalidate;
@@ -258,7 +261,7 @@ impl BucketStore {
         let fetcher = Fetcher::new(caching.read_ahead_bytes, caching.max_requests, runtime.handle().clone());
         let disk_cache = caching.disk.as_ref().map(DiskCache::open).transpose().map_err(io::Error::other)?;
         Ok(BucketStore(Arc::new(Shared {
-            objects,
+            objects: Arc::new(metered::Metered(objects)),
             service,
             prefix: prefix.trim_matches('/').to_string(),
             url: url.trim_end_matches('/').to_string(),

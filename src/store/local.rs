@@ -26,12 +26,28 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLockWriteGuard;
 
 use super::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PRIVATE_DIR, PutMode, Result, Space, Stamp, Store};
 use super::{join, lock, parent_key};
+use crate::metrics;
+
+/// Runs `request`, counted as one request of `kind` to the store (the metrics; what an object
+/// store's GET, HEAD or PUT is, a system call or a few here).
+fn metered<T>(kind: &'static str, request: impl FnOnce() -> Result<T>) -> Result<T> {
+    let start = Instant::now();
+    let done = request();
+    let outcome = match &done {
+        Ok(_) => "ok",
+        Err(Error::NotFound(_)) => "not_found",
+        Err(Error::Changed(_)) => "precondition_failed",
+        Err(_) => "error",
+    };
+    metrics::request(kind, outcome, start.elapsed());
+    done
+}
 
 /// Where whole-file writes are prepared before they are renamed over their key.
 pub fn tmp_dir() -> String {
@@ -245,7 +261,7 @@ impl Store for LocalStore {
     }
 
     fn attr(&self, key: &str) -> Result<Attr> {
-        self.attr_io(key).map_err(self.fail(key))
+        metered("head", || self.attr_io(key).map_err(self.fail(key)))
     }
 
     /// One `fstatat` from the root. That lookup is not confined, but it is trusted only to say
@@ -269,30 +285,34 @@ impl Store for LocalStore {
     }
 
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
-        let fail = self.fail(dir);
-        let opened = File::from(self.open_beneath(dir, libc::O_RDONLY | libc::O_DIRECTORY).map_err(&fail)?);
-        let stamp = attr_of(&opened.metadata().map_err(&fail)?).stamp;
-        let mut out = Vec::new();
-        // The descriptor names the directory itself, so reading it through /proc follows no link
-        // of the store.
-        for entry in std::fs::read_dir(format!("/proc/self/fd/{}", opened.as_raw_fd())).map_err(&fail)? {
-            let entry = entry.map_err(&fail)?;
-            let Ok(name) = entry.file_name().into_string() else {
-                log::warn!("{}: skipping an entry whose name is not UTF-8", self.describe(dir));
-                continue;
-            };
-            out.push((name, kind_of(entry.file_type().map_err(&fail)?)));
-        }
-        Ok((out, stamp))
+        metered("list", || {
+            let fail = self.fail(dir);
+            let opened = File::from(self.open_beneath(dir, libc::O_RDONLY | libc::O_DIRECTORY).map_err(&fail)?);
+            let stamp = attr_of(&opened.metadata().map_err(&fail)?).stamp;
+            let mut out = Vec::new();
+            // The descriptor names the directory itself, so reading it through /proc follows no link
+            // of the store.
+            for entry in std::fs::read_dir(format!("/proc/self/fd/{}", opened.as_raw_fd())).map_err(&fail)? {
+                let entry = entry.map_err(&fail)?;
+                let Ok(name) = entry.file_name().into_string() else {
+                    log::warn!("{}: skipping an entry whose name is not UTF-8", self.describe(dir));
+                    continue;
+                };
+                out.push((name, kind_of(entry.file_type().map_err(&fail)?)));
+            }
+            Ok((out, stamp))
+        })
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
-        let fail = self.fail(key);
-        // O_NONBLOCK: opening a FIFO that sits in the store must not stall a worker thread.
-        let fd = self.open_beneath(key, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK).map_err(&fail)?;
-        let file = File::from(fd);
-        let attr = attr_of(&file.metadata().map_err(&fail)?);
-        Ok(Box::new(LocalObject { file, attr, place: self.describe(key) }))
+        metered("open", || {
+            let fail = self.fail(key);
+            // O_NONBLOCK: opening a FIFO that sits in the store must not stall a worker thread.
+            let fd = self.open_beneath(key, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK).map_err(&fail)?;
+            let file = File::from(fd);
+            let attr = attr_of(&file.metadata().map_err(&fail)?);
+            Ok(Box::new(LocalObject { file, attr, place: self.describe(key) }) as Box<dyn Object>)
+        })
     }
 
     fn read_link(&self, key: &str) -> Result<PathBuf> {
@@ -321,26 +341,34 @@ impl Store for LocalStore {
     }
 
     fn put(&self, key: &str, pieces: &[&[u8]], mode: PutMode) -> Result<Option<Stamp>> {
-        // A directory put_io made can vanish before it is used when another process tidies
-        // `__shardfs/` at its unmount (see the module doc); the next attempt makes it again.
-        let mut attempts = 0;
-        let done = loop {
-            attempts += 1;
-            match self.put_io(key, pieces, mode) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < RECREATE_ATTEMPTS => {}
-                done => break done,
+        let stored = metered("put", || {
+            // A directory put_io made can vanish before it is used when another process tidies
+            // `__shardfs/` at its unmount (see the module doc); the next attempt makes it again.
+            let mut attempts = 0;
+            let done = loop {
+                attempts += 1;
+                match self.put_io(key, pieces, mode) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < RECREATE_ATTEMPTS => {}
+                    done => break done,
+                }
+            };
+            match done.map_err(self.fail(key))? {
+                Ok(stamp) => Ok(Some(stamp)),
+                Err(()) => Err(Error::Changed(self.describe(key))),
             }
-        };
-        match done.map_err(self.fail(key))? {
-            Ok(stamp) => Ok(Some(stamp)),
-            Err(()) => Err(Error::Changed(self.describe(key))),
+        });
+        if stored.is_ok() {
+            metrics::sent(pieces.iter().map(|p| p.len() as u64).sum());
         }
+        stored
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        let fail = self.fail(key);
-        self.beneath(key).and_then(|path| std::fs::remove_file(&*path)).map_err(&fail)?;
-        self.sync_dir(parent_key(key)).map_err(fail)
+        metered("delete", || {
+            let fail = self.fail(key);
+            self.beneath(key).and_then(|path| std::fs::remove_file(&*path)).map_err(&fail)?;
+            self.sync_dir(parent_key(key)).map_err(fail)
+        })
     }
 
     fn discard(&self, key: &str) -> Result<()> {
@@ -348,14 +376,16 @@ impl Store for LocalStore {
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let fail = self.fail(from);
-        let target = self.beneath(to).map_err(self.fail(to))?;
-        self.beneath(from).and_then(|path| std::fs::rename(&*path, &*target)).map_err(&fail)?;
-        self.sync_dir(parent_key(to)).map_err(self.fail(to))?;
-        if parent_key(from) != parent_key(to) {
-            self.sync_dir(parent_key(from)).map_err(&fail)?;
-        }
-        Ok(())
+        metered("rename", || {
+            let fail = self.fail(from);
+            let target = self.beneath(to).map_err(self.fail(to))?;
+            self.beneath(from).and_then(|path| std::fs::rename(&*path, &*target)).map_err(&fail)?;
+            self.sync_dir(parent_key(to)).map_err(self.fail(to))?;
+            if parent_key(from) != parent_key(to) {
+                self.sync_dir(parent_key(from)).map_err(&fail)?;
+            }
+            Ok(())
+        })
     }
 
     fn link(&self, from: &str, to: &str) -> Result<()> {
@@ -544,12 +574,18 @@ impl Object for LocalObject {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        loop {
-            match self.file.read_at(buf, offset) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                done => return done.map_err(|e| Error::io(self.place.clone(), e)),
+        metered("get", || {
+            loop {
+                match self.file.read_at(buf, offset) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(n) => {
+                        metrics::received(n as u64);
+                        return Ok(n);
+                    }
+                    Err(e) => return Err(Error::io(self.place.clone(), e)),
+                }
             }
-        }
+        })
     }
 
     fn place(&self) -> String {
@@ -585,11 +621,19 @@ impl OpenFile for LocalFile {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.file.read_at(buf, offset).map_err(|e| self.fail(e))
+        metered("get", || {
+            let n = self.file.read_at(buf, offset).map_err(|e| self.fail(e))?;
+            metrics::received(n as u64);
+            Ok(n)
+        })
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-        self.file.write_all_at(data, offset).map_err(|e| self.fail(e))
+        metered("write", || {
+            self.file.write_all_at(data, offset).map_err(|e| self.fail(e))?;
+            metrics::sent(data.len() as u64);
+            Ok(())
+        })
     }
 
     fn append(&self, data: &[u8]) -> Result<()> {
@@ -602,7 +646,7 @@ impl OpenFile for LocalFile {
     }
 
     fn sync(&self) -> Result<()> {
-        self.file.sync_all().map_err(|e| self.fail(e))
+        metered("sync", || self.file.sync_all().map_err(|e| self.fail(e)))
     }
 }
 

@@ -67,10 +67,12 @@ impl IndexCache {
     /// The index for `key` if it was decoded from the file version `stamp`.
     pub fn get(&self, key: &IndexKey, stamp: &Stamp) -> Option<Decoded> {
         let mut inner = self.inner.lock();
-        match inner.lru.get(key) {
+        let found = match inner.lru.get(key) {
             Some(c) if c.stamp == *stamp => Some(c.decoded.clone()),
             _ => None,
-        }
+        };
+        crate::metrics::cache("index", found.is_some());
+        found
     }
 
     /// Remembers `decoded` for `key` at `stamp`, evicting the least recently used entries past

@@ -37,7 +37,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::commit::{CommitError, NestedChanges, Outcome, commit_levels};
 use super::own_commits::OwnCommits;
-use crate::store::Stamp;
+use crate::metrics;
+use crate::store::{self, Stamp};
 use crate::view::array::ShardedArray;
 use crate::view::documents::ArrayState;
 use crate::view::namespace::Namespace;
@@ -195,6 +196,7 @@ impl Pending {
                 shard.entries.len()
             );
             self.held.fetch_sub(shard.bytes, Ordering::Relaxed);
+            metrics::pending(-(shard.entries.len() as i64), -(shard.bytes as i64));
             shard.entries.clear();
             shard.bytes = 0;
             shard.error = None;
@@ -202,7 +204,8 @@ impl Pending {
         // The array as it is now (resized, perhaps): whether the shard is complete is of its shape.
         shard.array = array.clone();
         let old = shard.entries.insert(coords.to_vec(), Entry { state, generation, bytes });
-        let old_bytes = old.map_or(0, |e| e.bytes);
+        let old_bytes = old.as_ref().map_or(0, |e| e.bytes);
+        metrics::pending(i64::from(old.is_none()), bytes as i64 - old_bytes as i64);
         shard.bytes = shard.bytes + bytes - old_bytes;
         self.held.fetch_add(bytes, Ordering::Relaxed);
         self.held.fetch_sub(old_bytes, Ordering::Relaxed);
@@ -320,6 +323,7 @@ impl Pending {
             ArrayState::Sharded(_) | ArrayState::Other => {
                 let e = shard.orphaned(ns);
                 if let Some(gone) = shards.remove(key) {
+                    metrics::pending(-(gone.entries.len() as i64), -(gone.bytes as i64));
                     self.freed(gone.bytes);
                 }
                 Err(e)
@@ -382,6 +386,14 @@ impl Pending {
         drop(changes);
         drop(contents);
         let mut shards = self.shards.lock();
+        metrics::commit(match &result {
+            Ok(_) => "ok",
+            Err(CommitError::Store(store::Error::Changed(_))) => "conflict",
+            Err(CommitError::Store(_)) => "store_error",
+            Err(CommitError::Refused(_)) => "refused",
+            Err(CommitError::Damaged(_)) => "damaged",
+            Err(CommitError::Stale { .. }) => "stale",
+        });
         let Some(shard) = shards.get_mut(key) else { return result.map(drop) };
         match result {
             Ok(committed) => {
@@ -396,14 +408,16 @@ impl Pending {
                     let changed = carried.iter().map(|(coords, ..)| coords.clone()).collect();
                     self.own.record(key, &array, versions, changed);
                 }
-                let mut freed = 0;
+                let (mut freed, mut committed) = (0, 0);
                 for (coords, generation, _) in carried {
                     if shard.entries.get(&coords).is_some_and(|e| e.generation == generation) {
                         let e = shard.entries.remove(&coords).expect("present");
                         shard.bytes -= e.bytes;
                         freed += e.bytes;
+                        committed += 1;
                     }
                 }
+                metrics::pending(-committed, -(freed as i64));
                 if shard.entries.is_empty() {
                     shards.remove(key);
                 }

@@ -45,6 +45,7 @@ use super::error::CommitError;
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
+use crate::metrics;
 use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed};
 use crate::store::world::{World, both, each_at_once};
 use crate::store::{self, Store, join, lock};
@@ -218,6 +219,7 @@ impl Turns<'_> {
     /// the delta, then inside the holder's version). Past [`QUEUE_PATIENCE`], it waits as a delta.
     fn queue(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
         log::info!("{}: its lease is held; waiting for its turn", self.store.describe(self.key));
+        metrics::lease_wait("queue");
         let holder = self.unique_name("holder-").into_bytes();
         let mut seen = None;
         let (mut polls, since) = (0u32, self.world.now());
@@ -242,6 +244,7 @@ impl Turns<'_> {
         let name = self.unique_name(DELTA);
         let delta_key = join(&self.dir, &name);
         log::info!("{}: its lease is held; waiting as {name}", self.store.describe(self.key));
+        metrics::lease_wait("delta");
         // Never made again after a failure: the first try may have stored it, and a holder folded
         // and removed it since (made again, it would be folded twice). Found there, it is this very
         // delta (its name is unique); not found, the commit fails, its writes kept for later.
@@ -288,6 +291,7 @@ impl Turns<'_> {
             Some(tag) => match seen {
                 Some((old, since)) if *old == tag && self.since(*since) >= LEASE_TIMEOUT => {
                     log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
+                    metrics::lease_takeover();
                     self.patiently(|| self.exchange.replace(&lease, holder, &tag))?
                 }
                 Some((old, _)) if *old == tag => None,

@@ -313,6 +313,35 @@ def test_publish_read_write_unpublish(driver, tmp_path):
     assert "published" in driver.logs() and "unpublished" in driver.logs()
 
 
+def test_each_volume_serves_its_own_metrics(driver, tmp_path):
+    """A PersistentVolume's `metrics-address` flag (issue 63: metrics per volume): each volume's
+    daemon serves its own numbers, which `shardfs status TARGET` finds; a read through one volume
+    moves its numbers and not the other's."""
+    targets = {}
+    for name in ("m1", "m2"):
+        store, target = tmp_path / f"{name}.zarr", tmp_path / f"pod/volumes/{name}/mount"
+        sharded_store(store)
+        driver.publish(name, target, store, flags=["metrics-address=127.0.0.1:0"])
+        targets[name] = target
+
+    def status(target):
+        """Where the volume's daemon serves its metrics, and the bytes it has read from its store."""
+        shown = subprocess.run([BINARY, "status", str(target)], capture_output=True, text=True)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        received = [line for line in lines if line.startswith("shardfs_store_received_bytes_total ")]
+        return lines[0].split("served at ", 1)[1], float(received[0].split()[1])
+
+    (first, before), (second, other) = status(targets["m1"]), status(targets["m2"])
+    assert first != second, "two volumes, two daemons, two addresses"
+    chunk = run("cat", str(targets["m1"] / "a/c/1/2"))
+    assert status(targets["m1"])[1] >= before + len(chunk)
+    assert status(targets["m2"])[1] == other
+    for name, target in targets.items():
+        driver.unpublish(name, target)
+        assert shardfs_mounts(target) == 0
+
+
 def test_read_only_from_the_request_or_the_access_mode(driver, tmp_path):
     pb = driver.pb
     store = tmp_path / "store.zarr"

@@ -174,6 +174,7 @@ impl Walk {
                 Some((found, bytes)) if found == block => Some(bytes),
                 _ => self.cache.load_async(&self.version, block).await,
             };
+            crate::metrics::cache("disk", on_disk.is_some());
             if let Some(bytes) = on_disk {
                 let range = self.version.block_range(block);
                 let to = self.end.min(range.end);

@@ -524,6 +524,7 @@ impl Fetcher {
                 let (version, gone) = remembered(&mut versions, &reader.version);
                 let run = in_order.get_or_insert_with(|| version.advance(hint.as_ref().unwrap_or(&wanted))).clone();
                 let found = version.segments.range(..=at).next_back().map(|(_, s)| s).filter(|s| s.covers(at)).cloned();
+                crate::metrics::cache("fetch", found.is_some());
                 let segment = match found {
                     Some(segment) => segment,
                     None => {

@@ -159,10 +159,12 @@ impl MetadataCache {
     /// The HEAD of `key` if still trusted: `Some(None)` when the key was missing.
     pub fn head(&self, key: &str) -> Option<Option<Head>> {
         let mut heads = self.heads.lock();
-        match heads.get(key) {
+        let found = match heads.get(key) {
             Some(fresh) if fresh.until > Instant::now() => Some(fresh.value.clone()),
             _ => None,
-        }
+        };
+        crate::metrics::cache("metadata", found.is_some());
+        found
     }
 
     /// The current generation, to be taken before a request whose answer is to be remembered.
@@ -204,10 +206,12 @@ impl MetadataCache {
     /// The listing of `dir` if still trusted: `Some(None)` when there was no such directory.
     pub fn listing(&self, dir: &str) -> Option<Option<Arc<Listing>>> {
         let mut listings = self.listings.lock();
-        match listings.get(dir) {
+        let found = match listings.get(dir) {
             Some(fresh) if fresh.until > Instant::now() => Some(fresh.value.clone()),
             _ => None,
-        }
+        };
+        crate::metrics::cache("metadata", found.is_some());
+        found
     }
 
     /// True unless the HEAD or the listing of `key` is trusted for a while yet (half the TTL, at

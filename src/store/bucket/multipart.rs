@@ -23,15 +23,20 @@ mod extend;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
+use object_store::MultipartId;
 use object_store::aws::{AmazonS3, AwsAuthorizer, AwsCredentialProvider};
 use object_store::client::{HttpClient, HttpConnector, HttpRequest, ReqwestConnector};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{ClientOptions, PutPayload, PutResult};
+
+use super::metered::{by_status, timed};
+use crate::metrics;
 
 /// Objects at least this large go up in parts.
 pub const SMALLEST: u64 = 16 << 20;
@@ -171,7 +176,7 @@ impl Multipart {
         let other = |e: object_store::Error| Failed::Other(super::one_line(&e));
         // object_store starts uploads with no user metadata: one with a note is started here.
         let id = match note.is_empty() {
-            true => self.client.create_multipart(path).await.map_err(other)?,
+            true => timed("multipart", self.client.create_multipart(path)).await.map_err(other)?,
             false => self.create(path, note).await?,
         };
         let id = &id;
@@ -183,7 +188,7 @@ impl Multipart {
                 .map(|n| async move {
                     let _slot = self.parts.acquire().await.expect("never closed");
                     let bytes = gather(pieces, n * part, ((n + 1) * part).min(size));
-                    self.client.put_part(path, id, n, PutPayload::from(bytes)).await
+                    put_part(&self.client, path, id, n, bytes).await
                 })
                 .buffered(PARTS_AT_ONCE)
                 .try_collect()
@@ -194,7 +199,7 @@ impl Multipart {
         .await;
         if uploaded.is_err() {
             // Best effort: an upload left behind costs storage until the bucket's lifecycle rule.
-            let _ = self.client.abort_multipart(path, id).await;
+            let _ = timed("multipart", self.client.abort_multipart(path, id)).await;
         }
         uploaded
     }
@@ -220,7 +225,11 @@ impl Multipart {
                 tokio::time::sleep(crate::store::backoff(attempt)).await;
             }
             let request = self.completion(path, id, &body, condition).await?;
-            let reply = match self.http.execute(request).await {
+            let start = Instant::now();
+            let answered = self.http.execute(request).await;
+            let status = answered.as_ref().ok().map(|reply| reply.status().as_u16());
+            metrics::request("multipart", by_status(status), start.elapsed());
+            let reply = match answered {
                 Ok(reply) => reply,
                 Err(e) => {
                     last = e.to_string();
@@ -265,7 +274,7 @@ impl Multipart {
         };
         let digests: Vec<&[u8]> = digests.iter().map(Vec::as_slice).collect();
         let want = format!("{}-{}", super::requests::md5_hex(&digests), parts.len());
-        match object_store::ObjectStoreExt::head(&*self.client, path).await {
+        match timed("head", object_store::ObjectStoreExt::head(&*self.client, path)).await {
             Ok(meta) if meta.size == size && meta.e_tag.as_deref().map(super::metadata::bare_e_tag) == Some(&want) => {
                 Ok(PutResult { e_tag: meta.e_tag, version: meta.version, extensions: Default::default() })
             }
@@ -325,7 +334,7 @@ impl Multipart {
     /// Sends the request `make` makes, again while the network or the server fails (5xx, or an
     /// error in a 200's body): the status and the body of the first answer that is not such a
     /// failure. For requests that may be sent twice.
-    pub(super) async fn send<F, R>(&self, make: F) -> Result<(u16, String), Failed>
+    pub(super) async fn send<F, R>(&self, kind: &'static str, make: F) -> Result<(u16, String), Failed>
     where
         F: Fn() -> R,
         R: std::future::Future<Output = Result<HttpRequest, Failed>>,
@@ -335,7 +344,12 @@ impl Multipart {
             if attempt > 0 {
                 tokio::time::sleep(crate::store::backoff(attempt)).await;
             }
-            let reply = match self.http.execute(make().await?).await {
+            let request = make().await?;
+            let start = Instant::now();
+            let answered = self.http.execute(request).await;
+            let status = answered.as_ref().ok().map(|reply| reply.status().as_u16());
+            metrics::request(kind, by_status(status), start.elapsed());
+            let reply = match answered {
                 Ok(reply) => reply,
                 Err(e) => {
                     last = e.to_string();
@@ -358,6 +372,22 @@ impl Multipart {
         }
         Err(Failed::Other(last))
     }
+}
+
+/// Uploads part `n` of upload `id`, counted.
+async fn put_part(
+    client: &AmazonS3,
+    path: &Path,
+    id: &MultipartId,
+    n: usize,
+    bytes: Bytes,
+) -> object_store::Result<PartId> {
+    let len = bytes.len() as u64;
+    let part = timed("multipart", client.put_part(path, id, n, PutPayload::from(bytes))).await;
+    if part.is_ok() {
+        metrics::sent(len);
+    }
+    part
 }
 
 /// Bytes `start..end` of `pieces` laid back to back.

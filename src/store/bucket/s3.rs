@@ -1,16 +1,22 @@
 //! `s3://BUCKET/PREFIX` URLs and the AWS settings, read as the AWS CLI reads them: flags first,
 //! then the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
 //! AWS_DEFAULT_REGION, AWS_ENDPOINT_URL, ...), then the profile (AWS_PROFILE, default `default`)
-//! in ~/.aws/credentials and ~/.aws/config (static keys, region, endpoint_url), and last the
-//! instance metadata service. An `http://` endpoint (a local S3-compatible server) is allowed as
-//! it is; requests are path-style, which every S3-compatible service accepts.
+//! in ~/.aws/credentials and ~/.aws/config (static keys, region, endpoint_url), then what
+//! object_store's chain reads from the environment (a web identity token: AWS_WEB_IDENTITY_TOKEN_FILE
+//! with AWS_ROLE_ARN, as EKS service accounts set them, exchanged at STS, AWS_ENDPOINT_URL_STS
+//! if set; the ECS task role, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI; EKS Pod Identity,
+//! AWS_CONTAINER_CREDENTIALS_FULL_URI with AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE), and last the
+//! instance metadata service, unless AWS_EC2_METADATA_DISABLED is `true`. An `http://` endpoint
+//! (a local S3-compatible server) is allowed as it is; requests are path-style, which every
+//! S3-compatible service accepts.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use object_store::ClientConfigKey;
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use async_trait::async_trait;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsCredential};
+use object_store::{ClientConfigKey, CredentialProvider};
 
 use super::multipart::Multipart;
 use super::{BucketStore, Caching};
@@ -40,9 +46,16 @@ pub struct Resolved {
     pub region: String,
     pub endpoint: Option<String>,
     /// Static keys from the environment or the profile (id, secret, session token); `None`:
-    /// whatever else the environment offers (instance metadata).
+    /// whatever else the environment offers (a web identity token, a container's role, instance
+    /// metadata).
     pub keys: Option<(String, String, Option<String>)>,
     pub anonymous: bool,
+    /// A provider of temporary credentials is named in the environment (a web identity token and
+    /// a role, or a container credentials URI): object_store's chain asks it before instance
+    /// metadata.
+    pub provided: bool,
+    /// AWS_EC2_METADATA_DISABLED is `true`: the instance metadata service is never asked.
+    pub metadata_disabled: bool,
 }
 
 /// The settings for `url` (`s3://BUCKET/PREFIX`); the error is one line naming the URL.
@@ -63,6 +76,12 @@ pub fn resolve(url: &str, options: &S3Options) -> Result<Resolved, String> {
     let endpoint =
         options.endpoint_url.clone().or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL"));
     let endpoint = endpoint.or_else(|| profile.get("endpoint_url").cloned());
+    let provided = (env("AWS_WEB_IDENTITY_TOKEN_FILE").is_some() && env("AWS_ROLE_ARN").is_some())
+        || env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
+        || (env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some()
+            && env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE").is_some());
+    // As the AWS CLI reads it: `true` in any case disables, anything else does not.
+    let metadata_disabled = env("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
     Ok(Resolved {
         bucket: bucket.to_string(),
         prefix: prefix.to_string(),
@@ -70,6 +89,8 @@ pub fn resolve(url: &str, options: &S3Options) -> Result<Resolved, String> {
         endpoint,
         keys,
         anonymous: options.no_sign_request,
+        provided,
+        metadata_disabled,
     })
 }
 
@@ -83,6 +104,13 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
         if let Some(token) = token {
             builder = builder.with_token(token);
         }
+    }
+    // object_store's chain would end at instance metadata whatever the variable says: a request
+    // to 169.254.169.254 that a pod or a laptop should not make, and that costs a timeout where
+    // nothing answers.
+    let no_credentials = resolved.keys.is_none() && !resolved.provided && !options.no_sign_request;
+    if no_credentials && resolved.metadata_disabled {
+        builder = builder.with_credentials(Arc::new(MetadataDisabled));
     }
     builder = builder.with_region(&resolved.region);
     let endpoint = resolved.endpoint.clone();
@@ -116,14 +144,36 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
     let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
     let store = BucketStore::new(objects, prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
     let store = store.with_multipart(multipart);
-    store.check_bucket().map_err(|e| match resolved.keys.is_some() || options.no_sign_request {
-        true => format!("{store_url}: {e}"),
-        false => format!(
-            "{store_url}: no AWS credentials (none in AWS_ACCESS_KEY_ID or the profile, and instance metadata \
-             failed: {e}); for a public bucket use --no-sign-request"
+    store.check_bucket().map_err(|e| match (no_credentials, resolved.metadata_disabled) {
+        (false, _) => format!("{store_url}: {e}"),
+        (true, true) => format!(
+            "{store_url}: no AWS credentials (none in AWS_ACCESS_KEY_ID, the profile, a web identity token or a \
+             container's role, and instance metadata is not asked: AWS_EC2_METADATA_DISABLED=true); for a public \
+             bucket use --no-sign-request"
+        ),
+        (true, false) => format!(
+            "{store_url}: no AWS credentials (none in AWS_ACCESS_KEY_ID, the profile, a web identity token or a \
+             container's role, and instance metadata failed: {e}); for a public bucket use --no-sign-request"
         ),
     })?;
     Ok(store)
+}
+
+/// The credentials of a store with none anywhere and instance metadata disabled: every request
+/// fails before it is sent.
+#[derive(Debug)]
+struct MetadataDisabled;
+
+#[async_trait]
+impl CredentialProvider for MetadataDisabled {
+    type Credential = AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
+        Err(object_store::Error::Generic {
+            store: "S3",
+            source: "no credentials, and instance metadata is disabled (AWS_EC2_METADATA_DISABLED=true)".into(),
+        })
+    }
 }
 
 /// Whether a request's signature covers its body (SigV4's SHA-256 of the payload): only over plain

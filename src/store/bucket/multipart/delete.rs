@@ -11,7 +11,7 @@ impl Multipart {
     /// there), false when another version is.
     pub async fn delete_at(&self, path: &Path, e_tag: &str) -> Result<bool, Failed> {
         let headers = [("if-match", e_tag)];
-        let (status, text) = self.send(|| self.signed("DELETE", path, &[], &headers, "")).await?;
+        let (status, text) = self.send("delete", || self.signed("DELETE", path, &[], &headers, "")).await?;
         match status {
             200..=299 | 404 => Ok(true),
             412 => Ok(false),

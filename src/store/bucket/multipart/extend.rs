@@ -10,11 +10,12 @@
 //! keeping less than [`super::PART`] cannot be made so (its caller writes it whole).
 
 use futures_util::{StreamExt, TryStreamExt};
+use object_store::PutResult;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
-use object_store::{PutPayload, PutResult};
 
-use super::{Condition, Failed, Multipart, PART, gather, tag};
+use super::super::metered::timed;
+use super::{Condition, Failed, Multipart, PART, gather, put_part, tag};
 
 /// The most bytes one `UploadPartCopy` copies.
 const MOST_COPIED: u64 = 5 << 30;
@@ -50,8 +51,7 @@ impl Multipart {
                     let _slot = self.parts.acquire().await.expect("never closed");
                     let bytes = gather(tail, n * PART, ((n + 1) * PART).min(size));
                     let part = copies as usize + n;
-                    self.client
-                        .put_part(path, id, part, PutPayload::from(bytes))
+                    put_part(&self.client, path, id, part, bytes)
                         .await
                         .map_err(|e| Failed::Other(super::super::one_line(&e)))
                 })
@@ -65,7 +65,7 @@ impl Multipart {
         .await;
         if extended.is_err() {
             // Best effort: an upload left behind costs storage until the bucket's lifecycle rule.
-            let _ = self.client.abort_multipart(path, id).await;
+            let _ = timed("multipart", self.client.abort_multipart(path, id)).await;
         }
         extended
     }
@@ -76,7 +76,8 @@ impl Multipart {
         let name = format!("x-amz-meta-{}", crate::store::bucket::exchange::NOTE);
         let header = [(name.as_str(), note)];
         let headers: &[(&str, &str)] = if note.is_empty() { &[] } else { &header };
-        let (status, text) = self.send(|| self.signed("POST", path, &[("uploads", "")], headers, "")).await?;
+        let (status, text) =
+            self.send("multipart", || self.signed("POST", path, &[("uploads", "")], headers, "")).await?;
         match (status, tag(&text, "UploadId")) {
             (200, Some(id)) => Ok(id),
             _ => Err(Failed::Other(format!("starting an upload: {status}: {}", tag(&text, "Code").unwrap_or(text)))),
@@ -102,7 +103,7 @@ impl Multipart {
             ("x-amz-copy-source-if-match", e_tag),
         ];
         let query = [("partNumber", number.as_str()), ("uploadId", id)];
-        let (status, text) = self.send(|| self.signed("PUT", path, &query, &headers, "")).await?;
+        let (status, text) = self.send("copy", || self.signed("PUT", path, &query, &headers, "")).await?;
         let code = tag(&text, "Code");
         match (status, code.as_deref(), tag(&text, "ETag")) {
             (200, None, Some(e_tag)) => Ok(PartId { content_id: e_tag.replace("&quot;", "\"") }),
@@ -123,7 +124,7 @@ impl Multipart {
             Err(Failed::Refused | Failed::Other(_)) => return false,
         };
         let copied = self.copy_part(path, &id, 0, bogus, 0..1).await;
-        let _ = self.client.abort_multipart(path, &id).await;
+        let _ = timed("multipart", self.client.abort_multipart(path, &id)).await;
         match copied {
             Err(Failed::Refused) => true,
             Ok(_) => false,
