@@ -8,7 +8,7 @@ mod library;
 
 use std::path::Path;
 
-use super::keyed_file::{KeyedFile, LockedFile};
+use super::keyed_file::KeyedFile;
 
 const STORE: &str = "Kyoto Cabinet";
 
@@ -50,24 +50,6 @@ pub fn open(path: &Path, kind: &str, read_only: bool) -> Result<Kyoto, String> {
         })
     };
     KeyedFile::open(STORE, path, file, read_only)
-}
-
-impl LockedFile for library::File {
-    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        library::File::fetch(self, key)
-    }
-
-    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        library::File::store(self, key, value)
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<(), String> {
-        library::File::delete(self, key)
-    }
-
-    fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
-        Ok(library::File::keys(self))
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
+use crate::store::database::keyed_file::LockedFile;
 use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names, newest soname first.
@@ -139,44 +140,9 @@ impl File {
         message(self.api, unsafe { *(self.api.errno_location)() })
     }
 
-    /// The value at `key`, if there is one.
-    pub fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        // SAFETY: the key's bytes outlive the call; the result is the caller's to free.
-        Ok(unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take())
-    }
-
-    /// Stores `value` at `key` and syncs the file to disk.
-    pub fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        // SAFETY: both slices outlive the call; the library copies them.
-        if unsafe { (self.api.store)(self.handle, Datum::of(key)?, Datum::of(value)?, REPLACE) } != 0 {
-            return Err(self.error());
-        }
-        self.sync()
-    }
-
-    /// Removes `key` and syncs; nothing there is no error.
-    pub fn delete(&mut self, key: &[u8]) -> Result<(), String> {
-        // SAFETY: as for fetch. -1 is also "no such key", which is no error here.
-        let _ = unsafe { (self.api.delete)(self.handle, Datum::of(key)?) };
-        self.sync()
-    }
-
     fn sync(&mut self) -> Result<(), String> {
         // SAFETY: a live handle.
         if unsafe { (self.api.sync)(self.handle) } != 0 { Err(self.error()) } else { Ok(()) }
-    }
-
-    /// Every key, in the file's hash order.
-    pub fn keys(&mut self) -> Vec<Vec<u8>> {
-        let mut keys = Vec::new();
-        // SAFETY: each datum the library returns is freed once, after the next call used it.
-        let mut key = unsafe { (self.api.firstkey)(self.handle) };
-        while !key.dptr.is_null() {
-            let next = unsafe { (self.api.nextkey)(self.handle, key) };
-            keys.extend(key.take());
-            key = next;
-        }
-        keys
     }
 }
 
@@ -187,6 +153,43 @@ fn message(api: &Api, code: c_int) -> String {
         format!("GNU dbm error {code}")
     } else {
         unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+    }
+}
+
+impl LockedFile for File {
+    /// The value at `key`, if there is one.
+    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        // SAFETY: the key's bytes outlive the call; the result is the caller's to free.
+        Ok(unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take())
+    }
+
+    /// Stores `value` at `key` and syncs the file to disk.
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        // SAFETY: both slices outlive the call; the library copies them.
+        if unsafe { (self.api.store)(self.handle, Datum::of(key)?, Datum::of(value)?, REPLACE) } != 0 {
+            return Err(self.error());
+        }
+        self.sync()
+    }
+
+    /// Removes `key` and syncs; nothing there is no error.
+    fn delete(&mut self, key: &[u8]) -> Result<(), String> {
+        // SAFETY: as for fetch. -1 is also "no such key", which is no error here.
+        let _ = unsafe { (self.api.delete)(self.handle, Datum::of(key)?) };
+        self.sync()
+    }
+
+    /// Every key, in the file's hash order.
+    fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        let mut keys = Vec::new();
+        // SAFETY: each datum the library returns is freed once, after the next call used it.
+        let mut key = unsafe { (self.api.firstkey)(self.handle) };
+        while !key.dptr.is_null() {
+            let next = unsafe { (self.api.nextkey)(self.handle, key) };
+            keys.extend(key.take());
+            key = next;
+        }
+        Ok(keys)
     }
 }
 

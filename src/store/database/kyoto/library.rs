@@ -6,6 +6,7 @@
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
 
+use crate::store::database::keyed_file::LockedFile;
 use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names, newest soname first.
@@ -111,14 +112,25 @@ impl File {
         Some(bytes)
     }
 
-    pub fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    /// Synced to the device (`hard`), not only to the file system.
+    fn sync(&mut self) -> Result<(), String> {
+        // SAFETY: no callback.
+        if unsafe { (self.api.sync)(self.db, 1, std::ptr::null(), std::ptr::null_mut()) } == 0 {
+            return Err(self.error());
+        }
+        Ok(())
+    }
+}
+
+impl LockedFile for File {
+    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
         let mut len = 0;
         // SAFETY: the key outlives the call.
         let value = unsafe { (self.api.get)(self.db, key.as_ptr().cast(), key.len(), &mut len) };
         Ok(self.take(value, len))
     }
 
-    pub fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+    fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
         // SAFETY: both slices outlive the call; the library copies them.
         let set =
             unsafe { (self.api.set)(self.db, key.as_ptr().cast(), key.len(), value.as_ptr().cast(), value.len()) };
@@ -128,22 +140,13 @@ impl File {
         self.sync()
     }
 
-    pub fn delete(&mut self, key: &[u8]) -> Result<(), String> {
+    fn delete(&mut self, key: &[u8]) -> Result<(), String> {
         // SAFETY: as for fetch. 0 is also "no record", which is no error here.
         let _ = unsafe { (self.api.remove)(self.db, key.as_ptr().cast(), key.len()) };
         self.sync()
     }
 
-    /// Synced to the device (`hard`), not only to the file system.
-    fn sync(&mut self) -> Result<(), String> {
-        // SAFETY: no callback.
-        if unsafe { (self.api.sync)(self.db, 1, std::ptr::null(), std::ptr::null_mut()) } == 0 {
-            return Err(self.error());
-        }
-        Ok(())
-    }
-
-    pub fn keys(&mut self) -> Vec<Vec<u8>> {
+    fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
         let mut keys = Vec::new();
         // SAFETY: the cursor is deleted below; each key is taken (freed) once.
         unsafe {
@@ -160,7 +163,7 @@ impl File {
             }
             (self.api.cursor_del)(cursor);
         }
-        keys
+        Ok(keys)
     }
 }
 
