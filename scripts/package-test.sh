@@ -45,16 +45,18 @@ $(for doc in docs/*.md; do echo "./usr/share/doc/shardfs/$doc"; done)
 ./usr/share/fish/vendor_completions.d/shardfs.fish
 ./usr/share/man/man1/shardfs-check.1.gz
 ./usr/share/man/man1/shardfs-compact.1.gz
+./usr/share/man/man1/shardfs-csi.1.gz
 ./usr/share/man/man1/shardfs-demo.1.gz
 ./usr/share/man/man1/shardfs-generate.1.gz
 ./usr/share/man/man1/shardfs-info.1.gz
 ./usr/share/man/man1/shardfs-mount.1.gz
 ./usr/share/man/man1/shardfs-refs.1.gz
+./usr/share/man/man1/shardfs-status.1.gz
 ./usr/share/man/man1/shardfs-unmount.1.gz
 ./usr/share/man/man1/shardfs.1.gz
 ./usr/share/zsh/vendor-completions/_shardfs
 EOF
-check "the .deb holds the binary, 9 man pages, 3 completions and the docs" diff <(sort "$work/expected") "$work/contents"
+check "the .deb holds the binary, 11 man pages, 3 completions and the docs" diff <(sort "$work/expected") "$work/contents"
 check "it depends on fuse3" bash -c "dpkg-deb -f $deb Depends | tr ',' '\n' | grep -qx ' *fuse3'"
 check "its version is the crate's" same "dpkg-deb -f $deb Version" "echo $version-1"
 check "the binary in it is stripped" bash -c "dpkg-deb --fsys-tarfile $deb | tar -xOf - ./usr/bin/shardfs >$work/bin && file $work/bin | grep -q ', stripped'"
