@@ -115,21 +115,29 @@ def test_daemons_killed_and_stopped_at_random_lose_no_fsynced_write(service, tmp
             with slot.lock:
                 kills, alive = slot.kills, slot.kills == slot.remounts
                 if not os.path.ismount(slot.mnt):
-                    blamed.append(f"daemon {slot.n}: not mounted")
-                    break
-                path = os.path.join(slot.mnt, "c", str(i), str(j))
-                try:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    with open(path, "wb") as f:
-                        f.write(content(slot.n, seq))
-                        f.flush()
-                        os.fsync(f.fileno())
-                except OSError as e:
-                    # Killed under it: the write was never acknowledged. Anything else is a fault.
+                    # Killed and not yet remounted; anything else is a fault.
                     if alive and slot.kills == kills:
-                        blamed.append(f"{time.monotonic() - start:.1f} s: daemon {slot.n}, chunk {(i, j)}: {e}")
-                    time.sleep(0.1)
-                    continue
+                        blamed.append(f"daemon {slot.n}: not mounted")
+                        break
+                    failed = True
+                else:
+                    failed = False
+                    path = os.path.join(slot.mnt, "c", str(i), str(j))
+                    try:
+                        os.makedirs(os.path.dirname(path), exist_ok=True)
+                        with open(path, "wb") as f:
+                            f.write(content(slot.n, seq))
+                            f.flush()
+                            os.fsync(f.fileno())
+                    except OSError as e:
+                        # Killed under it: the write was never acknowledged. Anything else is a fault.
+                        if alive and slot.kills == kills:
+                            blamed.append(f"{time.monotonic() - start:.1f} s: daemon {slot.n}, chunk {(i, j)}: {e}")
+                        failed = True
+            if failed:
+                # Out of the lock, so that the killer can remount.
+                time.sleep(0.1)
+                continue
             with facts:
                 acked[(i, j)] = seq
 
