@@ -177,7 +177,7 @@ fn a_lease_whose_holder_died_is_taken_over_once_it_expires() {
 }
 
 #[test]
-fn more_deltas_than_one_note_names_are_folded_in_rounds_each_note_within_s3s_limit() {
+fn a_holder_returns_once_a_round_stores_its_own_chunks_and_more_deltas_than_a_note_names_fold_in_rounds() {
     let bucket = Arc::new(InMemory::new());
     let store = machine(&bucket);
     let chunks: Vec<(u64, Vec<u8>)> = (0..50).map(|i| (i, chunk(7, i))).collect();
@@ -185,14 +185,24 @@ fn more_deltas_than_one_note_names_are_folded_in_rounds_each_note_within_s3s_lim
         let name = format!("delta-{i:020}-{i:016x}");
         put_object(&bucket, &delta_key(&name), delta::encode(&changes(std::slice::from_ref(pair))));
     }
+    // The first commit folds the oldest deltas a note can name with its own chunks, and returns:
+    // its writer waits for no one else's round.
     commit_levels(&store, KEY, &[spec()], &changes(&[(63, vec![63; 3])])).unwrap();
+    let got = read_shard(&bucket);
+    assert_eq!(got[63].as_deref(), Some(&[63; 3][..]));
+    let folded = chunks.iter().take_while(|(i, bytes)| got[*i as usize].as_deref() == Some(&bytes[..])).count();
+    assert!((1..50).contains(&folded), "{folded} of 50 deltas folded in the holder's one round");
+    let (_, note) = store.exchange().unwrap().note(KEY).unwrap().unwrap();
+    assert!(note.len() <= 2048 - 32, "a note of {} bytes", note.len());
+    let left = exchange_objects(&bucket);
+    assert_eq!(left.len(), 50 - folded, "{left:?}");
+    // Their waiters (here, the next commit) fold the rest, oldest first, and nothing is lost.
+    commit_levels(&store, KEY, &[spec()], &changes(&[(62, vec![62; 3])])).unwrap();
     let got = read_shard(&bucket);
     for (i, bytes) in &chunks {
         assert_eq!(got[*i as usize].as_deref(), Some(&bytes[..]), "entry {i}");
     }
-    assert_eq!(got[63].as_deref(), Some(&[63; 3][..]));
-    let (_, note) = store.exchange().unwrap().note(KEY).unwrap().unwrap();
-    assert!(note.len() <= 2048 - 32, "a note of {} bytes", note.len());
+    assert_eq!(got[62].as_deref(), Some(&[62; 3][..]));
     assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
 }
 

@@ -5,8 +5,10 @@
 //! through the store's [`Exchange`], in `__shardfs/exchange/<shard key>/`:
 //!
 //! - **lease**: a committer first creates `lease` (only where there is none). Its holder reads
-//!   the shard, folds in every waiting delta and its own changes, puts the shard over the version
-//!   read, removes the deltas it folded, and removes the lease. Uncontended, that is the commit of
+//!   the shard, folds in the waiting deltas (at most [`MOST_NOTED`], oldest first) and its own
+//!   changes, puts the shard over the version read, removes the deltas it folded, and removes the
+//!   lease: its writer waits for that round alone, and deltas still waiting are folded by their
+//!   own waiters, each taking the lease in turn. Uncontended, that is the commit of
 //!   old plus the lease's two requests and the two reads below.
 //! - **delta**: a committer that finds the lease held uploads its changes as an immutable
 //!   `delta-<time>-<n>` object (about its own chunks' bytes, never the shard) and waits. Its
@@ -104,7 +106,7 @@ pub fn commit(
     // The lease is asked for while the shard is read: uncontended, it costs no round trip.
     let (taken, seen) = both(world, || exchange.create(&lease, holder.as_bytes()), || turns.read());
     match taken? {
-        Some(tag) => turns.hold(Lease { tag, renewed: world.now() }, Some(changes), Some(seen)),
+        Some(tag) => turns.hold(Lease { tag, renewed: world.now() }, Mine::Changes(changes), Some(seen)),
         None => match seen {
             Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
             Ok((_, listed, _)) => {
@@ -122,6 +124,15 @@ type Seen = (Option<(store::Stamp, String)>, Vec<Listed>, Option<Current>);
 
 /// Deltas read: their bytes by name, in the order they are folded.
 type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
+
+/// What a holder must see stored before its turn ends.
+#[derive(Clone, Copy)]
+enum Mine<'a> {
+    /// Its own changes, folded last into the first round.
+    Changes(&'a NestedChanges<'a>),
+    /// Its delta, uploaded while it waited, by name.
+    Delta(&'a str),
+}
 
 /// The lease as its holder last stored it.
 struct Lease {
@@ -187,11 +198,11 @@ impl Turns<'_> {
     fn hold(
         &self,
         lease: Lease,
-        own: Option<&NestedChanges>,
+        mine: Mine,
         seen: Option<Result<Seen, CommitError>>,
     ) -> Result<Committed, CommitError> {
         let mut lease = Some(lease);
-        let result = self.fold(&mut lease, own, seen);
+        let result = self.fold(&mut lease, mine, seen);
         // Removed only at the version this holder stored, where the server decides that (S3's
         // conditional DELETE), and checked first when held long enough that a waiter may have
         // taken it over (for a server that ignores the condition).
@@ -230,7 +241,7 @@ impl Turns<'_> {
             self.world.sleep(self.poll(polls, u32::MAX, Duration::ZERO));
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
                 self.exchange.forget(self.key);
-                return self.hold(Lease { tag, renewed: self.world.now() }, Some(changes), None);
+                return self.hold(Lease { tag, renewed: self.world.now() }, Mine::Changes(changes), None);
             }
             if self.since(since) > QUEUE_PATIENCE {
                 return self.wait(changes, Duration::ZERO);
@@ -264,7 +275,7 @@ impl Turns<'_> {
                 return self.folded(&name);
             }
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
-                let held = self.hold(Lease { tag, renewed: self.world.now() }, None, None);
+                let held = self.hold(Lease { tag, renewed: self.world.now() }, Mine::Delta(&name), None);
                 self.exchange.forget(self.key);
                 // Done only once the delta is gone, whatever the rounds said: a holder taken over
                 // mid-fold may not have reached it, and one that failed may have folded it.
@@ -333,19 +344,21 @@ impl Turns<'_> {
         }
     }
 
-    /// Under the lease: folds the waiting deltas and `own` changes into the shard, in rounds of
-    /// at most [`MOST_NOTED`] deltas until none is left, and removes the deltas folded. `seen`:
-    /// what was read already for the first round. Once a stored version holds `own`, a later
-    /// round's failure is no failure of this commit: its writer is told it is done (told EIO, it
-    /// would write its chunks again later, over whatever others wrote since).
+    /// Under the lease: folds the waiting deltas (oldest first, at most [`MOST_NOTED`] to a
+    /// round) and this commit's own changes into the shard, and removes the deltas folded, in
+    /// rounds until a stored version holds `mine`; then it gives the lease up, and the deltas
+    /// still waiting are folded by their own waiters, who take it in turn. `seen`: what was read
+    /// already for the first round. Once a stored version holds `mine`, a later round's failure
+    /// is no failure of this commit: its writer is told it is done (told EIO, it would write its
+    /// chunks again later, over whatever others wrote since).
     fn fold(
         &self,
         lease: &mut Option<Lease>,
-        own: Option<&NestedChanges>,
+        mine: Mine,
         seen: Option<Result<Seen, CommitError>>,
     ) -> Result<Committed, CommitError> {
         let mut stored = None;
-        match self.rounds(lease, own, seen, &mut stored) {
+        match self.rounds(lease, mine, seen, &mut stored) {
             Err(e) if let Some(committed) = stored => {
                 log::warn!("{}: {e}; after this commit was stored, others' deltas wait", self.store.describe(self.key));
                 Ok(committed)
@@ -354,14 +367,18 @@ impl Turns<'_> {
         }
     }
 
-    /// [`Turns::fold`]'s rounds; `last`: what the first round (the one holding `own`) stored.
+    /// [`Turns::fold`]'s rounds; `last`: what the round holding `mine` stored.
     fn rounds(
         &self,
         lease: &mut Option<Lease>,
-        mut own: Option<&NestedChanges>,
+        mine: Mine,
         mut seen: Option<Result<Seen, CommitError>>,
         last: &mut Option<Committed>,
     ) -> Result<Committed, CommitError> {
+        let (mut own, own_delta) = match mine {
+            Mine::Changes(changes) => (Some(changes), None),
+            Mine::Delta(name) => (None, Some(name)),
+        };
         let mut attempt = 0;
         // Named in the note of the version holding `own`.
         let me = self.unique_name(HOLDER);
@@ -460,9 +477,6 @@ impl Turns<'_> {
                 .copied()
                 .filter(|n| held.contains(*n) || (read.contains_key(*n) && !is_rejected(n)))
                 .collect();
-            // Listed again while the shard goes up (no round trip of its own): deltas that landed
-            // meanwhile keep this holder on for another round.
-            let mut arrived = false;
             let mut committed = match merged.is_empty() {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
@@ -472,18 +486,7 @@ impl Turns<'_> {
                     let noted: Vec<&str> = folded.iter().copied().chain(holders.take(HOLDERS_NOTED)).collect();
                     let note = noted.join(" ");
                     let note = Some((self.exchange, note.as_str()));
-                    let (applied, relisted) = both(
-                        self.world,
-                        || apply_levels(self.store, self.key, self.specs, current, &merged, note),
-                        || self.exchange.list(&self.dir),
-                    );
-                    arrived = relisted.is_ok_and(|listed| {
-                        listed
-                            .iter()
-                            .map(|l| &l.name)
-                            .any(|n| n.starts_with(DELTA) && !held.contains(n) && !read.contains_key(n))
-                    });
-                    match applied {
+                    match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
                         Ok(committed) => committed,
                         Err(CommitError::Store(store::Error::Changed(_))) => {
                             drop(lock);
@@ -541,10 +544,11 @@ impl Turns<'_> {
                 *last = Some(committed);
             }
             own = None;
-            // Others committing now likely have more deltas on the way: while there were some
-            // this round, or some landed during its PUT, the holder goes on, sparing the next one
-            // its lease and reads.
-            if deltas.len() == removable.len() && read.is_empty() && !arrived {
+            // Done once a stored version holds this commit's chunks: its writer's fsync waits for
+            // no one else's round. Its own delta is held once folded (or rejected, its marker
+            // stored), or once gone (a holder before this one folded it).
+            let delta_done = own_delta.is_none_or(|name| removable.contains(&name) || !deltas.contains(&name));
+            if delta_done {
                 return Ok(last.clone().expect("set above"));
             }
             if let Some(held) = lease.as_ref().filter(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 4) {
