@@ -16,6 +16,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import MutableMapping
 
 from ports import free_port, wait_for_port
@@ -67,6 +68,13 @@ class PostgresServer:
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on"],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.directory, "log"), "ab"))
         wait_for_port(self.port, "postgres", self.process)
+        # The port opens before the server takes connections ("the database system is starting
+        # up"): wait until pg_isready says it accepts them.
+        deadline = time.monotonic() + 60
+        while subprocess.run([f"{self.bin}/pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"postgres on port {self.port} never took connections (log: {self.directory}/log)")
+            time.sleep(0.05)
 
     def stop(self):
         if self.process is not None and self.process.poll() is None:
