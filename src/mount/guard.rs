@@ -4,10 +4,12 @@
 //! Why a daemon can fail to end: telling the kernel to drop a name (the watcher's entry
 //! invalidation) takes the lock of the name's directory, which a lookup in that directory holds
 //! while it waits for the daemon's answer. Killed then (kill -9, the OOM killer), every thread of
-//! the daemon dies but the watcher, asleep in the kernel where no signal reaches it; its process
-//! keeps /dev/fuse open, so the kernel never ends the connection, so the lookup is never answered
-//! and the watcher never wakes. Dropping pages (the other invalidation) waits the same way on a
-//! page a read in flight holds. Only a write to the connection's `abort` file in fusectl ends it.
+//! the daemon dies but the one writing that invalidation, asleep in the kernel where no signal
+//! reaches it; it keeps its /dev/fuse open, so the kernel never ends the connection, and a lookup
+//! the daemon had not yet read is never answered, so the thread never wakes (one the daemon had
+//! read ends as the session's own /dev/fuse closes: `fuse::watcher`). Dropping pages (the other
+//! invalidation) waits the same way on a page a read in flight holds. Only a write to the
+//! connection's `abort` file in fusectl ends it.
 //!
 //! So the daemon starts this process before it mounts, from a thread that lives as long as it
 //! serves and exits only with the daemon: the process is that thread's child with a parent-death

@@ -139,7 +139,7 @@ def bucket(s3_server):
     s3 = boto3.client("s3", endpoint_url=s3_server.endpoint)
     s3.create_bucket(Bucket=BUCKET)
     array = zarr.create_array(store=ObjectStore(s3_objects(s3_server.endpoint, "data")), shape=(16,), chunks=(4,),
-                              shards=(8,), dtype="uint8")
+                              shards=(8,), dtype="uint8", overwrite=True)
     array[...] = np.arange(16, dtype="uint8")
     proxy = FaultProxy(s3_server.endpoint)
     try:
@@ -148,46 +148,76 @@ def bucket(s3_server):
         proxy.stop()
 
 
-def test_a_daemon_killed_while_its_watcher_waits_on_a_lookup_ends_and_its_caller_is_answered(bucket, tmp_path):
+GUARDED, WITHOUT_GUARD, QUEUED = "guarded", "killed with its guard", "guarded, a lookup still queued"
+
+
+def waiting_on_the_daemon(pid):
+    """True once process `pid` waits in the kernel for the daemon's answer to a request."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() in ("request_wait_answer", "fuse_simple_request")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("case", [GUARDED, WITHOUT_GUARD, QUEUED])
+def test_a_daemon_killed_while_its_watcher_waits_on_a_lookup_ends_and_its_caller_is_answered(bucket, tmp_path, case):
+    """Killed with its guard (as at the end of a container), the daemon still ends: the lookup
+    held was one the daemon had been sent, which the kernel ends once the session's /dev/fuse
+    is closed, and the thread that writes invalidations does not hold that one open. A lookup
+    still queued (the daemon's one worker thread busy) is ended only by the guard's abort."""
     s3, proxy = bucket
     mnt = tmp_path / "mnt"
     mnt.mkdir()
+    threads_flag = ["--threads", "1"] if case == QUEUED else []
     subprocess.run([shardfs.binary(), "mount", f"s3://{BUCKET}/data", str(mnt), "--endpoint-url", proxy.endpoint,
-                    "--read-only", "--metadata-ttl", "100", "--read-ahead-size", "0", "--log-file", str(tmp_path / "daemon.log"), "-v"],
+                    "--read-only", "--metadata-ttl", "100", "--read-ahead-size", "0", *threads_flag,
+                    "--log-file", str(tmp_path / "daemon.log"), "-v"],
                    check=True, capture_output=True, text=True)
     device = mount_device(mnt)
-    daemon = caller = None
+    daemon, callers = None, []
     try:
         daemon = int(subprocess.run(["pgrep", "-f", f"shardfs mount .* {mnt} "], capture_output=True,
                                     text=True).stdout.split()[0])
         # The kernel holds c/0 (its name and inode), for the watcher to drop.
         (mnt / "c/0").stat()
         proxy.control([{"method": "GET", "key": "/data/c/1$", "fault": "stall", "seconds": 600, "times": 1}])
-        caller = subprocess.Popen([sys.executable, "-c", LOOKUP, str(mnt / "c/2")], stdout=subprocess.PIPE, text=True)
-        proxy.wait_applied(0)
+        lookups = ["c/2", "c/3"] if case == QUEUED else ["c/2"]
+        for name in lookups:
+            callers.append(subprocess.Popen([sys.executable, "-c", LOOKUP, str(mnt / name)], stdout=subprocess.PIPE,
+                                            text=True))
+            if len(callers) == 1:
+                proxy.wait_applied(0)
         # The lookup of c/2 waits for the stalled GET of its shard's index, holding the lock of
-        # directory c. A new version of the first shard makes the watcher drop the name c/0, in
-        # that directory.
+        # directory c (shared: the queued lookup of c/3 holds it too). A new version of the first
+        # shard makes the watcher drop the name c/0, in that directory.
+        assert wait_for(lambda: all(waiting_on_the_daemon(c.pid) for c in callers), 10)
         zarr.open_array(ObjectStore(s3_objects(s3.meta.endpoint_url, "data")), mode="r+")[0:8] = 100
-        asleep = wait_for(lambda: ("shardfs-watch", "D") in threads(daemon), 15)
+        # The thread that writes the watcher's invalidations (the watcher's own before the fix).
+        asleep = wait_for(lambda: {("shardfs-notify", "D"), ("shardfs-watch", "D")} & set(threads(daemon)), 15)
         assert asleep, f"the watcher never waited on the lookup's lock: {threads(daemon)}"
 
+        if case == WITHOUT_GUARD:
+            (guarding,) = guards_of(daemon)
+            os.kill(guarding, signal.SIGKILL)
+            assert wait_for(lambda: not threads(guarding), 5)
         os.kill(daemon, signal.SIGKILL)
         killed = time.monotonic()
         ended = wait_for(lambda: not threads(daemon), 5)
         left = threads(daemon)
-        answered = wait_for(lambda: caller.poll() is not None, max(0.1, killed + 5 - time.monotonic()))
+        answered = wait_for(lambda: all(c.poll() is not None for c in callers),
+                            max(0.1, killed + 5 - time.monotonic()))
         assert ended, f"5 s after kill -9 the daemon's threads are still there: {left}"
-        assert answered, "5 s after the daemon was killed, the lookup it held is still waiting"
-        outcome = caller.stdout.read().split()
-        # The request in flight ends as aborted, every later one finds no connection.
-        assert outcome[0] in ("ENOTCONN", "ECONNABORTED"), f"the held lookup ended with {outcome}"
+        assert answered, "5 s after the daemon was killed, a lookup it held is still waiting"
+        for caller in callers:
+            outcome = caller.stdout.read().split()
+            # A request in flight ends as aborted, every later one finds no connection.
+            assert outcome[0] in ("ENOTCONN", "ECONNABORTED"), f"a held lookup ended with {outcome}"
         assert errno_of(lambda: os.stat(mnt / "zarr.json")) == errno.ENOTCONN
     finally:
         # Whatever happened, nothing is left waiting on this mount.
         abort_connection(mnt, device)
         proxy.control([])
-        if caller is not None:
+        for caller in callers:
             caller.wait(30)
         if daemon is not None:
             wait_for(lambda: not threads(daemon), 30)
