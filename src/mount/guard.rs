@@ -17,8 +17,8 @@
 //! thread of the daemon is stuck). Told the connection's number once mounted, the guard opens the
 //! connection's `abort` and `waiting` files, which stay bound to that one connection: once it is
 //! gone they do nothing, so a later mount that took the same device number is never touched. When
-//! the daemon dies, the guard aborts the connection if it still exists; a clean exit stands the
-//! guard down first. Where fusectl is not mounted, the guard mounts a private, detached instance
+//! the daemon dies and has not ended a moment later, the guard aborts the connection if it still
+//! exists; a clean exit stands the guard down first. Where fusectl is not mounted, the guard mounts a private, detached instance
 //! (root only); without it, a warning says the daemon is not guarded.
 
 use std::io::{BufRead, Read};
@@ -164,6 +164,8 @@ pub fn run(daemon: u32, mountpoint: &Path) -> Result<(), String> {
         // the rest of its shutdown.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
     }
+    // Opened while the daemon is surely this process's parent, before any pid could be reused.
+    let process = pidfd(daemon);
     let connections = connections();
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
@@ -182,16 +184,45 @@ pub fn run(daemon: u32, mountpoint: &Path) -> Result<(), String> {
     }
     log::debug!("guarding FUSE connection {} of {}", connection.name, mountpoint.display());
     wait_for_death();
+    // A daemon that can end does so at once, and the kernel then ends its connection itself:
+    // the abort is for one that cannot, and the log says which it was.
+    if process.as_ref().is_ok_and(|p| ended_within(p, ENDING)) {
+        log::info!("daemon {daemon} of {} died; its FUSE connection ended with it", mountpoint.display());
+        return Ok(());
+    }
     if connection.live() {
         connection.abort();
         log::warn!(
-            "daemon {daemon} of {} died with its FUSE connection {} open: aborted it, so that it ends and its \
-             callers get ENOTCONN",
+            "daemon {daemon} of {} died but could not end (a thread of it waits in the kernel on a call to it): \
+             aborted its FUSE connection {}, so that it ends and its callers get ENOTCONN",
             mountpoint.display(),
             connection.name
         );
     }
     Ok(())
+}
+
+/// How long a killed daemon is given to end by itself before its connection is aborted: its
+/// threads exit within milliseconds, unless one cannot.
+const ENDING: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// A pidfd of process `pid`, which says when every thread of it has exited.
+fn pidfd(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with a pid and no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned here alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// True once the process of `pidfd` has ended, waiting at most `wait`.
+fn ended_within(pidfd: &OwnedFd, wait: std::time::Duration) -> bool {
+    let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let millis = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut poll, 1, millis) == 1 }
 }
 
 /// A connection's files in fusectl.

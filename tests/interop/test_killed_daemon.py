@@ -242,8 +242,8 @@ def test_a_clean_unmount_stands_the_guard_down(tmp_path):
 
 def test_a_dead_daemons_guard_never_aborts_a_later_mount_of_the_same_device_number(tmp_path):
     """The guard of a killed daemon is held stopped until a new mount has taken the old mount's
-    place (most often its device number too, the lowest free), then let go: what it opened was
-    the old connection's, gone, so it leaves the new mount alone."""
+    place (most often its device number too, the lowest free), then let go: it finds the daemon
+    ended, and what it opened was the old connection's, gone, so it leaves the new mount alone."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     log = tmp_path / "first.log"
