@@ -134,11 +134,12 @@ except OSError as e:
 
 @pytest.fixture
 def bucket(s3_server):
-    """An array at ``data/`` of two shards (view files c/0 and c/1 in the first, c/2 and c/3 in
-    the second), and the proxy in front of the server."""
+    """An array at ``killed/`` (a prefix no other file's cases use in the session's server) of two
+    shards (view files c/0 and c/1 in the first, c/2 and c/3 in the second), and the proxy in
+    front of the server."""
     s3 = boto3.client("s3", endpoint_url=s3_server.endpoint)
     s3.create_bucket(Bucket=BUCKET)
-    array = zarr.create_array(store=ObjectStore(s3_objects(s3_server.endpoint, "data")), shape=(16,), chunks=(4,),
+    array = zarr.create_array(store=ObjectStore(s3_objects(s3_server.endpoint, "killed")), shape=(16,), chunks=(4,),
                               shards=(8,), dtype="uint8", overwrite=True)
     array[...] = np.arange(16, dtype="uint8")
     proxy = FaultProxy(s3_server.endpoint)
@@ -169,7 +170,7 @@ def test_a_daemon_killed_while_its_watcher_waits_on_a_lookup_ends_and_its_caller
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     threads_flag = ["--threads", "1"] if case == QUEUED else []
-    subprocess.run([shardfs.binary(), "mount", f"s3://{BUCKET}/data", str(mnt), "--endpoint-url", proxy.endpoint,
+    subprocess.run([shardfs.binary(), "mount", f"s3://{BUCKET}/killed", str(mnt), "--endpoint-url", proxy.endpoint,
                     "--read-only", "--metadata-ttl", "100", "--read-ahead-size", "0", *threads_flag,
                     "--log-file", str(tmp_path / "daemon.log"), "-v"],
                    check=True, capture_output=True, text=True)
@@ -180,7 +181,7 @@ def test_a_daemon_killed_while_its_watcher_waits_on_a_lookup_ends_and_its_caller
                                     text=True).stdout.split()[0])
         # The kernel holds c/0 (its name and inode), for the watcher to drop.
         (mnt / "c/0").stat()
-        proxy.control([{"method": "GET", "key": "/data/c/1$", "fault": "stall", "seconds": 600, "times": 1}])
+        proxy.control([{"method": "GET", "key": "/killed/c/1$", "fault": "stall", "seconds": 600, "times": 1}])
         lookups = ["c/2", "c/3"] if case == QUEUED else ["c/2"]
         for name in lookups:
             callers.append(subprocess.Popen([sys.executable, "-c", LOOKUP, str(mnt / name)], stdout=subprocess.PIPE,
@@ -191,7 +192,7 @@ def test_a_daemon_killed_while_its_watcher_waits_on_a_lookup_ends_and_its_caller
         # directory c (shared: the queued lookup of c/3 holds it too). A new version of the first
         # shard makes the watcher drop the name c/0, in that directory.
         assert wait_for(lambda: all(waiting_on_the_daemon(c.pid) for c in callers), 10)
-        zarr.open_array(ObjectStore(s3_objects(s3.meta.endpoint_url, "data")), mode="r+")[0:8] = 100
+        zarr.open_array(ObjectStore(s3_objects(s3.meta.endpoint_url, "killed")), mode="r+")[0:8] = 100
         # The thread that writes the watcher's invalidations (the watcher's own before the fix).
         asleep = wait_for(lambda: {("shardfs-notify", "D"), ("shardfs-watch", "D")} & set(threads(daemon)), 15)
         assert asleep, f"the watcher never waited on the lookup's lock: {threads(daemon)}"
