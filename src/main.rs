@@ -26,8 +26,11 @@ fn main() {
                 (None, true) => LogTarget::Syslog,
                 (None, false) => LogTarget::Stderr,
             };
-            logging::init(&target, cli.verbose).and_then(|()| mount::guard::run(*daemon, mountpoint)).inspect_err(|e| {
-                log::warn!("{e}");
+            // Its word goes to the daemon's log: the guard has no terminal to answer to.
+            logging::init(&target, cli.verbose).map(|()| {
+                if let Err(e) = mount::guard::run(*daemon, mountpoint) {
+                    log::warn!("{e}");
+                }
             })
         }
         Command::Status { mountpoint } => mount::status(mountpoint).map(|text| print!("{text}")),

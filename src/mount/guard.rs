@@ -17,9 +17,10 @@
 //! thread of the daemon is stuck). Told the connection's number once mounted, the guard opens the
 //! connection's `abort` and `waiting` files, which stay bound to that one connection: once it is
 //! gone they do nothing, so a later mount that took the same device number is never touched. When
-//! the daemon dies and has not ended a moment later, the guard aborts the connection if it still
-//! exists; a clean exit stands the guard down first. Where fusectl is not mounted, the guard mounts a private, detached instance
-//! (root only); without it, a warning says the daemon is not guarded.
+//! the daemon dies and has not ended 0.3 s later (its pidfd says so, silent while a thread is
+//! stuck), the guard aborts the connection if it still exists; a clean exit stands the guard down
+//! first. Where fusectl is not mounted, the guard mounts a private, detached instance (root
+//! only); without it, a warning says the daemon is not guarded.
 
 use std::io::{BufRead, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
