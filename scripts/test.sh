@@ -67,7 +67,8 @@ timed scripts/package-test.sh
 interop target/venv/bin/python tests/interop/test_peers.py tests/interop/test_changes.py \
   tests/interop/test_overwrite.py tests/interop/test_http.py tests/interop/test_object_stores.py \
   tests/interop/test_faults.py tests/interop/test_v2.py tests/interop/test_blz.py tests/interop/test_zip.py \
-  tests/interop/test_many_writers.py tests/interop/test_extend.py tests/interop/test_torture.py tests/interop/test_dask.py \
+  tests/interop/test_many_writers.py tests/interop/test_extend.py tests/interop/test_torture.py \
+  tests/interop/test_killed_daemon.py tests/interop/test_dask.py \
   tests/interop/test_databases.py tests/interop/test_csi.py tests/interop/test_metrics.py \
   tests/interop/test_credentials.py
 # The newest releases (pinned in setup.sh), so that a release that breaks the view is caught: the

@@ -105,6 +105,21 @@ pub enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         metrics_address: Option<String>,
     },
+    /// The guard a daemon starts for itself (src/mount/guard.rs): aborts the daemon's FUSE
+    /// connection once the daemon dies. Not for users.
+    #[command(hide = true)]
+    Guard {
+        /// The daemon's process ID (the guard's parent).
+        daemon: u32,
+        /// The daemon's mount point.
+        mountpoint: PathBuf,
+        /// Append log lines to this file.
+        #[arg(long, value_name = "PATH")]
+        log_file: Option<PathBuf>,
+        /// Send log lines to syslog (default: stderr).
+        #[arg(long)]
+        syslog: bool,
+    },
     /// Unmount a shardfs mount (umount and fusermount3 -u work too).
     Unmount { mountpoint: PathBuf },
     /// Print the metrics of the shardfs mount at MOUNTPOINT (mounted with --metrics-address).

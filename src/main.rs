@@ -3,6 +3,7 @@
 
 use shardfs::cli::progress::Bar;
 use shardfs::cli::{Cli, Command, generate};
+use shardfs::logging::{self, LogTarget};
 use shardfs::{compact, csi, demo, inspect, mount};
 
 fn main() {
@@ -19,6 +20,19 @@ fn main() {
     let result = match &cli.command {
         Command::Mount { .. } => mount::run(&cli.command.mount_config(cli.verbose).expect("a mount command")),
         Command::Unmount { mountpoint } => mount::unmount(mountpoint),
+        Command::Guard { daemon, mountpoint, log_file, syslog } => {
+            let target = match (log_file, syslog) {
+                (Some(path), _) => LogTarget::File(path.clone()),
+                (None, true) => LogTarget::Syslog,
+                (None, false) => LogTarget::Stderr,
+            };
+            // Its word goes to the daemon's log: the guard has no terminal to answer to.
+            logging::init(&target, cli.verbose).map(|()| {
+                if let Err(e) = mount::guard::run(*daemon, mountpoint) {
+                    log::warn!("{e}");
+                }
+            })
+        }
         Command::Status { mountpoint } => mount::status(mountpoint).map(|text| print!("{text}")),
         Command::Demo { dir } => demo::run(dir, cli.verbose),
         Command::Csi { endpoint, node_id, state_dir } => csi::run(&csi::CsiConfig {

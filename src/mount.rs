@@ -3,6 +3,7 @@
 //! unmount on SIGTERM, SIGINT or SIGHUP.
 //!
 //! - [`address`]: which store is at an address, opened as the kind it is.
+//! - [`guard`]: the process that aborts the FUSE connection of a daemon that died, so that it ends.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -12,6 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 pub mod address;
+pub mod guard;
 
 pub use address::{RepositoryOptions, StoreAddress, check_zarr_format, open_store, repository_refs};
 
@@ -97,13 +99,19 @@ pub fn run(config: &MountConfig) -> Result<(), String> {
     if !config.foreground {
         return daemonize(config);
     }
-    let target = config.log_file.clone().map_or(LogTarget::Stderr, LogTarget::File);
-    logging::init(&target, config.verbosity)?;
+    logging::init(&log_target(config), config.verbosity)?;
     let (store, config) = prepared(config)?;
     let tidy = tidied_at_unmount(&store, &config);
-    let mounted = mount_blocking_signals(store, &config)?;
+    let (mounted, guard) = mount_blocking_signals(store, &config)?;
     log::info!("{}: serving {}", config.mountpoint.display(), config.store.location.display());
-    serve(mounted, tidy)
+    serve(mounted, tidy, guard)
+}
+
+/// Where the daemon's log lines go: `--log-file`, else stderr in the foreground and syslog in
+/// the background, where the terminal may be gone.
+fn log_target(config: &MountConfig) -> LogTarget {
+    let default = if config.foreground { LogTarget::Stderr } else { LogTarget::Syslog };
+    config.log_file.clone().map_or(default, LogTarget::File)
 }
 
 /// The store `config` names, checked for the view asked for, and the config with the mount made
@@ -143,9 +151,12 @@ fn tidied_at_unmount(store: &Arc<dyn Store>, config: &MountConfig) -> Option<Arc
 }
 
 /// Mounts with termination signals blocked, so that every thread (the session's and the
-/// committer) inherits the mask and [`serve`] alone receives them.
-fn mount_blocking_signals(store: Arc<dyn Store>, config: &MountConfig) -> Result<Mounted, String> {
+/// committer) inherits the mask and [`serve`] alone receives them; with the mount's guard, told
+/// the connection.
+fn mount_blocking_signals(store: Arc<dyn Store>, config: &MountConfig) -> Result<(Mounted, guard::Guard), String> {
     block_termination_signals();
+    // Started before the mount exists, so that the guard is sure to outlive it.
+    let guard = guard::Guard::start(&config.mountpoint, &log_target(config), config.verbosity);
     let writes = (!config.settings.is_read_only()).then(|| config.writes.clone());
     let cache = IndexCache::new(config.cache_bytes).with_max_index_bytes(config.max_index_bytes);
     let presentation: Arc<dyn Presentation> = match config.zarr_format {
@@ -153,7 +164,9 @@ fn mount_blocking_signals(store: Arc<dyn Store>, config: &MountConfig) -> Result
         _ => Arc::new(ZarrV3),
     };
     let fs = filesystem_showing(store, presentation, cache, writes)?;
-    fuse::mount(fs, &config.mountpoint, &config.settings)
+    let mounted = fuse::mount(fs, &config.mountpoint, &config.settings)?;
+    guard.mounted(&config.mountpoint);
+    Ok((mounted, guard))
 }
 
 /// The signal the session's last thread sends [`serve`] once the session has ended.
@@ -178,9 +191,9 @@ fn block_termination_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
-/// Serves until the mount goes away or a termination signal arrives, then unmounts cleanly and,
-/// once the session's last commit is done, tidies `tidy`'s `__shardfs/`.
-fn serve(mounted: Mounted, tidy: Option<Arc<dyn Store>>) -> Result<(), String> {
+/// Serves until the mount goes away or a termination signal arrives, then unmounts cleanly,
+/// stands `guard` down and, once the session's last commit is done, tidies `tidy`'s `__shardfs/`.
+fn serve(mounted: Mounted, tidy: Option<Arc<dyn Store>>, guard: guard::Guard) -> Result<(), String> {
     let set = termination_signals();
     // Told at once when the session ends (`shardfs unmount` waits for this process to exit); the
     // flag tells that signal from a SIGUSR1 sent from outside.
@@ -210,6 +223,8 @@ fn serve(mounted: Mounted, tidy: Option<Arc<dyn Store>>) -> Result<(), String> {
             break mounted.unmount().map_err(|e| format!("unmount failed: {e}"));
         }
     };
+    // The session is over (or could not be unmounted, and this process's exit ends it).
+    drop(guard);
     ended?;
     // What is left there is in use (a journal record, another mount's files): tidying removes
     // only what is empty, so a failure costs nothing but the trace.
@@ -256,16 +271,15 @@ fn daemonize(config: &MountConfig) -> Result<(), String> {
 fn daemon_child(config: &MountConfig, mut parent: std::fs::File) -> i32 {
     // SAFETY: setsid has no memory effects; it detaches the daemon from the terminal's session.
     unsafe { libc::setsid() };
-    let target = config.log_file.clone().map_or(LogTarget::Syslog, LogTarget::File);
-    if let Err(e) = logging::init(&target, config.verbosity) {
+    if let Err(e) = logging::init(&log_target(config), config.verbosity) {
         let _ = writeln!(parent, "{e}");
         return 1;
     }
     let opened = prepared(config).and_then(|(store, config)| {
         let tidy = tidied_at_unmount(&store, &config);
-        mount_blocking_signals(store, &config).map(|mounted| (mounted, tidy))
+        mount_blocking_signals(store, &config).map(|(mounted, guard)| (mounted, tidy, guard))
     });
-    let (mounted, tidy) = match opened {
+    let (mounted, tidy, guard) = match opened {
         Ok(opened) => opened,
         Err(e) => {
             let _ = writeln!(parent, "{e}");
@@ -276,7 +290,7 @@ fn daemon_child(config: &MountConfig, mut parent: std::fs::File) -> i32 {
     detach_stdio();
     let _ = parent.write_all(b"ready\n");
     drop(parent);
-    match serve(mounted, tidy) {
+    match serve(mounted, tidy, guard) {
         Ok(()) => 0,
         Err(e) => {
             log::error!("{e}");

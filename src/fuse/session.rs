@@ -83,8 +83,12 @@ pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings
     let fs = Arc::new(fs);
     let ended = SessionEnd::default();
     let session = fuser::Session::new(Fuse(fs.clone(), false, ended.clone()), mountpoint, &config)
-        .and_then(|s| s.spawn())
         .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
-    let watcher = watcher::Watcher::start(fs.clone(), session.notifier());
+    let device = std::os::fd::AsFd::as_fd(&session);
+    let device = watcher::clone_device(device)
+        .map_err(|e| log::warn!("no clone of /dev/fuse for the watcher's invalidations: {e}"))
+        .ok();
+    let session = session.spawn().map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
+    let watcher = watcher::Watcher::start(fs.clone(), device, session.notifier());
     Ok(Mounted { session: Some(session), watcher: Some(watcher), fs, ended })
 }

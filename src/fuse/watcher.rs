@@ -1,9 +1,23 @@
 //! The watcher thread: every pass it asks [`ShardFs::stale`] which inodes the kernel holds
 //! out-of-date answers for, and invalidates them (attributes and cached pages; the name too for
 //! files), so that the kernel can keep everything else for the long [`super::CACHE_TTL`].
+//!
+//! The invalidations are written by a thread of their own, [`Notices`], with a file table of its
+//! own that holds nothing but a clone of the session's /dev/fuse. Dropping a name takes its
+//! directory's lock, and dropping pages a page's, which a call waiting on the daemon may hold:
+//! the write then sleeps in the kernel, where no signal reaches it, until that call is answered.
+//! Were the daemon killed then, a thread sharing the daemon's file table would keep the session's
+//! /dev/fuse open, and the kernel would never end the calls the daemon was working on, so the
+//! write would never return and the process never end (issue 61, hole 8). Apart, the notifying
+//! thread holds only its clone: the daemon's other threads gone, the session's /dev/fuse closes,
+//! which ends every call the daemon had been sent, which lets the write return, so the process
+//! ends. A call still queued when the daemon died is not ended so; the daemon's guard
+//! (`mount::guard`) aborts the connection for those.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,9 +43,19 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    pub fn start(fs: Arc<ShardFs>, notifier: Notifier) -> Watcher {
+    /// Starts watching, writing invalidations through `device` (a clone of the session's
+    /// /dev/fuse, see [`Notices`]) or, where that cannot be had, through `notifier`.
+    pub fn start(fs: Arc<ShardFs>, device: Option<OwnedFd>, notifier: Notifier) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
+        let notifier = match device.map(Notices::start) {
+            Some(Ok(notices)) => Channel::Apart(notices),
+            Some(Err(e)) => {
+                log::warn!("invalidations written by a thread sharing the daemon's files: {e}");
+                Channel::Shared(notifier)
+            }
+            None => Channel::Shared(notifier),
+        };
         let thread = std::thread::Builder::new()
             .name("shardfs-watch".into())
             .spawn(move || {
@@ -96,8 +120,151 @@ fn sleep_unless_stopped(stop: &AtomicBool, pause: Duration, due: impl Fn() -> bo
     !stop.load(Ordering::Relaxed)
 }
 
+/// Where invalidations are written: the thread apart, or fuser's notifier on the session's own
+/// /dev/fuse where no clone could be had.
+enum Channel {
+    Apart(Notices),
+    Shared(Notifier),
+}
+
+impl Channel {
+    fn inval_entry(&self, parent: INodeNo, name: &std::ffi::OsStr) -> std::io::Result<()> {
+        match self {
+            Channel::Apart(notices) => notices.send(inval_entry_message(parent.0, name)),
+            Channel::Shared(notifier) => notifier.inval_entry(parent, name),
+        }
+    }
+
+    fn inval_inode(&self, ino: INodeNo, offset: i64, len: i64) -> std::io::Result<()> {
+        match self {
+            Channel::Apart(notices) => notices.send(inval_inode_message(ino.0, offset, len)),
+            Channel::Shared(notifier) => notifier.inval_inode(ino, offset, len),
+        }
+    }
+}
+
+/// The thread that writes invalidations, with a file table holding only its clone of the
+/// session's /dev/fuse. It must open nothing and log nothing: a
+/// descriptor it opened would exist in its table alone, and the logger's (or syslog's, reopened
+/// there) would then name nothing, or another file, in every other thread.
+struct Notices {
+    messages: Option<mpsc::Sender<Vec<u8>>>,
+    answers: mpsc::Receiver<std::io::Result<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Notices {
+    fn start(device: OwnedFd) -> std::io::Result<Notices> {
+        let (messages, to_write) = mpsc::channel::<Vec<u8>>();
+        let (answer, answers) = mpsc::channel();
+        let raw = device.as_raw_fd();
+        let thread = std::thread::Builder::new().name("shardfs-notify".into()).spawn(move || {
+            let Ok(()) = answer.send(table_of_its_own(raw)) else { return };
+            // SAFETY: `raw` is open in this thread's table alone, where nothing else owns it.
+            let device = unsafe { OwnedFd::from_raw_fd(raw) };
+            for message in to_write {
+                if answer.send(write_message(device.as_fd(), &message)).is_err() {
+                    return;
+                }
+            }
+        })?;
+        let notices = Notices { messages: Some(messages), answers, thread: Some(thread) };
+        let ready = notices.answers.recv().map_err(|_| std::io::Error::other("the notifying thread ended"))?;
+        // Ready or not, the thread's table holds its own copy of the descriptor: this one goes.
+        drop(device);
+        ready.map(|()| notices)
+    }
+
+    fn send(&self, message: Vec<u8>) -> std::io::Result<()> {
+        let gone = || std::io::Error::from_raw_os_error(libc::ENODEV);
+        self.messages.as_ref().ok_or_else(gone)?.send(message).map_err(|_| gone())?;
+        self.answers.recv().map_err(|_| gone())?
+    }
+}
+
+impl Drop for Notices {
+    fn drop(&mut self) {
+        self.messages.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Gives the calling thread a file table of its own and closes in it every descriptor but `keep`:
+/// the standard three too, which a daemon points at /dev/null only once mounted, and whose pipes
+/// to the command that started it must close then.
+fn table_of_its_own(keep: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: unshare of the file table affects this thread alone.
+    if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let keep = libc::c_uint::try_from(keep).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    let below = keep.checked_sub(1).map(|last| (0, last));
+    for (first, last) in below.into_iter().chain([(keep + 1, libc::c_uint::MAX)]) {
+        // SAFETY: close_range on this thread's own table, which no Rust value here refers to.
+        if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// FUSE_NOTIFY_INVAL_ENTRY, as the kernel reads it (fuse_kernel.h): the out header (length, the
+/// notification's code in place of an error, unique 0), parent, name length, flags, the name and
+/// a NUL.
+fn inval_entry_message(parent: u64, name: &std::ffi::OsStr) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = name.as_bytes();
+    let mut body = Vec::with_capacity(16 + name.len() + 1);
+    body.extend_from_slice(&parent.to_ne_bytes());
+    body.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+    body.extend_from_slice(&0u32.to_ne_bytes());
+    body.extend_from_slice(name);
+    body.push(0);
+    notification(3, &body)
+}
+
+/// FUSE_NOTIFY_INVAL_INODE: the inode, then the offset and length of the pages to drop.
+fn inval_inode_message(ino: u64, offset: i64, len: i64) -> Vec<u8> {
+    let mut body = Vec::with_capacity(24);
+    body.extend_from_slice(&ino.to_ne_bytes());
+    body.extend_from_slice(&offset.to_ne_bytes());
+    body.extend_from_slice(&len.to_ne_bytes());
+    notification(2, &body)
+}
+
+fn notification(code: i32, body: &[u8]) -> Vec<u8> {
+    let mut message = Vec::with_capacity(16 + body.len());
+    message.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+    message.extend_from_slice(&code.to_ne_bytes());
+    message.extend_from_slice(&0u64.to_ne_bytes());
+    message.extend_from_slice(body);
+    message
+}
+
+/// One notification, in one write as /dev/fuse requires.
+fn write_message(device: BorrowedFd, message: &[u8]) -> std::io::Result<()> {
+    // SAFETY: a valid descriptor and a buffer of `message.len()` bytes.
+    let written = unsafe { libc::write(device.as_raw_fd(), message.as_ptr().cast(), message.len()) };
+    if written < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// A clone of the session's /dev/fuse (FUSE_DEV_IOC_CLONE) for [`Notices`].
+pub fn clone_device(session: BorrowedFd) -> std::io::Result<OwnedFd> {
+    let device = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
+    let mut source = u32::try_from(session.as_raw_fd()).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
+    // _IOR(229, 0, uint32_t)
+    const FUSE_DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
+    // SAFETY: the clone ioctl reads one u32, the source descriptor, from the pointer given.
+    if unsafe { libc::ioctl(device.as_raw_fd(), FUSE_DEV_IOC_CLONE as _, &mut source) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(device.into())
+}
+
 /// Tells the kernel one inode is out of date; false when the connection is gone.
-fn invalidate(notifier: &Notifier, stale: &crate::fs::Stale) -> bool {
+fn invalidate(notifier: &Channel, stale: &crate::fs::Stale) -> bool {
     let mut results = Vec::with_capacity(2);
     if let Some((parent, name)) = &stale.entry {
         results.push(notifier.inval_entry(INodeNo(*parent), name.as_ref()));

@@ -1,6 +1,6 @@
 """scripts/fault_proxy.py driven from a test: started in front of an S3 server, its rules set and
 its counts read through its control endpoint, stopped by the test that started it. Used by
-``test_faults.py`` and ``test_many_writers.py``."""
+``test_faults.py``, ``test_many_writers.py`` and ``test_killed_daemon.py``."""
 
 import json
 import subprocess
