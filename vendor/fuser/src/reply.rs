@@ -760,6 +760,10 @@ impl ReplyDirectoryPlus {
     /// Add an entry to the directory reply buffer. Returns true if the buffer is full.
     /// A transparent offset value can be provided for each entry. The kernel uses these
     /// value to request the next entries in further readdir calls
+    ///
+    /// The kernel takes the entry as the answer to a lookup: it caches the name and attributes
+    /// for `ttl` and counts one lookup of `attr.ino`, for which it sends a `forget` later (unless
+    /// the name is `.` or `..`). The entry's `d_ino` is `attr.ino`; `ino` is not used.
     pub fn add<T: AsRef<OsStr>>(
         &mut self,
         ino: INodeNo,
@@ -769,15 +773,41 @@ impl ReplyDirectoryPlus {
         attr: &FileAttr,
         generation: Generation,
     ) -> bool {
+        let _ = ino;
         let name = name.as_ref();
         self.buf.push(&DirEntryPlus::new(
-            ino,
             generation,
             DirEntOffset(offset),
             name,
             *ttl,
             attr.into(),
             *ttl,
+        ))
+    }
+
+    /// Add an entry without attributes to the directory reply buffer. Returns true if the buffer
+    /// is full.
+    ///
+    /// The kernel passes the name to the reader with `ino` as its `d_ino` and `kind` as its type,
+    /// as for [`ReplyDirectory::add`], but caches nothing for it: its node id is 0, so no inode is
+    /// made, no lookup is counted and no `forget` will come. A later `stat` of the name sends a
+    /// `lookup`. One reply may mix such entries with those of [`ReplyDirectoryPlus::add`], so that
+    /// a filesystem can give attributes where it expects them to be used and spare the kernel
+    /// (and itself) an inode per entry elsewhere.
+    #[must_use]
+    pub fn add_without_attr<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        kind: FileType,
+        name: T,
+    ) -> bool {
+        let name = name.as_ref();
+        self.buf.push(&DirEntryPlus::without_attr(
+            ino,
+            DirEntOffset(offset),
+            kind,
+            name,
         ))
     }
 

@@ -22,9 +22,12 @@
 
 #![warn(missing_debug_implementations)]
 #![allow(missing_docs)]
+// The kernel's ABI is mirrored whole, whether or not fuser sends or reads each struct yet.
+#![allow(dead_code)]
 
 use num_enum::TryFromPrimitive;
 use zerocopy::FromBytes;
+use zerocopy::FromZeros;
 use zerocopy::Immutable;
 use zerocopy::IntoBytes;
 use zerocopy::KnownLayout;
@@ -44,7 +47,7 @@ pub(crate) const FUSE_KERNEL_MINOR_VERSION: u32 = if cfg!(target_os = "macos") {
 };
 
 #[repr(C)]
-#[derive(Debug, IntoBytes, Clone, Copy, KnownLayout, Immutable)]
+#[derive(Debug, IntoBytes, FromZeros, Clone, Copy, KnownLayout, Immutable)]
 pub(crate) struct fuse_attr {
     pub(crate) ino: u64,
     pub(crate) size: u64,
@@ -185,7 +188,7 @@ pub(crate) enum fuse_notify_code {
 }
 
 #[repr(C)]
-#[derive(Debug, IntoBytes, KnownLayout, Immutable)]
+#[derive(Debug, IntoBytes, FromZeros, KnownLayout, Immutable)]
 pub(crate) struct fuse_entry_out {
     pub(crate) nodeid: u64,
     pub(crate) generation: u64,

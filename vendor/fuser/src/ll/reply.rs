@@ -8,6 +8,7 @@ use std::time::Duration;
 use std::time::SystemTime;
 
 use smallvec::SmallVec;
+use zerocopy::FromZeros;
 use zerocopy::Immutable;
 use zerocopy::IntoBytes;
 
@@ -464,19 +465,29 @@ impl DirEntList {
 
 #[derive(Debug)]
 pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
-    #[allow(unused)] // We use `attr.ino` instead
+    /// The entry's `d_ino`.
     ino: INodeNo,
-    generation: Generation,
     offset: DirEntOffset,
+    kind: FileType,
     name: T,
+    /// The entry the kernel links in its caches, or `None` for a name alone (node id 0).
+    entry: Option<EntryPlus>,
+}
+
+/// What a READDIRPLUS entry tells the kernel beyond the name: a node, its generation and
+/// attributes, and how long each may be cached.
+#[derive(Debug)]
+struct EntryPlus {
+    generation: Generation,
     entry_valid: Duration,
     attr: Attr,
     attr_valid: Duration,
 }
 
 impl<T: AsRef<Path>> DirEntryPlus<T> {
+    /// An entry with its attributes: the kernel makes (or refreshes) an inode and a dentry for it
+    /// and counts one lookup of `attr.ino`, which it forgets later. The `d_ino` is `attr.ino`.
     pub(crate) fn new(
-        ino: INodeNo,
         generation: Generation,
         offset: DirEntOffset,
         name: T,
@@ -484,16 +495,58 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
         attr: Attr,
         attr_valid: Duration,
     ) -> Self {
+        let ino = INodeNo(attr.attr.ino);
+        let kind = kind_from_mode(attr.attr.mode);
         Self {
             ino,
-            generation,
             offset,
+            kind,
             name,
-            entry_valid,
-            attr,
-            attr_valid,
+            entry: Some(EntryPlus {
+                generation,
+                entry_valid,
+                attr,
+                attr_valid,
+            }),
         }
     }
+
+    /// An entry without attributes (node id 0): the kernel passes the name, `ino` as its `d_ino`
+    /// and `kind` to the reader as READDIR would, and makes no inode or dentry for it, so it counts
+    /// no lookup. A later stat of the name sends a LOOKUP.
+    pub(crate) fn without_attr(
+        ino: INodeNo,
+        offset: DirEntOffset,
+        kind: FileType,
+        name: T,
+    ) -> Self {
+        Self {
+            ino,
+            offset,
+            kind,
+            name,
+            entry: None,
+        }
+    }
+}
+
+/// The file type of a `st_mode`; regular files for a type FUSE does not know.
+fn kind_from_mode(mode: u32) -> FileType {
+    const KINDS: [FileType; 7] = [
+        FileType::NamedPipe,
+        FileType::CharDevice,
+        FileType::BlockDevice,
+        FileType::Directory,
+        FileType::RegularFile,
+        FileType::Symlink,
+        FileType::Socket,
+    ];
+    // S_IFMT, whose type differs between Linux and macOS.
+    let format = mode & 0o170000;
+    KINDS
+        .into_iter()
+        .find(|kind| mode_from_kind_and_perm(*kind, 0) == format)
+        .unwrap_or(FileType::RegularFile)
 }
 
 /// Data buffer used to respond to [`ReaddirPlus`] requests.
@@ -516,21 +569,27 @@ impl DirEntPlusList {
     #[must_use]
     pub(crate) fn push<T: AsRef<Path>>(&mut self, x: &DirEntryPlus<T>) -> bool {
         let name = x.name.as_ref().as_os_str().as_bytes();
-        let header = abi::fuse_direntplus {
-            entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
-                generation: x.generation.into(),
-                entry_valid: x.entry_valid.as_secs(),
-                attr_valid: x.attr_valid.as_secs(),
-                entry_valid_nsec: x.entry_valid.subsec_nanos(),
-                attr_valid_nsec: x.attr_valid.subsec_nanos(),
-                attr: x.attr.attr,
+        let entry_out = match &x.entry {
+            Some(e) => abi::fuse_entry_out {
+                nodeid: e.attr.attr.ino,
+                generation: e.generation.into(),
+                entry_valid: e.entry_valid.as_secs(),
+                attr_valid: e.attr_valid.as_secs(),
+                entry_valid_nsec: e.entry_valid.subsec_nanos(),
+                attr_valid_nsec: e.attr_valid.subsec_nanos(),
+                attr: e.attr.attr,
             },
+            // Node id 0: the kernel (fuse_direntplus_link) emits the dirent and links nothing,
+            // as libfuse's high-level API does for entries it has no attributes of.
+            None => abi::fuse_entry_out::new_zeroed(),
+        };
+        let header = abi::fuse_direntplus {
+            entry_out,
             dirent: abi::fuse_dirent {
-                ino: x.attr.attr.ino,
+                ino: x.ino.into(),
                 off: x.offset.0,
                 namelen: name.len().try_into().expect("Name too long"),
-                typ: x.attr.attr.mode >> 12,
+                typ: mode_from_kind_and_perm(x.kind, 0) >> 12,
             },
         };
         self.0.push([header.as_bytes(), name])
@@ -917,5 +976,99 @@ mod test {
             r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec),
             expected
         );
+    }
+
+    /// A READDIRPLUS reply mixing an entry with attributes and one without: the first carries the
+    /// same `fuse_entry_out` a LOOKUP reply would and its `d_ino` is `attr.ino`; the second has a
+    /// zero `fuse_entry_out` (node id 0) and its own `d_ino` and type.
+    #[test]
+    fn reply_directory_plus_with_and_without_attributes() {
+        let time = UNIX_EPOCH + Duration::new(0x1234, 0x5678);
+        let ttl = Duration::new(0x8765, 0x4321);
+        let attr = crate::FileAttr {
+            ino: INodeNo(0x11),
+            size: 0x22,
+            blocks: 0x33,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind: FileType::RegularFile,
+            perm: 0o644,
+            nlink: 0x55,
+            uid: 0x66,
+            gid: 0x77,
+            rdev: 0x88,
+            flags: 0x99,
+            blksize: 0xbb,
+        };
+        let mut buf = DirEntPlusList::new(4096);
+        assert!(!buf.push(&DirEntryPlus::new(
+            Generation(0xaa),
+            DirEntOffset(1),
+            "hello",
+            ttl,
+            (&attr).into(),
+            ttl,
+        )));
+        assert!(!buf.push(&DirEntryPlus::without_attr(
+            INodeNo(0xccdd),
+            DirEntOffset(2),
+            FileType::Directory,
+            "world.rs",
+        )));
+        let r: ResponseData = buf.into();
+        let bytes = r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec);
+        let body = &bytes[size_of::<abi::fuse_out_header>()..];
+
+        let entry_out_len = size_of::<abi::fuse_entry_out>();
+        let lookup =
+            ResponseStruct::new_entry(INodeNo(0x11), Generation(0xaa), &(&attr).into(), ttl, ttl)
+                .with_iovec(RequestId(0xdeadbeef), ioslice_to_vec);
+        let dirent = |at: usize| {
+            let field = |i: usize, n: usize| {
+                let mut v = [0u8; 8];
+                v[..n].copy_from_slice(&body[at + i..at + i + n]);
+                u64::from_le_bytes(v)
+            };
+            (field(0, 8), field(8, 8), field(16, 4), field(20, 4))
+        };
+
+        // The entry with attributes: 152 bytes of header and "hello" padded to 8.
+        assert_eq!(
+            &body[..entry_out_len],
+            &lookup[size_of::<abi::fuse_out_header>()..]
+        );
+        assert_eq!(dirent(entry_out_len), (0x11, 1, 5, u64::from(libc::DT_REG)));
+        assert_eq!(&body[entry_out_len + 24..entry_out_len + 29], b"hello");
+        let second = (entry_out_len + 24 + 5).next_multiple_of(8);
+
+        // The entry without: node id 0 and nothing else in its fuse_entry_out.
+        assert!(body[second..second + entry_out_len].iter().all(|b| *b == 0));
+        assert_eq!(
+            dirent(second + entry_out_len),
+            (0xccdd, 2, 8, u64::from(libc::DT_DIR))
+        );
+        assert_eq!(
+            &body[second + entry_out_len + 24..second + entry_out_len + 32],
+            b"world.rs"
+        );
+        assert_eq!(body.len(), second + entry_out_len + 32);
+    }
+
+    /// The type of an entry with attributes comes from its mode, as before.
+    #[test]
+    fn kind_from_mode_inverts_mode_from_kind() {
+        for kind in [
+            FileType::NamedPipe,
+            FileType::CharDevice,
+            FileType::BlockDevice,
+            FileType::Directory,
+            FileType::RegularFile,
+            FileType::Symlink,
+            FileType::Socket,
+        ] {
+            assert_eq!(kind_from_mode(mode_from_kind_and_perm(kind, 0o755)), kind);
+        }
     }
 }
