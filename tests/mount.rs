@@ -513,5 +513,7 @@ fn listings_give_attributes_to_readers_that_stat() {
         );
     }
     assert_eq!(run("find . -type f -name '[0-9]*' | wc -l").trim(), "3000");
+    // Directories say 1 MiB blocks, so that readers list them in requests of 1 MiB (adapter.rs).
+    assert_eq!(run("stat -c %o a/c"), "1048576\n");
     drop(mounted);
 }
