@@ -5,7 +5,10 @@
 # with the daemon's peak RSS and the kernel's fuse_inode slab objects once it is done (the inodes
 # the kernel built for the walk: find stats nothing, so ideally none per file).
 #
-#   scripts/bench_listing.sh [--flat N] [--chunks N] [--stores DIR] [--out FILE] BIN...
+#   scripts/bench_listing.sh [--flat N] [--chunks N] [--find-only] [--stores DIR] [--out FILE] BIN...
+#
+# --find-only: the find alone (over 10^8 chunk files, say: --chunks 99999744), without the flat
+# directory and its plain files.
 #
 # BIN... are shardfs binaries, each measured in turn on the same stores, which are written once
 # (examples/huge_store.rs, from beside the first BIN) into DIR (default target/bench-huge, shared
@@ -14,14 +17,15 @@
 # target/bench-listing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-flat=1048576 chunks=8388608 stores=$PWD/target/bench-huge out=target/bench-listing.md bins=()
+flat=1048576 chunks=8388608 stores=$PWD/target/bench-huge out=target/bench-listing.md bins=() walks=("du -s" "ls -l")
 while [ $# -gt 0 ]; do
   case $1 in
     --flat) flat=$2; shift 2 ;;
     --chunks) chunks=$2; shift 2 ;;
+    --find-only) walks=(); shift ;;
     --stores) stores=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -*) echo "usage: $0 [--flat N] [--chunks N] [--stores DIR] [--out FILE] BIN..." >&2; exit 2 ;;
+    -*) echo "usage: $0 [--flat N] [--chunks N] [--find-only] [--stores DIR] [--out FILE] BIN..." >&2; exit 2 ;;
     *) bins+=("$(realpath "$1")"); shift ;;
   esac
 done
@@ -33,8 +37,10 @@ source scripts/lib.sh
 big=$stores/big-$chunks flat_store=$stores/flat-$flat plain=$stores/plain-$flat
 mkdir -p "$stores"
 [ -f "$big/a/zarr.json" ] || { rm -rf "$big"; "$gen" write "$big" --chunks "$chunks" --per-dir 4096; }
-[ -f "$flat_store/a/zarr.json" ] || { rm -rf "$flat_store"; "$gen" write "$flat_store" --chunks "$flat" --per-dir "$flat"; }
-[ -d "$plain/c" ] || { rm -rf "$plain"; "$gen" plain "$plain" --files "$flat"; }
+if [ ${#walks[@]} -gt 0 ]; then
+  [ -f "$flat_store/a/zarr.json" ] || { rm -rf "$flat_store"; "$gen" write "$flat_store" --chunks "$flat" --per-dir "$flat"; }
+  [ -d "$plain/c" ] || { rm -rf "$plain"; "$gen" plain "$plain" --files "$flat"; }
+fi
 
 scratch bench-listing
 peak_mib() { awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
@@ -50,7 +56,7 @@ timed() {
   took=$(python3 -c "print(f'{($end - $start) / 1e9:.2f}')")
 }
 rows=()
-for walk in "du -s" "ls -l"; do
+for walk in "${walks[@]}"; do
   drop_caches; timed bash -c "$walk '$plain/c' >/dev/null"; plain_cold=$took
   timed bash -c "$walk '$plain/c' >/dev/null"; plain_warm=$took
   rows+=("| $walk, $(printf "%'d" "$flat") files in one directory | plain files | $plain_cold s | $plain_warm s | - | - |")

@@ -573,8 +573,9 @@ impl ShardFs {
     /// kernel holds a reference to every entry passed with attributes but `.` and `..`; one passed
     /// with `None` it takes by name alone (node id 0), and caches nothing for: an entry
     /// `attributes` leaves out, or one whose attributes cannot be had (a chunk of a damaged shard,
-    /// which the next stat must ask for again to get its error). Entries gone since the listing
-    /// was read are skipped.
+    /// which the next stat must ask for again to get its error). Entries to be passed with
+    /// attributes that are gone since the listing was read are skipped; those passed by name are
+    /// passed as [`ShardFs::readdir`] passes them.
     pub fn readdirplus_with(
         &self,
         ino: u64,
