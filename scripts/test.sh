@@ -18,8 +18,12 @@ timed() {
 # Cargo's registry; a full disk fails a build far from its cause, so the log starts with what is free.
 echo "test.sh: $(df -h --output=avail . | tail -1 | tr -d ' ') free on $(df --output=target . | tail -1)" >&2
 timed scripts/setup.sh
-# The crate as the Rust package registry would take it (packaged and built, not uploaded).
-timed cargo publish --dry-run --locked --allow-dirty
+# The crate as the Rust package registry would take it (packaged and built, not uploaded), with
+# our fork of fuser (vendor/fuser) packaged first, as a publish would upload it first: the crate's
+# build is verified against the fork as packaged.
+timed cargo publish --dry-run --locked --allow-dirty --workspace
+# The fork's own tests (upstream's and ours, vendor/fuser/CHANGES.md; about 20 s).
+timed cargo test --locked -p shardfs-fuser
 # The checks with the newest peers need Python 3.12 or newer (setup.sh makes target/venv-newest
 # only then); without it they are skipped, loudly, unless SHARDFS_REQUIRE_NEWEST=1 (.ci/run).
 newest() {

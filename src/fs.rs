@@ -20,6 +20,7 @@ mod freshness;
 mod inode_number;
 mod inode_table;
 mod interned;
+mod listing_attributes;
 mod unopened;
 mod write_ops;
 
@@ -45,9 +46,11 @@ use chunk_groups::{chunk_number, is_computed};
 use freshness::{Change, Freshness, Unwatched};
 use inode_number::path_ino;
 use inode_table::{Bound, InodeTable};
+use listing_attributes::ListingAttributes;
 use unopened::Unopened;
 
 pub use error::{Error, Result};
+pub use listing_attributes::Attributes;
 pub use write_ops::OpenMode;
 
 /// The root directory's inode number, fixed by FUSE.
@@ -101,6 +104,18 @@ fn chunk_cursor(offset: u64) -> ChunkCursor {
         return ChunkCursor::default();
     }
     ChunkCursor { shard: ((offset & !CHUNK_OFFSETS) >> 32) as usize, skip: offset & 0xffff_ffff }
+}
+
+/// The number a lookup of chunk file `name` of `dir` will give it, as a listing shows it: its
+/// place in its shard version's group, else its path's.
+fn listed_ino(dir: &DirListing, name: &str, node: &Node, answer: &ViewResult<Answer>) -> u64 {
+    let grouped = match (node, answer) {
+        (Node::Chunk { array, coords }, Ok(Answer { content: Some(stamp), place: Some(place), .. })) => {
+            chunk_number(array, stamp, place, coords)
+        }
+        _ => None,
+    };
+    grouped.unwrap_or_else(|| path_ino(&join(&dir.path, name)))
 }
 
 /// `watched`, by what each inode or group is watched as, for each inode the kernel may hold.
@@ -175,6 +190,8 @@ pub struct ShardFs {
     files: Mutex<HashMap<u64, Arc<Handle>>>,
     /// Directory listings being read, by directory inode.
     listings: Mutex<HashMap<u64, Arc<DirListing>>>,
+    /// Which readers' listings carry their files' attributes.
+    listing_attributes: ListingAttributes,
     /// Read-only mounts: files opened at their lookup, for reads that come with no handle.
     unopened: Unopened,
     next_handle: AtomicU64,
@@ -235,6 +252,7 @@ impl ShardFs {
             freshness: Freshness::default(),
             files: Mutex::default(),
             listings: Mutex::default(),
+            listing_attributes: ListingAttributes::default(),
             unopened: Unopened::default(),
             next_handle: AtomicU64::new(1),
         }
@@ -529,15 +547,8 @@ impl ShardFs {
         }
         let mut full = false;
         self.chunk_files(&dir, offset, |name, node, answer, next| {
-            // The number a lookup will give it.
-            let grouped = match (&node, answer) {
-                (Node::Chunk { array, coords }, Ok(Answer { content: Some(stamp), place: Some(place), .. })) => {
-                    chunk_number(array, &stamp, &place, coords)
-                }
-                _ => None,
-            };
-            let ino = grouped.unwrap_or_else(|| path_ino(&join(&dir.path, name)));
-            let entry = DirEntry { ino, name: name.to_string(), kind: Kind::File };
+            let entry =
+                DirEntry { ino: listed_ino(&dir, name, &node, &answer), name: name.to_string(), kind: Kind::File };
             full = add(&entry, next);
             if full { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         });
@@ -548,14 +559,28 @@ impl ShardFs {
     }
 
     /// [`ShardFs::readdir`] that also passes each entry's attributes, sparing the kernel one
-    /// lookup per entry (`ls -l`, `find -size`). The kernel holds a reference to every entry it
-    /// accepts but `.` and `..`; `None` marks an entry whose attributes cannot be had (a chunk of a
-    /// damaged shard), which the kernel must not cache. Entries gone since the listing was read are
-    /// skipped.
+    /// lookup per entry (`ls -l`, `du`): [`ShardFs::readdirplus_with`] with [`Attributes::All`].
     pub fn readdirplus(
         &self,
         ino: u64,
         offset: u64,
+        add: impl FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
+    ) -> Result<()> {
+        self.readdirplus_with(ino, offset, Attributes::All, add)
+    }
+
+    /// [`ShardFs::readdir`] that also passes the attributes of the entries `attributes` says. The
+    /// kernel holds a reference to every entry passed with attributes but `.` and `..`; one passed
+    /// with `None` it takes by name alone (node id 0), and caches nothing for: an entry
+    /// `attributes` leaves out, or one whose attributes cannot be had (a chunk of a damaged shard,
+    /// which the next stat must ask for again to get its error). Entries to be passed with
+    /// attributes that are gone since the listing was read are skipped; those passed by name are
+    /// passed as [`ShardFs::readdir`] passes them.
+    pub fn readdirplus_with(
+        &self,
+        ino: u64,
+        offset: u64,
+        attributes: Attributes,
         mut add: impl FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
     ) -> Result<()> {
         let dir = self.dir_listing(ino, offset)?;
@@ -567,17 +592,18 @@ impl ShardFs {
         };
         // Tells the kernel of one entry; true when its reply is full.
         let add: &mut dyn FnMut(&DirEntry, Option<&Attr>, u64) -> bool = &mut add;
+        let with_attr = |kind: Kind| attributes == Attributes::All || kind == Kind::Dir;
         let pass = |add: &mut dyn FnMut(&DirEntry, Option<&Attr>, u64) -> bool,
                     entry: &DirEntry,
                     node: Node,
                     answer: ViewResult<Answer>,
                     next: u64|
          -> bool {
-            let ino = match &answer {
-                Ok(answer) => self.remember_told(node, answer),
-                Err(_) => self.remember(node, None),
+            let Ok(answer) = answer else {
+                return add(entry, None, next);
             };
-            let full = add(&DirEntry { ino, ..entry.clone() }, answer.as_ref().ok().map(|a| &a.attr), next);
+            let ino = self.remember_told(node, &answer);
+            let full = add(&DirEntry { ino, ..entry.clone() }, Some(&answer.attr), next);
             if full {
                 // The kernel did not take this entry, so it holds no reference to it.
                 self.forget(ino, 1);
@@ -586,8 +612,8 @@ impl ShardFs {
         };
         for (i, entry) in dir.entries.iter().enumerate().skip(offset as usize) {
             let next = i as u64 + 1;
-            if entry.name == "." || entry.name == ".." {
-                // The kernel takes neither attributes nor a reference for these two.
+            if entry.name == "." || entry.name == ".." || !with_attr(entry.kind) {
+                // The kernel takes neither attributes nor a reference for `.` and `..`.
                 if add(entry, None, next) {
                     return Ok(());
                 }
@@ -604,14 +630,31 @@ impl ShardFs {
         }
         let mut full = false;
         self.chunk_files(&dir, offset, |name, node, answer, next| {
-            let entry = DirEntry { ino: 0, name: name.to_string(), kind: Kind::File };
-            full = pass(add, &entry, node, answer, next);
+            let entry =
+                DirEntry { ino: listed_ino(&dir, name, &node, &answer), name: name.to_string(), kind: Kind::File };
+            full = match with_attr(Kind::File) {
+                true => pass(add, &entry, node, answer, next),
+                false => add(&entry, None, next),
+            };
             if full { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         });
         if !full && !taken {
             self.listing_read(&dir);
         }
         Ok(())
+    }
+
+    /// What a listing of directory `dir` read by thread `reader` carries (`listing_attributes.rs`).
+    pub fn listing_attributes(&self, reader: u32, dir: u64) -> Attributes {
+        self.listing_attributes.for_listing(reader, dir, self.known_inodes())
+    }
+
+    /// Thread `reader` looked up an entry of kind `kind` in directory `parent`: a file looked up
+    /// in a directory it listed tells that it stats what it lists.
+    pub fn looked_up_by(&self, reader: u32, parent: u64, kind: Kind) {
+        if kind != Kind::Dir {
+            self.listing_attributes.looked_up(reader, parent);
+        }
     }
 
     fn add_handle(&self, handle: Handle) -> u64 {

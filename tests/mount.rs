@@ -444,3 +444,76 @@ fn inodes_the_kernel_forgets_mid_walk_are_forgotten_by_the_daemon_too() {
     wait_for("the daemon to forget the rest", || mounted.filesystem().known_inodes() < 100);
     drop(mounted);
 }
+
+/// Listings give a file's attributes (an inode the kernel keeps) only to a reader that stats what
+/// it lists (`fs/listing_attributes.rs`); every other entry comes by name alone (node id 0). Both
+/// kinds must read the same through the kernel: `ls -l`, `stat`, `ls -i`, `find`.
+#[test]
+fn listings_give_attributes_to_readers_that_stat() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(mnt) = mount_point() else { return };
+    let store = many_chunks(1000);
+    for copy in ["b", "d"] {
+        assert!(
+            Command::new("cp")
+                .arg("-r")
+                .arg(store.path().join("a"))
+                .arg(store.path().join(copy))
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let perm = std::fs::metadata(store.path().join("d/c/0")).unwrap().mode() & 0o777;
+    let mounted = fuse::mount(fs_of(store.path()), mnt.path(), &settings()).unwrap();
+    let held = || mounted.filesystem().known_inodes();
+    let run = |cmd: &str| {
+        let out = Command::new("sh").arg("-c").arg(cmd).current_dir(mnt.path()).output().unwrap();
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    // find lists by name: right, and without an inode per file.
+    assert_eq!(run("find a/c -type f | wc -l").trim(), "1000");
+    assert!(held() < 100, "find made the kernel hold {} inodes", held());
+
+    // A reader that stats a file of a directory it listed gets attributes with its next listings:
+    // the kernel then holds every file of d/c before any of them is stat'ed.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let names = |dir: &str| std::fs::read_dir(mnt.path().join(dir)).unwrap().count();
+            assert_eq!(names("b/c"), 1000);
+            assert!(held() < 100, "a listing by name made the kernel hold {} inodes", held());
+            assert_eq!(std::fs::metadata(mnt.path().join("b/c/7")).unwrap().len(), 4);
+            let before = held();
+            assert_eq!(names("d/c"), 1000);
+            assert!(held() >= before + 1000, "the listing gave attributes: {before} -> {}", held());
+            for i in 0..1000 {
+                let meta = std::fs::metadata(mnt.path().join(format!("d/c/{i}"))).unwrap();
+                assert_eq!((meta.len(), meta.is_file(), meta.mode() & 0o777), (4, true, perm), "d/c/{i}");
+            }
+        });
+    });
+
+    // Files listed by name alone (a/c, listed by find) stat right, with the number they were
+    // listed under; `ls -l` and `stat` agree with the files' bytes.
+    let long = run("ls -l a/c");
+    let sizes: Vec<&str> = long.lines().skip(1).map(|l| l.split_whitespace().nth(4).unwrap()).collect();
+    assert_eq!(sizes.len(), 1000);
+    assert!(sizes.iter().all(|s| *s == "4"), "{long}");
+    assert_eq!(run("stat -c %s:%F b/c/999 a/c/3"), "4:regular file\n4:regular file\n");
+    let listed = run("ls -i -f b/c");
+    for line in listed.lines().filter(|l| !l.ends_with(" .") && !l.ends_with(" ..")) {
+        let (ino, name) = line.trim().split_once(' ').unwrap();
+        let meta = std::fs::metadata(mnt.path().join("b/c").join(name)).unwrap();
+        assert_eq!(ino.parse::<u64>().unwrap(), meta.ino(), "b/c/{name}: d_ino and st_ino");
+        assert_eq!(
+            std::fs::read(mnt.path().join("b/c").join(name)).unwrap(),
+            name.parse::<u64>().unwrap().to_le_bytes()[..4]
+        );
+    }
+    assert_eq!(run("find . -type f -name '[0-9]*' | wc -l").trim(), "3000");
+    // Directories say 1 MiB blocks, so that readers list them in requests of 1 MiB (adapter.rs).
+    assert_eq!(run("stat -c %o a/c"), "1048576\n");
+    drop(mounted);
+}

@@ -38,6 +38,12 @@ pub const METRICS_IOCTL: u32 = (2 << 30) | ((METRICS_ADDRESS_LEN as u32) << 16) 
 /// Largest read the kernel sends at once, and its readahead.
 const MAX_READAHEAD: u32 = 1 << 20;
 
+/// The `st_blksize` of directories. glibc's opendir sizes its getdents buffer by it (32 KiB up to
+/// 1 MiB), and the kernel sizes each READDIR(PLUS) request by that buffer, up to `max_pages` (1
+/// MiB): a listing then takes one request per 6,500 entries, not per 200 (READDIRPLUS entries
+/// are 160 bytes, five times READDIR's, whether or not they carry attributes).
+const DIR_BLKSIZE: u32 = 1 << 20;
+
 /// [`ShardFs`] served over FUSE, whether the kernel opens directories without asking
 /// (`FUSE_NO_OPENDIR_SUPPORT`, learnt at init), and what to call once the session has ended.
 pub struct Fuse(pub Arc<ShardFs>, pub bool, pub SessionEnd);
@@ -115,28 +121,7 @@ fn file_attr(ino: u64, attr: &Attr) -> FileAttr {
         uid: attr.uid,
         gid: attr.gid,
         rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-/// Attributes for an entry whose real ones cannot be had: only its inode and type are true.
-fn unknown_attr(ino: u64, kind: Kind) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: file_type(kind),
-        perm: 0,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
+        blksize: if attr.kind == Kind::Dir { DIR_BLKSIZE } else { 4096 },
         flags: 0,
     }
 }
@@ -172,18 +157,23 @@ impl Filesystem for Fuse {
         // O_TRUNC arrives with the open instead of as a separate truncate.
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         let _ = config.set_max_readahead(MAX_READAHEAD);
-        // Listings carry attributes, so `ls -l` costs no lookup per entry.
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        // Every listing is a READDIRPLUS, whose entries carry attributes where the daemon expects
+        // them to be used (`ls -l`, `du`) and not elsewhere (`find`): `fs/listing_attributes.rs`.
+        // Not FUSE_READDIRPLUS_AUTO, with which the kernel chooses by batch and gives `du` none.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         // Lookups in one directory (every chunk of a 1-D array) run in parallel.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         self.1 = config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, child: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, child: &OsStr, reply: ReplyEntry) {
         let result = name(child).and_then(|n| self.0.lookup(parent.0, n).map_err(|e| fail("lookup", &e)));
         match result {
-            Ok((ino, attr)) => reply.entry(&CACHE_TTL, &file_attr(ino, &attr), Generation(0)),
+            Ok((ino, attr)) => {
+                self.0.looked_up_by(req.pid(), parent.0, attr.kind);
+                reply.entry(&CACHE_TTL, &file_attr(ino, &attr), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -476,14 +466,14 @@ impl Filesystem for Fuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let result = self.0.readdirplus(ino.0, offset, |entry, attr, next| {
-            let (attr, ttl) = match attr {
-                Some(attr) => (file_attr(entry.ino, attr), CACHE_TTL),
-                // Not cached, so that the next stat or open asks again and gets the error.
-                None => (unknown_attr(entry.ino, entry.kind), Duration::ZERO),
-            };
-            reply.add(INodeNo(entry.ino), next, &entry.name, &ttl, &attr, Generation(0))
+    fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let attributes = self.0.listing_attributes(req.pid(), ino.0);
+        let result = self.0.readdirplus_with(ino.0, offset, attributes, |entry, attr, next| match attr {
+            Some(attr) => {
+                reply.add(INodeNo(entry.ino), next, &entry.name, &CACHE_TTL, &file_attr(entry.ino, attr), Generation(0))
+            }
+            // By name alone (node id 0): the kernel makes no inode, and a stat looks the name up.
+            None => reply.add_without_attr(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name),
         });
         match result {
             Ok(()) => reply.ok(),
@@ -517,5 +507,23 @@ mod tests {
         let contended = Error::from(crate::write::error::CommitError::Store(store::Error::Changed("a".into())));
         assert_eq!(errno(&contended), Errno::EIO);
         assert_eq!(errno(&Error::ReadOnly), Errno::EROFS);
+    }
+
+    #[test]
+    fn directories_say_blocks_as_large_as_a_request() {
+        let attr = |kind| Attr {
+            size: 0,
+            mtime: SystemTime::UNIX_EPOCH,
+            atime: SystemTime::UNIX_EPOCH,
+            ctime: SystemTime::UNIX_EPOCH,
+            kind,
+            perm: 0o755,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            stamp: crate::store::Stamp::new([0; 5]),
+        };
+        assert_eq!(file_attr(2, &attr(Kind::Dir)).blksize, 1 << 20);
+        assert_eq!(file_attr(3, &attr(Kind::File)).blksize, 4096);
     }
 }
