@@ -76,10 +76,6 @@ const LONGEST_POLL: Duration = Duration::from_secs(1);
 /// waiter that found N deltas waiting asks no more often than every N times this, so that many
 /// waiters do not ask in vain.
 const PER_DELTA: Duration = Duration::from_millis(5);
-/// The longest pause of a waiter, per delta ahead of its own ([`Pace::behind`]).
-const PER_AHEAD: Duration = Duration::from_millis(10);
-/// The longest pause of a waiter with few deltas ahead of its own ([`Pace::behind`]).
-const SOON: Duration = Duration::from_millis(80);
 /// How long a committer queues for its turn before it uploads its changes as a delta instead:
 /// queued commits take one round each, deltas are folded forty to a round, so where many
 /// machines wait (each queued round takes a few round trips) the queue would grow without end.
@@ -115,9 +111,9 @@ pub fn commit(
             Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
             Ok((_, listed, _)) => {
                 let ahead = listed.iter().filter(|l| l.name.starts_with(DELTA)).count() as u32;
-                turns.wait(changes, Pace::behind(ahead))
+                turns.wait(changes, PER_DELTA * ahead)
             }
-            Err(_) => turns.wait(changes, Pace::UNKNOWN),
+            Err(_) => turns.wait(changes, Duration::ZERO),
         },
     }
 }
@@ -128,27 +124,6 @@ type Seen = (Option<(store::Stamp, String)>, Vec<Listed>, Option<Current>);
 
 /// Deltas read: their bytes by name, in the order they are folded.
 type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
-
-/// The shortest and longest pauses between a waiter's questions.
-#[derive(Clone, Copy)]
-struct Pace {
-    least: Duration,
-    longest: Duration,
-}
-
-impl Pace {
-    /// Nothing known of the waiters ahead.
-    const UNKNOWN: Pace = Pace { least: Duration::ZERO, longest: LONGEST_POLL };
-
-    /// A waiter that found `ahead` deltas waiting before its own: it asks no more often than
-    /// [`PER_DELTA`] each (the holder folds them first), and no less often than [`PER_AHEAD`]
-    /// each, at least every [`SOON`]: with few ahead, a holder that returns with deltas left is
-    /// followed within tens of milliseconds, while a thousand waiters on one shard ask a few
-    /// hundred times a second in all (those with `a` ahead ask about 1 / (a x 10 ms) times each).
-    fn behind(ahead: u32) -> Pace {
-        Pace { least: PER_DELTA * ahead, longest: (PER_AHEAD * ahead).clamp(SOON, LONGEST_POLL) }
-    }
-}
 
 /// What a holder must see stored before its turn ends.
 #[derive(Clone, Copy)]
@@ -199,10 +174,11 @@ impl Turns<'_> {
     }
 
     /// The pause before question `polls` of a waiter that doubles it every `doubling` questions:
-    /// [`POLL`] doubled so, within `pace`, give or take half, so that waiters fall out of step.
-    fn poll(&self, polls: u32, doubling: u32, pace: Pace) -> Duration {
+    /// [`POLL`] doubled so, at least `least`, at most [`LONGEST_POLL`], give or take half, so
+    /// that waiters fall out of step.
+    fn poll(&self, polls: u32, doubling: u32, least: Duration) -> Duration {
         let doubled = POLL * 2u32.pow(((polls - 1) / doubling).min(8));
-        let mean = doubled.max(pace.least).min(pace.longest).as_millis() as u64;
+        let mean = doubled.max(least).min(LONGEST_POLL).as_millis() as u64;
         Duration::from_millis(mean / 2 + self.world.random() % (mean + 1))
     }
 
@@ -262,20 +238,20 @@ impl Turns<'_> {
             polls += 1;
             // Queued for at most a few seconds, and each turn is taken soon after the last: asked
             // every 10-30 ms.
-            self.world.sleep(self.poll(polls, u32::MAX, Pace::UNKNOWN));
+            self.world.sleep(self.poll(polls, u32::MAX, Duration::ZERO));
             if let Some(tag) = self.take_turn(&holder, &mut seen)? {
                 self.exchange.forget(self.key);
                 return self.hold(Lease { tag, renewed: self.world.now() }, Mine::Changes(changes), None);
             }
             if self.since(since) > QUEUE_PATIENCE {
-                return self.wait(changes, Pace::UNKNOWN);
+                return self.wait(changes, Duration::ZERO);
             }
         }
     }
 
     /// Uploads `changes` as a delta and waits until a stored shard version holds it, taking the
-    /// lease when it is free or expired, asking at `pace`.
-    fn wait(&self, changes: &NestedChanges, pace: Pace) -> Result<Committed, CommitError> {
+    /// lease when it is free or expired. `least`: the shortest pause between its questions.
+    fn wait(&self, changes: &NestedChanges, least: Duration) -> Result<Committed, CommitError> {
         let name = self.unique_name(DELTA);
         let delta_key = join(&self.dir, &name);
         log::info!("{}: its lease is held; waiting as {name}", self.store.describe(self.key));
@@ -293,7 +269,7 @@ impl Turns<'_> {
         let (mut polls, mut failed) = (0u32, 0u32);
         loop {
             polls += 1;
-            self.world.sleep(self.poll(polls, 1, pace));
+            self.world.sleep(self.poll(polls, 1, least));
             if self.patiently(|| self.exchange.tag(&delta_key))?.is_none() {
                 self.exchange.forget(self.key);
                 return self.folded(&name);
