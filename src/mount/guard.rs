@@ -109,8 +109,9 @@ fn guard_command(mountpoint: &Path, log: &LogTarget, verbosity: u8) -> Command {
         command.arg(format!("-{}", "v".repeat(verbosity.into())));
     }
     let stderr = if matches!(log, LogTarget::Stderr) { Stdio::inherit() } else { Stdio::null() };
-    // Its own directory is no mount's, so that it keeps none busy.
-    command.current_dir("/").stdin(Stdio::piped()).stdout(Stdio::null()).stderr(stderr);
+    // Its own directory is no mount's, so that it keeps none busy; and none of the daemon's
+    // environment, which may hold the store's credentials (a CSI volume's secret).
+    command.current_dir("/").env_clear().stdin(Stdio::piped()).stdout(Stdio::null()).stderr(stderr);
     // SAFETY: between fork and exec only async-signal-safe calls (sigprocmask, setsid, prctl).
     unsafe {
         command.pre_exec(|| {
