@@ -407,12 +407,15 @@ fn daemon_pid(mountpoint: &Path) -> Option<i32> {
     (rc == 0 && pid > 0 && pid != std::process::id() as i32).then_some(pid)
 }
 
-/// True while process `pid` exists and is not a zombie.
+/// True while a thread of process `pid` has not exited. The main thread is a zombie as soon as it
+/// exits, while the others may still be ending (unmapping a database, syncing a file): the
+/// process's files, and the locks on them, go only with the last.
 fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").is_none_or(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X'])))
+    })
 }
 
 /// Unmounts directly when allowed, else through fusermount3 (or fusermount).
