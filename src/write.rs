@@ -9,6 +9,7 @@
 //! - [`rewrite`]: a whole new shard written atomically over the version read.
 //! - [`shared_commit`]: commits into shards other machines write at once, taking turns through
 //!   a lease and folding the others' [`delta`]s in.
+//! - [`lease`]: the lease those commits take turns by, and the holders in doubt it passes on.
 //! - [`journal`]: the records that let a torn append be rolled back, and recovery.
 //! - [`document`]: storing a `zarr.json` written through the view, translated back to its sharding.
 //! - [`pending`]: group commit: chunk writes waiting for their shard's next commit.
@@ -26,6 +27,7 @@ pub mod document;
 pub mod error;
 pub mod extend;
 pub mod journal;
+pub mod lease;
 pub mod own_commits;
 pub mod pending;
 pub mod rewrite;

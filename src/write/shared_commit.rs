@@ -25,7 +25,10 @@
 //!   deltas it holds that still existed. A holder killed between its PUT and its removals leaves
 //!   deltas the shard already holds; the next holder finds them in the note and removes them
 //!   rather than fold them again over newer writes. A holder reads the note before it lists the
-//!   deltas, so every delta named in the note and not listed is gone for good.
+//!   deltas, so every delta named in the note and not listed is gone for good. The note also
+//!   names the last few holders whose own changes a version holds, so that a holder whose PUT's
+//!   answer was lost can tell whether it was stored; one stalled past that many versions finds a
+//!   `stored-<holder>` marker instead ([`super::lease`]).
 //!
 //! Every shard version in the store is a whole valid shard, written by one conditional PUT: a
 //! reader that knows nothing of this sees the old shard or the new one. The lease only keeps
@@ -44,6 +47,7 @@ use std::time::Duration;
 use super::apply::{apply_levels, read_current};
 use super::delta;
 use super::error::CommitError;
+use super::lease::{self, HOLDER, LEASE, Lease, STORED, WAITER};
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
@@ -52,8 +56,6 @@ use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed};
 use crate::store::world::{World, both, each_at_once};
 use crate::store::{self, Store, join, lock};
 
-/// The lease's name in a shard's exchange directory.
-const LEASE: &str = "lease";
 /// How a delta's name starts.
 const DELTA: &str = "delta-";
 /// How the name of the marker of a rejected delta starts (then the delta's name).
@@ -86,10 +88,8 @@ const QUEUE_PATIENCE: Duration = Duration::from_secs(2);
 const MOST_NOTED: usize = 36;
 /// How many of the latest holders whose own changes a version holds its note names (this one's,
 /// then those of the versions before): a holder whose PUT was refused finds out whether a try
-/// whose answer was lost stored it after all.
+/// whose answer was lost stored it after all (past that, from a [`STORED`] marker).
 const HOLDERS_NOTED: usize = 4;
-/// How the names of holders in a note start.
-const HOLDER: &str = "holder-";
 
 /// Commits `changes` (innermost chunks by their entry at every level) into the shard at `key`,
 /// laid out as `specs` say, taking turns with other machines through `exchange`.
@@ -102,11 +102,15 @@ pub fn commit(
 ) -> Result<Committed, CommitError> {
     let world = exchange.world();
     let turns = Turns { store, exchange, world, key, specs, dir: join(EXCHANGE_DIR, key) };
-    let (lease, holder) = (turns.lease(), turns.unique_name("holder-"));
+    let (lease, holder) = (turns.lease(), turns.unique_name(HOLDER));
+    let body = lease::body(&holder, world.random(), &[]);
     // The lease is asked for while the shard is read: uncontended, it costs no round trip.
-    let (taken, seen) = both(world, || exchange.create(&lease, holder.as_bytes()), || turns.read());
+    let (taken, seen) = both(world, || exchange.create(&lease, &body), || turns.read());
     match taken? {
-        Some(tag) => turns.hold(Lease { tag, renewed: world.now() }, Mine::Changes(changes), Some(seen)),
+        Some(tag) => {
+            let lease = Lease { tag, renewed: world.now(), doubts: Vec::new() };
+            turns.hold_changes(lease, &holder, changes, Some(seen))
+        }
         None => match seen {
             Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
             Ok((_, listed, _)) => {
@@ -132,13 +136,6 @@ enum Mine<'a> {
     Changes(&'a NestedChanges<'a>),
     /// Its delta, uploaded while it waited, by name.
     Delta(&'a str),
-}
-
-/// The lease as its holder last stored it.
-struct Lease {
-    tag: String,
-    /// When, by [`World::now`].
-    renewed: Duration,
 }
 
 /// One shard's turn-taking.
@@ -193,28 +190,53 @@ impl Turns<'_> {
         format!("{prefix}{:020}-{:016x}", self.world.wall_nanos(), self.world.random())
     }
 
-    /// Folds as the lease's holder, then gives the lease up while it is still this holder's (a
-    /// lease left behind by a failure expires).
+    /// Commits `changes` as holder `me` of `lease`; where the lease is taken over before a stored
+    /// version holds them, as a waiter.
+    fn hold_changes(
+        &self,
+        lease: Lease,
+        me: &str,
+        changes: &NestedChanges,
+        seen: Option<Result<Seen, CommitError>>,
+    ) -> Result<Committed, CommitError> {
+        match self.hold(lease, me, Mine::Changes(changes), seen)? {
+            Some(committed) => Ok(committed),
+            None => {
+                log::info!("{}: its commit lease was taken over; waiting as a delta", self.store.describe(self.key));
+                self.wait(changes, Duration::ZERO)
+            }
+        }
+    }
+
+    /// Folds as holder `me` of the lease, then gives the lease up while it is still this
+    /// holder's (a lease left behind by a failure, or with holders in doubt, expires). `None`:
+    /// the lease was taken over before a stored version held this holder's own changes.
     fn hold(
         &self,
         lease: Lease,
+        me: &str,
         mine: Mine,
         seen: Option<Result<Seen, CommitError>>,
-    ) -> Result<Committed, CommitError> {
+    ) -> Result<Option<Committed>, CommitError> {
         let mut lease = Some(lease);
-        let result = self.fold(&mut lease, mine, seen);
+        let result = self.fold(&mut lease, me, mine, seen);
+        let mut taken_over = lease.is_none();
         // Removed only at the version this holder stored, where the server decides that (S3's
         // conditional DELETE), and checked first when held long enough that a waiter may have
-        // taken it over (for a server that ignores the condition).
-        let ours = lease.filter(|lease| {
-            self.since(lease.renewed) < LEASE_TIMEOUT
-                || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag))
-        });
-        if let Some(lease) = ours {
-            match self.exchange.remove_at(&self.lease(), &lease.tag) {
-                Ok(()) | Err(store::Error::Changed(_)) => {}
-                Err(e) => log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key)),
+        // taken it over (for a server that ignores the condition). Holders in doubt not yet
+        // settled go to whoever takes it over next.
+        if let Some(lease) = lease.filter(|lease| lease.doubts.is_empty()) {
+            let ours = self.since(lease.renewed) < LEASE_TIMEOUT
+                || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag));
+            match ours.then(|| self.exchange.remove_at(&self.lease(), &lease.tag)) {
+                None | Some(Err(store::Error::Changed(_))) => taken_over = true,
+                Some(Ok(())) => {}
+                Some(Err(e)) => log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key)),
             }
+        }
+        if taken_over && matches!(mine, Mine::Changes(_)) {
+            // The holder that took it over may have marked this one stored: it is done.
+            let _ = self.exchange.remove(&join(&self.dir, &format!("{STORED}{me}")));
         }
         result
     }
@@ -231,7 +253,7 @@ impl Turns<'_> {
     fn queue(&self, changes: &NestedChanges) -> Result<Committed, CommitError> {
         log::info!("{}: its lease is held; waiting for its turn", self.store.describe(self.key));
         metrics::lease_wait("queue");
-        let holder = self.unique_name("holder-").into_bytes();
+        let holder = self.unique_name(HOLDER);
         let mut seen = None;
         let (mut polls, since) = (0u32, self.world.now());
         loop {
@@ -239,9 +261,9 @@ impl Turns<'_> {
             // Queued for at most a few seconds, and each turn is taken soon after the last: asked
             // every 10-30 ms.
             self.world.sleep(self.poll(polls, u32::MAX, Duration::ZERO));
-            if let Some(tag) = self.take_turn(&holder, &mut seen)? {
+            if let Some(lease) = self.take_turn(&holder, &mut seen)? {
                 self.exchange.forget(self.key);
-                return self.hold(Lease { tag, renewed: self.world.now() }, Mine::Changes(changes), None);
+                return self.hold_changes(lease, &holder, changes, None);
             }
             if self.since(since) > QUEUE_PATIENCE {
                 return self.wait(changes, Duration::ZERO);
@@ -264,7 +286,8 @@ impl Turns<'_> {
         {
             return Err(e.into());
         }
-        let holder = self.unique_name("holder-").into_bytes();
+        // Not a holder's name: a waiter's own changes are in its delta, never in doubt.
+        let holder = self.unique_name(WAITER);
         let mut seen = None;
         let (mut polls, mut failed) = (0u32, 0u32);
         loop {
@@ -274,8 +297,8 @@ impl Turns<'_> {
                 self.exchange.forget(self.key);
                 return self.folded(&name);
             }
-            if let Some(tag) = self.take_turn(&holder, &mut seen)? {
-                let held = self.hold(Lease { tag, renewed: self.world.now() }, Mine::Delta(&name), None);
+            if let Some(lease) = self.take_turn(&holder, &mut seen)? {
+                let held = self.hold(lease, &holder, Mine::Delta(&name), None);
                 self.exchange.forget(self.key);
                 // Done only once the delta is gone, whatever the rounds said: a holder taken over
                 // mid-fold may not have reached it, and one that failed may have folded it.
@@ -293,17 +316,28 @@ impl Turns<'_> {
         }
     }
 
-    /// Takes the lease when it is free, or when it has not changed for [`LEASE_TIMEOUT`] since
-    /// first `seen` (its holder died or stalled): its tag, `None` when another holds it.
-    fn take_turn(&self, holder: &[u8], seen: &mut Option<(String, Duration)>) -> Result<Option<String>, CommitError> {
+    /// Takes the lease for `holder` when it is free, or when it has not changed for
+    /// [`LEASE_TIMEOUT`] since first `seen` (its holder died or stalled), with that holder and its
+    /// doubts as this one's doubts; `None` when another holds it.
+    fn take_turn(&self, holder: &str, seen: &mut Option<(String, Duration)>) -> Result<Option<Lease>, CommitError> {
         let lease = self.lease();
+        let held =
+            |tag: Option<String>, doubts: Vec<String>| tag.map(|tag| Lease { tag, renewed: self.world.now(), doubts });
         Ok(match self.patiently(|| self.exchange.tag(&lease))? {
-            None => self.patiently(|| self.exchange.create(&lease, holder))?,
+            None => {
+                let body = lease::body(holder, self.world.random(), &[]);
+                held(self.patiently(|| self.exchange.create(&lease, &body))?, Vec::new())
+            }
             Some(tag) => match seen {
                 Some((old, since)) if *old == tag && self.since(*since) >= LEASE_TIMEOUT => {
                     log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
                     metrics::lease_takeover();
-                    self.patiently(|| self.exchange.replace(&lease, holder, &tag))?
+                    // Read after its tag: a body of a later version only makes the replacement
+                    // below fail.
+                    let Some(was) = self.patiently(|| self.exchange.read(&lease))? else { return Ok(None) };
+                    let doubts = lease::inherited(&was);
+                    let body = lease::body(holder, self.world.random(), &doubts);
+                    held(self.patiently(|| self.exchange.replace(&lease, &body, &tag))?, doubts)
                 }
                 Some((old, _)) if *old == tag => None,
                 _ => {
@@ -354,34 +388,38 @@ impl Turns<'_> {
     fn fold(
         &self,
         lease: &mut Option<Lease>,
+        me: &str,
         mine: Mine,
         seen: Option<Result<Seen, CommitError>>,
-    ) -> Result<Committed, CommitError> {
+    ) -> Result<Option<Committed>, CommitError> {
         let mut stored = None;
-        match self.rounds(lease, mine, seen, &mut stored) {
+        match self.rounds(lease, me, mine, seen, &mut stored) {
             Err(e) if let Some(committed) = stored => {
                 log::warn!("{}: {e}; after this commit was stored, others' deltas wait", self.store.describe(self.key));
-                Ok(committed)
+                Ok(Some(committed))
             }
             done => done,
         }
     }
 
-    /// [`Turns::fold`]'s rounds; `last`: what the round holding `mine` stored.
+    /// [`Turns::fold`]'s rounds; `last`: what the round holding `mine` stored. `me` is named in
+    /// the note of the version holding `mine`'s own changes.
     fn rounds(
         &self,
         lease: &mut Option<Lease>,
+        me: &str,
         mine: Mine,
         mut seen: Option<Result<Seen, CommitError>>,
         last: &mut Option<Committed>,
-    ) -> Result<Committed, CommitError> {
+    ) -> Result<Option<Committed>, CommitError> {
         let (mut own, own_delta) = match mine {
             Mine::Changes(changes) => (Some(changes), None),
             Mine::Delta(name) => (None, Some(name)),
         };
         let mut attempt = 0;
-        // Named in the note of the version holding `own`.
-        let me = self.unique_name(HOLDER);
+        // Whether a PUT of `own` was tried: one more is made only by a holder that still holds
+        // the lease (one that took it over has settled this holder's doubt, and would not know).
+        let mut tried_own = false;
         loop {
             attempt += 1;
             let lock = self.store.lock(lock::slot(self.key))?;
@@ -407,7 +445,7 @@ impl Turns<'_> {
             }
             // The lease, listed, tells the server's time (see `expired`): when the listing made
             // while it was being taken lacks it, and something waits, the holder lists again.
-            let waiting = |l: &Listed| l.name.starts_with(DELTA) || l.name.starts_with(REJECTED);
+            let waiting = |l: &Listed| [DELTA, REJECTED, STORED].iter().any(|p| l.name.starts_with(p));
             if listed.iter().any(waiting) && !listed.iter().any(|l| l.name == LEASE) {
                 listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
@@ -481,19 +519,34 @@ impl Turns<'_> {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
                     // The holders named before this one's own changes carry on, latest first.
-                    let before = note.as_ref().map_or("", |(_, n)| n.as_str()).split(' ');
-                    let holders = own.map(|_| me.as_str()).into_iter().chain(before.filter(|n| n.starts_with(HOLDER)));
+                    let read_note = note.as_ref().map_or("", |(_, n)| n.as_str());
+                    let holders =
+                        own.map(|_| me).into_iter().chain(read_note.split(' ').filter(|n| n.starts_with(HOLDER)));
                     let noted: Vec<&str> = folded.iter().copied().chain(holders.take(HOLDERS_NOTED)).collect();
                     let note = noted.join(" ");
                     let note = Some((self.exchange, note.as_str()));
+                    if let Some(held) = lease.as_mut() {
+                        self.mark_stored(held, read_note)?;
+                    }
+                    if own.is_some() && tried_own && !self.renew(lease, me)? {
+                        return Ok(None);
+                    }
+                    tried_own |= own.is_some();
+                    let put_at = self.world.now();
                     match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
-                        Ok(committed) => committed,
+                        Ok(committed) => {
+                            // Stored over a version whose note was looked at: the doubts are
+                            // settled.
+                            if let Some(held) = lease.as_mut().filter(|_| committed.outcome != Outcome::Unchanged) {
+                                held.doubts.clear();
+                            }
+                            committed
+                        }
                         Err(CommitError::Store(store::Error::Changed(_))) => {
                             drop(lock);
                             // Stored by a try whose answer was lost: never applied twice.
-                            if own.is_some() && self.stored_own(&me)? {
-                                *last = Some(Outcome::Rewritten.into());
-                                own = None;
+                            if own.is_some() && self.stored_own(me, put_at)? {
+                                return Ok(Some(Outcome::Rewritten.into()));
                             }
                             self.world.sleep(self.world.backoff(attempt.min(6)));
                             continue;
@@ -522,10 +575,10 @@ impl Turns<'_> {
                 .map(|((name, _), _)| name.as_str())
                 .chain(folded.iter().copied())
                 .collect();
-            // A marker no waiter read within a delta's lifetime is a dead writer's.
+            // A marker no waiter (or holder) read within a delta's lifetime is a dead writer's.
             let unread: Vec<&str> = listed
                 .iter()
-                .filter(|l| l.name.starts_with(REJECTED) && expired(l, &listed))
+                .filter(|l| (l.name.starts_with(REJECTED) || l.name.starts_with(STORED)) && expired(l, &listed))
                 .map(|l| l.name.as_str())
                 .collect();
             // Held by the version just written (or the one read): one left is removed by the next
@@ -549,30 +602,75 @@ impl Turns<'_> {
             // stored), or once gone (a holder before this one folded it).
             let delta_done = own_delta.is_none_or(|name| removable.contains(&name) || !deltas.contains(&name));
             if delta_done {
-                return Ok(last.clone().expect("set above"));
+                return Ok(last.clone());
             }
-            if let Some(held) = lease.as_ref().filter(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 4) {
-                let body = self.unique_name("holder-").into_bytes();
-                match self.patiently(|| self.exchange.replace(&self.lease(), &body, &held.tag))? {
-                    Some(tag) => *lease = Some(Lease { tag, renewed: self.world.now() }),
-                    // Taken over: whoever holds it now folds what is left, and gives it up.
-                    None => {
-                        *lease = None;
-                        return Ok(last.clone().expect("set above"));
-                    }
-                }
+            // Taken over: whoever holds it now folds what is left, and gives it up.
+            if lease.as_ref().is_some_and(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 4)
+                && !self.renew(lease, me)?
+            {
+                return Ok(last.clone());
             }
             attempt = 0;
         }
     }
 
-    /// After a PUT of this holder's own changes was refused: whether a try of it whose answer was
-    /// lost stored them after all (the version's note names holder `me`, as do the notes of the
-    /// next [`HOLDERS_NOTED`] versions). Asked at once, so that only a holder stalled right there
-    /// while that many versions were written could miss it.
-    fn stored_own(&self, me: &str) -> Result<bool, CommitError> {
+    /// Stores the lease again, so that waiters see it alive: false (and `lease` gone) when it was
+    /// taken over.
+    fn renew(&self, lease: &mut Option<Lease>, me: &str) -> Result<bool, CommitError> {
+        let Some(held) = lease.as_mut() else { return Ok(false) };
+        let body = lease::body(me, self.world.random(), &held.doubts);
+        match self.patiently(|| self.exchange.replace(&self.lease(), &body, &held.tag))? {
+            Some(tag) => {
+                (held.tag, held.renewed) = (tag, self.world.now());
+                Ok(true)
+            }
+            None => {
+                *lease = None;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Before a PUT over the version whose note is `note`: marks each holder in doubt that the
+    /// note names as stored, so that its name may leave the note, and settles it: its changes
+    /// are stored, and it stores nothing more ([`super::lease`]).
+    fn mark_stored(&self, held: &mut Lease, note: &str) -> Result<(), CommitError> {
+        let named = |d: &String| note.split(' ').any(|n| n == d.as_str());
+        let marking: Vec<&String> = held.doubts.iter().filter(|d| named(d)).collect();
+        let marked = each_at_once(self.world, &marking, |holder| {
+            self.patiently(|| self.exchange.create(&join(&self.dir, &format!("{STORED}{holder}")), b""))
+        });
+        for marked in marked {
+            marked?;
+        }
+        held.doubts.retain(|d| !named(d));
+        Ok(())
+    }
+
+    /// After a PUT of this holder's own changes, begun at `put_at`, was refused: whether a try of
+    /// it whose answer was lost stored them after all. The version's note names holder `me`, as
+    /// do the notes of the next [`HOLDERS_NOTED`] versions; the holder that took the lease over
+    /// left a [`STORED`] marker before that name left the note (read after the note, so that one
+    /// of the two is found). A marker no one read is removed once a delta's [`lifetime`] is past:
+    /// a holder stalled near that long cannot tell, and fails rather than apply its changes twice.
+    fn stored_own(&self, me: &str, put_at: Duration) -> Result<bool, CommitError> {
         let note = self.patiently(|| self.exchange.note(self.key))?;
-        Ok(note.is_some_and(|(_, note)| note.split(' ').any(|n| n == me)))
+        if note.is_some_and(|(_, note)| note.split(' ').any(|n| n == me)) {
+            return Ok(true);
+        }
+        let marker = join(&self.dir, &format!("{STORED}{me}"));
+        if self.patiently(|| self.exchange.tag(&marker))?.is_some() {
+            if let Err(e) = self.exchange.remove(&marker) {
+                log::warn!("{e}; removed once a delta's lifetime is past");
+            }
+            return Ok(true);
+        }
+        if self.since(put_at) > lifetime() / 4 {
+            let why = format!("stalled {:?} since its PUT, it cannot tell whether it was stored", self.since(put_at));
+            let source = std::io::Error::new(std::io::ErrorKind::TimedOut, why);
+            return Err(store::Error::Io { place: self.store.describe(self.key), source }.into());
+        }
+        Ok(false)
     }
 
     /// The shard's note, the exchange directory's names and the shard itself, read at once: the

@@ -95,9 +95,15 @@ impl Machine {
     fn put_with(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>> {
         let condition = self.condition(key, mode)?;
         let bytes = pieces.concat();
-        let put = self.ask(key, Class::Write, |server, now| {
+        let op = |server: &mut Server, now| {
             server.put(key, bytes.clone(), condition, note, now).map(|_| stamp(&server.objects[key]))
-        })?;
+        };
+        // A shard version (it carries a note) in doubt: stored, its answer lost, and the holder
+        // stalled for a minute, past a lease's time-out.
+        let put = match !note.is_empty() && self.sim.take_doubt(self.id) {
+            true => self.sim.in_doubt(self.id, Duration::from_secs(60), op),
+            false => self.ask(key, Class::Write, op)?,
+        };
         match put {
             Some(stamp) => Ok(Some(stamp)),
             None => Err(Error::Changed(self.describe(key))),

@@ -130,6 +130,8 @@ pub struct State {
     /// Past this server time the run is taken for endless and stopped.
     pub limit: Duration,
     pub endless: bool,
+    /// The machine whose next shard PUT is put in doubt ([`Sim::in_doubt`]).
+    pub doubt: Option<usize>,
 }
 
 pub struct Sim {
@@ -149,6 +151,7 @@ impl Sim {
             rates: Rates::default(),
             limit: Duration::from_secs(6 * 3600),
             endless: false,
+            doubt: None,
         };
         Sim { state: Mutex::new(state) }
     }
@@ -267,6 +270,28 @@ impl Sim {
         };
         st.machines[m].clock += latency;
         answer
+    }
+
+    /// Whether machine `m`'s request is the one to put in doubt (true once).
+    pub fn take_doubt(&self, m: usize) -> bool {
+        let mut st = self.state();
+        let doubted = st.doubt == Some(m);
+        if doubted {
+            st.doubt = None;
+        }
+        doubted
+    }
+
+    /// Machine `m`'s request in doubt: applied, its answer lost, and made again at once (that
+    /// answer is the one the machine gets); then the machine stalls for `stall`.
+    pub fn in_doubt<R>(&self, m: usize, stall: Duration, op: impl Fn(&mut Server, Duration) -> R) -> R {
+        let mut st = self.state();
+        st = self.yield_turn(st, m);
+        let now = st.now;
+        op(&mut st.server, now);
+        let again = op(&mut st.server, now);
+        st.machines[m].clock += stall;
+        again
     }
 
     /// Counts a request at the server's time; true when it is over the limit, answered 503 and

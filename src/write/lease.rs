@@ -1,0 +1,75 @@
+//! The lease of a shard that many machines commit into ([`super::shared_commit`]), and what its
+//! body carries from holder to holder: the holders in doubt.
+//!
+//! A holder whose PUT was stored but whose answer was lost finds out afterwards, from the shard's
+//! note, that it was stored: the note names the holders of the last few versions. Stalled long
+//! enough that the lease was taken over and later holders pushed its name out of the note, it
+//! could not tell, and would apply its changes again over newer writes. So a lease taken over
+//! names, after its holder, the holder it was taken from and that one's own doubts. Before each
+//! PUT, its holder marks every holder in doubt that the note of the version it read names with a
+//! `stored-<holder>` object (so the name may then leave the note), which settles that one (its
+//! changes are stored; it makes no PUT after one stored). Once one of its own PUTs is stored, the
+//! rest are settled too (a holder the note did not name can no longer store anything: its PUT was
+//! over a version that is no longer there) and the lease is given up as usual. A lease whose
+//! doubts are not settled is left to expire, so that the next holder takes them over. A holder
+//! that finds its lease taken over removes its own marker, once done.
+
+use std::time::Duration;
+
+/// The lease's name in a shard's exchange directory.
+pub(super) const LEASE: &str = "lease";
+/// How the names of holders start (in leases and in shard versions' notes).
+pub(super) const HOLDER: &str = "holder-";
+/// How the names of waiters that hold the lease to fold their own delta start: never in doubt
+/// (their changes are in the delta, which the notes name).
+pub(super) const WAITER: &str = "waiter-";
+/// How the name of the marker of a holder in doubt whose PUT was stored starts (then its name).
+pub(super) const STORED: &str = "stored-";
+
+/// The lease as its holder last stored it.
+pub(super) struct Lease {
+    pub tag: String,
+    /// When, by [`crate::store::world::World::now`].
+    pub renewed: Duration,
+    /// Holders that held the lease before it was taken over, and whose last PUT may have been
+    /// stored with its answer lost; empty once settled.
+    pub doubts: Vec<String>,
+}
+
+/// The body of a lease held by `holder` with `doubts`; `nonce` makes each body (and so its
+/// version tag) one of a kind, so that a lease renewed is never taken for one unchanged.
+pub(super) fn body(holder: &str, nonce: u64, doubts: &[String]) -> Vec<u8> {
+    let mut body = format!("{holder} nonce-{nonce:016x}");
+    for doubt in doubts {
+        body.push(' ');
+        body.push_str(doubt);
+    }
+    body.into_bytes()
+}
+
+/// The doubts of a holder taking over the lease whose body is `body`: its holder, then that
+/// one's doubts.
+pub(super) fn inherited(body: &[u8]) -> Vec<String> {
+    let mut doubts: Vec<String> = Vec::new();
+    for name in String::from_utf8_lossy(body).split(' ').filter(|n| n.starts_with(HOLDER)) {
+        if !doubts.iter().any(|d| d == name) {
+            doubts.push(name.to_string());
+        }
+    }
+    doubts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_taken_over_passes_on_its_holder_and_its_doubts() {
+        let doubts = vec!["holder-1".to_string(), "holder-0".to_string()];
+        let taken = body("holder-2", 7, &doubts);
+        assert_eq!(inherited(&taken), ["holder-2", "holder-1", "holder-0"]);
+        assert_ne!(body("holder-2", 7, &[]), body("holder-2", 8, &[]));
+        assert_eq!(inherited(b"holder-3 nonce-00 holder-3"), ["holder-3"]);
+        assert!(inherited(b"").is_empty());
+    }
+}
