@@ -153,4 +153,27 @@ mod tests {
         assert_eq!(parse_url("s3://b/p"), None);
         assert_eq!(parse_url("https://example.com/p"), None);
     }
+
+    #[test]
+    fn container_urls_are_made_as_object_store_makes_them() {
+        let url = |builder: &MicrosoftAzureBuilder, store: &str, endpoint: Option<&str>, emulator| {
+            let options = AzureOptions { endpoint_url: endpoint.map(str::to_string) };
+            container_url(builder, store, "c", &options, emulator)
+        };
+        let bare = MicrosoftAzureBuilder::new();
+        let named = MicrosoftAzureBuilder::new().with_account("acct");
+        let pair = |a: &str, u: &str| Some((a.to_string(), u.to_string()));
+        assert_eq!(url(&bare, "az://c/p", None, false), None);
+        assert_eq!(url(&named, "az://c/p", None, false), pair("acct", "https://acct.blob.core.windows.net/c"));
+        assert_eq!(
+            url(&bare, "https://other.blob.core.windows.net/c/p", None, false),
+            pair("other", "https://other.blob.core.windows.net/c")
+        );
+        assert_eq!(
+            url(&bare, "az://c/p", Some("http://127.0.0.1:1/devstoreaccount1/"), true),
+            pair("devstoreaccount1", "http://127.0.0.1:1/devstoreaccount1/c")
+        );
+        let endpoint = named.clone().with_endpoint("https://acct.blob.core.usgovcloudapi.net".into());
+        assert_eq!(url(&endpoint, "az://c", None, false), pair("acct", "https://acct.blob.core.usgovcloudapi.net/c"));
+    }
 }

@@ -254,21 +254,18 @@ impl Extender for Blocks {
             self.copy_block(path, &block_id(), &bogus, 0..1),
         )
         .await;
-        let copies = match (own, other) {
-            (Ok(()), Err(Failed::Refused)) => true,
-            (Ok(()), _) => {
-                log::info!("the server copies blocks of any version, not only the one asked for; shards go up whole");
-                false
-            }
-            (Err(Failed::Refused), _) => {
-                log::info!("the server refuses to copy a block of the blob's own version; shards go up whole");
-                false
-            }
-            (Err(Failed::Other(e)), _) => {
-                log::info!("blocks cannot be copied from a blob's URL ({e}); shards go up whole");
-                false
+        let why = match (own, other) {
+            (Ok(()), Err(Failed::Refused)) => None,
+            (Ok(()), Ok(())) => Some("the server copies blocks of another version than the one asked for".to_string()),
+            (Err(Failed::Refused), _) => Some("the server refuses to copy a block of the version there".to_string()),
+            (Ok(()), Err(Failed::Other(e))) | (Err(Failed::Other(e)), _) => {
+                Some(format!("blocks cannot be copied from a blob's URL ({e})"))
             }
         };
+        if let Some(why) = &why {
+            log::info!("{why}; shards go up whole");
+        }
+        let copies = why.is_none();
         self.copies.store(copies, Ordering::Relaxed);
     }
 
