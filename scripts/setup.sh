@@ -140,12 +140,17 @@ fi
 make_venv target/venv-blz "$python311" "$python311: bloscpack 0.16.0 and bcolz-zipline 1.13.0" \
   'bloscpack==0.16.0' 'bcolz-zipline==1.13.0' 'numpy<2'
 
-# Azurite (a local Azure Blob Storage server) from npm, in target/azurite.
+# Azurite (a local Azure Blob Storage server) from npm, in target/azurite, patched by
+# scripts/azurite.patch (Put Block From URL, which it does not implement; see the patch's top).
+# The stamp names the patch's hash: a changed patch installs afresh, an install of before is
+# patched.
 command -v npm >/dev/null 2>&1 || apt_install nodejs npm
-stamp_azurite=target/azurite/.installed-azurite3.35.0
+stamp_azurite=target/azurite/.installed-azurite3.35.0-$(sha256sum scripts/azurite.patch | cut -c1-16)
 if [ ! -f "$stamp_azurite" ]; then
-  echo "setup: installing Azurite 3.35.0 (a local Azure Blob Storage server) with npm into target/azurite"
+  echo "setup: installing Azurite 3.35.0 (a local Azure Blob Storage server) with npm into target/azurite, patched"
+  rm -rf target/azurite
   mkdir -p target/azurite
   (cd target/azurite && npm install --no-audit --no-fund --silent 'azurite@3.35.0')
+  patch -s -p1 -d target/azurite/node_modules/azurite < scripts/azurite.patch
   touch "$stamp_azurite"
 fi

@@ -43,8 +43,10 @@
 //! thread (FUSE workers, the commands), never from inside the runtime.
 
 pub mod azure;
+mod azure_blocks;
 pub mod disk_cache;
 mod exchange;
+mod extender;
 pub mod fetch;
 pub mod gcs;
 pub mod http;
@@ -220,7 +222,10 @@ struct Shared {
     /// Plain files written here and not yet stored.
     staged: Staged,
     /// Large objects go up in parts (S3).
-    multipart: Option<multipart::Multipart>,
+    multipart: Option<Arc<multipart::Multipart>>,
+    /// New versions made of the old one's bytes copied inside the server, and new bytes (S3's
+    /// multipart uploads, Azure's blocks).
+    extender: Option<Arc<dyn extender::Extender>>,
     /// Held while a file is opened for writing, so that two opens of one file share one content.
     opening: Mutex<()>,
     /// Shown as every entry's owner: the user the daemon runs as.
@@ -277,6 +282,7 @@ impl BucketStore {
             too_large: Mutex::default(),
             staged: Staged::default(),
             multipart: None,
+            extender: None,
             opening: Mutex::default(),
             owner,
             keeps_notes: true.into(),
@@ -284,9 +290,19 @@ impl BucketStore {
         })))
     }
 
-    /// The same store, uploading large objects in parts with `multipart`.
+    /// The same store, uploading large objects in parts with `multipart`, and extending versions
+    /// with it.
     pub fn with_multipart(mut self, multipart: multipart::Multipart) -> Self {
-        Arc::get_mut(&mut self.0).expect("not shared yet").multipart = Some(multipart);
+        let multipart = Arc::new(multipart);
+        let shared = Arc::get_mut(&mut self.0).expect("not shared yet");
+        shared.multipart = Some(multipart.clone());
+        shared.extender = Some(multipart);
+        self
+    }
+
+    /// The same store, extending versions with Azure's blocks.
+    fn with_blocks(mut self, blocks: azure_blocks::Blocks) -> Self {
+        Arc::get_mut(&mut self.0).expect("not shared yet").extender = Some(Arc::new(blocks));
         self
     }
 
@@ -609,23 +625,24 @@ impl BucketStore {
         Ok(stamp)
     }
 
-    /// [`Store::can_keep`] in the bucket: S3 copies parts of 5 MiB or more of a version, where
-    /// its completions are conditional.
+    /// [`Store::can_keep`] in the bucket: where the service's [`extender::Extender`] found its
+    /// server copies versions' bytes under a condition (S3 parts of 5 MiB or more, Azure blocks).
     fn keeps(&self, kept: u64) -> bool {
-        self.0.multipart.as_ref().is_some_and(|m| m.completes_only_over() && kept >= multipart::PART as u64)
+        self.0.extender.as_ref().is_some_and(|e| e.keeps(kept))
     }
 
-    /// [`Store::put_extending`] in the bucket: a multipart upload copying the bytes kept (S3).
+    /// [`Store::put_extending`] in the bucket: the bytes kept copied inside the server (S3: a
+    /// multipart upload; Azure: blocks).
     fn extend(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
         self.writable(key)?;
-        let Some(multipart) = self.0.multipart.as_ref().filter(|m| m.completes_only_over()) else {
+        let Some(extender) = self.0.extender.as_ref().filter(|e| e.keeps(kept)) else {
             let why = "this server cannot extend a version of an object";
             let source = io::Error::new(io::ErrorKind::Unsupported, why);
             return Err(Error::Io { place: self.describe(key), source });
         };
         let e_tag = self.version_at(key, over)?.e_tag.ok_or_else(|| no_e_tag(&self.describe(key)))?;
         let size = kept + tail.iter().map(|p| p.len() as u64).sum::<u64>();
-        let extended = self.block_on(multipart.extend(&self.path(key), &e_tag, kept, tail, note));
+        let extended = self.block_on(extender.extend(&self.path(key), &e_tag, kept, tail, note));
         let extended = extended.map_err(|e| match e {
             multipart::Failed::Refused => {
                 self.0.metadata.forget(key);
@@ -1154,8 +1171,8 @@ impl Store for BucketStore {
             // `exchange`); a server that keeps none has them take turns by whole shards alone.
             let kept = scope
                 .spawn(|| self.head_with_attributes(&key).ok().flatten().map(|(_, a)| exchange::noted(&a) == "probe"));
-            if let (Some(multipart), Some(e_tag)) = (&self.0.multipart, &honoured.e_tag) {
-                self.block_on(multipart.probe(&path, e_tag));
+            if let (Some(extender), Some(e_tag)) = (&self.0.extender, &honoured.e_tag) {
+                self.block_on(extender.probe(&path, e_tag));
             }
             (
                 create.join().unwrap_or_else(|e| Err(lost(e))),

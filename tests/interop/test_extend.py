@@ -1,5 +1,6 @@
-"""Shard commits by server-side copy (src/write/extend.rs, src/store/bucket/multipart/extend.rs),
-against s3s-fs (patched as S3 behaves: scripts/s3s_fs.sh), mounted as a user would:
+"""Shard commits by server-side copy (src/write/extend.rs, src/store/bucket/multipart/extend.rs,
+src/store/bucket/azure_blocks.rs), against s3s-fs (patched as S3 behaves: scripts/s3s_fs.sh) and
+Azurite (patched with Put Block From URL: scripts/azurite.patch), mounted as a user would:
 
 - the S3 server itself: a part copied only from the version `x-amz-copy-source-if-match` names,
   a completion over another version refused, a part below 5 MiB anywhere but last refused; a
@@ -14,17 +15,26 @@ against s3s-fs (patched as S3 behaves: scripts/s3s_fs.sh), mounted as a user wou
 - a ranged GET of a replaced version answered 416 (a server that decides Range before If-Match):
   the version is read again, the writer's fsync succeeds;
 - eight daemons writing an eighth of every shard of 128 KiB chunks at once: no error at any
-  writer or unmount, nothing lost.
+  writer or unmount, nothing lost;
+- on Azure: the server copies into a block only the range and the version named, and refuses a
+  block list over another version; a commit into a shard of 5 MiB or more stores a version of two
+  blocks, the old bytes copied and the new ones sent (counted by `--metrics-address`: only the new
+  chunks and the index crossed the network), read back with zarr-python; eight daemons extending
+  the same two 6 MiB shards at once meet no error and lose nothing; the version being copied
+  replaced meanwhile, the commit reads the shard again and loses nothing.
 
 Runs in ``target/venv``; one case: ``target/venv/bin/python -m pytest tests/interop/test_extend.py -k 416``.
 """
 
+import base64
 import concurrent.futures
+import datetime
 import hashlib
 import os
 import struct
 import threading
 import time
+import urllib.request
 
 import boto3
 import botocore.exceptions
@@ -33,8 +43,10 @@ import obstore
 import pytest
 import shardfs
 import zarr
+from prometheus_client.parser import text_string_to_metric_families
 
-from object_stores import BUCKET, S3sFs, serving, url, zarr_store
+from object_stores import BUCKET, Azure, S3sFs, serving, url, zarr_store
+from ports import free_port
 from proxies import FaultProxy
 
 CHUNK = 256
@@ -289,3 +301,157 @@ def test_eight_daemons_writing_an_eighth_of_every_shard_meet_no_error(service, t
     for n in range(writers):
         log = (tmp_path / f"m{n}.log").read_text()
         assert "ERROR" not in log, log
+
+
+@pytest.fixture(scope="module")
+def azure(tmp_path_factory):
+    server = Azure()
+    with serving(server, tmp_path_factory.mktemp("azure-env")):
+        yield server
+
+
+def blob(azure, key):
+    from azure.storage.blob import BlobServiceClient
+
+    client = BlobServiceClient(azure.endpoint, credential={"account_name": Azure.ACCOUNT, "account_key": Azure.KEY})
+    return client.get_blob_client(BUCKET, key)
+
+
+def sent_bytes(metrics_address):
+    """What the daemon counted as sent to the store (`shardfs_store_sent_bytes_total`)."""
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics") as r:
+        for family in text_string_to_metric_families(r.read().decode()):
+            if family.name == "shardfs_store_sent_bytes":
+                return sum(sample.value for sample in family.samples)
+    raise AssertionError("no shardfs_store_sent_bytes_total")
+
+
+def test_azurite_copies_into_a_block_only_the_range_and_the_version_named(azure):
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import BlobBlock, BlobSasPermissions, generate_blob_sas
+
+    client = blob(azure, "copies/k")
+    data = os.urandom(PART + 1000)
+    version = client.upload_blob(data)["etag"]
+    sas = generate_blob_sas(Azure.ACCOUNT, BUCKET, "copies/k", account_key=Azure.KEY,
+                            permission=BlobSasPermissions(read=True),
+                            expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    source = f"{client.url}?{sas}"
+    ids = [base64.b64encode(b"%032d" % n).decode() for n in range(3)]
+    client.stage_block_from_url(ids[0], source, source_offset=10, source_length=PART,
+                                headers={"x-ms-source-if-match": version})
+    with pytest.raises(HttpResponseError) as refused:
+        client.stage_block_from_url(ids[1], source, source_offset=0, source_length=1,
+                                    headers={"x-ms-source-if-match": '"0x8D000000000000"'})
+    assert refused.value.status_code == 412
+    with pytest.raises(HttpResponseError) as refused:
+        client.stage_block_from_url(ids[1], source, source_offset=0, source_length=1,
+                                    headers={"x-ms-source-if-none-match": version})
+    assert refused.value.status_code == 412
+    client.stage_block(ids[2], b"tail")
+    client.commit_block_list([BlobBlock(ids[0]), BlobBlock(ids[2])], headers={"If-Match": version},
+                             metadata={"shardfsnote": "n"})
+    assert client.download_blob().readall() == data[10:10 + PART] + b"tail"
+    assert client.get_blob_properties().metadata == {"shardfsnote": "n"}
+    with pytest.raises(HttpResponseError) as refused:
+        client.stage_block(ids[2], b"tail")
+        client.commit_block_list([BlobBlock(ids[2])], headers={"If-Match": version})
+    assert refused.value.status_code == 412
+    assert client.download_blob().readall() == data[10:10 + PART] + b"tail"
+
+
+def test_on_azure_a_commit_into_a_big_shard_copies_the_old_bytes_and_sends_only_its_new_chunks(azure, tmp_path):
+    make_array(azure, "big")
+    tiles = {(i, j): tile(4000 + i * SIDE + j) for i in range(SIDE) for j in range(SIDE)}
+    first = {k: v for k, v in tiles.items() if k[0] < 5}
+    metrics = f"127.0.0.1:{free_port()}"
+    (tmp_path / "m").mkdir()
+    with shardfs.mount(url(azure, "big"), tmp_path / "m", endpoint_url=azure.endpoint,
+                       log_file=tmp_path / "m.log", metrics_address=metrics) as mnt:
+        # Below 5 MiB each commit writes the shard whole (one Put Blob: no blocks); from 5 MiB on
+        # it extends it.
+        write_chunks(mnt, {k: v for k, v in first.items() if k[0] < 2})
+        assert len(shard_bytes(azure, "big")) < PART
+        write_chunks(mnt, {k: v for k, v in first.items() if k[0] >= 2})
+        before = shard_bytes(azure, "big")
+        assert len(before) >= PART
+        assert blob(azure, "big/c/0/0").get_block_list("committed")[0] == []
+        check(azure, "big", first)
+        sent = sent_bytes(metrics)
+        write_chunks(mnt, {k: v for k, v in tiles.items() if k[0] >= 5})
+        sent = sent_bytes(metrics) - sent
+        after = shard_bytes(azure, "big")
+        kept = len(before) - INDEX
+        # Two blocks: the old chunk bytes copied inside the server, untouched, and the new ones.
+        blocks = blob(azure, "big/c/0/0").get_block_list("committed")[0]
+        assert [b.size for b in blocks] == [kept, len(after) - kept]
+        assert after[:kept] == before[:kept]
+        assert len(after) == kept + 3 * SIDE * CHUNK * CHUNK * 2 + 16 + INDEX  # 16: the nonce
+        # What crossed the network: the new block, and the few small objects of the commit's turn
+        # (its lease), not the 5 MiB kept.
+        assert len(after) - kept <= sent < len(after) - kept + (64 << 10), (sent, len(after) - kept)
+        check(azure, "big", tiles)
+    check(azure, "big", tiles)
+
+
+def test_on_azure_eight_daemons_extending_the_same_shards_at_once_lose_nothing(azure, tmp_path):
+    shards = (1, 2)
+    array = make_array(azure, "eighths", shards)
+    tiles = {(i, j): tile(8000 + i * 64 + j) for i in range(SIDE) for j in range(SIDE * shards[1])}
+    # Six rows of each shard written directly: 6 MiB, so that every commit below extends it.
+    array[:6 * CHUNK, :] = np.vstack([np.hstack([tiles[i, j] for j in range(SIDE * shards[1])]) for i in range(6)])
+    writers = 8
+    ready = threading.Barrier(writers)
+
+    def machine(writer):
+        mnt = tmp_path / f"m{writer}"
+        mnt.mkdir()
+        with shardfs.mount(url(azure, "eighths"), mnt, endpoint_url=azure.endpoint,
+                           log_file=tmp_path / f"m{writer}.log") as view:
+            ready.wait(timeout=120)
+            # Column `writer` of rows 6 and 7 of every shard: each shard is extended by all eight.
+            write_chunks(view, {(i, j): t for (i, j), t in tiles.items() if i >= 6 and j % SIDE == writer})
+
+    with concurrent.futures.ThreadPoolExecutor(writers) as pool:
+        for done in [pool.submit(machine, w) for w in range(writers)]:
+            done.result(timeout=300)
+    for s in range(shards[1]):
+        check(azure, "eighths", {(i, j - s * SIDE): t for (i, j), t in tiles.items() if j // SIDE == s},
+              key=f"c/0/{s}", origin=(0, s * SIDE))
+        # The last commit extended the shard: the old bytes copied, the new ones sent.
+        assert len(blob(azure, f"eighths/c/0/{s}").get_block_list("committed")[0]) == 2
+    left = [m["path"] for batch in obstore.list(azure.objects(), prefix="eighths/__shardfs/") for m in batch]
+    assert [k for k in left if "/delta-" in k or k.endswith("/lease")] == []
+    for n in range(writers):
+        log = (tmp_path / f"m{n}.log").read_text()
+        assert "ERROR" not in log, log
+
+
+def test_on_azure_a_copy_whose_version_was_replaced_meanwhile_is_read_again_and_loses_nothing(azure, tmp_path):
+    array = make_array(azure, "raced")
+    tiles = {(i, j): tile(6000 + i * SIDE + j) for i in range(SIDE) for j in range(SIDE)}
+    array[:6 * CHUNK, :] = np.vstack([np.hstack([tiles[i, j] for j in range(SIDE)]) for i in range(6)])
+    proxy = FaultProxy(f"http://127.0.0.1:{azure.port}")
+    (tmp_path / "m").mkdir()
+    try:
+        with shardfs.mount(url(azure, "raced"), tmp_path / "m", endpoint_url=f"{proxy.endpoint}/{Azure.ACCOUNT}",
+                           log_file=tmp_path / "m.log", verbose=True) as mnt:
+            # The first block staged (the copy of the version read, or the new bytes sent beside
+            # it) waits while zarr-python replaces the shard directly: the copy is refused, or the
+            # block list committed over the version read.
+            proxy.control([{"method": "PUT", "query": "comp=block&", "fault": "stall", "seconds": 3, "times": 1}])
+            committing = threading.Thread(target=write_chunks, args=(mnt, {(6, j): tiles[6, j] for j in range(SIDE)}))
+            committing.start()
+            proxy.wait_applied(0)
+            direct = tile(7000)
+            array[7 * CHUNK:8 * CHUNK, 0:CHUNK] = direct
+            committing.join(timeout=60)
+            assert not committing.is_alive()
+            assert proxy.control()["applied"] == [1]
+        expected = {k: v for k, v in tiles.items() if k[0] < 7}
+        expected[7, 0] = direct
+        check(azure, "raced", expected)
+        # The version stored was made by blocks again, over the one zarr-python wrote.
+        assert len(blob(azure, "raced/c/0/0").get_block_list("committed")[0]) == 2
+    finally:
+        proxy.stop()

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::{ClientConfigKey, ObjectStoreScheme};
 
+use super::azure_blocks::Blocks;
 use super::{Abilities, BucketStore, Caching, Service};
 
 /// Azurite's account and its key, published by Microsoft for every emulator install.
@@ -74,6 +75,7 @@ pub fn open(url: &str, options: &AzureOptions, caching: Caching) -> Result<Bucke
         let account = builder.get_config_value(&AzureConfigKey::AccountName).unwrap_or_default();
         disk.server = format!("{account}@{}", options.endpoint_url.as_deref().unwrap_or("azure"));
     }
+    let account_and_container = container_url(&builder, url, &container, options, emulator);
     let objects = builder
         .with_retry(super::retry())
         .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), "30s")
@@ -81,8 +83,12 @@ pub fn open(url: &str, options: &AzureOptions, caching: Caching) -> Result<Bucke
         .build()
         .map_err(|e| format!("{url}: {}", super::one_line(&e)))?;
     let store_url = format!("az://{container}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
-    let store = BucketStore::of_service(SERVICE, Arc::new(objects), &prefix, &store_url, caching)
+    let objects = Arc::new(objects);
+    let mut store = BucketStore::of_service(SERVICE, objects.clone(), &prefix, &store_url, caching)
         .map_err(|e| format!("{url}: {e}"))?;
+    if let Some((account, container_url)) = account_and_container {
+        store = store.with_blocks(Blocks::new(objects, &account, &container_url).map_err(|e| format!("{url}: {e}"))?);
+    }
     let keys_given = emulator
         || ["AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_TOKEN"]
             .iter()
@@ -99,6 +105,40 @@ pub fn open(url: &str, options: &AzureOptions, caching: Caching) -> Result<Bucke
         .map(|()| store)
 }
 
+/// The account and the container's URL, as object_store's builder makes them (which it does not
+/// tell): for the requests it has none of ([`Blocks`]). `None` where the account is not known
+/// here; a URL made wrong here only fails the probe of [`Blocks`], and shards are written whole.
+fn container_url(
+    builder: &MicrosoftAzureBuilder,
+    url: &str,
+    container: &str,
+    options: &AzureOptions,
+    emulator: bool,
+) -> Option<(String, String)> {
+    // The URL's host names the account (`ACCOUNT.blob.core.windows.net`, `FS@ACCOUNT.dfs...`) over
+    // any setting, as in object_store; the short forms' host is the container.
+    let parsed = url::Url::parse(url).ok()?;
+    let from_host = parsed.host_str().filter(|h| h.contains('.')).and_then(|h| h.split('.').next()).map(str::to_string);
+    let setting = builder.get_config_value(&AzureConfigKey::AccountName);
+    if let Some(endpoint) = &options.endpoint_url {
+        let account = from_host.or(setting).unwrap_or_else(|| EMULATOR_ACCOUNT.to_string());
+        return Some((account, format!("{}/{container}", endpoint.trim_end_matches('/'))));
+    }
+    if emulator {
+        let account = setting.unwrap_or_else(|| EMULATOR_ACCOUNT.to_string());
+        let server = std::env::var("AZURITE_BLOB_STORAGE_URL").unwrap_or_else(|_| "http://127.0.0.1:10000".into());
+        return Some((account.clone(), format!("{}/{account}/{container}", server.trim_end_matches('/'))));
+    }
+    let account = from_host.or(setting)?;
+    let fabric = builder.get_config_value(&AzureConfigKey::UseFabricEndpoint).is_some_and(|v| v == "true");
+    let service = match builder.get_config_value(&AzureConfigKey::Endpoint) {
+        Some(endpoint) => endpoint.trim_end_matches('/').to_string(),
+        None if fabric => format!("https://{account}.blob.fabric.microsoft.com"),
+        None => format!("https://{account}.blob.core.windows.net"),
+    };
+    Some((account, format!("{service}/{container}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +152,28 @@ mod tests {
         assert_eq!(parse_url("https://acct.blob.core.windows.net/c/p/q"), parts("c", "p/q"));
         assert_eq!(parse_url("s3://b/p"), None);
         assert_eq!(parse_url("https://example.com/p"), None);
+    }
+
+    #[test]
+    fn container_urls_are_made_as_object_store_makes_them() {
+        let url = |builder: &MicrosoftAzureBuilder, store: &str, endpoint: Option<&str>, emulator| {
+            let options = AzureOptions { endpoint_url: endpoint.map(str::to_string) };
+            container_url(builder, store, "c", &options, emulator)
+        };
+        let bare = MicrosoftAzureBuilder::new();
+        let named = MicrosoftAzureBuilder::new().with_account("acct");
+        let pair = |a: &str, u: &str| Some((a.to_string(), u.to_string()));
+        assert_eq!(url(&bare, "az://c/p", None, false), None);
+        assert_eq!(url(&named, "az://c/p", None, false), pair("acct", "https://acct.blob.core.windows.net/c"));
+        assert_eq!(
+            url(&bare, "https://other.blob.core.windows.net/c/p", None, false),
+            pair("other", "https://other.blob.core.windows.net/c")
+        );
+        assert_eq!(
+            url(&bare, "az://c/p", Some("http://127.0.0.1:1/devstoreaccount1/"), true),
+            pair("devstoreaccount1", "http://127.0.0.1:1/devstoreaccount1/c")
+        );
+        let endpoint = named.clone().with_endpoint("https://acct.blob.core.usgovcloudapi.net".into());
+        assert_eq!(url(&endpoint, "az://c", None, false), pair("acct", "https://acct.blob.core.usgovcloudapi.net/c"));
     }
 }

@@ -391,7 +391,7 @@ async fn put_part(
 }
 
 /// Bytes `start..end` of `pieces` laid back to back.
-fn gather(pieces: &[&[u8]], start: usize, end: usize) -> Bytes {
+pub(super) fn gather(pieces: &[&[u8]], start: usize, end: usize) -> Bytes {
     let mut out = Vec::with_capacity(end - start);
     let mut at = 0;
     for piece in pieces {

@@ -14,6 +14,7 @@ use object_store::PutResult;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 
+use super::super::extender::Extender;
 use super::super::metered::timed;
 use super::{Condition, Failed, Multipart, PART, gather, put_part, tag};
 
@@ -144,6 +145,30 @@ impl Multipart {
             .push(&self.bucket)
             .extend(path.parts());
         Ok(url.path().trim_start_matches('/').to_string())
+    }
+}
+
+/// S3's way: the multipart upload above; `Multipart::probe` asks about completions under
+/// conditions and copies of parts at once.
+#[async_trait::async_trait]
+impl Extender for Multipart {
+    async fn probe(&self, path: &Path, e_tag: &str) {
+        Multipart::probe(self, path, e_tag).await
+    }
+
+    fn keeps(&self, kept: u64) -> bool {
+        self.completes_only_over() && kept >= PART as u64
+    }
+
+    async fn extend(
+        &self,
+        path: &Path,
+        e_tag: &str,
+        kept: u64,
+        tail: &[&[u8]],
+        note: &str,
+    ) -> Result<PutResult, Failed> {
+        Multipart::extend(self, path, e_tag, kept, tail, note).await
     }
 }
 
