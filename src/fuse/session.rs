@@ -84,8 +84,8 @@ pub fn mount(fs: ShardFs, mountpoint: &std::path::Path, settings: &MountSettings
     let ended = SessionEnd::default();
     let session = fuser::Session::new(Fuse(fs.clone(), false, ended.clone()), mountpoint, &config)
         .map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;
-    let device = std::os::fd::AsFd::as_fd(&session);
-    let device = watcher::clone_device(device)
+    let device = session
+        .clone_device()
         .map_err(|e| log::warn!("no clone of /dev/fuse for the watcher's invalidations: {e}"))
         .ok();
     let session = session.spawn().map_err(|e| format!("{}: cannot mount: {e}", mountpoint.display()))?;

@@ -14,7 +14,8 @@
 //! ends. A call still queued when the daemon died is not ended so; the daemon's guard
 //! (`mount::guard`) aborts the connection for those.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -127,18 +128,26 @@ enum Channel {
     Shared(Notifier),
 }
 
-impl Channel {
-    fn inval_entry(&self, parent: INodeNo, name: &std::ffi::OsStr) -> std::io::Result<()> {
+/// One invalidation: of a name in a directory, or of an inode's attributes and pages.
+enum Notice {
+    Entry(INodeNo, OsString),
+    Inode(INodeNo, i64, i64),
+}
+
+impl Notice {
+    fn send(self, notifier: &Notifier) -> std::io::Result<()> {
         match self {
-            Channel::Apart(notices) => notices.send(inval_entry_message(parent.0, name)),
-            Channel::Shared(notifier) => notifier.inval_entry(parent, name),
+            Notice::Entry(parent, name) => notifier.inval_entry(parent, &name),
+            Notice::Inode(ino, offset, len) => notifier.inval_inode(ino, offset, len),
         }
     }
+}
 
-    fn inval_inode(&self, ino: INodeNo, offset: i64, len: i64) -> std::io::Result<()> {
+impl Channel {
+    fn send(&self, notice: Notice) -> std::io::Result<()> {
         match self {
-            Channel::Apart(notices) => notices.send(inval_inode_message(ino.0, offset, len)),
-            Channel::Shared(notifier) => notifier.inval_inode(ino, offset, len),
+            Channel::Apart(notices) => notices.send(notice),
+            Channel::Shared(notifier) => notice.send(notifier),
         }
     }
 }
@@ -148,22 +157,22 @@ impl Channel {
 /// descriptor it opened would exist in its table alone, and the logger's (or syslog's, reopened
 /// there) would then name nothing, or another file, in every other thread.
 struct Notices {
-    messages: Option<mpsc::Sender<Vec<u8>>>,
+    messages: Option<mpsc::Sender<Notice>>,
     answers: mpsc::Receiver<std::io::Result<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Notices {
     fn start(device: OwnedFd) -> std::io::Result<Notices> {
-        let (messages, to_write) = mpsc::channel::<Vec<u8>>();
+        let (messages, to_write) = mpsc::channel::<Notice>();
         let (answer, answers) = mpsc::channel();
         let raw = device.as_raw_fd();
         let thread = std::thread::Builder::new().name("shardfs-notify".into()).spawn(move || {
             let Ok(()) = answer.send(table_of_its_own(raw)) else { return };
             // SAFETY: `raw` is open in this thread's table alone, where nothing else owns it.
-            let device = unsafe { OwnedFd::from_raw_fd(raw) };
-            for message in to_write {
-                if answer.send(write_message(device.as_fd(), &message)).is_err() {
+            let notifier = Notifier::from_device(unsafe { OwnedFd::from_raw_fd(raw) });
+            for notice in to_write {
+                if answer.send(notice.send(&notifier)).is_err() {
                     return;
                 }
             }
@@ -175,9 +184,9 @@ impl Notices {
         ready.map(|()| notices)
     }
 
-    fn send(&self, message: Vec<u8>) -> std::io::Result<()> {
+    fn send(&self, notice: Notice) -> std::io::Result<()> {
         let gone = || std::io::Error::from_raw_os_error(libc::ENODEV);
-        self.messages.as_ref().ok_or_else(gone)?.send(message).map_err(|_| gone())?;
+        self.messages.as_ref().ok_or_else(gone)?.send(notice).map_err(|_| gone())?;
         self.answers.recv().map_err(|_| gone())?
     }
 }
@@ -210,70 +219,17 @@ fn table_of_its_own(keep: libc::c_int) -> std::io::Result<()> {
     Ok(())
 }
 
-/// FUSE_NOTIFY_INVAL_ENTRY, as the kernel reads it (fuse_kernel.h): the out header (length, the
-/// notification's code in place of an error, unique 0), parent, name length, flags, the name and
-/// a NUL.
-fn inval_entry_message(parent: u64, name: &std::ffi::OsStr) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = name.as_bytes();
-    let mut body = Vec::with_capacity(16 + name.len() + 1);
-    body.extend_from_slice(&parent.to_ne_bytes());
-    body.extend_from_slice(&(name.len() as u32).to_ne_bytes());
-    body.extend_from_slice(&0u32.to_ne_bytes());
-    body.extend_from_slice(name);
-    body.push(0);
-    notification(3, &body)
-}
-
-/// FUSE_NOTIFY_INVAL_INODE: the inode, then the offset and length of the pages to drop.
-fn inval_inode_message(ino: u64, offset: i64, len: i64) -> Vec<u8> {
-    let mut body = Vec::with_capacity(24);
-    body.extend_from_slice(&ino.to_ne_bytes());
-    body.extend_from_slice(&offset.to_ne_bytes());
-    body.extend_from_slice(&len.to_ne_bytes());
-    notification(2, &body)
-}
-
-fn notification(code: i32, body: &[u8]) -> Vec<u8> {
-    let mut message = Vec::with_capacity(16 + body.len());
-    message.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
-    message.extend_from_slice(&code.to_ne_bytes());
-    message.extend_from_slice(&0u64.to_ne_bytes());
-    message.extend_from_slice(body);
-    message
-}
-
-/// One notification, in one write as /dev/fuse requires.
-fn write_message(device: BorrowedFd, message: &[u8]) -> std::io::Result<()> {
-    // SAFETY: a valid descriptor and a buffer of `message.len()` bytes.
-    let written = unsafe { libc::write(device.as_raw_fd(), message.as_ptr().cast(), message.len()) };
-    if written < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
-}
-
-/// A clone of the session's /dev/fuse (FUSE_DEV_IOC_CLONE) for [`Notices`].
-pub fn clone_device(session: BorrowedFd) -> std::io::Result<OwnedFd> {
-    let device = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
-    let mut source = u32::try_from(session.as_raw_fd()).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
-    // _IOR(229, 0, uint32_t)
-    const FUSE_DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
-    // SAFETY: the clone ioctl reads one u32, the source descriptor, from the pointer given.
-    if unsafe { libc::ioctl(device.as_raw_fd(), FUSE_DEV_IOC_CLONE as _, &mut source) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(device.into())
-}
-
 /// Tells the kernel one inode is out of date; false when the connection is gone.
 fn invalidate(notifier: &Channel, stale: &crate::fs::Stale) -> bool {
     let mut results = Vec::with_capacity(2);
     if let Some((parent, name)) = &stale.entry {
-        results.push(notifier.inval_entry(INodeNo(*parent), name.as_ref()));
+        results.push(notifier.send(Notice::Entry(INodeNo(*parent), name.into())));
     }
     match stale.content {
         Dropped::Nothing => {}
         // A negative offset: the attributes alone.
-        Dropped::Attributes => results.push(notifier.inval_inode(INodeNo(stale.ino), -1, 0)),
-        Dropped::Everything => results.push(notifier.inval_inode(INodeNo(stale.ino), 0, 0)),
+        Dropped::Attributes => results.push(notifier.send(Notice::Inode(INodeNo(stale.ino), -1, 0))),
+        Dropped::Everything => results.push(notifier.send(Notice::Inode(INodeNo(stale.ino), 0, 0))),
     }
     results.into_iter().all(|r| match r {
         // The kernel no longer caches it: nothing to invalidate.

@@ -65,22 +65,18 @@ impl Channel {
     /// Requires Linux 4.5+. Returns an error on older kernels or non-Linux.
     #[cfg(target_os = "linux")]
     pub(crate) fn clone_fd(&self) -> io::Result<Channel> {
-        use std::os::fd::AsRawFd;
-
-        let new_dev = DevFuse::open()?;
-
-        let mut source_fd = self.0.as_raw_fd() as u32;
-        // SAFETY: fuse_dev_ioc_clone is a valid ioctl for /dev/fuse
-        unsafe {
-            crate::ll::ioctl::fuse_dev_ioc_clone(new_dev.as_raw_fd(), &mut source_fd)?;
-        }
-
-        Ok(Channel::new(Arc::new(new_dev)))
+        Ok(Channel::new(Arc::new(DevFuse::clone_of(self.as_fd())?)))
     }
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct ChannelSender(Arc<DevFuse>);
+
+impl AsFd for ChannelSender {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
 
 impl ChannelSender {
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {

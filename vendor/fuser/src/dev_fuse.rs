@@ -32,4 +32,17 @@ impl DevFuse {
             .open(Self::PATH)
             .map(Self)
     }
+
+    /// A new descriptor of the connection `source` (a `/dev/fuse` descriptor) is of, by the
+    /// `FUSE_DEV_IOC_CLONE` ioctl (Linux 4.5+).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn clone_of(source: BorrowedFd<'_>) -> io::Result<Self> {
+        let new_dev = Self::open()?;
+        let mut source_fd = source.as_raw_fd() as u32;
+        // SAFETY: fuse_dev_ioc_clone is a valid ioctl for /dev/fuse
+        unsafe {
+            crate::ll::ioctl::fuse_dev_ioc_clone(new_dev.as_raw_fd(), &mut source_fd)?;
+        }
+        Ok(new_dev)
+    }
 }

@@ -3,9 +3,15 @@ use std::convert::TryInto;
 #[allow(unused)]
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
+use std::os::fd::BorrowedFd;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use crate::INodeNo;
+use crate::channel::Channel;
 use crate::channel::ChannelSender;
+use crate::dev_fuse::DevFuse;
 use crate::ll::fuse_abi::fuse_notify_code as notify_code;
 use crate::ll::notify::Notification;
 
@@ -52,9 +58,24 @@ impl std::fmt::Debug for PollNotifier {
 #[derive(Debug, Clone)]
 pub struct Notifier(ChannelSender);
 
+impl AsFd for Notifier {
+    /// The `/dev/fuse` descriptor notifications are written to.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 impl Notifier {
     pub(crate) fn new(cs: ChannelSender) -> Self {
         Self(cs)
+    }
+
+    /// A notifier that writes to `device`, a descriptor of a session's `/dev/fuse` of its own
+    /// (see `Session::clone_device`), rather than to the session's: a thread that keeps only
+    /// that descriptor in a file table of its own can then notify without holding the
+    /// session's open.
+    pub fn from_device(device: OwnedFd) -> Self {
+        Self(Channel::new(Arc::new(DevFuse(device.into()))).sender())
     }
 
     /// Notify poll clients of I/O readiness
@@ -126,5 +147,43 @@ impl Notifier {
     /// capable of encoding.
     fn too_big_err(tfie: std::num::TryFromIntError) -> io::Error {
         io::Error::new(io::ErrorKind::Other, format!("Data too large: {tfie:?}"))
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::ffi::OsStr;
+    use std::io::Read;
+
+    use super::Notifier;
+    use crate::INodeNo;
+
+    #[test]
+    fn a_notifier_from_a_device_writes_each_notification_there_in_one_message() {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let notifier = Notifier::from_device(writer.into());
+        notifier.inval_entry(INodeNo(7), OsStr::new("ab")).unwrap();
+        notifier.inval_inode(INodeNo(9), 4096, -1).unwrap();
+        drop(notifier);
+        let mut written = Vec::new();
+        reader.read_to_end(&mut written).unwrap();
+        // fuse_out_header (length, the notification's code in place of an error, unique 0), then
+        // fuse_notify_inval_entry_out (parent, name length, flags) and the name with a NUL, or
+        // fuse_notify_inval_inode_out (inode, offset, length).
+        let mut expected = Vec::new();
+        expected.extend_from_slice(&35u32.to_ne_bytes());
+        expected.extend_from_slice(&3i32.to_ne_bytes());
+        expected.extend_from_slice(&0u64.to_ne_bytes());
+        expected.extend_from_slice(&7u64.to_ne_bytes());
+        expected.extend_from_slice(&2u32.to_ne_bytes());
+        expected.extend_from_slice(&0u32.to_ne_bytes());
+        expected.extend_from_slice(b"ab\0");
+        expected.extend_from_slice(&40u32.to_ne_bytes());
+        expected.extend_from_slice(&2i32.to_ne_bytes());
+        expected.extend_from_slice(&0u64.to_ne_bytes());
+        expected.extend_from_slice(&9u64.to_ne_bytes());
+        expected.extend_from_slice(&4096i64.to_ne_bytes());
+        expected.extend_from_slice(&(-1i64).to_ne_bytes());
+        assert_eq!(written, expected);
     }
 }

@@ -493,6 +493,15 @@ impl<FS: Filesystem> Session<FS> {
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
     }
+
+    /// A new descriptor of this session's `/dev/fuse` (`FUSE_DEV_IOC_CLONE`, Linux 4.5+), for a
+    /// [`Notifier::from_device`] that must not hold the session's own descriptor.
+    #[cfg(target_os = "linux")]
+    pub fn clone_device(&self) -> io::Result<std::os::fd::OwnedFd> {
+        Ok(crate::dev_fuse::DevFuse::clone_of(self.ch.as_fd())?
+            .0
+            .into())
+    }
 }
 
 #[derive(Debug)]
