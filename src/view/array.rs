@@ -155,3 +155,22 @@ impl ShardedArray {
         !name.is_empty() && (enc.decode(name, self.rank()).is_some() || enc.decode_dir(name, self.rank()).is_some())
     }
 }
+
+/// A sharded array `a` of `shape` uint8 in chunks of `chunks`, shards of `shards`, its chunks and
+/// index bytes alone (for tests).
+#[cfg(test)]
+pub(crate) fn test_array(shape: &[u64], chunks: &[u64], shards: &[u64]) -> ShardedArray {
+    use crate::format::metadata::interpret;
+    use crate::format::source::Interpretation;
+    let doc = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": shards}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": chunks,
+            "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]}}]
+    });
+    let Interpretation::ShardedArray { array, .. } = interpret(&serde_json::to_vec(&doc).unwrap()) else {
+        panic!("a sharded array")
+    };
+    ShardedArray::new("a", array)
+}

@@ -164,23 +164,7 @@ fn coords_of(mut place: u64, shape: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::metadata::interpret;
-    use crate::format::source::Interpretation;
-
-    /// A sharded array of `shape` in chunks of `chunks`, shards of `shards`.
-    fn array(shape: &[u64], chunks: &[u64], shards: &[u64]) -> ShardedArray {
-        let doc = serde_json::json!({
-            "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": shards}},
-            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
-            "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": chunks,
-                "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]}}]
-        });
-        let Interpretation::ShardedArray { array, .. } = interpret(&serde_json::to_vec(&doc).unwrap()) else {
-            panic!("a sharded array")
-        };
-        ShardedArray::new("a", array)
-    }
+    use crate::view::array::test_array as array;
 
     #[test]
     fn a_reader_going_on_in_order_has_the_next_shards_asked_for_once() {

@@ -497,6 +497,12 @@ struct ShardWalk<'w, 's> {
     indexes_only: bool,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// The innermost index entries [`ShardWalk::level`] went through on this thread.
+    static LEAF_ENTRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl ShardWalk<'_, '_> {
     /// Visits the chunks of the blob at `blob` on level `depth`; `None` means the blob is
     /// unreadable, so every chunk it may hold is damaged.
@@ -526,6 +532,8 @@ impl ShardWalk<'_, '_> {
             return ControlFlow::Continue(());
         }
         for entry in 0..levels[depth].index.entries {
+            #[cfg(test)]
+            LEAF_ENTRIES.with(|n| n.set(n.get() + u64::from(leaf)));
             let found = index.as_ref().map(|i| i.chunk(entry));
             let state = match found {
                 Some(Ok(None)) => continue,
@@ -580,5 +588,28 @@ mod tests {
         // A batch of entries starting again where the last one stopped asks again (the store
         // fetches what it does not hold yet).
         assert_eq!(indexes_ahead(20, true, 40), 20..36);
+    }
+
+    #[test]
+    fn listing_a_shards_chunks_goes_through_its_innermost_index_once() {
+        // The walk that reads a shard's indexes first stops above the innermost level: going
+        // through its every entry there too made `find` twice as slow (35f087a).
+        let array = crate::view::array::test_array(&[64], &[1], &[64]);
+        let dir = std::env::temp_dir().join(format!("shardfs-walk-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a/c")).unwrap();
+        let chunks: Vec<Option<[u8; 1]>> = (0..64).map(|i| Some([i as u8])).collect();
+        let shard = crate::format::shard_index::assemble_shard(&array.meta.sharding.levels[0].index, &chunks);
+        std::fs::write(dir.join("a/c/0"), shard).unwrap();
+        let store = crate::store::local::LocalStore::open(&dir).unwrap();
+        let shards = Shards::new(IndexCache::new(1 << 20));
+        let mut visited = 0;
+        LEAF_ENTRIES.with(|n| n.set(0));
+        let _ = shards.for_each_chunk_of(&store, &array, &[0], &[], &Sources::default(), |_, _, _| {
+            visited += 1;
+            ControlFlow::Continue(())
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(visited, 64);
+        assert_eq!(LEAF_ENTRIES.with(|n| n.get()), 64);
     }
 }
