@@ -22,10 +22,10 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
-use redis::{Connection, Script, Value};
+use redis::{Connection, Value};
 
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
-use tracking::Tracking;
+use tracking::{Tracking, ask_swaps};
 
 const STORE: &str = "Redis";
 
@@ -57,7 +57,6 @@ pub struct Redis {
     idle: Mutex<Vec<Connection>>,
     /// The connection every value is read, looked at and written through.
     tracking: Tracking,
-    sizes: Script,
 }
 
 impl std::fmt::Debug for Redis {
@@ -81,14 +80,7 @@ impl Redis {
         let client = redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
         let tracking = Tracking::new(client.get_connection_info(), TIMEOUT).map_err(|e| format!("{url}: {e}"))?;
         let name = if prefix == "zarr" { url.to_string() } else { format!("{url} (keys {prefix}:*)") };
-        let redis = Redis {
-            client,
-            name,
-            prefix: format!("{prefix}:"),
-            idle: Mutex::default(),
-            tracking,
-            sizes: Script::new(SIZES),
-        };
+        let redis = Redis { client, name, prefix: format!("{prefix}:"), idle: Mutex::default(), tracking };
         let mut connection = redis.connect().map_err(|e| format!("{url}: cannot reach the server: {e}"))?;
         redis::cmd("PING").query::<()>(&mut connection).map_err(|e| format!("{url}: {e}"))?;
         redis.idle.lock().push(connection);
@@ -146,7 +138,13 @@ impl Redis {
         for batch in keys.chunks(SCAN_COUNT) {
             self.tracking
                 .reading(|session| {
-                    let sizes: Vec<i64> = session.ask(|c| invoke(&self.sizes, batch, c))?;
+                    // EVAL rather than EVALSHA: in a transaction, a script the server does not
+                    // hold yet could not be sent again.
+                    let mut ask = redis::pipe();
+                    ask.atomic().cmd("EVAL").arg(SIZES).arg(batch.len()).arg(batch);
+                    ask_swaps(&mut ask);
+                    let (sizes, stats): (Vec<i64>, String) = session.ask(|c| ask.query(c))?;
+                    session.saw(&stats);
                     for (key, size) in batch.iter().zip(sizes) {
                         match (u64::try_from(size), key.strip_prefix(&self.prefix)) {
                             (Ok(size), Some(name)) => {
@@ -187,19 +185,6 @@ impl Redis {
         keys.dedup();
         Ok(keys)
     }
-}
-
-/// Runs `script` with `keys` as its keys.
-fn invoke<T: redis::FromRedisValue>(
-    script: &Script,
-    keys: &[String],
-    connection: &mut Connection,
-) -> redis::RedisResult<T> {
-    let mut invocation = script.prepare_invoke();
-    for key in keys {
-        invocation.key(key);
-    }
-    invocation.invoke(connection)
 }
 
 /// `text` as a SCAN pattern that matches only itself.
@@ -250,12 +235,15 @@ impl Database for Redis {
             Some(r) if r.start < r.end => ask.cmd("GETRANGE").arg(&whole).arg(r.start).arg(r.end - 1),
             Some(_) => &mut ask,
         };
+        ask_swaps(&mut ask);
         let (answer, version) = self
             .tracking
             .reading(|session| {
-                let answer: Option<Vec<Value>> = session.ask(|c| ask.query(c))?;
-                let version = match answer.as_deref() {
-                    Some([Value::SimpleString(kind), ..]) if kind == "string" => Some(session.version(&whole)),
+                let mut answer: Vec<Value> = session.ask(|c| ask.query(c))?;
+                let stats: String = redis::from_redis_value(answer.pop().unwrap_or(Value::Nil))?;
+                session.saw(&stats);
+                let version = match answer.as_slice() {
+                    [Value::SimpleString(kind), ..] if kind == "string" => Some(session.version(&whole)),
                     _ => {
                         session.forget(&whole);
                         None
@@ -264,7 +252,7 @@ impl Database for Redis {
                 Ok((answer, version))
             })
             .map_err(|e| self.fail(e))?;
-        let (Some(parts), Some(version)) = (answer, version) else { return Ok(None) };
+        let (parts, Some(version)) = (answer, version) else { return Ok(None) };
         let mut parts = parts.into_iter().skip(1);
         let (size, bytes) = match (parts.next(), parts.next()) {
             (Some(Value::Int(size)), Some(Value::BulkString(bytes))) => (size, Bytes::from(bytes)),
@@ -294,9 +282,14 @@ impl Database for Redis {
             .tracking
             .with(|session| {
                 if let Condition::At(version) = condition {
-                    // WATCH's reply comes after the invalidation of every change before it: the
-                    // version still known then is the value's, and EXEC fails on any change since.
-                    session.ask(|c| redis::cmd("WATCH").arg(&whole).query::<()>(c))?;
+                    // WATCH's reply comes after the invalidation of every change before it (and the
+                    // SWAPDBs counted after it take in any before it): the version still known
+                    // then is the value's, and EXEC fails on any change since.
+                    let mut watch = redis::pipe();
+                    watch.cmd("WATCH").arg(&whole).ignore();
+                    ask_swaps(&mut watch);
+                    let (stats,): (String,) = session.ask(|c| watch.query(c))?;
+                    session.saw(&stats);
                     if !session.is_at(&whole, version) {
                         session.ask(|c| redis::cmd("UNWATCH").query::<()>(c))?;
                         return Ok(Written::Changed);
@@ -311,11 +304,13 @@ impl Database for Redis {
                     set.arg("NX");
                 }
                 set.cmd("STRLEN").arg(&whole);
-                let done: Option<(Option<String>, u64)> = session.ask(|c| set.query(c))?;
+                ask_swaps(&mut set);
+                let done: Option<(Option<String>, u64, String)> = session.ask(|c| set.query(c))?;
                 Ok(match done {
                     None => Written::Changed,
-                    Some((None, _)) => Written::Exists,
-                    Some((Some(_), _)) => {
+                    Some((None, _, _)) => Written::Exists,
+                    Some((Some(_), _, stats)) => {
+                        session.saw(&stats);
                         session.forget(&whole);
                         Written::Done(session.version(&whole))
                     }
@@ -521,6 +516,34 @@ mod tests {
         assert!(ranged.unwrap().is_none());
         assert_eq!(database.list_all("").unwrap(), vec![("a".to_string(), known.clone())]);
         assert_eq!(database.entry("a").unwrap(), Some(known));
+    }
+
+    /// SWAPDB changes every value of the database without a word to the clients tracking them: the
+    /// SWAPDBs counted in each request forget every version.
+    #[test]
+    fn a_swapped_database_forgets_every_version() {
+        let Some(server) = Server::start() else { return };
+        let database = Redis::open(&server.url, "zarr").unwrap();
+        let mut other = server.other();
+        let zero = put(&database, "a", b"zero", &Condition::Any).unwrap();
+        assert_eq!(database.entry("a").unwrap(), Some(zero.clone()));
+        redis::cmd("SELECT").arg(1).query::<()>(&mut other).unwrap();
+        redis::cmd("SET").arg("zarr:a").arg("once").query::<()>(&mut other).unwrap();
+        redis::cmd("SWAPDB").arg(0).arg(1).query::<()>(&mut other).unwrap();
+        let (now, _, bytes) = read(&database, "a").unwrap().unwrap();
+        assert_eq!(bytes, &b"once"[..]);
+        assert_ne!(now.version, zero.version);
+        let stale = put(&database, "a", b"mine", &Condition::At(zero.version));
+        assert!(matches!(stale, Err(object_store::Error::Precondition { .. })));
+        // Swapped back: what a look or a listing knew is forgotten too.
+        redis::cmd("SWAPDB").arg(0).arg(1).query::<()>(&mut other).unwrap();
+        let back = database.entry("a").unwrap().unwrap();
+        assert_ne!(back.version, now.version);
+        // And a write at a version known before a swap fails.
+        redis::cmd("SWAPDB").arg(0).arg(1).query::<()>(&mut other).unwrap();
+        let stale = put(&database, "a", b"mine", &Condition::At(back.version));
+        assert!(matches!(stale, Err(object_store::Error::Precondition { .. })));
+        assert_eq!(read(&database, "a").unwrap().unwrap().2, &b"once"[..]);
     }
 
     /// The tracked connection killed: the versions it knew are forgotten, what changed meanwhile

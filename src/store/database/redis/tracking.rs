@@ -38,7 +38,11 @@
 //!   was killed under it fails: its reply never comes. The server's tracking table, when full
 //!   (`tracking-table-max-keys`), evicts keys with an invalidation each, so nothing is missed.
 //! - Not announced: SWAPDB, which swaps a database's keys beneath every client without an
-//!   invalidation (Redis 7.0, tried). A mount of a database swapped must be made again.
+//!   invalidation (Redis 7.0, tried). So every request that gives or checks a version also asks,
+//!   in the same transaction, how many SWAPDBs the server has run (`INFO commandstats`), and a
+//!   count other than the one seen last forgets every version. It is a count since the statistics
+//!   were last reset (`CONFIG RESETSTAT`): a reset followed by exactly as many SWAPDBs as were
+//!   counted before, between two requests of this connection, goes unseen.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, channel};
@@ -67,6 +71,8 @@ pub struct Session {
     /// The count of each key's version, for keys tracked since the read that gave it.
     known: HashMap<String, u64>,
     next: u64,
+    /// The SWAPDBs the server had run at the last look.
+    swaps: u64,
 }
 
 impl Tracking {
@@ -119,7 +125,8 @@ impl Tracking {
             return Err((redis::ErrorKind::Client, "INFO server names no run_id").into());
         };
         let origin = format!("{}.{id}", run.trim());
-        Ok(Session { connection, pushes, origin, known: HashMap::new(), next: 0 })
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut connection)?;
+        Ok(Session { connection, pushes, origin, known: HashMap::new(), next: 0, swaps: swaps(&stats) })
     }
 }
 
@@ -154,7 +161,18 @@ impl Session {
         }
     }
 
-    /// The version of the value at `key` (a whole Redis key), which the reply just asked for read.
+    /// Takes in `stats`, the `INFO commandstats` of the reply just read (asked for with
+    /// [`ask_swaps`]): every version is forgotten if a SWAPDB ran since the last look.
+    pub fn saw(&mut self, stats: &str) {
+        let now = swaps(stats);
+        if now != self.swaps {
+            self.known.clear();
+            self.swaps = now;
+        }
+    }
+
+    /// The version of the value at `key` (a whole Redis key), which the reply just asked for read,
+    /// with [`Session::saw`] given the SWAPDBs counted in the same transaction.
     pub fn version(&mut self, key: &str) -> String {
         let count = match self.known.get(key) {
             Some(&count) => count,
@@ -183,4 +201,15 @@ impl Session {
         };
         self.known.get(key).is_some_and(|&known| count.parse() == Ok(known))
     }
+}
+
+/// Adds to `pipe` the question [`Session::saw`] takes the answer of.
+pub fn ask_swaps(pipe: &mut redis::Pipeline) {
+    pipe.cmd("INFO").arg("commandstats");
+}
+
+/// The SWAPDBs counted in `stats` (`INFO commandstats`; none listed: none run).
+fn swaps(stats: &str) -> u64 {
+    let calls = stats.lines().find_map(|line| line.strip_prefix("cmdstat_swapdb:calls="));
+    calls.and_then(|rest| rest.split(',').next()?.parse().ok()).unwrap_or(0)
 }
