@@ -216,8 +216,7 @@ pub struct StoreArgs {
     #[arg(long)]
     pub no_sign_request: bool,
     /// How long an object store's listings and object versions are trusted before they are asked
-    /// for again, in milliseconds: changes by others show within this long. Default: 1000; for a
-    /// Redis database 30000 (each look at a value costs the server a hash of all of it).
+    /// for again, in milliseconds: changes by others show within this long. Default: 1000.
     #[arg(long, value_name = "MS")]
     pub metadata_ttl: Option<u64>,
     /// The memory the caches may use altogether (K, M, G): each cache's size defaults to its
@@ -304,7 +303,6 @@ impl StoreArgs {
             memory: self.memory(),
             key_prefix: self.key_prefix.clone(),
             table: self.table.clone(),
-            metadata_ttl_given: self.metadata_ttl.is_some(),
         }
     }
 }

@@ -64,7 +64,6 @@ fn main() {
             // must ask the store itself, not an object store's cached metadata.
             let mut address = store.address();
             address.caching.metadata_ttl = std::time::Duration::ZERO;
-            address.metadata_ttl_given = true;
             mount::open_store(address)
                 .and_then(|s| mount::check_zarr_format(&*s, *zarr_format).map(|()| s))
                 .and_then(|s| inspect::refs::refs_command(s, *zarr_format, &mut std::io::stdout().lock()))

@@ -49,9 +49,6 @@ pub struct StoreAddress {
     pub key_prefix: String,
     /// `--table`: the table of a PostgreSQL database that holds the Zarr keys.
     pub table: String,
-    /// `caching.metadata_ttl` was chosen (`--metadata-ttl`), not a default: a store whose looks
-    /// cost more (Redis) keeps its own default otherwise.
-    pub metadata_ttl_given: bool,
 }
 
 /// Which version of an Icechunk repository to show, and what it may read.
@@ -242,22 +239,15 @@ fn open_leveldb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, St
     Ok(Arc::new(Objects::mount(database, "LevelDB", &url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
-/// How long a Redis mount trusts versions and listings unless told (`--metadata-ttl`): each look
-/// at a value costs the server a hash of all of it, and the daemon looks again at every value the
-/// kernel holds pages of once per this long.
-const REDIS_METADATA_TTL: Duration = Duration::from_secs(30);
-
 /// Opens the Redis database at `url` (zarr-python 2's `RedisStore`, keys `--key-prefix`): its
-/// keys as they are. Versions and listings are trusted for `--metadata-ttl` ([`REDIS_METADATA_TTL`]
-/// unless given), and values are fetched
-/// ahead of readers (`--read-ahead-size`), as from an object store: each look and each read costs
-/// the server a hash of the value, so a value is better read in one request than in many.
+/// keys as they are. Versions and listings are trusted for `--metadata-ttl`, and values are
+/// fetched ahead of readers (`--read-ahead-size`), as from an object store: a value is better read
+/// in one request than in many.
 fn open_redis(url: &str, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     // An address made in code rather than from the command line has no prefix: RedisStore's.
     let prefix = if address.key_prefix.is_empty() { "zarr" } else { &address.key_prefix };
     let database = Redis::open(url, prefix)?;
-    let metadata_ttl = if address.metadata_ttl_given { address.caching.metadata_ttl } else { REDIS_METADATA_TTL };
-    let caching = Caching { metadata_ttl, disk: None, ..address.caching.clone() };
+    let caching = Caching { disk: None, ..address.caching.clone() };
     Ok(Arc::new(Objects::mount(database, "Redis", url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 

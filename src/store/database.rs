@@ -13,7 +13,8 @@
 //!   Debian's GNU dbm library.
 //! - [`kyoto`]: a Kyoto Cabinet hash or tree file's keys, through Debian's Kyoto Cabinet library.
 //! - [`leveldb`]: a LevelDB directory's keys, read and written through Debian's LevelDB library.
-//! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions checked in server-side scripts.
+//! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions known from the server's
+//!   invalidations of the values read (`CLIENT TRACKING`).
 //! - [`postgres`]: a PostgreSQL table `(key, value)`, versions the server's own row versions.
 //!
 //! A backend implements [`Database`]: entries with versions, ranged reads consistent with the

@@ -13,7 +13,10 @@ the peers themselves.
   disjoint chunks of them at once;
 - a database in another layout, locked, an LMDB environment py-lmdb holds open, or a Redis
   server that cannot be reached, is refused before mounting with one line naming it; a Redis server lost while mounted fails reads with EIO,
-  and the mount recovers when it is back.
+  and the mount recovers when it is back;
+- a Redis value another client changes is read new within the default --metadata-ttl (1 s), and
+  a Redis mount whose connections are killed (the server's invalidations to them lost) reads what
+  changed meanwhile, without an error.
 
 The Redis database is a real redis-server (the Debian package, started here on a port of its own,
 no persistence); each case has a key prefix of its own.
@@ -535,8 +538,8 @@ def test_another_process_writing_the_database_is_seen(database, shardfs_mount, t
         pytest.skip("py-lmdb cannot open an environment a mount holds (another LMDB lock format)")
     one_process_at_a_time(database)
     run_v2(database, V2_WRITER)
-    # A Redis or PostgreSQL mount trusts what it saw for --metadata-ttl (30 s and 1 s unless
-    # given); SQLite and LMDB look each time.
+    # A Redis or PostgreSQL mount trusts what it saw for --metadata-ttl (1 s unless given);
+    # SQLite and LMDB look each time.
     mnt = shardfs_mount(database.address, metadata_ttl=500, **database.options)
     before = (Path(mnt) / "ints/0.0").read_bytes()
     run_v2(database, 'zarr.open_array(store, path="ints")[0:30, 0:25] = -1')
@@ -605,6 +608,39 @@ def test_a_redis_server_lost_while_mounted_fails_reads_with_eio_and_the_mount_re
             assert (Path(mnt) / "ints/1.1").read_bytes() == values["ints/1.1"]
     finally:
         server.stop()
+
+
+def test_a_redis_value_another_client_changes_is_read_new_within_a_second(redis_server, shardfs_mount):
+    # The default --metadata-ttl (1 s): a look at a value costs the server no hash of it any more.
+    # Each new value has the old one's length, so only its version tells it apart.
+    database = Redis(redis_server)
+    run_v2(database, V2_WRITER)
+    mnt = shardfs_mount(database.address, read_only=True, **database.options)
+    path = Path(mnt) / "deep/floats/0.0"
+    before = path.read_bytes()
+    for round in range(1, 4):
+        after = bytes(b ^ round for b in before)
+        database.put("deep/floats/0.0", after)
+        time.sleep(1.2)
+        assert path.read_bytes() == after, round
+
+
+def test_a_redis_mount_whose_connections_are_killed_forgets_its_versions(redis_server, shardfs_mount):
+    # Invalidations sent to a killed connection are lost: what changed meanwhile must be read as it
+    # is, never as the version known before, and the mount goes on without an error.
+    database = Redis(redis_server)
+    run_v2(database, V2_WRITER)
+    mnt = shardfs_mount(database.address, read_only=True, **database.options)
+    path = Path(mnt) / "deep/floats/0.0"
+    before = path.read_bytes()
+    client = database.client()
+    assert client.client_kill_filter(_type="normal", skipme=True) >= 1
+    after = bytes(b ^ 0x5A for b in before)
+    client.set(f"{database.prefix}:deep/floats/0.0", after)
+    time.sleep(1.2)
+    assert path.read_bytes() == after
+    for key, value in database.items().items():
+        assert (Path(mnt) / key).read_bytes() == value, key
 
 
 def test_an_lmdb_environment_py_lmdb_holds_open_is_refused_naming_it(tmp_path):
