@@ -54,6 +54,7 @@ pub mod metadata;
 mod metered;
 pub mod multipart;
 mod requests;
+mod resend;
 mod revalidate;
 pub mod s3;
 pub mod staged;

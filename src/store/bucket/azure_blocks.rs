@@ -31,7 +31,6 @@ use object_store::signer::Signer;
 use object_store::{ClientOptions, PutResult};
 
 use super::extender::Extender;
-use super::metered::by_status;
 use super::multipart::{Failed, tag};
 use crate::metrics;
 
@@ -209,39 +208,14 @@ impl Blocks {
         self.send_for_e_tag(kind, make).await.map(|(status, text, _)| (status, text))
     }
 
-    /// Sends the request `make` makes, again while the network or the server fails (5xx): the
-    /// status, body and ETag of the first answer that is not such a failure.
+    /// Sends the request `make` makes ([`super::resend`]): the status, body and ETag of the
+    /// answer.
     async fn send_for_e_tag<F, R>(&self, kind: &'static str, make: F) -> Result<(u16, String, Option<String>), Failed>
     where
         F: Fn() -> R,
         R: std::future::Future<Output = Result<HttpRequest, Failed>>,
     {
-        let mut last = String::new();
-        for attempt in 0..super::TRIES as u32 {
-            if attempt > 0 {
-                tokio::time::sleep(crate::store::backoff(attempt)).await;
-            }
-            let request = make().await?;
-            let start = Instant::now();
-            let answered = self.http.execute(request).await;
-            let status = answered.as_ref().ok().map(|reply| reply.status().as_u16());
-            metrics::request(kind, by_status(status), start.elapsed());
-            let reply = match answered {
-                Ok(reply) => reply,
-                Err(e) => {
-                    last = e.to_string();
-                    continue;
-                }
-            };
-            let status = reply.status().as_u16();
-            let e_tag = reply.headers().get("etag").and_then(|v| v.to_str().ok()).map(str::to_string);
-            match reply.into_body().bytes().await {
-                Ok(_) if status >= 500 => last = format!("{status}"),
-                Ok(bytes) => return Ok((status, String::from_utf8_lossy(&bytes).into_owned(), e_tag)),
-                Err(e) => last = e.to_string(),
-            }
-        }
-        Err(Failed::Other(last))
+        super::resend::send(&self.http, kind, make).await.map(|answer| (answer.status, answer.text, answer.e_tag))
     }
 }
 

@@ -331,46 +331,14 @@ impl Multipart {
         Ok(request)
     }
 
-    /// Sends the request `make` makes, again while the network or the server fails (5xx, or an
-    /// error in a 200's body): the status and the body of the first answer that is not such a
-    /// failure. For requests that may be sent twice.
+    /// Sends the request `make` makes ([`super::resend`]): the status and the body of the answer.
+    /// For requests that may be sent twice.
     pub(super) async fn send<F, R>(&self, kind: &'static str, make: F) -> Result<(u16, String), Failed>
     where
         F: Fn() -> R,
         R: std::future::Future<Output = Result<HttpRequest, Failed>>,
     {
-        let mut last = String::new();
-        for attempt in 0..super::TRIES as u32 {
-            if attempt > 0 {
-                tokio::time::sleep(crate::store::backoff(attempt)).await;
-            }
-            let request = make().await?;
-            let start = Instant::now();
-            let answered = self.http.execute(request).await;
-            let status = answered.as_ref().ok().map(|reply| reply.status().as_u16());
-            metrics::request(kind, by_status(status), start.elapsed());
-            let reply = match answered {
-                Ok(reply) => reply,
-                Err(e) => {
-                    last = e.to_string();
-                    continue;
-                }
-            };
-            let status = reply.status().as_u16();
-            match reply.into_body().bytes().await {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes).into_owned();
-                    match (status, tag(&text, "Code").as_deref()) {
-                        (500.., code) | (_, code @ Some("InternalError" | "SlowDown" | "ServiceUnavailable")) => {
-                            last = format!("{status}: {}", code.unwrap_or_default());
-                        }
-                        _ => return Ok((status, text)),
-                    }
-                }
-                Err(e) => last = e.to_string(),
-            }
-        }
-        Err(Failed::Other(last))
+        super::resend::send(&self.http, kind, make).await.map(|answer| (answer.status, answer.text))
     }
 }
 
