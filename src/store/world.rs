@@ -6,11 +6,12 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// What code that takes turns with other machines asks of the world it runs in.
 pub trait World: Send + Sync {
-    /// Time since an arbitrary start, never going back: for how long something lasted.
+    /// Time since an arbitrary start, never going back, counting the time the machine was
+    /// suspended: for how long something lasted.
     fn now(&self) -> Duration;
 
     /// This machine's wall clock in nanoseconds since the Unix epoch, rising at every call (a
@@ -61,8 +62,16 @@ pub struct RealWorld;
 
 impl World for RealWorld {
     fn now(&self) -> Duration {
-        static START: OnceLock<Instant> = OnceLock::new();
-        START.get_or_init(Instant::now).elapsed()
+        // CLOCK_BOOTTIME, not Instant's CLOCK_MONOTONIC: a holder suspended with its machine
+        // must see that its lease may have been taken over meanwhile.
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec to the pointer given.
+        let boot = match unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } {
+            0 => Duration::new(now.tv_sec as u64, now.tv_nsec as u32),
+            _ => Duration::ZERO,
+        };
+        static START: OnceLock<Duration> = OnceLock::new();
+        boot.saturating_sub(*START.get_or_init(|| boot))
     }
 
     fn wall_nanos(&self) -> u64 {

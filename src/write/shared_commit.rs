@@ -105,10 +105,12 @@ pub fn commit(
     let (lease, holder) = (turns.lease(), turns.unique_name(HOLDER));
     let body = lease::body(&holder, world.random(), &[]);
     // The lease is asked for while the shard is read: uncontended, it costs no round trip.
+    let asked = world.now();
     let (taken, seen) = both(world, || exchange.create(&lease, &body), || turns.read());
     match taken? {
         Some(tag) => {
-            let lease = Lease { tag, renewed: world.now(), doubts: Vec::new() };
+            // Renewed as of the asking: the answer may have come long after the server stored it.
+            let lease = Lease { tag, renewed: asked, doubts: Vec::new() };
             turns.hold_changes(lease, &holder, changes, Some(seen))
         }
         None => match seen {
@@ -322,11 +324,11 @@ impl Turns<'_> {
     fn take_turn(&self, holder: &str, seen: &mut Option<(String, Duration)>) -> Result<Option<Lease>, CommitError> {
         let lease = self.lease();
         let held =
-            |tag: Option<String>, doubts: Vec<String>| tag.map(|tag| Lease { tag, renewed: self.world.now(), doubts });
+            |tag: Option<String>, doubts: Vec<String>, asked| tag.map(|tag| Lease { tag, renewed: asked, doubts });
         Ok(match self.patiently(|| self.exchange.tag(&lease))? {
             None => {
-                let body = lease::body(holder, self.world.random(), &[]);
-                held(self.patiently(|| self.exchange.create(&lease, &body))?, Vec::new())
+                let (body, asked) = (lease::body(holder, self.world.random(), &[]), self.world.now());
+                held(self.patiently(|| self.exchange.create(&lease, &body))?, Vec::new(), asked)
             }
             Some(tag) => match seen {
                 Some((old, since)) if *old == tag && self.since(*since) >= LEASE_TIMEOUT => {
@@ -336,8 +338,8 @@ impl Turns<'_> {
                     // below fail.
                     let Some(was) = self.patiently(|| self.exchange.read(&lease))? else { return Ok(None) };
                     let doubts = lease::inherited(&was);
-                    let body = lease::body(holder, self.world.random(), &doubts);
-                    held(self.patiently(|| self.exchange.replace(&lease, &body, &tag))?, doubts)
+                    let (body, asked) = (lease::body(holder, self.world.random(), &doubts), self.world.now());
+                    held(self.patiently(|| self.exchange.replace(&lease, &body, &tag))?, doubts, asked)
                 }
                 Some((old, _)) if *old == tag => None,
                 _ => {
@@ -528,12 +530,31 @@ impl Turns<'_> {
                     if let Some(held) = lease.as_mut() {
                         self.mark_stored(held, read_note)?;
                     }
-                    if own.is_some() && tried_own && !self.renew(lease, me)? {
+                    // Its own changes go up only from a holder whose lease no one took over before
+                    // the read they go over: one that took it over then may have settled this
+                    // holder's doubt already, and would not know of this PUT. Renewed after a
+                    // PUT tried, or when held long enough that a waiter may have taken it over.
+                    let renewing = lease.as_ref().is_some_and(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 8);
+                    if own.is_some() && (tried_own || renewing) && !self.renew(lease, me)? {
                         return Ok(None);
                     }
                     tried_own |= own.is_some();
                     let put_at = self.world.now();
                     match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
+                        // Nothing stored, so no condition checked that the shard is still the
+                        // version read: deltas listed since (the second listing) may come from
+                        // commits begun after another version was stored over it. Folded only
+                        // once the shard is seen unchanged after them.
+                        Ok(committed)
+                            if committed.outcome == Outcome::Unchanged
+                                && !read.is_empty()
+                                && self.patiently(|| self.exchange.note(self.key))?.map(|(stamp, _)| stamp)
+                                    != current_stamp =>
+                        {
+                            self.exchange.forget(self.key);
+                            drop(lock);
+                            continue;
+                        }
                         Ok(committed) => {
                             // Stored over a version whose note was looked at: the doubts are
                             // settled.
@@ -618,10 +639,10 @@ impl Turns<'_> {
     /// taken over.
     fn renew(&self, lease: &mut Option<Lease>, me: &str) -> Result<bool, CommitError> {
         let Some(held) = lease.as_mut() else { return Ok(false) };
-        let body = lease::body(me, self.world.random(), &held.doubts);
+        let (body, asked) = (lease::body(me, self.world.random(), &held.doubts), self.world.now());
         match self.patiently(|| self.exchange.replace(&self.lease(), &body, &held.tag))? {
             Some(tag) => {
-                (held.tag, held.renewed) = (tag, self.world.now());
+                (held.tag, held.renewed) = (tag, asked);
                 Ok(true)
             }
             None => {
