@@ -31,7 +31,7 @@ use object_store::signer::Signer;
 use object_store::{ClientOptions, PutResult};
 
 use super::extender::Extender;
-use super::multipart::{Failed, tag};
+use super::resend::{Failed, tag};
 use crate::metrics;
 
 /// A version keeping fewer bytes than this is written whole: as on S3 (a part's least there), the

@@ -7,7 +7,7 @@
 use object_store::{Attribute, Attributes, PutMode as ObjectPutMode, PutOptions, PutPayload, UpdateVersion};
 
 use super::BucketStore;
-use super::multipart::Failed;
+use super::resend::Failed;
 use crate::store::exchange::{Exchange, Listed};
 use crate::store::{Error, PutMode, Result, Stamp, Store};
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use object_store::PutResult;
 use object_store::path::Path;
 
-use super::multipart::Failed;
+use super::resend::Failed;
 
 #[async_trait]
 pub trait Extender: std::fmt::Debug + Send + Sync {

@@ -61,14 +61,8 @@ pub enum Condition<'a> {
     ETag(&'a str),
 }
 
-/// Why an upload did not happen.
-#[derive(Debug)]
-pub enum Failed {
-    /// The condition did not hold: another writer got there first.
-    Refused,
-    /// Anything else, with object_store's error or the server's answer.
-    Other(String),
-}
+pub use super::resend::Failed;
+pub(super) use super::resend::tag;
 
 /// Multipart uploads to one S3 bucket.
 #[derive(Debug)]
@@ -383,14 +377,6 @@ fn md5_of_e_tag(e_tag: &str) -> Option<Vec<u8>> {
         return None;
     }
     (0..32).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
-}
-
-/// The text of the first `<name>` element of an XML answer.
-pub(super) fn tag(xml: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let start = xml.find(&open)? + open.len();
-    let end = start + xml[start..].find(&format!("</{name}>"))?;
-    Some(xml[start..end].to_string())
 }
 
 #[cfg(test)]

@@ -8,8 +8,24 @@ use std::time::Instant;
 use object_store::client::{HttpClient, HttpRequest};
 
 use super::metered::by_status;
-use super::multipart::{Failed, tag};
 use crate::metrics;
+
+/// Why a request of our own (an upload, a copy, a removal) did not happen.
+#[derive(Debug)]
+pub enum Failed {
+    /// The condition did not hold: another writer got there first.
+    Refused,
+    /// Anything else, with object_store's error or the server's answer.
+    Other(String),
+}
+
+/// The text of the first `<name>` element of an XML answer.
+pub(super) fn tag(xml: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    Some(xml[start..end].to_string())
+}
 
 /// An answer that is not a failure of the network or the server.
 pub(super) struct Answer {
