@@ -61,6 +61,8 @@ struct Config {
     /// Machine 0 commits first, alone, and its first shard PUT is stored with its answer lost
     /// while it stalls a minute; the others start a second later.
     doubt: bool,
+    /// Scripted faults, clock rates and start times, set up once the machines are added (review61).
+    setup: Option<fn(&Sim)>,
 }
 
 impl Config {
@@ -97,6 +99,7 @@ impl Config {
             limits: None,
             think_ms: 200,
             doubt: false,
+            setup: None,
         }
     }
 
@@ -253,7 +256,8 @@ fn run_machines(
                 std::thread::Builder::new()
                     .stack_size(512 << 10)
                     .spawn_scoped(scope, move || {
-                        let from = if config.doubt && m != 0 { Duration::from_secs(1) } else { Duration::ZERO };
+                        let start = sim.state().starts.get(m).copied();
+                        let from = start.unwrap_or(if config.doubt && m != 0 { Duration::from_secs(1) } else { Duration::ZERO });
                         run_machine(sim, m, config, records, commits, from)
                     })
                     .expect("a thread")
@@ -277,6 +281,9 @@ fn run(seed: u64, config: Config) -> Result<Report, String> {
     sim.state().doubt = config.doubt.then_some(0);
     let records = Mutex::new(Vec::new());
     let ids: Vec<usize> = (0..config.machines).map(|_| sim.add_machine(config.skewed)).collect();
+    if let Some(setup) = config.setup {
+        setup(&sim);
+    }
     run_machines(&sim, &ids, config, &records, config.commits)?;
     if sim.state().endless {
         return Err("a commit did not end within six virtual hours".into());
@@ -494,6 +501,7 @@ fn scale() {
                 limits: Some(Limits { reads: 5_500, writes: 3_500 }),
                 think_ms: 1_000,
                 doubt: false,
+                setup: None,
             };
             let started = std::time::Instant::now();
             let mut report = run(1, config).unwrap_or_else(|e| panic!("{machines} machines: {e}"));
@@ -514,4 +522,130 @@ fn scale() {
             eprintln!("({machines} machines simulated in {:.1?})", started.elapsed());
         }
     }
+}
+
+/// review61 scenarios: machine 0 (G), 1 (W), 2 (H), 3.. (A, B, C, D), one commit each, all to
+/// entry 0, on a server without a conditional DELETE unless `deletes_at`.
+fn review61_config(setup: fn(&Sim), deletes_at: bool) -> Config {
+    Config {
+        machines: 7,
+        commits: 1,
+        entries: 1,
+        most_chunks: 1,
+        // Effectively never: only so that what a holder taken over leaves is not counted.
+        faults: Faults { stall: 1e-300, ..Faults::default() },
+        skewed: false,
+        copies_from: None,
+        deletes_at,
+        limits: None,
+        think_ms: 0,
+        doubt: false,
+        setup: Some(setup),
+    }
+}
+
+fn review61_run(name: &str, setup: fn(&Sim), deletes_at: bool) -> Vec<u64> {
+    let mut failed = Vec::new();
+    for seed in 0..20 {
+        if let Err(e) = run(seed, review61_config(setup, deletes_at)) {
+            eprintln!("{name} seed {seed}: {e}");
+            failed.push(seed);
+        }
+    }
+    failed
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// G holds the lease, stalls after its PUT past LEASE_TIMEOUT, finds the lease still its own by
+/// its tag, and stalls again before its (unconditional) DELETE. W takes G's lease over, folds,
+/// and removes it. H creates a fresh lease; its PUT is stored with its answer lost and it stalls
+/// 60 s. G's DELETE removes H's lease; A, B, C, D each create a fresh lease (no doubts) and push
+/// H out of the note; H wakes: not in the note, no marker, within lifetime/4: applied again.
+fn review61_tag_check_then_stall(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    let mut st = sim.state();
+    st.starts = vec![secs(0.0), secs(0.5), secs(13.0), secs(31.0), secs(32.0), secs(33.0), secs(34.0)];
+    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
+    st.script = vec![
+        rule(0, KEY, Class::Write, 1, Action::Stall(secs(10.2))),
+        rule(0, "/lease", Class::Read, 1, Action::Stall(secs(20.0))),
+        rule(2, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+    ];
+}
+
+/// The same with G's clock running at half speed: G's `since(renewed) < LEASE_TIMEOUT` holds
+/// 14 s after it took the lease, and it removes the lease without asking its tag.
+fn review61_slow_clock(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    sim.set_rate(0, 0.5);
+    let mut st = sim.state();
+    st.starts = vec![secs(0.0), secs(0.5), secs(12.5), secs(15.0), secs(16.0), secs(17.0), secs(18.0)];
+    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
+    st.script = vec![
+        rule(0, KEY, Class::Write, 1, Action::Stall(secs(14.0))),
+        rule(2, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+    ];
+}
+
+#[test]
+fn review61_a_stale_holders_unconditional_delete_drops_a_doubt() {
+    let failed = review61_run("tag-check", review61_tag_check_then_stall, false);
+    let failed_slow = review61_run("slow-clock", review61_slow_clock, false);
+    let control = review61_run("tag-check, conditional DELETE", review61_tag_check_then_stall, true);
+    let control_slow = review61_run("slow-clock, conditional DELETE", review61_slow_clock, true);
+    eprintln!("failed: tag-check {failed:?}; slow-clock {failed_slow:?}; controls {control:?} {control_slow:?}");
+    assert!(failed.is_empty() && failed_slow.is_empty() && control.is_empty() && control_slow.is_empty());
+}
+
+/// H's PUT is stored with its answer lost and H is suspended (its monotonic clock stopped) for
+/// 700 s. W takes H's lease over and marks H stored; A, B, C, D push H out of the note; S, past
+/// a delta's lifetime, sweeps H's marker as stray. H wakes: `since(put_at)` is about zero, so it
+/// does not fail; not in the note, no marker: applied again. (Conditional DELETE or not.)
+fn review61_frozen_clock(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    let mut st = sim.state();
+    st.starts = vec![secs(0.0), secs(0.5), secs(20.0), secs(21.0), secs(22.0), secs(23.0), secs(650.0)];
+    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
+    st.script = vec![rule(0, KEY, Class::Write, 1, Action::DoubtFrozen(secs(700.0)))];
+}
+
+/// Control: the same, but S commits at 100 s, before H's marker is a delta's lifetime old.
+fn review61_frozen_clock_control(sim: &Sim) {
+    review61_frozen_clock(sim);
+    sim.state().starts[6] = secs(100.0);
+}
+
+#[test]
+fn review61_a_suspended_holder_outlives_its_marker() {
+    let failed = review61_run("frozen", review61_frozen_clock, true);
+    let failed_no_cond = review61_run("frozen, no conditional DELETE", review61_frozen_clock, false);
+    let control = review61_run("frozen, marker not yet swept", review61_frozen_clock_control, true);
+    eprintln!("failed: frozen {failed:?}; frozen, no conditional DELETE {failed_no_cond:?}; control {control:?}");
+    assert!(failed.is_empty() && failed_no_cond.is_empty() && control.is_empty());
+}
+
+/// A chain of takeovers (expected to hold): H's PUT in doubt, 60 s stall; W1 takes the lease over
+/// (its second write of the lease: the first is commit's create) and stalls 25 s right after; W2 takes it over from W1 and stalls 25 s; W3 takes it over from
+/// W2 and folds. A, B, C commit while the lease is held (as deltas).
+fn review61_chain(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    let mut st = sim.state();
+    st.starts = vec![secs(0.0), secs(0.5), secs(1.0), secs(1.5), secs(15.0), secs(25.0), secs(40.0)];
+    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
+    st.script = vec![
+        rule(0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+        rule(1, "/lease", Class::Write, 2, Action::Stall(secs(25.0))),
+        rule(2, "/lease", Class::Write, 2, Action::Stall(secs(25.0))),
+    ];
+}
+
+#[test]
+fn review61_a_chain_of_takeovers_keeps_the_doubt() {
+    let failed = review61_run("chain", review61_chain, true);
+    let failed_no_cond = review61_run("chain, no conditional DELETE", review61_chain, false);
+    eprintln!("failed: chain {failed:?}; chain, no conditional DELETE {failed_no_cond:?}");
+    assert!(failed.is_empty() && failed_no_cond.is_empty());
 }
