@@ -73,9 +73,19 @@ impl Machine {
         op: impl Fn(&mut Server, Duration) -> R,
         action: Option<Action>,
     ) -> Result<R> {
+        let before = self.sim.clock(self.id);
         let answer = self.sim.request(self.id, class, op);
         if let Some(Action::Stall(d)) = action {
             self.sim.stall(self.id, d);
+        }
+        if std::env::var_os("REVIEW61_TRACE").is_some() {
+            let what = match &answer {
+                Answer::Done(_) => "done",
+                Answer::Lost => "LOST",
+                Answer::Unavailable => "503",
+            };
+            let stalled = self.sim.clock(self.id).saturating_sub(before) > Duration::from_secs(5);
+            eprintln!("[{:>10.3}] m{} {class:?} {key} {what}{}", self.sim.state().now.as_secs_f64(), self.id, if stalled { " STALL" } else { "" });
         }
         match answer {
             Answer::Done(done) => Ok(done),
@@ -118,7 +128,12 @@ impl Machine {
         let action = self.sim.scripted(self.id, key, Class::Write);
         let put = match (!note.is_empty() && self.sim.take_doubt(self.id), action) {
             (true, _) => self.sim.in_doubt(self.id, Duration::from_secs(60), op),
-            (false, Some(Action::Doubt(d))) => self.sim.in_doubt(self.id, d, op),
+            (false, Some(Action::Doubt(d))) => {
+                if std::env::var_os("REVIEW61_TRACE").is_some() {
+                    eprintln!("[{:>10.3}] m{} PUT {key} IN DOUBT note={note}", self.sim.state().now.as_secs_f64(), self.id);
+                }
+                self.sim.in_doubt(self.id, d, op)
+            }
             (false, Some(Action::DoubtFrozen(d))) => {
                 let put = self.sim.in_doubt(self.id, Duration::ZERO, op);
                 self.sim.freeze(self.id, d);

@@ -220,7 +220,13 @@ fn run_machine(
                 changes.iter().map(|&(e, v)| (e, v.map(|id| chunk(id, e)))).collect();
             let nested: NestedChanges =
                 bytes.iter().map(|(e, b)| (vec![*e], b.as_deref().map(Cow::Borrowed))).collect();
+            if std::env::var_os("REVIEW61_TRACE").is_some() {
+                eprintln!("[{:>10.3}] m{m} COMMIT {id} begins {changes:?}", sim.state().now.as_secs_f64());
+            }
             let result = commit_levels(&machine, KEY, &[spec], &nested).map(drop).map_err(|e| e.to_string());
+            if std::env::var_os("REVIEW61_TRACE").is_some() {
+                eprintln!("[{:>10.3}] m{m} COMMIT {id} ends {result:?}", sim.state().now.as_secs_f64());
+            }
             let mut records = records.lock().expect("records");
             records[id as usize].end = Some(sim.clock(m));
             records[id as usize].result = Some(result);
@@ -275,6 +281,9 @@ fn exchange_left(sim: &Sim) -> Vec<String> {
 /// Runs `config` from `seed` and checks what the machines left.
 fn run(seed: u64, config: Config) -> Result<Report, String> {
     quiet_kills();
+    if std::env::var_os("REVIEW61_TRACE").is_some() {
+        let _ = env_logger::try_init();
+    }
     let server = Server::new(KEY, config.copies_from, config.deletes_at);
     let sim = Arc::new(Sim::new(seed, server, config.faults));
     sim.state().limits = config.limits;
@@ -647,5 +656,81 @@ fn review61_a_chain_of_takeovers_keeps_the_doubt() {
     let failed = review61_run("chain", review61_chain, true);
     let failed_no_cond = review61_run("chain, no conditional DELETE", review61_chain, false);
     eprintln!("failed: chain {failed:?}; chain, no conditional DELETE {failed_no_cond:?}");
+    assert!(failed.is_empty() && failed_no_cond.is_empty());
+}
+
+/// A hunt (review61), by env: machine 0's `REVIEW61_NTH`th shard PUT (default 2: over a shard
+/// that exists, extended by copy with `REVIEW61_COPIES=1`) is stored with its answer lost and it
+/// stalls 60 s, among 8 machines of 6 commits; `REVIEW61_DELETES_AT=0`: no conditional DELETE;
+/// `REVIEW61_FAULTS=1`: stalls, lost answers and skewed clocks too; `REVIEW61_SEEDS`.
+fn review61_hunt_setup(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    let nth = std::env::var("REVIEW61_NTH").ok().and_then(|n| n.parse().ok()).unwrap_or(2);
+    sim.state().script = vec![(Rule { machine: 0, key: KEY, class: Class::Write, nth, action: Action::Doubt(secs(60.0)) }, 0)];
+}
+
+#[test]
+#[ignore = "a hunt, by hand"]
+fn review61_hunt() {
+    let env = |k: &str| std::env::var(k).ok();
+    let faults = match env("REVIEW61_FAULTS").as_deref() == Some("1") {
+        true => Faults { stall: 0.02, lost: 0.05, ..Faults::default() },
+        false => Faults { stall: 1e-300, ..Faults::default() },
+    };
+    let _ = env_logger::try_init();
+    let seeds: u64 = env("REVIEW61_SEEDS").and_then(|n| n.parse().ok()).unwrap_or(40);
+    let mut failed = Vec::new();
+    let first: u64 = env("REVIEW61_FIRST").and_then(|n| n.parse().ok()).unwrap_or(0);
+    for seed in first..seeds {
+        let config = Config {
+            machines: 8,
+            commits: 6,
+            entries: 8,
+            most_chunks: 3,
+            think_ms: 500,
+            faults,
+            skewed: env("REVIEW61_FAULTS").as_deref() == Some("1"),
+            copies_from: (env("REVIEW61_COPIES").as_deref() == Some("1")).then_some(64),
+            deletes_at: env("REVIEW61_DELETES_AT").as_deref() != Some("0"),
+            limits: None,
+            doubt: false,
+            setup: Some(review61_hunt_setup),
+        };
+        if let Err(e) = run(seed, config) {
+            eprintln!("hunt seed {seed}: {e}");
+            failed.push(seed);
+        }
+    }
+    eprintln!("hunt failed: {failed:?}");
+    assert!(failed.is_empty());
+}
+
+/// A holder taken over before its first PUT stores after its doubt was settled (found by the
+/// hunt, seed 37). P (machine 1) holds the lease 2 s; W (2) waits as a delta meanwhile. H (0)
+/// takes the lease when P gives it up, lists W's delta, and stalls 25 s right after its lease
+/// create. W takes H's lease over (doubts: H), stores a version whose note does not name H (H
+/// has stored nothing): H is settled, and W gives the lease up. H wakes; W's delta is gone, so
+/// H reads the shard again (`read_deltas` is None: `continue`) and, its first PUT not yet tried,
+/// PUTs over the fresh version with no renewal: stored, its answer lost, 60 s stall. A, B, C, D
+/// (fresh leases, conditional DELETE or not) push H out of the note; H wakes: not in the note,
+/// no marker, within lifetime/4: taken over, it commits its changes again as a delta.
+fn review61_settled_then_stores(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    let mut st = sim.state();
+    let h = std::env::var("REVIEW61_H_START").ok().and_then(|n| n.parse().ok()).unwrap_or(2.15);
+    st.starts = vec![secs(h), secs(0.0), secs(0.5), secs(30.0), secs(31.0), secs(32.0), secs(33.0)];
+    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
+    st.script = vec![
+        rule(1, KEY, Class::Write, 1, Action::Stall(secs(2.0))),
+        rule(0, "/lease", Class::Write, 1, Action::Stall(secs(25.0))),
+        rule(0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+    ];
+}
+
+#[test]
+fn review61_a_holder_settled_before_its_first_put_stores_after() {
+    let failed = review61_run("settled-then-stores", review61_settled_then_stores, true);
+    let failed_no_cond = review61_run("settled-then-stores, no conditional DELETE", review61_settled_then_stores, false);
+    eprintln!("failed: settled-then-stores {failed:?}; no conditional DELETE {failed_no_cond:?}");
     assert!(failed.is_empty() && failed_no_cond.is_empty());
 }
