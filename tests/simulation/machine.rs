@@ -12,7 +12,7 @@ use shardfs::store::exchange::{Exchange, Listed};
 use shardfs::store::world::World;
 use shardfs::store::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store};
 
-use super::scheduler::{Answer, Class, Sim};
+use super::scheduler::{Action, Answer, Class, Sim};
 use super::server::{Condition, Server, Version};
 
 #[derive(Clone)]
@@ -62,7 +62,32 @@ impl Lock for NoLock {}
 impl Machine {
     /// A request of this machine; faults become the errors a client reports.
     fn ask<R>(&self, key: &str, class: Class, op: impl Fn(&mut Server, Duration) -> R) -> Result<R> {
-        match self.sim.request(self.id, class, op) {
+        let action = self.sim.scripted(self.id, key, class);
+        self.ask_scripted(key, class, op, action)
+    }
+
+    fn ask_scripted<R>(
+        &self,
+        key: &str,
+        class: Class,
+        op: impl Fn(&mut Server, Duration) -> R,
+        action: Option<Action>,
+    ) -> Result<R> {
+        let before = self.sim.clock(self.id);
+        let answer = self.sim.request(self.id, class, op);
+        if let Some(Action::Stall(d)) = action {
+            self.sim.stall(self.id, d);
+        }
+        if std::env::var_os("REVIEW61_TRACE").is_some() {
+            let what = match &answer {
+                Answer::Done(_) => "done",
+                Answer::Lost => "LOST",
+                Answer::Unavailable => "503",
+            };
+            let stalled = self.sim.clock(self.id).saturating_sub(before) > Duration::from_secs(5);
+            eprintln!("[{:>10.3}] m{} {class:?} {key} {what}{}", self.sim.state().now.as_secs_f64(), self.id, if stalled { " STALL" } else { "" });
+        }
+        match answer {
             Answer::Done(done) => Ok(done),
             Answer::Unavailable => Err(Error::Io {
                 place: self.describe(key),
@@ -100,9 +125,21 @@ impl Machine {
         };
         // A shard version (it carries a note) in doubt: stored, its answer lost, and the holder
         // stalled for a minute, past a lease's time-out.
-        let put = match !note.is_empty() && self.sim.take_doubt(self.id) {
-            true => self.sim.in_doubt(self.id, Duration::from_secs(60), op),
-            false => self.ask(key, Class::Write, op)?,
+        let action = self.sim.scripted(self.id, key, Class::Write);
+        let put = match (!note.is_empty() && self.sim.take_doubt(self.id), action) {
+            (true, _) => self.sim.in_doubt(self.id, Duration::from_secs(60), op),
+            (false, Some(Action::Doubt(d))) => {
+                if std::env::var_os("REVIEW61_TRACE").is_some() {
+                    eprintln!("[{:>10.3}] m{} PUT {key} IN DOUBT note={note}", self.sim.state().now.as_secs_f64(), self.id);
+                }
+                self.sim.in_doubt(self.id, d, op)
+            }
+            (false, Some(Action::DoubtFrozen(d))) => {
+                let put = self.sim.in_doubt(self.id, Duration::ZERO, op);
+                self.sim.freeze(self.id, d);
+                put
+            }
+            (false, action) => self.ask_scripted(key, Class::Write, op, action)?,
         };
         match put {
             Some(stamp) => Ok(Some(stamp)),
@@ -221,9 +258,12 @@ impl Store for Machine {
     fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
         let over = self.e_tag_of(key, over)?;
         let tail = tail.concat();
-        let put = self.ask(key, Class::Write, |server, now| {
-            server.extend(key, over, kept, &tail, note, now).map(|_| stamp(&server.objects[key]))
-        })?;
+        let op = |server: &mut Server, now| server.extend(key, over, kept, &tail, note, now).map(|_| stamp(&server.objects[key]));
+        let action = self.sim.scripted(self.id, key, Class::Write);
+        let put = match action {
+            Some(Action::Doubt(d)) => self.sim.in_doubt(self.id, d, op),
+            action => self.ask_scripted(key, Class::Write, op, action)?,
+        };
         put.map(Some).ok_or_else(|| Error::Changed(self.describe(key)))
     }
 

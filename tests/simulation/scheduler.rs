@@ -75,7 +75,7 @@ pub struct Limits {
 }
 
 /// The kind of a request, for rates.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Class {
     Read,
     Write,
@@ -101,6 +101,8 @@ struct Machine {
     rng: Rng,
     /// Calls of its wall clock so far (each later than the one before).
     walls: u64,
+    /// How much of its own clock's time it spent frozen (review61).
+    frozen: Duration,
     /// Told when the turn is its own (a condition of its own: a thousand machines are not all
     /// woken at every turn).
     turned: Arc<Condvar>,
@@ -132,6 +134,33 @@ pub struct State {
     pub endless: bool,
     /// The machine whose next shard PUT is put in doubt ([`Sim::in_doubt`]).
     pub doubt: Option<usize>,
+    /// Scripted faults (review61): each rule with how many requests matched it so far.
+    pub script: Vec<(Rule, usize)>,
+    /// Server times each machine starts its commits at (review61; empty: as the config says).
+    pub starts: Vec<Duration>,
+}
+
+/// What a scripted rule does to the request it matches (review61).
+#[derive(Clone, Copy, Debug)]
+pub enum Action {
+    /// The machine stalls this long after the request (applied, answered).
+    Stall(Duration),
+    /// A shard PUT stored, its answer lost, retried (refused), then the machine stalls this long.
+    Doubt(Duration),
+    /// As `Doubt`, but the machine's monotonic clock does not run meanwhile (a VM paused, a
+    /// laptop suspended: Rust's `Instant` on Linux does not count it).
+    DoubtFrozen(Duration),
+}
+
+/// A scripted fault (review61): the `nth` (1-based) request of `machine` of `class` whose key
+/// ends with `key`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rule {
+    pub machine: usize,
+    pub key: &'static str,
+    pub class: Class,
+    pub nth: usize,
+    pub action: Action,
 }
 
 pub struct Sim {
@@ -152,6 +181,8 @@ impl Sim {
             limit: Duration::from_secs(6 * 3600),
             endless: false,
             doubt: None,
+            script: Vec::new(),
+            starts: Vec::new(),
         };
         Sim { state: Mutex::new(state) }
     }
@@ -172,14 +203,22 @@ impl Sim {
         };
         let clock = st.now;
         let turned = Arc::new(Condvar::new());
-        st.machines.push(Machine { clock, status: Status::Arriving, rate, offset, rng, walls: 0, turned });
+        st.machines.push(Machine { clock, status: Status::Arriving, rate, offset, rng, walls: 0, frozen: Duration::ZERO, turned });
         id
     }
 
     /// Machine `m`'s clock as it reads it: its time since the run began.
     pub fn local_now(&self, m: usize) -> Duration {
         let st = self.state();
-        st.machines[m].clock.mul_f64(st.machines[m].rate)
+        st.machines[m].clock.mul_f64(st.machines[m].rate).saturating_sub(st.machines[m].frozen)
+    }
+
+    /// Machine `m` stalls `d` with its monotonic clock stopped (review61).
+    pub fn freeze(&self, m: usize, d: Duration) {
+        let mut st = self.state();
+        let rate = st.machines[m].rate;
+        st.machines[m].clock += d;
+        st.machines[m].frozen += d.mul_f64(rate);
     }
 
     /// The global time machine `m` has reached (for when its commits start and end).
@@ -270,6 +309,31 @@ impl Sim {
         };
         st.machines[m].clock += latency;
         answer
+    }
+
+    /// The scripted action for machine `m`'s request of `class` at `key`, if a rule matches it now.
+    pub fn scripted(&self, m: usize, key: &str, class: Class) -> Option<Action> {
+        let mut st = self.state();
+        let mut found = None;
+        for (rule, seen) in st.script.iter_mut() {
+            if rule.machine == m && rule.class == class && key.ends_with(rule.key) {
+                *seen += 1;
+                if *seen == rule.nth {
+                    found = Some(rule.action);
+                }
+            }
+        }
+        found
+    }
+
+    /// Machine `m` stalls `d` (review61).
+    pub fn stall(&self, m: usize, d: Duration) {
+        self.state().machines[m].clock += d;
+    }
+
+    /// Sets machine `m`'s clock rate (review61).
+    pub fn set_rate(&self, m: usize, rate: f64) {
+        self.state().machines[m].rate = rate;
     }
 
     /// Whether machine `m`'s request is the one to put in doubt (true once).
