@@ -97,7 +97,7 @@ fn azurite_extends_a_blob_by_copying_its_first_bytes_and_only_the_version_read()
     let mut want = old[..kept as usize].to_vec();
     want.extend_from_slice(&tail);
     assert_eq!(store.read("k").unwrap(), want);
-    assert_eq!(store.exchange().unwrap().note("k").unwrap().map(|(_, note)| note).as_deref(), Some("noted"));
+    assert_eq!(store.exchange().unwrap().note("k").unwrap().map(|noted| noted.note).as_deref(), Some("noted"));
     // The version read replaced meanwhile: the copy is refused, and nothing changes.
     assert!(matches!(store.put_extending("k", &first, kept, &[b"lost"], ""), Err(Error::Changed(_))));
     assert_eq!(store.read("k").unwrap(), want);

@@ -44,6 +44,7 @@
 
 pub mod azure;
 mod azure_blocks;
+mod conditional_delete;
 pub mod disk_cache;
 mod exchange;
 mod extender;
@@ -227,6 +228,8 @@ struct Shared {
     /// New versions made of the old one's bytes copied inside the server, and new bytes (S3's
     /// multipart uploads, Azure's blocks).
     extender: Option<Arc<dyn extender::Extender>>,
+    /// DELETEs only of the version named (S3's, Azure's), where object_store has none.
+    deleter: Option<Arc<dyn conditional_delete::ConditionalDelete>>,
     /// Held while a file is opened for writing, so that two opens of one file share one content.
     opening: Mutex<()>,
     /// Shown as every entry's owner: the user the daemon runs as.
@@ -234,6 +237,9 @@ struct Shared {
     /// The server keeps the notes of object versions (user metadata); false once
     /// [`Store::check_writes`] found it does not, which turns the [`exchange`] off.
     keeps_notes: std::sync::atomic::AtomicBool,
+    /// The server refuses a DELETE whose `If-Match` names another version; true once
+    /// [`Store::check_writes`] found it does (see [`exchange`]).
+    deletes_at: std::sync::atomic::AtomicBool,
     /// Last, so that it is dropped after everything that may hold its tasks' handles.
     runtime: Runtime,
 }
@@ -284,9 +290,11 @@ impl BucketStore {
             staged: Staged::default(),
             multipart: None,
             extender: None,
+            deleter: None,
             opening: Mutex::default(),
             owner,
             keeps_notes: true.into(),
+            deletes_at: false.into(),
             runtime: Runtime(Some(runtime)),
         })))
     }
@@ -297,13 +305,17 @@ impl BucketStore {
         let multipart = Arc::new(multipart);
         let shared = Arc::get_mut(&mut self.0).expect("not shared yet");
         shared.multipart = Some(multipart.clone());
-        shared.extender = Some(multipart);
+        shared.extender = Some(multipart.clone());
+        shared.deleter = Some(multipart);
         self
     }
 
-    /// The same store, extending versions with Azure's blocks.
+    /// The same store, extending versions with Azure's blocks (and deleting with its client).
     fn with_blocks(mut self, blocks: azure_blocks::Blocks) -> Self {
-        Arc::get_mut(&mut self.0).expect("not shared yet").extender = Some(Arc::new(blocks));
+        let blocks = Arc::new(blocks);
+        let shared = Arc::get_mut(&mut self.0).expect("not shared yet");
+        shared.extender = Some(blocks.clone());
+        shared.deleter = Some(blocks);
         self
     }
 
@@ -1156,8 +1168,9 @@ impl Store for BucketStore {
             Error::Io { place: self.describe(""), source: io::Error::other(why) }
         })?;
         // Another ETag, and another generation (ten times this one) for services that match on it.
+        let other_e_tag = honoured.e_tag.as_ref().map(|e_tag| format!("\"not-{}\"", e_tag.trim_matches('"')));
         let bogus = UpdateVersion {
-            e_tag: Some(format!("\"not-{}\"", honoured.e_tag.clone().unwrap_or_default())),
+            e_tag: Some(other_e_tag.clone().unwrap_or_else(|| "\"not-\"".into())),
             version: Some(format!("{}0", honoured.version.clone().unwrap_or_else(|| "1".into()))),
         };
         // The questions below all at once: one after another they kept a writable mount from
@@ -1187,6 +1200,19 @@ impl Store for BucketStore {
                 self.describe("")
             );
             self.0.keeps_notes.store(false, Ordering::Relaxed);
+        }
+        // Leases are removed by a DELETE only where the server decides its If-Match; elsewhere
+        // they are given up by a conditional PUT (see `Exchange::removes_at`).
+        if let (Some(deleter), Some(other)) = (&self.0.deleter, &other_e_tag) {
+            let kept = self.block_on(deleter.delete_at(&path, other));
+            self.0.deletes_at.store(matches!(kept, Ok(false)), Ordering::Relaxed);
+            if !matches!(kept, Ok(false)) {
+                log::info!(
+                    "{}: the server does not refuse a DELETE of another version (If-Match); commit leases are \
+                     given up by emptying them",
+                    self.describe("")
+                );
+            }
         }
         let _ = self.block_on(self.0.objects.delete(&path));
         self.0.metadata.forget(&key);

@@ -23,6 +23,27 @@ pub struct Listed {
     pub stored: SystemTime,
 }
 
+/// A version of an exchange object as the server has it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Its version tag (an ETag).
+    pub tag: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// When the server stored it, by the server's clock (to the second).
+    pub stored: SystemTime,
+}
+
+/// A file's current version and the note stored with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Noted {
+    pub stamp: Stamp,
+    /// Empty when it has none.
+    pub note: String,
+    /// When the server stored it, by the server's clock (to the second).
+    pub stored: SystemTime,
+}
+
 /// The conditional primitives of a store many machines write at once (an object store).
 pub trait Exchange: Send + Sync {
     /// Stores `bytes` at `key` only where nothing is: its version tag, or `None` when something
@@ -33,8 +54,8 @@ pub trait Exchange: Send + Sync {
     /// it is at another version (or gone).
     fn replace(&self, key: &str, bytes: &[u8], tag: &str) -> Result<Option<String>>;
 
-    /// The version tag of `key` as the server has it now; `None`: nothing there.
-    fn tag(&self, key: &str) -> Result<Option<String>>;
+    /// The version of `key` as the server has it now; `None`: nothing there.
+    fn head(&self, key: &str) -> Result<Option<Version>>;
 
     /// The bytes at `key` now; `None`: nothing there.
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>>;
@@ -45,17 +66,18 @@ pub trait Exchange: Send + Sync {
     /// Removes `key`; nothing there is no error.
     fn remove(&self, key: &str) -> Result<()>;
 
-    /// Removes `key` only while it is at version `tag` ([`super::Error::Changed`] at another;
-    /// nothing there is no error), where the server decides that with the removal (S3's
-    /// conditional DELETE); elsewhere whatever is there.
-    fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
-        let _ = tag;
-        self.remove(key)
-    }
+    /// Whether the server decides [`Exchange::remove_at`]'s condition with the removal (S3's
+    /// conditional DELETE, where a probe found it honoured). Elsewhere an object that must
+    /// only ever be replaced at the version its writer saw is never removed.
+    fn removes_at(&self) -> bool;
 
-    /// The note stored with the current version of the file at `key` (empty when it has none),
-    /// and that version; `None`: no such file. Asked of the server.
-    fn note(&self, key: &str) -> Result<Option<(Stamp, String)>>;
+    /// Removes `key` only while it is at version `tag` ([`super::Error::Changed`] at another;
+    /// nothing there is no error); only where [`Exchange::removes_at`].
+    fn remove_at(&self, key: &str, tag: &str) -> Result<()>;
+
+    /// The note stored with the current version of the file at `key`, and that version; `None`:
+    /// no such file. Asked of the server.
+    fn note(&self, key: &str) -> Result<Option<Noted>>;
 
     /// [`super::Store::put`] with `note` stored with the version written, in the same atomic
     /// write.

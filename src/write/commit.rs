@@ -94,7 +94,7 @@ pub fn compact(store: &dyn Store, key: &str, spec: &IndexSpec) -> Result<Outcome
     let note = match store.exchange() {
         None => None,
         Some(exchange) => match exchange.note(key)? {
-            Some((stamp, note)) if stamp == current.stamp() => Some((exchange, note)),
+            Some(noted) if noted.stamp == current.stamp() => Some((exchange, noted.note)),
             _ => return Err(store::Error::Changed(store.describe(key)).into()),
         },
     };

@@ -5,16 +5,33 @@
 //! note, that it was stored: the note names the holders of the last few versions. Stalled long
 //! enough that the lease was taken over and later holders pushed its name out of the note, it
 //! could not tell, and would apply its changes again over newer writes. So a lease taken over
-//! names, after its holder, the holder it was taken from and that one's own doubts. Before each
-//! PUT, its holder marks every holder in doubt that the note of the version it read names with a
+//! names, after its holder, the holder it was taken from and that one's own doubts. In each round,
+//! its holder marks every holder in doubt that the note of the version it read names with a
 //! `stored-<holder>` object (so the name may then leave the note), which settles that one (its
-//! changes are stored; it makes no PUT after one stored). Once one of its own PUTs is stored, the
-//! rest are settled too (a holder the note did not name can no longer store anything: its PUT was
-//! over a version that is no longer there) and the lease is given up as usual. A lease whose
+//! changes are stored; it makes no PUT after one stored). Once a round of its own ends well, stored
+//! or with nothing to store, the rest are settled too: a holder that the note of a version read
+//! after the takeover does not name had stored nothing by then, and stores nothing after (it
+//! makes a second PUT only once it has renewed its lease, which was taken over), so the lease is
+//! given up as usual. (A shard that is gone, and removal-only commits, settle them too: settled
+//! only by a stored PUT, they left every lease to expire.) A lease whose
 //! doubts are not settled is left to expire, so that the next holder takes them over. A holder
 //! that finds its lease taken over removes its own marker, once done.
+//!
+//! A holder in doubt that finds neither its name in the note nor its marker tells how long it
+//! stalled by the server's clock: an object it stores then, against the newest time of what it
+//! read before its PUT (its own clock stands still while its VM is paused, and it could outlive
+//! its marker's sweep unknowing). Stalled past a quarter of a delta's lifetime, it fails (EIO)
+//! rather than guess. Left: a holder whose PUT made a shard's first version while its exchange
+//! directory was empty has read no server time, and goes by its own clock alone.
+//!
+//! A lease is given up by removing it only where the server decides a DELETE's condition: a
+//! removal made unconditionally by a stale holder could drop a later holder's lease, and with it
+//! that holder's doubt. Elsewhere it is given up by replacing it, at the version its holder
+//! stored, with an empty body: a **free** lease, which the next committer replaces at once.
 
 use std::time::Duration;
+
+use crate::store::exchange::Version;
 
 /// The lease's name in a shard's exchange directory.
 pub(super) const LEASE: &str = "lease";
@@ -25,6 +42,16 @@ pub(super) const HOLDER: &str = "holder-";
 pub(super) const WAITER: &str = "waiter-";
 /// How the name of the marker of a holder in doubt whose PUT was stored starts (then its name).
 pub(super) const STORED: &str = "stored-";
+
+/// How the name of an object that a holder in doubt stores to read the server's clock starts.
+pub(super) const CLOCK: &str = "clock-";
+/// The body of a lease given up where leases are not removed (one of any length is held).
+pub(super) const FREE: &[u8] = b"";
+
+/// Whether a lease at `version` was given up (and may be taken at once).
+pub(super) fn free(version: &Version) -> bool {
+    version.len == FREE.len() as u64
+}
 
 /// The lease as its holder last stored it.
 pub(super) struct Lease {

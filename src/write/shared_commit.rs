@@ -42,17 +42,17 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::apply::{apply_levels, read_current};
 use super::delta;
 use super::error::CommitError;
-use super::lease::{self, HOLDER, LEASE, Lease, STORED, WAITER};
+use super::lease::{self, CLOCK, HOLDER, LEASE, Lease, STORED, WAITER};
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
 use crate::metrics;
-use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed};
+use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed, Noted, Version};
 use crate::store::world::{World, both, each_at_once};
 use crate::store::{self, Store, join, lock};
 
@@ -113,6 +113,15 @@ pub fn commit(
             let lease = Lease { tag, renewed: asked, doubts: Vec::new() };
             turns.hold_changes(lease, &holder, changes, Some(seen))
         }
+        // Given up where leases are not removed: free, taken at once. What was listed before
+        // holds the free lease, whose time is too old to tell what waited too long by.
+        None if let Some(lease) = turns.take_free(&holder)? => {
+            let seen = seen.and_then(|(note, listed, current)| match listed.iter().any(waits) {
+                true => Ok((note, turns.patiently(|| exchange.list(&turns.dir))?, current)),
+                false => Ok((note, listed, current)),
+            });
+            turns.hold_changes(lease, &holder, changes, Some(seen))
+        }
         None => match seen {
             Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
             Ok((_, listed, _)) => {
@@ -126,7 +135,7 @@ pub fn commit(
 
 /// What a holder reads before folding: the shard's note and the version it is of, the names in
 /// the shard's exchange directory, and the shard.
-type Seen = (Option<(store::Stamp, String)>, Vec<Listed>, Option<Current>);
+type Seen = (Option<Noted>, Vec<Listed>, Option<Current>);
 
 /// Deltas read: their bytes by name, in the order they are folded.
 type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
@@ -223,17 +232,17 @@ impl Turns<'_> {
         let mut lease = Some(lease);
         let result = self.fold(&mut lease, me, mine, seen);
         let mut taken_over = lease.is_none();
-        // Removed only at the version this holder stored, where the server decides that (S3's
-        // conditional DELETE), and checked first when held long enough that a waiter may have
-        // taken it over (for a server that ignores the condition). Holders in doubt not yet
-        // settled go to whoever takes it over next.
+        // Given up only at the version this holder stored, by a condition the server decides
+        // ([`lease`]). Holders in doubt not yet settled go to whoever takes it over next.
         if let Some(lease) = lease.filter(|lease| lease.doubts.is_empty()) {
-            let ours = self.since(lease.renewed) < LEASE_TIMEOUT
-                || self.exchange.tag(&self.lease()).is_ok_and(|tag| tag.as_deref() == Some(&lease.tag));
-            match ours.then(|| self.exchange.remove_at(&self.lease(), &lease.tag)) {
-                None | Some(Err(store::Error::Changed(_))) => taken_over = true,
-                Some(Ok(())) => {}
-                Some(Err(e)) => log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key)),
+            let given_up = match self.exchange.removes_at() {
+                true => self.exchange.remove_at(&self.lease(), &lease.tag).map(|()| true),
+                false => self.exchange.replace(&self.lease(), lease::FREE, &lease.tag).map(|tag| tag.is_some()),
+            };
+            match given_up {
+                Ok(true) => {}
+                Ok(false) | Err(store::Error::Changed(_)) => taken_over = true,
+                Err(e) => log::warn!("{}: {e}; the lease expires instead", self.store.describe(self.key)),
             }
         }
         if taken_over && matches!(mine, Mine::Changes(_)) {
@@ -284,7 +293,7 @@ impl Turns<'_> {
         // and removed it since (made again, it would be folded twice). Found there, it is this very
         // delta (its name is unique); not found, the commit fails, its writes kept for later.
         if let Err(e) = self.exchange.create(&delta_key, &delta::encode(changes))
-            && self.patiently(|| self.exchange.tag(&delta_key))?.is_none()
+            && self.patiently(|| self.exchange.head(&delta_key))?.is_none()
         {
             return Err(e.into());
         }
@@ -295,7 +304,7 @@ impl Turns<'_> {
         loop {
             polls += 1;
             self.world.sleep(self.poll(polls, 1, least));
-            if self.patiently(|| self.exchange.tag(&delta_key))?.is_none() {
+            if self.patiently(|| self.exchange.head(&delta_key))?.is_none() {
                 self.exchange.forget(self.key);
                 return self.folded(&name);
             }
@@ -304,7 +313,7 @@ impl Turns<'_> {
                 self.exchange.forget(self.key);
                 // Done only once the delta is gone, whatever the rounds said: a holder taken over
                 // mid-fold may not have reached it, and one that failed may have folded it.
-                if self.patiently(|| self.exchange.tag(&delta_key))?.is_none() {
+                if self.patiently(|| self.exchange.head(&delta_key))?.is_none() {
                     return self.folded(&name);
                 }
                 if let Err(e) = held {
@@ -318,28 +327,26 @@ impl Turns<'_> {
         }
     }
 
-    /// Takes the lease for `holder` when it is free, or when it has not changed for
-    /// [`LEASE_TIMEOUT`] since first `seen` (its holder died or stalled), with that holder and its
-    /// doubts as this one's doubts; `None` when another holds it.
+    /// Takes the lease for `holder` when there is none or it is free, or when it has not changed
+    /// for [`LEASE_TIMEOUT`] since first `seen` (its holder died or stalled), with that holder
+    /// and its doubts as this one's doubts; `None` when another holds it.
     fn take_turn(&self, holder: &str, seen: &mut Option<(String, Duration)>) -> Result<Option<Lease>, CommitError> {
         let lease = self.lease();
-        let held =
-            |tag: Option<String>, doubts: Vec<String>, asked| tag.map(|tag| Lease { tag, renewed: asked, doubts });
-        Ok(match self.patiently(|| self.exchange.tag(&lease))? {
+        Ok(match self.patiently(|| self.exchange.head(&lease))? {
             None => {
                 let (body, asked) = (lease::body(holder, self.world.random(), &[]), self.world.now());
-                held(self.patiently(|| self.exchange.create(&lease, &body))?, Vec::new(), asked)
+                let created = self.patiently(|| self.exchange.create(&lease, &body))?;
+                created.map(|tag| Lease { tag, renewed: asked, doubts: Vec::new() })
             }
-            Some(tag) => match seen {
+            Some(free) if lease::free(&free) => self.take(holder, &free.tag, Vec::new())?,
+            Some(Version { tag, .. }) => match seen {
                 Some((old, since)) if *old == tag && self.since(*since) >= LEASE_TIMEOUT => {
                     log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
                     metrics::lease_takeover();
                     // Read after its tag: a body of a later version only makes the replacement
                     // below fail.
                     let Some(was) = self.patiently(|| self.exchange.read(&lease))? else { return Ok(None) };
-                    let doubts = lease::inherited(&was);
-                    let (body, asked) = (lease::body(holder, self.world.random(), &doubts), self.world.now());
-                    held(self.patiently(|| self.exchange.replace(&lease, &body, &tag))?, doubts, asked)
+                    self.take(holder, &tag, lease::inherited(&was))?
                 }
                 Some((old, _)) if *old == tag => None,
                 _ => {
@@ -348,6 +355,26 @@ impl Turns<'_> {
                 }
             },
         })
+    }
+
+    /// Replaces the lease at version `tag` with one `holder` holds with `doubts`; `None` when it
+    /// is at another version.
+    fn take(&self, holder: &str, tag: &str, doubts: Vec<String>) -> Result<Option<Lease>, CommitError> {
+        let (body, asked) = (lease::body(holder, self.world.random(), &doubts), self.world.now());
+        let taken = self.patiently(|| self.exchange.replace(&self.lease(), &body, tag))?;
+        Ok(taken.map(|tag| Lease { tag, renewed: asked, doubts }))
+    }
+
+    /// The lease for `holder` where leases are given up by replacing them and this one is free
+    /// ([`lease`]): asked by a committer whose lease could not be created.
+    fn take_free(&self, holder: &str) -> Result<Option<Lease>, CommitError> {
+        if self.exchange.removes_at() {
+            return Ok(None);
+        }
+        match self.patiently(|| self.exchange.head(&self.lease()))? {
+            Some(free) if lease::free(&free) => self.take(holder, &free.tag, Vec::new()),
+            _ => Ok(None),
+        }
     }
 
     /// What became of delta `name`, now gone: folded into a stored version, or rejected by the
@@ -438,7 +465,7 @@ impl Turns<'_> {
                 Err(e) => return Err(e),
             };
             let current_stamp = current.as_ref().map(Current::stamp);
-            if note.as_ref().map(|(stamp, _)| *stamp) != current_stamp {
+            if note.as_ref().map(|noted| noted.stamp) != current_stamp {
                 // What this process knew of the shard was old, or it changed between the reads.
                 self.exchange.forget(self.key);
                 drop(lock);
@@ -447,12 +474,11 @@ impl Turns<'_> {
             }
             // The lease, listed, tells the server's time (see `expired`): when the listing made
             // while it was being taken lacks it, and something waits, the holder lists again.
-            let waiting = |l: &Listed| [DELTA, REJECTED, STORED].iter().any(|p| l.name.starts_with(p));
-            if listed.iter().any(waiting) && !listed.iter().any(|l| l.name == LEASE) {
+            if listed.iter().any(waits) && !listed.iter().any(|l| l.name == LEASE) {
                 listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
             let held: HashSet<String> =
-                note.as_ref().map(|(_, n)| n.split(' ').map(str::to_string).collect()).unwrap_or_default();
+                note.as_ref().map(|n| n.note.split(' ').map(str::to_string).collect()).unwrap_or_default();
             // Deltas fold in the order the server stored them (one clock, where the machines'
             // may disagree), oldest first.
             let fresh = |listed: &[Listed]| -> Vec<String> {
@@ -517,19 +543,24 @@ impl Turns<'_> {
                 .copied()
                 .filter(|n| held.contains(*n) || (read.contains_key(*n) && !is_rejected(n)))
                 .collect();
+            // Read after the lease was taken: holders in doubt that its note names are marked
+            // stored; the others have stored nothing, and can store nothing after a round that
+            // ends well ([`lease`]), whether or not it stores a version.
+            let read_note = note.as_ref().map_or("", |n| n.note.as_str());
+            // Stored before any PUT of this round, by the server's clock: what was read.
+            let read_at = note.iter().map(|n| n.stored).chain(listed.iter().map(|l| l.stored)).max();
+            if let Some(held) = lease.as_mut() {
+                self.mark_stored(held, read_note)?;
+            }
             let mut committed = match merged.is_empty() {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
                     // The holders named before this one's own changes carry on, latest first.
-                    let read_note = note.as_ref().map_or("", |(_, n)| n.as_str());
                     let holders =
                         own.map(|_| me).into_iter().chain(read_note.split(' ').filter(|n| n.starts_with(HOLDER)));
                     let noted: Vec<&str> = folded.iter().copied().chain(holders.take(HOLDERS_NOTED)).collect();
                     let note = noted.join(" ");
                     let note = Some((self.exchange, note.as_str()));
-                    if let Some(held) = lease.as_mut() {
-                        self.mark_stored(held, read_note)?;
-                    }
                     // Its own changes go up only from a holder whose lease no one took over before
                     // the read they go over: one that took it over then may have settled this
                     // holder's doubt already, and would not know of this PUT. Renewed after a
@@ -539,7 +570,7 @@ impl Turns<'_> {
                         return Ok(None);
                     }
                     tried_own |= own.is_some();
-                    let put_at = self.world.now();
+                    let put_at = (self.world.now(), read_at);
                     match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
                         // Nothing stored, so no condition checked that the shard is still the
                         // version read: deltas listed since (the second listing) may come from
@@ -548,21 +579,14 @@ impl Turns<'_> {
                         Ok(committed)
                             if committed.outcome == Outcome::Unchanged
                                 && !read.is_empty()
-                                && self.patiently(|| self.exchange.note(self.key))?.map(|(stamp, _)| stamp)
+                                && self.patiently(|| self.exchange.note(self.key))?.map(|noted| noted.stamp)
                                     != current_stamp =>
                         {
                             self.exchange.forget(self.key);
                             drop(lock);
                             continue;
                         }
-                        Ok(committed) => {
-                            // Stored over a version whose note was looked at: the doubts are
-                            // settled.
-                            if let Some(held) = lease.as_mut().filter(|_| committed.outcome != Outcome::Unchanged) {
-                                held.doubts.clear();
-                            }
-                            committed
-                        }
+                        Ok(committed) => committed,
                         Err(CommitError::Store(store::Error::Changed(_))) => {
                             drop(lock);
                             // Stored by a try whose answer was lost: never applied twice.
@@ -577,6 +601,9 @@ impl Turns<'_> {
                 }
             };
             drop(lock);
+            if let Some(held) = lease.as_mut() {
+                held.doubts.clear();
+            }
             log::info!(
                 "{}: committed with {} of the {} waiting deltas{}",
                 self.store.describe(self.key),
@@ -599,7 +626,7 @@ impl Turns<'_> {
             // A marker no waiter (or holder) read within a delta's lifetime is a dead writer's.
             let unread: Vec<&str> = listed
                 .iter()
-                .filter(|l| (l.name.starts_with(REJECTED) || l.name.starts_with(STORED)) && expired(l, &listed))
+                .filter(|l| [REJECTED, STORED, CLOCK].iter().any(|p| l.name.starts_with(p)) && expired(l, &listed))
                 .map(|l| l.name.as_str())
                 .collect();
             // Held by the version just written (or the one read): one left is removed by the next
@@ -674,24 +701,43 @@ impl Turns<'_> {
     /// left a [`STORED`] marker before that name left the note (read after the note, so that one
     /// of the two is found). A marker no one read is removed once a delta's [`lifetime`] is past:
     /// a holder stalled near that long cannot tell, and fails rather than apply its changes twice.
-    fn stored_own(&self, me: &str, put_at: Duration) -> Result<bool, CommitError> {
+    /// `put_at`: when the PUT was begun by this machine's clock, and a time before it by the
+    /// server's (a suspended VM's clock stands still, the server's goes on).
+    fn stored_own(&self, me: &str, put_at: (Duration, Option<SystemTime>)) -> Result<bool, CommitError> {
         let note = self.patiently(|| self.exchange.note(self.key))?;
-        if note.is_some_and(|(_, note)| note.split(' ').any(|n| n == me)) {
+        if note.is_some_and(|noted| noted.note.split(' ').any(|n| n == me)) {
             return Ok(true);
         }
         let marker = join(&self.dir, &format!("{STORED}{me}"));
-        if self.patiently(|| self.exchange.tag(&marker))?.is_some() {
+        if self.patiently(|| self.exchange.head(&marker))?.is_some() {
             if let Err(e) = self.exchange.remove(&marker) {
                 log::warn!("{e}; removed once a delta's lifetime is past");
             }
             return Ok(true);
         }
-        if self.since(put_at) > lifetime() / 4 {
-            let why = format!("stalled {:?} since its PUT, it cannot tell whether it was stored", self.since(put_at));
+        let (local, server) = put_at;
+        let stalled = match server {
+            Some(then) if self.since(local) <= lifetime() / 4 => self.server_since(me, then)?,
+            _ => self.since(local),
+        };
+        if stalled > lifetime() / 4 {
+            let why = format!("stalled {stalled:?} since its PUT, it cannot tell whether it was stored");
             let source = std::io::Error::new(std::io::ErrorKind::TimedOut, why);
             return Err(store::Error::Io { place: self.store.describe(self.key), source }.into());
         }
         Ok(false)
+    }
+
+    /// How long ago `then` was by the server's clock, as the time of an object stored (then
+    /// removed) tells; past any bound when it cannot tell.
+    fn server_since(&self, me: &str, then: SystemTime) -> Result<Duration, CommitError> {
+        let clock = join(&self.dir, &format!("{CLOCK}{me}-{:016x}", self.world.random()));
+        self.patiently(|| self.exchange.create(&clock, b""))?;
+        let now = self.patiently(|| self.exchange.head(&clock))?.map(|stored| stored.stored);
+        if let Err(e) = self.exchange.remove(&clock) {
+            log::warn!("{e}; removed once a delta's lifetime is past");
+        }
+        Ok(now.map_or(Duration::MAX, |now| now.duration_since(then).unwrap_or_default()))
     }
 
     /// The shard's note, the exchange directory's names and the shard itself, read at once: the
@@ -724,6 +770,11 @@ impl Turns<'_> {
         }
         Ok(Some(deltas))
     }
+}
+
+/// Whether `file` waits for a holder: a delta, or a marker to be read (or swept).
+fn waits(file: &Listed) -> bool {
+    [DELTA, REJECTED, STORED, CLOCK].iter().any(|p| file.name.starts_with(p))
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer

@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use shardfs::store::exchange::{Exchange, Listed};
+use shardfs::store::exchange::{self, Exchange, Listed};
 use shardfs::store::world::World;
 use shardfs::store::{Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store};
 
@@ -85,7 +85,12 @@ impl Machine {
                 Answer::Unavailable => "503",
             };
             let stalled = self.sim.clock(self.id).saturating_sub(before) > Duration::from_secs(5);
-            eprintln!("[{:>10.3}] m{} {class:?} {key} {what}{}", self.sim.state().now.as_secs_f64(), self.id, if stalled { " STALL" } else { "" });
+            eprintln!(
+                "[{:>10.3}] m{} {class:?} {key} {what}{}",
+                self.sim.state().now.as_secs_f64(),
+                self.id,
+                if stalled { " STALL" } else { "" }
+            );
         }
         match answer {
             Answer::Done(done) => Ok(done),
@@ -100,7 +105,7 @@ impl Machine {
         }
     }
 
-    fn head(&self, key: &str) -> Result<Option<Version>> {
+    fn version(&self, key: &str) -> Result<Option<Version>> {
         self.ask(key, Class::Read, |server, _| server.objects.get(key).cloned())
     }
 
@@ -130,7 +135,11 @@ impl Machine {
             (true, _) => self.sim.in_doubt(self.id, Duration::from_secs(60), op),
             (false, Some(Action::Doubt(d))) => {
                 if std::env::var_os("REVIEW61_TRACE").is_some() {
-                    eprintln!("[{:>10.3}] m{} PUT {key} IN DOUBT note={note}", self.sim.state().now.as_secs_f64(), self.id);
+                    eprintln!(
+                        "[{:>10.3}] m{} PUT {key} IN DOUBT note={note}",
+                        self.sim.state().now.as_secs_f64(),
+                        self.id
+                    );
                 }
                 self.sim.in_doubt(self.id, d, op)
             }
@@ -197,7 +206,7 @@ impl Store for Machine {
     }
 
     fn attr(&self, key: &str) -> Result<Attr> {
-        self.head(key)?.map(|v| attr(&v)).ok_or_else(|| Error::NotFound(self.describe(key)))
+        self.version(key)?.map(|v| attr(&v)).ok_or_else(|| Error::NotFound(self.describe(key)))
     }
 
     fn list(&self, dir: &str) -> Result<(Vec<(String, Kind)>, Stamp)> {
@@ -205,7 +214,7 @@ impl Store for Machine {
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn Object>> {
-        let version = self.head(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
+        let version = self.version(key)?.ok_or_else(|| Error::NotFound(self.describe(key)))?;
         let (key, e_tag, attr) = (key.to_string(), version.e_tag, attr(&version));
         Ok(Box::new(Opened { machine: self.clone(), key, e_tag, attr, fetched: Default::default() }))
     }
@@ -258,7 +267,9 @@ impl Store for Machine {
     fn put_extending(&self, key: &str, over: &Stamp, kept: u64, tail: &[&[u8]], note: &str) -> Result<Option<Stamp>> {
         let over = self.e_tag_of(key, over)?;
         let tail = tail.concat();
-        let op = |server: &mut Server, now| server.extend(key, over, kept, &tail, note, now).map(|_| stamp(&server.objects[key]));
+        let op = |server: &mut Server, now| {
+            server.extend(key, over, kept, &tail, note, now).map(|_| stamp(&server.objects[key]))
+        };
         let action = self.sim.scripted(self.id, key, Class::Write);
         let put = match action {
             Some(Action::Doubt(d)) => self.sim.in_doubt(self.id, d, op),
@@ -290,8 +301,12 @@ impl Exchange for Machine {
         self.ask(key, Class::Write, |server, now| server.put(key, bytes.to_vec(), Condition::At(old), "", now).map(tag))
     }
 
-    fn tag(&self, key: &str) -> Result<Option<String>> {
-        Ok(self.head(key)?.map(|v| tag(v.e_tag)))
+    fn head(&self, key: &str) -> Result<Option<exchange::Version>> {
+        Ok(self.version(key)?.map(|v| exchange::Version {
+            tag: tag(v.e_tag),
+            len: v.bytes.len() as u64,
+            stored: SystemTime::UNIX_EPOCH + v.stored,
+        }))
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -307,10 +322,12 @@ impl Exchange for Machine {
         Store::delete(self, key)
     }
 
+    fn removes_at(&self) -> bool {
+        self.sim.state().server.deletes_at
+    }
+
     fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
-        if !self.sim.state().server.deletes_at {
-            return self.remove(key);
-        }
+        assert!(self.removes_at(), "a conditional DELETE asked of a server that has none");
         let Ok(at) = u64::from_str_radix(tag, 16) else { return Err(Error::Changed(self.describe(key))) };
         let removed = self.ask(key, Class::Write, |server, _| match server.objects.get(key) {
             Some(version) if version.e_tag != at => false,
@@ -322,8 +339,10 @@ impl Exchange for Machine {
         if removed { Ok(()) } else { Err(Error::Changed(self.describe(key))) }
     }
 
-    fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {
-        Ok(self.head(key)?.map(|v| (stamp(&v), v.note.clone())))
+    fn note(&self, key: &str) -> Result<Option<exchange::Noted>> {
+        let noted =
+            |v: Version| exchange::Noted { stamp: stamp(&v), note: v.note, stored: SystemTime::UNIX_EPOCH + v.stored };
+        Ok(self.version(key)?.map(noted))
     }
 
     fn put_noted(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>> {

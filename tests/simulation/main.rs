@@ -207,8 +207,10 @@ fn run_machine(
                 let records = records.lock().expect("records");
                 (records.len() as u32, sim.clock(m))
             };
-            let changes: Vec<(u64, Option<u32>)> =
-                entries.iter().map(|&e| (e, (!sim.random(m).is_multiple_of(10)).then_some(id))).collect();
+            let changes: Vec<(u64, Option<u32>)> = entries
+                .iter()
+                .map(|&e| (e, (!sim.random(m).is_multiple_of(10) || sim.state().writes_only).then_some(id)))
+                .collect();
             records.lock().expect("records").push(Record {
                 machine: m,
                 start,
@@ -263,7 +265,11 @@ fn run_machines(
                     .stack_size(512 << 10)
                     .spawn_scoped(scope, move || {
                         let start = sim.state().starts.get(m).copied();
-                        let from = start.unwrap_or(if config.doubt && m != 0 { Duration::from_secs(1) } else { Duration::ZERO });
+                        let from = start.unwrap_or(if config.doubt && m != 0 {
+                            Duration::from_secs(1)
+                        } else {
+                            Duration::ZERO
+                        });
                         run_machine(sim, m, config, records, commits, from)
                     })
                     .expect("a thread")
@@ -274,8 +280,13 @@ fn run_machines(
 }
 
 /// The objects left in the shard's exchange directory.
+/// What is left in the exchange, but for leases given up where the server has no conditional
+/// DELETE (free: empty).
 fn exchange_left(sim: &Sim) -> Vec<String> {
-    sim.state().server.keys_below(&format!("{EXCHANGE_DIR}/"))
+    let state = sim.state();
+    let free =
+        |key: &String| key.ends_with("/lease") && state.server.objects.get(key).is_some_and(|v| v.bytes.is_empty());
+    state.server.keys_below(&format!("{EXCHANGE_DIR}/")).into_iter().filter(|key| !free(key)).collect()
 }
 
 /// Runs `config` from `seed` and checks what the machines left.
@@ -402,7 +413,8 @@ fn check(sim: &Sim, records: &[Record], config: Config) -> Result<(), String> {
     }
     for (a, record) in records.iter().enumerate() {
         match &record.result {
-            Some(Err(e)) if !config.may_fail() => {
+            // A holder stalled past a quarter of a delta's lifetime after a PUT in doubt fails.
+            Some(Err(e)) if !(config.may_fail() || config.faults.stall > 0.0 && e.contains("cannot tell whether")) => {
                 return Err(format!(
                     "commit {a} of machine {} failed with no fault to explain it: {e}",
                     record.machine
@@ -555,7 +567,8 @@ fn review61_config(setup: fn(&Sim), deletes_at: bool) -> Config {
 
 fn review61_run(name: &str, setup: fn(&Sim), deletes_at: bool) -> Vec<u64> {
     let mut failed = Vec::new();
-    for seed in 0..20 {
+    let only: Option<u64> = std::env::var("REVIEW61_ONLY").ok().and_then(|n| n.parse().ok());
+    for seed in (0..20).filter(|s| only.is_none_or(|o| o == *s)) {
         if let Err(e) = run(seed, review61_config(setup, deletes_at)) {
             eprintln!("{name} seed {seed}: {e}");
             failed.push(seed);
@@ -571,8 +584,10 @@ fn secs(s: f64) -> Duration {
 /// G holds the lease, stalls after its PUT past LEASE_TIMEOUT, finds the lease still its own by
 /// its tag, and stalls again before its (unconditional) DELETE. W takes G's lease over, folds,
 /// and removes it. H creates a fresh lease; its PUT is stored with its answer lost and it stalls
-/// 60 s. G's DELETE removes H's lease; A, B, C, D each create a fresh lease (no doubts) and push
-/// H out of the note; H wakes: not in the note, no marker, within lifetime/4: applied again.
+/// 60 s. Were G's give-up an unconditional DELETE (as before, on a server without a conditional
+/// one), it would remove H's lease; A, B, C, D would each create a fresh lease (no doubts) and push
+/// H out of the note, and H would wake to find neither its name nor a marker: applied again. G
+/// now gives the lease up by emptying it, conditional on its own version: refused.
 fn review61_tag_check_then_stall(sim: &Sim) {
     use scheduler::{Action, Class, Rule};
     let mut st = sim.state();
@@ -585,8 +600,8 @@ fn review61_tag_check_then_stall(sim: &Sim) {
     ];
 }
 
-/// The same with G's clock running at half speed: G's `since(renewed) < LEASE_TIMEOUT` holds
-/// 14 s after it took the lease, and it removes the lease without asking its tag.
+/// The same with G's clock running at half speed: by its clock it still holds the lease 14 s
+/// after it took it (it used to remove it without asking its tag then).
 fn review61_slow_clock(sim: &Sim) {
     use scheduler::{Action, Class, Rule};
     sim.set_rate(0, 0.5);
@@ -600,7 +615,7 @@ fn review61_slow_clock(sim: &Sim) {
 }
 
 #[test]
-fn review61_a_stale_holders_unconditional_delete_drops_a_doubt() {
+fn a_stale_holders_late_give_up_of_the_lease_never_drops_a_later_holders_doubt() {
     let failed = review61_run("tag-check", review61_tag_check_then_stall, false);
     let failed_slow = review61_run("slow-clock", review61_slow_clock, false);
     let control = review61_run("tag-check, conditional DELETE", review61_tag_check_then_stall, true);
@@ -609,14 +624,19 @@ fn review61_a_stale_holders_unconditional_delete_drops_a_doubt() {
     assert!(failed.is_empty() && failed_slow.is_empty() && control.is_empty() && control_slow.is_empty());
 }
 
-/// H's PUT is stored with its answer lost and H is suspended (its monotonic clock stopped) for
-/// 700 s. W takes H's lease over and marks H stored; A, B, C, D push H out of the note; S, past
-/// a delta's lifetime, sweeps H's marker as stray. H wakes: `since(put_at)` is about zero, so it
-/// does not fail; not in the note, no marker: applied again. (Conditional DELETE or not.)
+/// W writes the shard first. H's PUT over it is stored with its answer lost and H is suspended
+/// (its monotonic clock stopped) for 700 s. A takes H's lease over and marks H stored; B, C, D
+/// push H out of the note; S, past a delta's lifetime, sweeps H's marker as stray. H wakes: by
+/// its clock no time passed; not in the note, no marker. By the server's clock (an object stored
+/// then, against the shard it read) it stalled 700 s, and it fails rather than apply its changes
+/// again. (Conditional DELETE or not.)
 fn review61_frozen_clock(sim: &Sim) {
     use scheduler::{Action, Class, Rule};
     let mut st = sim.state();
-    st.starts = vec![secs(0.0), secs(0.5), secs(20.0), secs(21.0), secs(22.0), secs(23.0), secs(650.0)];
+    st.starts = vec![secs(0.3), secs(0.0), secs(20.0), secs(40.0), secs(41.0), secs(42.0), secs(650.0)];
+    // A first version that W's removal did not make leaves H nothing read by the server's clock
+    // (see `lease`): that residue is not this case.
+    st.writes_only = true;
     let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
     st.script = vec![rule(0, KEY, Class::Write, 1, Action::DoubtFrozen(secs(700.0)))];
 }
@@ -628,7 +648,7 @@ fn review61_frozen_clock_control(sim: &Sim) {
 }
 
 #[test]
-fn review61_a_suspended_holder_outlives_its_marker() {
+fn a_holder_suspended_past_its_markers_sweep_fails_rather_than_apply_its_changes_twice() {
     let failed = review61_run("frozen", review61_frozen_clock, true);
     let failed_no_cond = review61_run("frozen, no conditional DELETE", review61_frozen_clock, false);
     let control = review61_run("frozen, marker not yet swept", review61_frozen_clock_control, true);
@@ -652,7 +672,7 @@ fn review61_chain(sim: &Sim) {
 }
 
 #[test]
-fn review61_a_chain_of_takeovers_keeps_the_doubt() {
+fn a_chain_of_takeovers_keeps_the_doubt() {
     let failed = review61_run("chain", review61_chain, true);
     let failed_no_cond = review61_run("chain, no conditional DELETE", review61_chain, false);
     eprintln!("failed: chain {failed:?}; chain, no conditional DELETE {failed_no_cond:?}");
@@ -666,7 +686,8 @@ fn review61_a_chain_of_takeovers_keeps_the_doubt() {
 fn review61_hunt_setup(sim: &Sim) {
     use scheduler::{Action, Class, Rule};
     let nth = std::env::var("REVIEW61_NTH").ok().and_then(|n| n.parse().ok()).unwrap_or(2);
-    sim.state().script = vec![(Rule { machine: 0, key: KEY, class: Class::Write, nth, action: Action::Doubt(secs(60.0)) }, 0)];
+    sim.state().script =
+        vec![(Rule { machine: 0, key: KEY, class: Class::Write, nth, action: Action::Doubt(secs(60.0)) }, 0)];
 }
 
 #[test]
@@ -728,9 +749,10 @@ fn review61_settled_then_stores(sim: &Sim) {
 }
 
 #[test]
-fn review61_a_holder_settled_before_its_first_put_stores_after() {
+fn a_holder_taken_over_before_its_first_put_renews_its_lease_before_it() {
     let failed = review61_run("settled-then-stores", review61_settled_then_stores, true);
-    let failed_no_cond = review61_run("settled-then-stores, no conditional DELETE", review61_settled_then_stores, false);
+    let failed_no_cond =
+        review61_run("settled-then-stores, no conditional DELETE", review61_settled_then_stores, false);
     eprintln!("failed: settled-then-stores {failed:?}; no conditional DELETE {failed_no_cond:?}");
     assert!(failed.is_empty() && failed_no_cond.is_empty());
 }

@@ -138,6 +138,8 @@ pub struct State {
     pub script: Vec<(Rule, usize)>,
     /// Server times each machine starts its commits at (review61; empty: as the config says).
     pub starts: Vec<Duration>,
+    /// Every commit writes its chunks (none removes one).
+    pub writes_only: bool,
 }
 
 /// What a scripted rule does to the request it matches (review61).
@@ -183,6 +185,7 @@ impl Sim {
             doubt: None,
             script: Vec::new(),
             starts: Vec::new(),
+            writes_only: false,
         };
         Sim { state: Mutex::new(state) }
     }
@@ -203,7 +206,16 @@ impl Sim {
         };
         let clock = st.now;
         let turned = Arc::new(Condvar::new());
-        st.machines.push(Machine { clock, status: Status::Arriving, rate, offset, rng, walls: 0, frozen: Duration::ZERO, turned });
+        st.machines.push(Machine {
+            clock,
+            status: Status::Arriving,
+            rate,
+            offset,
+            rng,
+            walls: 0,
+            frozen: Duration::ZERO,
+            turned,
+        });
         id
     }
 

@@ -6,7 +6,7 @@
 //! the blob is still that version) and the note as `x-ms-meta-*`. What crosses the network is the
 //! new bytes and a few small requests, whatever the blob's size. object_store has none of these
 //! requests: they are signed here with its credentials and `AzureAuthorizer`, and sent through
-//! its HTTP client.
+//! its HTTP client. So is `Delete Blob` with `If-Match`, the store's DELETE of one version only.
 //!
 //! Azure reads the source of a copy as a client would: a shared key does not authorize it, so
 //! the source URL carries a service SAS for reading the blob, signed with that key by
@@ -30,6 +30,7 @@ use object_store::path::Path;
 use object_store::signer::Signer;
 use object_store::{ClientOptions, PutResult};
 
+use super::conditional_delete::ConditionalDelete;
 use super::extender::Extender;
 use super::resend::{Failed, tag};
 use crate::metrics;
@@ -101,7 +102,7 @@ impl Blocks {
             headers.push(("x-ms-copy-source-authorization", authorization.as_str()));
         }
         let query = [("comp", "block"), ("blockid", id)];
-        let (status, text) = self.send("copy", || self.signed(path, &query, &headers, Bytes::new())).await?;
+        let (status, text) = self.send("copy", || self.signed("PUT", path, &query, &headers, Bytes::new())).await?;
         let code = tag(&text, "Code");
         match (status, code.as_deref()) {
             (201, _) => Ok(()),
@@ -119,7 +120,7 @@ impl Blocks {
     async fn put_block(&self, path: &Path, id: &str, bytes: Bytes) -> Result<(), Failed> {
         let query = [("comp", "block"), ("blockid", id)];
         let len = bytes.len() as u64;
-        let (status, text) = self.send("multipart", || self.signed(path, &query, &[], bytes.clone())).await?;
+        let (status, text) = self.send("multipart", || self.signed("PUT", path, &query, &[], bytes.clone())).await?;
         match status {
             201 => {
                 metrics::sent(len);
@@ -145,7 +146,7 @@ impl Blocks {
         let query = [("comp", "blocklist")];
         let body = Bytes::from(body);
         let (status, text, e_tag) =
-            self.send_for_e_tag("multipart", || self.signed(path, &query, &headers, body.clone())).await?;
+            self.send_for_e_tag("multipart", || self.signed("PUT", path, &query, &headers, body.clone())).await?;
         let code = tag(&text, "Code");
         match (status, code.as_deref(), e_tag) {
             (201, _, Some(e_tag)) => {
@@ -175,10 +176,11 @@ impl Blocks {
         Ok(url)
     }
 
-    /// A PUT of `body` to the blob at `path`, with `query` and `headers`, authorized as
-    /// object_store authorizes its own.
+    /// A `method` request (with `body`) to the blob at `path`, with `query` and `headers`,
+    /// authorized as object_store authorizes its own.
     async fn signed(
         &self,
+        method: &str,
         path: &Path,
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
@@ -187,7 +189,7 @@ impl Blocks {
         let url = self.url(path, query)?;
         // Shared Key signs the length: it must be in the request when it is signed.
         let mut request =
-            http::Request::builder().method("PUT").uri(url.as_str()).header("Content-Length", body.len().to_string());
+            http::Request::builder().method(method).uri(url.as_str()).header("Content-Length", body.len().to_string());
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
@@ -216,6 +218,19 @@ impl Blocks {
         R: std::future::Future<Output = Result<HttpRequest, Failed>>,
     {
         super::resend::send(&self.http, kind, make).await.map(|answer| (answer.status, answer.text, answer.e_tag))
+    }
+}
+
+#[async_trait]
+impl ConditionalDelete for Blocks {
+    async fn delete_at(&self, path: &Path, e_tag: &str) -> Result<bool, Failed> {
+        let headers = [("If-Match", e_tag)];
+        let (status, text) = self.send("delete", || self.signed("DELETE", path, &[], &headers, Bytes::new())).await?;
+        match status {
+            200..=299 | 404 => Ok(true),
+            412 => Ok(false),
+            _ => Err(Failed::Other(format!("{status}: {}", tag(&text, "Code").unwrap_or(text)))),
+        }
     }
 }
 

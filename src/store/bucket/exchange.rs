@@ -8,7 +8,7 @@ use object_store::{Attribute, Attributes, PutMode as ObjectPutMode, PutOptions, 
 
 use super::BucketStore;
 use super::resend::Failed;
-use crate::store::exchange::{Exchange, Listed};
+use crate::store::exchange::{Exchange, Listed, Noted, Version};
 use crate::store::{Error, PutMode, Result, Stamp, Store};
 
 /// The user-metadata name of a version's note (letters only: Azure's names must be identifiers,
@@ -54,8 +54,10 @@ impl Exchange for BucketStore {
         self.put_small(key, bytes, ObjectPutMode::Update(version))
     }
 
-    fn tag(&self, key: &str) -> Result<Option<String>> {
-        Ok(self.head_request(key)?.and_then(|head| head.e_tag))
+    fn head(&self, key: &str) -> Result<Option<Version>> {
+        let Some(head) = self.head_request(key)? else { return Ok(None) };
+        let tag = head.e_tag.ok_or_else(|| super::no_e_tag(&self.describe(key)))?;
+        Ok(Some(Version { tag, len: head.size, stored: head.modified }))
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -87,17 +89,29 @@ impl Exchange for BucketStore {
         }
     }
 
+    fn removes_at(&self) -> bool {
+        self.0.deletes_at.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn remove_at(&self, key: &str, tag: &str) -> Result<()> {
-        let Some(multipart) = &self.0.multipart else { return self.remove(key) };
-        match self.block_on(multipart.delete_at(&self.path(key), tag)) {
+        let Some(deleter) = self.0.deleter.as_ref().filter(|_| self.removes_at()) else {
+            let why = "the server does not decide a DELETE's If-Match";
+            return Err(Error::Io { place: self.describe(key), source: std::io::Error::other(why) });
+        };
+        match self.block_on(deleter.delete_at(&self.path(key), tag)) {
             Ok(_) => Ok(()),
             Err(Failed::Refused) => Err(Error::Changed(self.describe(key))),
             Err(Failed::Other(why)) => Err(Error::Io { place: self.describe(key), source: std::io::Error::other(why) }),
         }
     }
 
-    fn note(&self, key: &str) -> Result<Option<(Stamp, String)>> {
-        Ok(self.head_with_attributes(key)?.map(|(head, attributes)| (head.stamp(), noted(&attributes))))
+    fn note(&self, key: &str) -> Result<Option<Noted>> {
+        let noted = |(head, attributes): (super::metadata::Head, Attributes)| Noted {
+            stamp: head.stamp(),
+            note: noted(&attributes),
+            stored: head.modified,
+        };
+        Ok(self.head_with_attributes(key)?.map(noted))
     }
 
     fn put_noted(&self, key: &str, pieces: &[&[u8]], mode: PutMode, note: &str) -> Result<Option<Stamp>> {

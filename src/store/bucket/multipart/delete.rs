@@ -1,15 +1,14 @@
-//! A DELETE only of the version named (`If-Match`, which S3 and compatible servers decide with
-//! the removal), which object_store cannot ask for: made with the uploads' signed requests. The
-//! lease of the turn-taking commits is removed so, never a lease another machine took over.
+//! S3's DELETE only of the version named (`If-Match`, which S3 and compatible servers decide with
+//! the removal; see [`super::super::conditional_delete`]), made with the uploads' signed requests.
 
 use object_store::path::Path;
 
+use super::super::conditional_delete::ConditionalDelete;
 use super::{Failed, Multipart, tag};
 
-impl Multipart {
-    /// Removes `path` only while its ETag is `e_tag`: true when it was removed (or nothing is
-    /// there), false when another version is.
-    pub async fn delete_at(&self, path: &Path, e_tag: &str) -> Result<bool, Failed> {
+#[async_trait::async_trait]
+impl ConditionalDelete for Multipart {
+    async fn delete_at(&self, path: &Path, e_tag: &str) -> Result<bool, Failed> {
         let headers = [("if-match", e_tag)];
         let (status, text) = self.send("delete", || self.signed("DELETE", path, &[], &headers, "")).await?;
         match status {
