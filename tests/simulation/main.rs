@@ -209,7 +209,11 @@ fn run_machine(
             };
             let changes: Vec<(u64, Option<u32>)> = entries
                 .iter()
-                .map(|&e| (e, (!sim.random(m).is_multiple_of(10) || sim.state().writes_only).then_some(id)))
+                .map(|&e| {
+                    let removed = sim.random(m).is_multiple_of(10);
+                    let removed = sim.state().removes.unwrap_or(removed);
+                    (e, (!removed).then_some(id))
+                })
                 .collect();
             records.lock().expect("records").push(Record {
                 machine: m,
@@ -636,7 +640,7 @@ fn review61_frozen_clock(sim: &Sim) {
     st.starts = vec![secs(0.3), secs(0.0), secs(20.0), secs(40.0), secs(41.0), secs(42.0), secs(650.0)];
     // A first version that W's removal did not make leaves H nothing read by the server's clock
     // (see `lease`): that residue is not this case.
-    st.writes_only = true;
+    st.removes = Some(false);
     let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
     st.script = vec![rule(0, KEY, Class::Write, 1, Action::DoubtFrozen(secs(700.0)))];
 }
@@ -677,6 +681,32 @@ fn a_chain_of_takeovers_keeps_the_doubt() {
     let failed_no_cond = review61_run("chain, no conditional DELETE", review61_chain, false);
     eprintln!("failed: chain {failed:?}; chain, no conditional DELETE {failed_no_cond:?}");
     assert!(failed.is_empty() && failed_no_cond.is_empty());
+}
+
+/// H takes the lease and stalls a minute reading the shard, which is not there; A takes its lease
+/// over (H in doubt) and commits a removal: nothing to store. B and C commit removals after.
+/// Settled only by a stored version, H's doubt kept A's lease (and then B's) unreleased, and each
+/// commit after waited out a lease time-out; a round that ends well settles it.
+fn review61_removals_from_no_shard(sim: &Sim) {
+    use scheduler::{Action, Class, Rule};
+    let mut st = sim.state();
+    st.starts = vec![secs(0.0), secs(15.0), secs(40.0), secs(45.0), secs(50.0), secs(55.0), secs(60.0)];
+    st.removes = Some(true);
+    st.script = vec![(Rule { machine: 0, key: KEY, class: Class::Read, nth: 1, action: Action::Stall(secs(60.0)) }, 0)];
+}
+
+#[test]
+fn removals_from_a_shard_that_is_gone_settle_a_doubt_and_give_the_lease_up() {
+    for deletes_at in [true, false] {
+        for seed in 0..20 {
+            let report = run(seed, review61_config(review61_removals_from_no_shard, deletes_at))
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            // B, C and the three after them commit at once (the stalled H and A, taking its lease
+            // over, take longer).
+            let quick = report.latencies.iter().filter(|l| **l < shared_commit::LEASE_TIMEOUT / 2).count();
+            assert!(quick >= 5, "seed {seed}, conditional DELETE {deletes_at}: {:?}", report.latencies);
+        }
+    }
 }
 
 /// A hunt (review61), by env: machine 0's `REVIEW61_NTH`th shard PUT (default 2: over a shard

@@ -138,8 +138,9 @@ pub struct State {
     pub script: Vec<(Rule, usize)>,
     /// Server times each machine starts its commits at (review61; empty: as the config says).
     pub starts: Vec<Duration>,
-    /// Every commit writes its chunks (none removes one).
-    pub writes_only: bool,
+    /// Whether every change removes its chunk (`Some(true)`) or none does (`Some(false)`);
+    /// `None`: one in ten does.
+    pub removes: Option<bool>,
 }
 
 /// What a scripted rule does to the request it matches (review61).
@@ -185,7 +186,7 @@ impl Sim {
             doubt: None,
             script: Vec::new(),
             starts: Vec::new(),
-            writes_only: false,
+            removes: None,
         };
         Sim { state: Mutex::new(state) }
     }
