@@ -30,8 +30,6 @@ pub struct Version {
     pub tag: String,
     /// Its length in bytes.
     pub len: u64,
-    /// When the server stored it, by the server's clock (to the second).
-    pub stored: SystemTime,
 }
 
 /// A file's current version and the note stored with it.
@@ -40,8 +38,6 @@ pub struct Noted {
     pub stamp: Stamp,
     /// Empty when it has none.
     pub note: String,
-    /// When the server stored it, by the server's clock (to the second).
-    pub stored: SystemTime,
 }
 
 /// The conditional primitives of a store many machines write at once (an object store).

@@ -8,21 +8,22 @@
 //! names, after its holder, the holder it was taken from and that one's own doubts. In each round,
 //! its holder marks every holder in doubt that the note of the version it read names with a
 //! `stored-<holder>` object (so the name may then leave the note), which settles that one (its
-//! changes are stored; it makes no PUT after one stored). Once a round of its own ends well, stored
-//! or with nothing to store, the rest are settled too: a holder that the note of a version read
-//! after the takeover does not name had stored nothing by then, and stores nothing after (it
-//! makes a second PUT only once it has renewed its lease, which was taken over), so the lease is
-//! given up as usual. (A shard that is gone, and removal-only commits, settle them too: settled
-//! only by a stored PUT, they left every lease to expire.) A lease whose
+//! changes are stored; it makes no PUT after one stored). Once a round of its own stores a
+//! version, the rest are settled too (a holder the note did not name can no longer store
+//! anything: its PUT, even one still on its way, was over a version that is no longer there) and
+//! the lease is given up as usual. A round that stores nothing settles none (a first PUT sent
+//! late may yet land over the version it read), so removals from a shard that is gone leave a
+//! lease with doubts to expire, each commit after waiting out its time-out, until one stores. A lease whose
 //! doubts are not settled is left to expire, so that the next holder takes them over. A holder
 //! that finds its lease taken over removes its own marker, once done.
 //!
-//! A holder in doubt that finds neither its name in the note nor its marker tells how long it
-//! stalled by the server's clock: an object it stores then, against the newest time of what it
-//! read before its PUT (its own clock stands still while its VM is paused, and it could outlive
-//! its marker's sweep unknowing). Stalled past a quarter of a delta's lifetime, it fails (EIO)
-//! rather than guess. Left: a holder whose PUT made a shard's first version while its exchange
-//! directory was empty has read no server time, and goes by its own clock alone.
+//! A holder in doubt that finds neither its name in the note nor its marker, stalled past a
+//! quarter of a delta's lifetime by its own clock (CLOCK_BOOTTIME, which counts a suspended
+//! machine's sleep), fails (EIO) rather than guess. Left: a VM paused with its clock stopped
+//! (no clock of its own counts that) may outlive its marker's sweep, or PUT its first changes
+//! after a takeover without renewing its lease, unknowing. The server's time, read from the
+//! stamps of what a round read, is no better: it bounds the read from below only, so after a
+//! shard stood idle it takes any refused PUT for a long stall (found by review).
 //!
 //! A lease is given up by removing it only where the server decides a DELETE's condition: a
 //! removal made unconditionally by a stale holder could drop a later holder's lease, and with it
@@ -43,8 +44,6 @@ pub(super) const WAITER: &str = "waiter-";
 /// How the name of the marker of a holder in doubt whose PUT was stored starts (then its name).
 pub(super) const STORED: &str = "stored-";
 
-/// How the name of an object that a holder in doubt stores to read the server's clock starts.
-pub(super) const CLOCK: &str = "clock-";
 /// The body of a lease given up where leases are not removed (one of any length is held).
 pub(super) const FREE: &[u8] = b"";
 

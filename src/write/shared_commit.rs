@@ -42,12 +42,12 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::apply::{apply_levels, read_current};
 use super::delta;
 use super::error::CommitError;
-use super::lease::{self, CLOCK, HOLDER, LEASE, Lease, STORED, WAITER};
+use super::lease::{self, HOLDER, LEASE, Lease, STORED, WAITER};
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
@@ -543,12 +543,8 @@ impl Turns<'_> {
                 .copied()
                 .filter(|n| held.contains(*n) || (read.contains_key(*n) && !is_rejected(n)))
                 .collect();
-            // Read after the lease was taken: holders in doubt that its note names are marked
-            // stored; the others have stored nothing, and can store nothing after a round that
-            // ends well ([`lease`]), whether or not it stores a version.
+            // Holders in doubt that the note of the version read names are marked stored.
             let read_note = note.as_ref().map_or("", |n| n.note.as_str());
-            // Stored before any PUT of this round, by the server's clock: what was read.
-            let read_at = note.iter().map(|n| n.stored).chain(listed.iter().map(|l| l.stored)).max();
             if let Some(held) = lease.as_mut() {
                 self.mark_stored(held, read_note)?;
             }
@@ -570,7 +566,7 @@ impl Turns<'_> {
                         return Ok(None);
                     }
                     tried_own |= own.is_some();
-                    let put_at = (self.world.now(), read_at);
+                    let put_at = self.world.now();
                     match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
                         // Nothing stored, so no condition checked that the shard is still the
                         // version read: deltas listed since (the second listing) may come from
@@ -601,7 +597,11 @@ impl Turns<'_> {
                 }
             };
             drop(lock);
-            if let Some(held) = lease.as_mut() {
+            // Stored over the version read: a holder in doubt that its note did not name can no
+            // longer store anything (its PUT, even one still on its way, was over a version no
+            // longer there). A round that stores nothing settles none: a first PUT sent late may
+            // yet land over the version it read (found by review, with a PUT landing 20 s late).
+            if let Some(held) = lease.as_mut().filter(|_| committed.outcome != Outcome::Unchanged) {
                 held.doubts.clear();
             }
             log::info!(
@@ -626,7 +626,7 @@ impl Turns<'_> {
             // A marker no waiter (or holder) read within a delta's lifetime is a dead writer's.
             let unread: Vec<&str> = listed
                 .iter()
-                .filter(|l| [REJECTED, STORED, CLOCK].iter().any(|p| l.name.starts_with(p)) && expired(l, &listed))
+                .filter(|l| (l.name.starts_with(REJECTED) || l.name.starts_with(STORED)) && expired(l, &listed))
                 .map(|l| l.name.as_str())
                 .collect();
             // Held by the version just written (or the one read): one left is removed by the next
@@ -701,9 +701,7 @@ impl Turns<'_> {
     /// left a [`STORED`] marker before that name left the note (read after the note, so that one
     /// of the two is found). A marker no one read is removed once a delta's [`lifetime`] is past:
     /// a holder stalled near that long cannot tell, and fails rather than apply its changes twice.
-    /// `put_at`: when the PUT was begun by this machine's clock, and a time before it by the
-    /// server's (a suspended VM's clock stands still, the server's goes on).
-    fn stored_own(&self, me: &str, put_at: (Duration, Option<SystemTime>)) -> Result<bool, CommitError> {
+    fn stored_own(&self, me: &str, put_at: Duration) -> Result<bool, CommitError> {
         let note = self.patiently(|| self.exchange.note(self.key))?;
         if note.is_some_and(|noted| noted.note.split(' ').any(|n| n == me)) {
             return Ok(true);
@@ -715,29 +713,13 @@ impl Turns<'_> {
             }
             return Ok(true);
         }
-        let (local, server) = put_at;
-        let stalled = match server {
-            Some(then) if self.since(local) <= lifetime() / 4 => self.server_since(me, then)?,
-            _ => self.since(local),
-        };
+        let stalled = self.since(put_at);
         if stalled > lifetime() / 4 {
             let why = format!("stalled {stalled:?} since its PUT, it cannot tell whether it was stored");
             let source = std::io::Error::new(std::io::ErrorKind::TimedOut, why);
             return Err(store::Error::Io { place: self.store.describe(self.key), source }.into());
         }
         Ok(false)
-    }
-
-    /// How long ago `then` was by the server's clock, as the time of an object stored (then
-    /// removed) tells; past any bound when it cannot tell.
-    fn server_since(&self, me: &str, then: SystemTime) -> Result<Duration, CommitError> {
-        let clock = join(&self.dir, &format!("{CLOCK}{me}-{:016x}", self.world.random()));
-        self.patiently(|| self.exchange.create(&clock, b""))?;
-        let now = self.patiently(|| self.exchange.head(&clock))?.map(|stored| stored.stored);
-        if let Err(e) = self.exchange.remove(&clock) {
-            log::warn!("{e}; removed once a delta's lifetime is past");
-        }
-        Ok(now.map_or(Duration::MAX, |now| now.duration_since(then).unwrap_or_default()))
     }
 
     /// The shard's note, the exchange directory's names and the shard itself, read at once: the
@@ -774,7 +756,7 @@ impl Turns<'_> {
 
 /// Whether `file` waits for a holder: a delta, or a marker to be read (or swept).
 fn waits(file: &Listed) -> bool {
-    [DELTA, REJECTED, STORED, CLOCK].iter().any(|p| file.name.starts_with(p))
+    [DELTA, REJECTED, STORED].iter().any(|p| file.name.starts_with(p))
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer

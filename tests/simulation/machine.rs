@@ -143,11 +143,6 @@ impl Machine {
                 }
                 self.sim.in_doubt(self.id, d, op)
             }
-            (false, Some(Action::DoubtFrozen(d))) => {
-                let put = self.sim.in_doubt(self.id, Duration::ZERO, op);
-                self.sim.freeze(self.id, d);
-                put
-            }
             (false, action) => self.ask_scripted(key, Class::Write, op, action)?,
         };
         match put {
@@ -302,11 +297,7 @@ impl Exchange for Machine {
     }
 
     fn head(&self, key: &str) -> Result<Option<exchange::Version>> {
-        Ok(self.version(key)?.map(|v| exchange::Version {
-            tag: tag(v.e_tag),
-            len: v.bytes.len() as u64,
-            stored: SystemTime::UNIX_EPOCH + v.stored,
-        }))
+        Ok(self.version(key)?.map(|v| exchange::Version { tag: tag(v.e_tag), len: v.bytes.len() as u64 }))
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -340,8 +331,7 @@ impl Exchange for Machine {
     }
 
     fn note(&self, key: &str) -> Result<Option<exchange::Noted>> {
-        let noted =
-            |v: Version| exchange::Noted { stamp: stamp(&v), note: v.note, stored: SystemTime::UNIX_EPOCH + v.stored };
+        let noted = |v: Version| exchange::Noted { stamp: stamp(&v), note: v.note };
         Ok(self.version(key)?.map(noted))
     }
 

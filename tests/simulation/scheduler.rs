@@ -101,8 +101,6 @@ struct Machine {
     rng: Rng,
     /// Calls of its wall clock so far (each later than the one before).
     walls: u64,
-    /// How much of its own clock's time it spent frozen (review61).
-    frozen: Duration,
     /// Told when the turn is its own (a condition of its own: a thousand machines are not all
     /// woken at every turn).
     turned: Arc<Condvar>,
@@ -138,9 +136,6 @@ pub struct State {
     pub script: Vec<(Rule, usize)>,
     /// Server times each machine starts its commits at (review61; empty: as the config says).
     pub starts: Vec<Duration>,
-    /// Whether every change removes its chunk (`Some(true)`) or none does (`Some(false)`);
-    /// `None`: one in ten does.
-    pub removes: Option<bool>,
 }
 
 /// What a scripted rule does to the request it matches (review61).
@@ -150,9 +145,6 @@ pub enum Action {
     Stall(Duration),
     /// A shard PUT stored, its answer lost, retried (refused), then the machine stalls this long.
     Doubt(Duration),
-    /// As `Doubt`, but the machine's monotonic clock does not run meanwhile (a VM paused, a
-    /// laptop suspended: Rust's `Instant` on Linux does not count it).
-    DoubtFrozen(Duration),
 }
 
 /// A scripted fault (review61): the `nth` (1-based) request of `machine` of `class` whose key
@@ -186,7 +178,6 @@ impl Sim {
             doubt: None,
             script: Vec::new(),
             starts: Vec::new(),
-            removes: None,
         };
         Sim { state: Mutex::new(state) }
     }
@@ -207,31 +198,14 @@ impl Sim {
         };
         let clock = st.now;
         let turned = Arc::new(Condvar::new());
-        st.machines.push(Machine {
-            clock,
-            status: Status::Arriving,
-            rate,
-            offset,
-            rng,
-            walls: 0,
-            frozen: Duration::ZERO,
-            turned,
-        });
+        st.machines.push(Machine { clock, status: Status::Arriving, rate, offset, rng, walls: 0, turned });
         id
     }
 
     /// Machine `m`'s clock as it reads it: its time since the run began.
     pub fn local_now(&self, m: usize) -> Duration {
         let st = self.state();
-        st.machines[m].clock.mul_f64(st.machines[m].rate).saturating_sub(st.machines[m].frozen)
-    }
-
-    /// Machine `m` stalls `d` with its monotonic clock stopped (review61).
-    pub fn freeze(&self, m: usize, d: Duration) {
-        let mut st = self.state();
-        let rate = st.machines[m].rate;
-        st.machines[m].clock += d;
-        st.machines[m].frozen += d.mul_f64(rate);
+        st.machines[m].clock.mul_f64(st.machines[m].rate)
     }
 
     /// The global time machine `m` has reached (for when its commits start and end).

@@ -57,7 +57,7 @@ impl Exchange for BucketStore {
     fn head(&self, key: &str) -> Result<Option<Version>> {
         let Some(head) = self.head_request(key)? else { return Ok(None) };
         let tag = head.e_tag.ok_or_else(|| super::no_e_tag(&self.describe(key)))?;
-        Ok(Some(Version { tag, len: head.size, stored: head.modified }))
+        Ok(Some(Version { tag, len: head.size }))
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -109,7 +109,6 @@ impl Exchange for BucketStore {
         let noted = |(head, attributes): (super::metadata::Head, Attributes)| Noted {
             stamp: head.stamp(),
             note: noted(&attributes),
-            stored: head.modified,
         };
         Ok(self.head_with_attributes(key)?.map(noted))
     }
