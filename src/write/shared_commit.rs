@@ -67,8 +67,8 @@ const READS: u32 = 16;
 /// How often a waiter that took the lease may fail to fold before its commit fails.
 const HOLDS: u32 = 3;
 /// How long a waiter waits before asking whether its delta was folded (or the lease is free);
-/// the pause doubles with each question (a queued committer's stays: it queues for at most
-/// [`QUEUE_PATIENCE`]) up to [`LONGEST_POLL`].
+/// the pause doubles with each question (a queued committer's every other question: it queues
+/// for at most [`QUEUE_PATIENCE`] or [`QUEUE_TURNS`]) up to [`LONGEST_POLL`].
 const POLL: Duration = Duration::from_millis(20);
 /// The longest pause between a waiter's questions: a thousand machines waiting on one shard ask
 /// about two thousand times a second, under what an object store serves a prefix (S3: 5,500
@@ -82,6 +82,9 @@ const PER_DELTA: Duration = Duration::from_millis(5);
 /// queued commits take one round each, deltas are folded forty to a round, so where many
 /// machines wait (each queued round takes a few round trips) the queue would grow without end.
 const QUEUE_PATIENCE: Duration = Duration::from_secs(2);
+/// How many turns a queued committer sees others take before it waits as a delta instead: where
+/// that many are ahead of it, its chunks folded in a holder's round cost less than its own turn.
+const QUEUE_TURNS: u32 = 4;
 /// The most delta names a shard version's note holds (44 bytes each: S3 keeps at most 2 KiB of
 /// user metadata, with [`HOLDERS_NOTED`] holders' names): those it takes in, and those it held
 /// before that are still there. More deltas wait for the holder's next round.
@@ -265,18 +268,24 @@ impl Turns<'_> {
         log::info!("{}: its lease is held; waiting for its turn", self.store.describe(self.key));
         metrics::lease_wait("queue");
         let holder = self.unique_name(HOLDER);
-        let mut seen = None;
-        let (mut polls, since) = (0u32, self.world.now());
+        let mut seen: Option<(String, Duration)> = None;
+        let (mut polls, since, mut missed) = (0u32, self.world.now(), 0u32);
         loop {
             polls += 1;
-            // Queued for at most a few seconds, and each turn is taken soon after the last: asked
-            // every 10-30 ms.
-            self.world.sleep(self.poll(polls, u32::MAX, Duration::ZERO));
+            // Each turn is taken soon after the last: asked after 20 ms, twice as long every
+            // other question (a thousand machines queued at once asking every 20 ms were most of
+            // S3's 5,500 reads a second of a prefix, and met SlowDown).
+            self.world.sleep(self.poll(polls, 2, Duration::ZERO));
+            let before = seen.as_ref().map(|(tag, _)| tag.clone());
             if let Some(lease) = self.take_turn(&holder, &mut seen)? {
                 self.exchange.forget(self.key);
                 return self.hold_changes(lease, &holder, changes, None);
             }
-            if self.since(since) > QUEUE_PATIENCE {
+            // Another took a turn: many are queued.
+            if before.is_some() && seen.as_ref().map(|(tag, _)| tag) != before.as_ref() {
+                missed += 1;
+            }
+            if self.since(since) > QUEUE_PATIENCE || missed >= QUEUE_TURNS {
                 return self.wait(changes, Duration::ZERO);
             }
         }

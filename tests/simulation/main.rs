@@ -505,7 +505,9 @@ fn scale() {
         "| machines | server copies | commits | virtual time | commits/s | fsync p50 | fsync p99 | peak reads/s | peak writes/s | 503 SlowDown |"
     );
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for machines in [1, 8, 64, 1000] {
+    // `SHARDFS_SIM_MACHINES=1000`: that row alone.
+    let only: Option<usize> = std::env::var("SHARDFS_SIM_MACHINES").ok().and_then(|n| n.parse().ok());
+    for machines in [1, 8, 64, 1000].into_iter().filter(|m| only.is_none_or(|o| o == *m)) {
         for copies_from in [None, Some(64)] {
             let config = Config {
                 machines,
