@@ -143,6 +143,14 @@ impl Machine {
                 }
                 self.sim.in_doubt(self.id, d, op)
             }
+            (false, Some(Action::LateDoubt(late, d))) => {
+                self.sim.stall(self.id, late);
+                self.sim.in_doubt(self.id, d, op)
+            }
+            (false, Some(Action::Late(late))) => {
+                self.sim.stall(self.id, late);
+                self.ask_scripted(key, Class::Write, op, None)?
+            }
             (false, action) => self.ask_scripted(key, Class::Write, op, action)?,
         };
         match put {
@@ -268,6 +276,14 @@ impl Store for Machine {
         let action = self.sim.scripted(self.id, key, Class::Write);
         let put = match action {
             Some(Action::Doubt(d)) => self.sim.in_doubt(self.id, d, op),
+            Some(Action::LateDoubt(late, d)) => {
+                self.sim.stall(self.id, late);
+                self.sim.in_doubt(self.id, d, op)
+            }
+            Some(Action::Late(late)) => {
+                self.sim.stall(self.id, late);
+                self.ask_scripted(key, Class::Write, op, None)?
+            }
             action => self.ask_scripted(key, Class::Write, op, action)?,
         };
         put.map(Some).ok_or_else(|| Error::Changed(self.describe(key)))

@@ -136,6 +136,9 @@ pub struct State {
     pub script: Vec<(Rule, usize)>,
     /// Server times each machine starts its commits at (review61; empty: as the config says).
     pub starts: Vec<Duration>,
+    /// Per machine: the one entry its commits change, and whether they write it (false: remove
+    /// it); `None` (or no entry): as the config draws.
+    pub plan: Vec<Option<(u64, bool)>>,
 }
 
 /// What a scripted rule does to the request it matches (review61).
@@ -145,6 +148,13 @@ pub enum Action {
     Stall(Duration),
     /// A shard PUT stored, its answer lost, retried (refused), then the machine stalls this long.
     Doubt(Duration),
+    /// As `Doubt(.1)`, but the request is applied `.0` after the machine sent it (a slow upload,
+    /// a request held in flight): the machine checked what it checks before sending, and the
+    /// server applies it later.
+    LateDoubt(Duration, Duration),
+    /// The request is applied this long after it was sent, its answer arriving.
+    #[allow(dead_code, reason = "for scenarios written by hand; none uses it yet")]
+    Late(Duration),
 }
 
 /// A scripted fault (review61): the `nth` (1-based) request of `machine` of `class` whose key
@@ -178,6 +188,7 @@ impl Sim {
             doubt: None,
             script: Vec::new(),
             starts: Vec::new(),
+            plan: Vec::new(),
         };
         Sim { state: Mutex::new(state) }
     }
