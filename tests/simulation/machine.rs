@@ -147,10 +147,6 @@ impl Machine {
                 self.sim.stall(self.id, late);
                 self.sim.in_doubt(self.id, d, op)
             }
-            (false, Some(Action::Late(late))) => {
-                self.sim.stall(self.id, late);
-                self.ask_scripted(key, Class::Write, op, None)?
-            }
             (false, action) => self.ask_scripted(key, Class::Write, op, action)?,
         };
         match put {
@@ -279,10 +275,6 @@ impl Store for Machine {
             Some(Action::LateDoubt(late, d)) => {
                 self.sim.stall(self.id, late);
                 self.sim.in_doubt(self.id, d, op)
-            }
-            Some(Action::Late(late)) => {
-                self.sim.stall(self.id, late);
-                self.ask_scripted(key, Class::Write, op, None)?
             }
             action => self.ask_scripted(key, Class::Write, op, action)?,
         };

@@ -569,11 +569,19 @@ fn review61_config(setup: fn(&Sim), deletes_at: bool) -> Config {
     }
 }
 
-fn review61_run(name: &str, setup: fn(&Sim), deletes_at: bool) -> Vec<u64> {
+/// Asserts that the scripted case `setup`, in `config`, passes every seed on a server with a
+/// conditional DELETE and on one without.
+fn passes_either_way(name: &str, config: fn(fn(&Sim), bool) -> Config, setup: fn(&Sim)) {
+    let failed = [true, false].map(|deletes_at| (deletes_at, scripted_runs(name, config(setup, deletes_at))));
+    assert!(failed.iter().all(|(_, seeds)| seeds.is_empty()), "{name}: (conditional DELETE, failed seeds) {failed:?}");
+}
+
+/// The seeds of 0..20 (`REVIEW61_ONLY=N`: that one) where a scripted `config` fails, each told.
+fn scripted_runs(name: &str, config: Config) -> Vec<u64> {
     let mut failed = Vec::new();
     let only: Option<u64> = std::env::var("REVIEW61_ONLY").ok().and_then(|n| n.parse().ok());
     for seed in (0..20).filter(|s| only.is_none_or(|o| o == *s)) {
-        if let Err(e) = run(seed, review61_config(setup, deletes_at)) {
+        if let Err(e) = run(seed, config) {
             eprintln!("{name} seed {seed}: {e}");
             failed.push(seed);
         }
@@ -585,6 +593,21 @@ fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
+/// Scripts a case of seven machines: when each starts its commits (seconds), and `faults`.
+fn script(sim: &Sim, starts: [f64; 7], faults: &[(usize, &'static str, scheduler::Class, usize, scheduler::Action)]) {
+    let mut st = sim.state();
+    st.starts = starts.map(secs).to_vec();
+    st.script = rules(faults);
+}
+
+/// Scripted faults: (machine, the end of the key, class, nth request of that kind, action).
+fn rules(rules: &[(usize, &'static str, scheduler::Class, usize, scheduler::Action)]) -> Vec<(scheduler::Rule, usize)> {
+    rules
+        .iter()
+        .map(|&(machine, key, class, nth, action)| (scheduler::Rule { machine, key, class, nth, action }, 0))
+        .collect()
+}
+
 /// G holds the lease, stalls after its PUT past LEASE_TIMEOUT, finds the lease still its own by
 /// its tag, and stalls again before its (unconditional) DELETE. W takes G's lease over, folds,
 /// and removes it. H creates a fresh lease; its PUT is stored with its answer lost and it stalls
@@ -593,62 +616,56 @@ fn secs(s: f64) -> Duration {
 /// H out of the note, and H would wake to find neither its name nor a marker: applied again. G
 /// now gives the lease up by emptying it, conditional on its own version: refused.
 fn review61_tag_check_then_stall(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
-    let mut st = sim.state();
-    st.starts = vec![secs(0.0), secs(0.5), secs(13.0), secs(31.0), secs(32.0), secs(33.0), secs(34.0)];
-    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
-    st.script = vec![
-        rule(0, KEY, Class::Write, 1, Action::Stall(secs(10.2))),
-        rule(0, "/lease", Class::Read, 1, Action::Stall(secs(20.0))),
-        rule(2, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
-    ];
+    use scheduler::{Action, Class};
+    script(
+        sim,
+        [0.0, 0.5, 13.0, 31.0, 32.0, 33.0, 34.0],
+        &[
+            (0, KEY, Class::Write, 1, Action::Stall(secs(10.2))),
+            (0, "/lease", Class::Read, 1, Action::Stall(secs(20.0))),
+            (2, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+        ],
+    );
 }
 
 /// The same with G's clock running at half speed: by its clock it still holds the lease 14 s
 /// after it took it (it used to remove it without asking its tag then).
 fn review61_slow_clock(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
+    use scheduler::{Action, Class};
     sim.set_rate(0, 0.5);
-    let mut st = sim.state();
-    st.starts = vec![secs(0.0), secs(0.5), secs(12.5), secs(15.0), secs(16.0), secs(17.0), secs(18.0)];
-    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
-    st.script = vec![
-        rule(0, KEY, Class::Write, 1, Action::Stall(secs(14.0))),
-        rule(2, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
-    ];
+    script(
+        sim,
+        [0.0, 0.5, 12.5, 15.0, 16.0, 17.0, 18.0],
+        &[(0, KEY, Class::Write, 1, Action::Stall(secs(14.0))), (2, KEY, Class::Write, 1, Action::Doubt(secs(60.0)))],
+    );
 }
 
 #[test]
 fn a_stale_holders_late_give_up_of_the_lease_never_drops_a_later_holders_doubt() {
-    let failed = review61_run("tag-check", review61_tag_check_then_stall, false);
-    let failed_slow = review61_run("slow-clock", review61_slow_clock, false);
-    let control = review61_run("tag-check, conditional DELETE", review61_tag_check_then_stall, true);
-    let control_slow = review61_run("slow-clock, conditional DELETE", review61_slow_clock, true);
-    eprintln!("failed: tag-check {failed:?}; slow-clock {failed_slow:?}; controls {control:?} {control_slow:?}");
-    assert!(failed.is_empty() && failed_slow.is_empty() && control.is_empty() && control_slow.is_empty());
+    passes_either_way("tag-check", review61_config, review61_tag_check_then_stall);
+    passes_either_way("slow-clock", review61_config, review61_slow_clock);
 }
 
-/// A chain of takeovers (expected to hold): H's PUT in doubt, 60 s stall; W1 takes the lease over
-/// (its second write of the lease: the first is commit's create) and stalls 25 s right after; W2 takes it over from W1 and stalls 25 s; W3 takes it over from
-/// W2 and folds. A, B, C commit while the lease is held (as deltas).
+/// A chain of takeovers: H's PUT in doubt, 60 s stall; W1 takes the lease over (its second write
+/// of the lease: the first is commit's create) and stalls 25 s right after; W2 takes it over from
+/// W1 and stalls 25 s; W3 takes it over from W2 and folds. A, B, C commit while the lease is held
+/// (as deltas). The doubt passes down the chain, and H's changes are applied once.
 fn review61_chain(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
-    let mut st = sim.state();
-    st.starts = vec![secs(0.0), secs(0.5), secs(1.0), secs(1.5), secs(15.0), secs(25.0), secs(40.0)];
-    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
-    st.script = vec![
-        rule(0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
-        rule(1, "/lease", Class::Write, 2, Action::Stall(secs(25.0))),
-        rule(2, "/lease", Class::Write, 2, Action::Stall(secs(25.0))),
-    ];
+    use scheduler::{Action, Class};
+    script(
+        sim,
+        [0.0, 0.5, 1.0, 1.5, 15.0, 25.0, 40.0],
+        &[
+            (0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+            (1, "/lease", Class::Write, 2, Action::Stall(secs(25.0))),
+            (2, "/lease", Class::Write, 2, Action::Stall(secs(25.0))),
+        ],
+    );
 }
 
 #[test]
 fn a_chain_of_takeovers_keeps_the_doubt() {
-    let failed = review61_run("chain", review61_chain, true);
-    let failed_no_cond = review61_run("chain, no conditional DELETE", review61_chain, false);
-    eprintln!("failed: chain {failed:?}; chain, no conditional DELETE {failed_no_cond:?}");
-    assert!(failed.is_empty() && failed_no_cond.is_empty());
+    passes_either_way("chain", review61_config, review61_chain);
 }
 
 /// A hunt (review61), by env: machine 0's `REVIEW61_NTH`th shard PUT (default 2: over a shard
@@ -656,10 +673,9 @@ fn a_chain_of_takeovers_keeps_the_doubt() {
 /// stalls 60 s, among 8 machines of 6 commits; `REVIEW61_DELETES_AT=0`: no conditional DELETE;
 /// `REVIEW61_FAULTS=1`: stalls, lost answers and skewed clocks too; `REVIEW61_SEEDS`.
 fn review61_hunt_setup(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
+    use scheduler::{Action, Class};
     let nth = std::env::var("REVIEW61_NTH").ok().and_then(|n| n.parse().ok()).unwrap_or(2);
-    sim.state().script =
-        vec![(Rule { machine: 0, key: KEY, class: Class::Write, nth, action: Action::Doubt(secs(60.0)) }, 0)];
+    sim.state().script = rules(&[(0, KEY, Class::Write, nth, Action::Doubt(secs(60.0)))]);
 }
 
 #[test]
@@ -708,42 +724,25 @@ fn review61_hunt() {
 /// (fresh leases, conditional DELETE or not) push H out of the note; H wakes: not in the note,
 /// no marker, within lifetime/4: taken over, it commits its changes again as a delta.
 fn review61_settled_then_stores(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
+    use scheduler::{Action, Class};
     let mut st = sim.state();
     let h = std::env::var("REVIEW61_H_START").ok().and_then(|n| n.parse().ok()).unwrap_or(2.15);
     st.starts = vec![secs(h), secs(0.0), secs(0.5), secs(30.0), secs(31.0), secs(32.0), secs(33.0)];
-    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
-    st.script = vec![
-        rule(1, KEY, Class::Write, 1, Action::Stall(secs(2.0))),
-        rule(0, "/lease", Class::Write, 1, Action::Stall(secs(25.0))),
-        rule(0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
-    ];
+    st.script = rules(&[
+        (1, KEY, Class::Write, 1, Action::Stall(secs(2.0))),
+        (0, "/lease", Class::Write, 1, Action::Stall(secs(25.0))),
+        (0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
+    ]);
 }
 
 #[test]
 fn a_holder_taken_over_before_its_first_put_renews_its_lease_before_it() {
-    let failed = review61_run("settled-then-stores", review61_settled_then_stores, true);
-    let failed_no_cond =
-        review61_run("settled-then-stores, no conditional DELETE", review61_settled_then_stores, false);
-    eprintln!("failed: settled-then-stores {failed:?}; no conditional DELETE {failed_no_cond:?}");
-    assert!(failed.is_empty() && failed_no_cond.is_empty());
+    passes_either_way("settled-then-stores", review61_config, review61_settled_then_stores);
 }
 
 /// As `review61_config`, over two entries: machine 0 (X), 1 (Y), 2..5 (A, B, C, D), 6 (W).
 fn two_entries_config(setup: fn(&Sim), deletes_at: bool) -> Config {
     Config { entries: 2, ..review61_config(setup, deletes_at) }
-}
-
-fn two_entries_run(name: &str, setup: fn(&Sim), deletes_at: bool) -> Vec<u64> {
-    let mut failed = Vec::new();
-    let only: Option<u64> = std::env::var("REVIEW61_ONLY").ok().and_then(|n| n.parse().ok());
-    for seed in (0..20).filter(|s| only.is_none_or(|o| o == *s)) {
-        if let Err(e) = run(seed, two_entries_config(setup, deletes_at)) {
-            eprintln!("{name} seed {seed}: {e}");
-            failed.push(seed);
-        }
-    }
-    failed
 }
 
 /// A holder's first PUT still in flight when its lease is taken over, the round that takes it
@@ -753,20 +752,12 @@ fn two_entries_run(name: &str, setup: fn(&Sim), deletes_at: bool) -> Vec<u64> {
 /// X's lease over at ~13 s (doubts: X) and removes an entry that is absent: it stores nothing.
 /// A, B, C, D (2..5) commit entry 0 at 40-43 s; W (6) writes entry 1 at 0 s (the shard exists).
 fn late_first_put(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
+    use scheduler::{Action, Class};
     let mut st = sim.state();
     st.starts = vec![secs(1.0), secs(2.0), secs(40.0), secs(41.0), secs(42.0), secs(43.0), secs(0.0)];
-    st.plan = vec![
-        Some((0, true)),
-        Some((0, false)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((1, true)),
-    ];
-    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
-    st.script = vec![rule(0, KEY, Class::Write, 1, Action::LateDoubt(secs(20.0), secs(45.0)))];
+    st.plan = writes_entry_0_but_w();
+    st.plan[1] = Some((0, false));
+    st.script = rules(&[(0, KEY, Class::Write, 1, Action::LateDoubt(secs(20.0), secs(45.0)))]);
 }
 
 /// As `late_first_put` over a shard not yet written (W commits at 500 s): X's late PUT creates it
@@ -779,13 +770,15 @@ fn late_first_put_gone(sim: &Sim) {
     sim.state().starts[6] = secs(500.0);
 }
 
+/// The plan where every machine writes entry 0, but W (6), which writes entry 1.
+fn writes_entry_0_but_w() -> Vec<Option<(u64, bool)>> {
+    [0, 0, 0, 0, 0, 0, 1].map(|entry| Some((entry, true))).to_vec()
+}
+
 /// Every commit applied once, with and without a conditional DELETE.
 #[test]
 fn a_first_put_in_flight_past_a_takeover_is_applied_once_over_a_gone_shard() {
-    let failed = two_entries_run("late-first-put-gone", late_first_put_gone, false);
-    let failed_cond = two_entries_run("late-first-put-gone, conditional DELETE", late_first_put_gone, true);
-    eprintln!("failed: late-first-put-gone {failed:?}; conditional DELETE {failed_cond:?}");
-    assert!(failed.is_empty() && failed_cond.is_empty());
+    passes_either_way("late-first-put-gone", two_entries_config, late_first_put_gone);
 }
 
 /// No fault at all, a race after the shard stood idle. W (6) writes entry 1 (v1) and gives the
@@ -797,34 +790,19 @@ fn a_first_put_in_flight_past_a_takeover_is_applied_once_over_a_gone_shard() {
 /// stalled well under lifetime/4 by its own clock (the stamps of v1 would make it 200 s): X reads
 /// the shard again and commits over v2.
 fn idle_then_race(sim: &Sim) {
-    use scheduler::{Action, Class, Rule};
+    use scheduler::{Action, Class};
     let mut st = sim.state();
     st.starts = vec![secs(200.0), secs(200.1), secs(400.0), secs(401.0), secs(402.0), secs(403.0), secs(0.0)];
-    st.plan = vec![
-        Some((0, true)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((0, true)),
-        Some((1, true)),
-    ];
-    let rule = |machine, key, class, nth, action| (Rule { machine, key, class, nth, action }, 0);
-    st.script = vec![rule(0, "/lease", Class::Write, 1, Action::Stall(secs(0.6)))];
+    st.plan = writes_entry_0_but_w();
+    st.script = rules(&[(0, "/lease", Class::Write, 1, Action::Stall(secs(0.6)))]);
 }
 
 /// No commit fails (and every one is applied once).
 #[test]
 fn a_committer_taking_a_free_lease_given_back_meanwhile_does_not_fail_after_the_shard_stood_idle() {
-    let mut failed = Vec::new();
-    for seed in 0..20 {
-        // No fault at all: any failed commit is reported.
-        let config = Config { faults: Faults::default(), ..two_entries_config(idle_then_race, false) };
-        if let Err(e) = run(seed, config) {
-            eprintln!("idle-then-race seed {seed}: {e}");
-            failed.push(seed);
-        }
-    }
+    // No fault at all: any failed commit is reported.
+    let config = Config { faults: Faults::default(), ..two_entries_config(idle_then_race, false) };
+    let failed = scripted_runs("idle-then-race", config);
     eprintln!("failed: idle-then-race {failed:?}");
     assert!(failed.is_empty());
 }

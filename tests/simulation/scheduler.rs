@@ -152,9 +152,6 @@ pub enum Action {
     /// a request held in flight): the machine checked what it checks before sending, and the
     /// server applies it later.
     LateDoubt(Duration, Duration),
-    /// The request is applied this long after it was sent, its answer arriving.
-    #[allow(dead_code, reason = "for scenarios written by hand; none uses it yet")]
-    Late(Duration),
 }
 
 /// A scripted fault (review61): the `nth` (1-based) request of `machine` of `class` whose key
