@@ -156,8 +156,11 @@ class Mount:
                                             env=dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test"),
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         elif tool == "shardfs":
+            # SHARDFS_BENCH_LOG=FILE keeps the daemons' logs (RUST_LOG says how much).
+            log = os.environ.get("SHARDFS_BENCH_LOG")
+            stderr = open(log, "a") if log else subprocess.DEVNULL
             self.process = subprocess.Popen([binary, "mount", "-f", place.source(prefix)[0], self.path,
-                                             *place.source(prefix)[1:], *extra], stderr=subprocess.DEVNULL)
+                                             *place.source(prefix)[1:], *extra], stderr=stderr)
             self.binary = binary
         elif tool == "s3fs":
             passwd = os.path.join(work, "passwd-s3fs")
@@ -382,7 +385,9 @@ def main():
             if rtt == "local":
                 places.append(Local(os.path.join(work, "local")))
             else:
-                proxies[rtt] = Proxy(port, float(rtt), args.connection_mbs or None)
+                # SHARDFS_BENCH_PROXY_LOG=DIR keeps a line per request (scripts/latency_proxy.py --log).
+                proxies[rtt] = Proxy(port, float(rtt), args.connection_mbs or None,
+                                     os.environ.get("SHARDFS_BENCH_PROXY_LOG"))
                 places.append(Bucket(proxies[rtt], endpoint))
         for run in range(args.runs):
             for place in places:

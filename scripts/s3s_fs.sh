@@ -10,10 +10,11 @@
 # x-amz-copy-source-if-match, reading the source under its key's turn, a completion refuses parts
 # below 5 MiB but the last before it changes anything, and an object a completion replaces keeps
 # none of the old one's checksums (unpatched: copies of any version, and the old checksum served
-# with the new body); a HEAD and a listing give each object's size and ETag (and user metadata)
+# with the new body); a GET's If-Match is decided before its Range, under the key's turn (unpatched,
+# ignored: another version's bytes served as the one named); a HEAD and a listing give each object's size and ETag (and user metadata)
 # of one version, read under the key's turn (unpatched, a HEAD racing a write paired one version's
 # size with another's ETag: 2 of 10 runs of eight mounts committing by copy read an index from
-# the wrong bytes and failed their commit); and so that it reads files 256 KiB at a
+# the wrong bytes and failed their commit); and so that it reads files (for a GET or a part copy) 256 KiB at a
 # time rather than 4 KiB (each read a trip to tokio's blocking pool: 2.7 s of CPU to serve 512 MiB,
 # on the two cores its clients share). A benchmark tool, not a test dependency: scripts/bench.sh
 # runs this on demand.

@@ -1,7 +1,8 @@
 //! Shards asked for ahead of a reader going through an array in order. A Zarr reader reads a
 //! selection chunk by chunk in C order of the chunk grid (a thread pool a few at once, in any
 //! order among them), and so do `cat`, `cp` and `tar` of a chunk directory. Once three chunks a
-//! reader looks up follow each other, the shards holding the next chunks in that order are asked
+//! reader opens follow each other (lookups alone do not count: a writer looks up, in order, the
+//! chunks it is about to replace), the shards holding the next chunks in that order are asked
 //! for in the background ([`Store::prefetch`]): their indexes, and their bytes from the first on,
 //! so that a store whose reads cost a round trip brings each in one GET of its own, several at
 //! once, while the reader is still at the ones before. How much of them is fetched ahead is the
@@ -21,7 +22,7 @@ use crate::store::Store;
 /// Chunks a thread pool reads at once, in any order: this far apart they still follow each
 /// other.
 const SLACK: u64 = 8;
-/// Chunks looked up in order before the shards ahead are asked for: two could be a coincidence.
+/// Chunks opened in order before the shards ahead are asked for: two could be a coincidence.
 const IN_ORDER: u32 = 3;
 /// The shards holding the next this many shards' worth of chunks are asked for, or two rows of
 /// shards' worth (a 2-D array read row by row: the next row is under way before the reader
@@ -32,15 +33,15 @@ const MOST_AHEAD: u64 = 8;
 const ARRAYS: usize = 1024;
 /// Shards remembered as asked for, per array; past this they are forgotten.
 const ASKED: usize = 4096;
-/// Runs of chunks walked at most per chunk looked up, to find the shards ahead.
+/// Runs of chunks walked at most per chunk opened, to find the shards ahead.
 const MOST_STEPS: u32 = 4096;
 
 /// Where the readers of one array have got to.
 #[derive(Debug)]
 struct Progress {
-    /// The furthest chunk looked up, as its place in C order of the chunk grid.
+    /// The furthest chunk opened, as its place in C order of the chunk grid.
     last: u64,
-    /// Chunks looked up in order so far.
+    /// Chunks opened in order so far.
     in_order: u32,
     /// The chunks up to this place have had their shards asked for.
     asked_until: u64,
@@ -61,7 +62,7 @@ impl Default for ReadAhead {
 }
 
 impl ReadAhead {
-    /// Takes note that a reader looked up the chunk at grid coordinates `chunk` of `array`, and
+    /// Takes note that a reader opened the chunk at grid coordinates `chunk` of `array`, and
     /// asks `store` for the shards of the chunks after it when the reader goes on in order.
     pub fn reached(&self, store: &dyn Store, array: &ShardedArray, chunk: &[u64]) {
         let shards = self.shards_ahead(array, chunk);
@@ -80,7 +81,7 @@ impl ReadAhead {
         }
     }
 
-    /// Takes note that a reader looked up the chunk at grid coordinates `chunk` of `array`: the
+    /// Takes note that a reader opened the chunk at grid coordinates `chunk` of `array`: the
     /// shards to ask for now (each once while the reader goes on in order).
     fn shards_ahead(&self, array: &ShardedArray, chunk: &[u64]) -> Vec<Vec<u64>> {
         let Some(place) = c_order(chunk, &array.grid) else { return Vec::new() };
@@ -94,8 +95,8 @@ impl ReadAhead {
         let fresh = || Progress { last: place, in_order: 1, asked_until: place, asked: HashSet::new() };
         let progress = arrays.get_or_insert_mut(array.dir.clone(), fresh);
         if place <= progress.last {
-            // Reads of chunks looked up before (a pool's slower threads, the kernel reading a file
-            // it looked up long ago) are no step back; only a new pass from further back than the
+            // Reads of chunks opened before (a pool's slower threads, the kernel reading a file
+            // it opened long ago) are no step back; only a new pass from further back than the
             // shards asked for starts over.
             if place.saturating_add(SHARDS_AHEAD.saturating_mul(per_shard)) < progress.last {
                 *progress = fresh();

@@ -186,7 +186,11 @@ impl Shards {
         coords: &[u64],
         open: bool,
     ) -> Result<Option<Located>> {
-        self.read_ahead.reached(store, array, coords);
+        // Only a reader's opens: a writer looks up the chunks it is about to write, in order too,
+        // and would fetch the shards it is replacing.
+        if open {
+            self.read_ahead.reached(store, array, coords);
+        }
         let location = array.meta.sharding.locate(coords);
         let key = array.shard_key(&location.shard);
         let shard = if open { OpenShard::open(store, key)? } else { OpenShard::stat(store, key)? };

@@ -593,6 +593,9 @@ impl Turns<'_> {
                         }
                         Ok(committed) => committed,
                         Err(CommitError::Store(store::Error::Changed(_))) => {
+                            // Replaced since it was read (or while its chunks were): what this
+                            // process knew of it is old, and would be read again.
+                            self.exchange.forget(self.key);
                             drop(lock);
                             // Stored by a try whose answer was lost: never applied twice.
                             if own.is_some() && self.stored_own(me, put_at)? {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 use lru::LruCache;
 use parking_lot::{Condvar, Mutex};
 
-use crate::store::{Error, Kind, Result, Stamp, parent_key};
+use crate::store::{Error, Kind, Result, Stamp, file_name, parent_key};
 
 /// At most this many HEADs and this many listings are remembered.
 const HEADS: usize = 100_000;
@@ -249,10 +249,20 @@ impl MetadataCache {
     }
 
     /// Forgets the HEAD of `key`, which may have changed (a read found another version): the
-    /// next question about it goes to the server.
+    /// next question about it goes to the server. The listing of its directory stays, unless it
+    /// lacks `key`: it would answer that there is none (a listing made before another machine
+    /// created it), and a commit reading the shard again would find none until it ran out.
     pub fn forget(&self, key: &str) {
         self.change([key]);
         self.heads.lock().pop(key);
+        let mut listings = self.listings.lock();
+        let dir = parent_key(key);
+        let lacks = |fresh: &Fresh<Option<Arc<Listing>>>| {
+            fresh.value.as_ref().is_none_or(|listing| listing.kind_of(file_name(key)).is_none())
+        };
+        if listings.peek(dir).is_some_and(lacks) {
+            listings.pop(dir);
+        }
     }
 
     /// This process stored the object at `key`, now at version `head` (`None`: the store did not
@@ -476,6 +486,20 @@ mod tests {
         cache.forget("a/b/x");
         assert_eq!(cache.head("a/b/x"), None);
         assert!(cache.listing("a/b").is_some() && cache.listing("a").is_some());
+    }
+
+    #[test]
+    fn forgetting_a_key_its_listing_lacks_forgets_the_listing_too() {
+        // Another machine created a/b/y after a/b was listed: a commit that found it changed
+        // must not be told by the listing, again and again, that it is not there.
+        let cache = MetadataCache::new(Duration::from_secs(60));
+        let listing = Arc::new(Listing::new(vec![("x".into(), Kind::File)], SystemTime::UNIX_EPOCH));
+        cache.remember_listing("a/b", Some(listing), vec![("x".into(), head("e1"))], cache.epoch());
+        cache.forget("a/b/y");
+        assert!(cache.listing("a/b").is_none());
+        cache.remember_listing("c", None, vec![], cache.epoch());
+        cache.forget("c/y");
+        assert!(cache.listing("c").is_none(), "a directory known missing is asked about again");
     }
 
     fn names(listing: Option<Option<Arc<Listing>>>) -> Vec<(String, Kind)> {

@@ -254,10 +254,11 @@ impl BucketStore {
         let served =
             if pinned_by_time { version_of(&ObjectMeta { e_tag: None, ..meta.clone() }) } else { version_of(meta) };
         // A server that ignored If-Match, or a reply mangled on the way, must not pass another
-        // version's bytes off as these.
+        // version's bytes off as these. Asking the same again would get the same answer from the
+        // first: the caller reads the version there now.
         if served.as_deref().map(bare_e_tag) != Some(bare_e_tag(e_tag)) {
             self.0.metadata.forget(key);
-            return Err(Failed::Again(Error::Changed(self.describe(key))));
+            return Err(Failed::Final(Error::Changed(self.describe(key))));
         }
         self.0.metadata.confirm(key, e_tag, epoch);
         Ok(reply)
