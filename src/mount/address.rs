@@ -240,9 +240,7 @@ fn open_bdb(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
     let caching = local_database_caching(address);
-    Ok(Arc::new(
-        Objects::mount(database, "Berkeley DB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?,
-    ))
+    Ok(Arc::new(Objects::mount(database, "Berkeley DB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// Opens the LevelDB in `dir` (keys the Zarr keys, as plyvel users write them): its keys as they

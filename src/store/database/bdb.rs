@@ -155,8 +155,7 @@ mod tests {
     /// `None` (said loudly) where the library is missing, unless `SHARDFS_REQUIRE_BDB=1`
     /// (`.ci/run`) makes that a failure.
     fn temp_file(label: &str, kind: Kind) -> Option<(Removed, std::path::PathBuf)> {
-        let path =
-            std::env::temp_dir().join(format!("shardfs-{label}-{}.{}.db", std::process::id(), kind.name()));
+        let path = std::env::temp_dir().join(format!("shardfs-{label}-{}.{}.db", std::process::id(), kind.name()));
         let _ = std::fs::remove_file(&path);
         let code = if kind == Kind::Hash { library::HASH } else { library::BTREE };
         let lock = std::fs::File::open("/dev/null").unwrap();

@@ -78,15 +78,7 @@ impl Dbt {
     }
 
     fn empty(flags: u32) -> Dbt {
-        Dbt {
-            data: std::ptr::null_mut(),
-            size: 0,
-            ulen: 0,
-            dlen: 0,
-            doff: 0,
-            app_data: std::ptr::null_mut(),
-            flags,
-        }
+        Dbt { data: std::ptr::null_mut(), size: 0, ulen: 0, dlen: 0, doff: 0, app_data: std::ptr::null_mut(), flags }
     }
 }
 
@@ -248,7 +240,13 @@ impl File {
             let mut db = std::ptr::null_mut();
             api.check((api.create)(&mut db, env, 0))?;
             file.db = db;
-            let flags = if read_only { RDONLY } else if create { CREATE } else { 0 };
+            let flags = if read_only {
+                RDONLY
+            } else if create {
+                CREATE
+            } else {
+                0
+            };
             let opened = (api.open)(db, std::ptr::null_mut(), name.as_ptr(), std::ptr::null(), kind, flags, 0o644);
             if opened != 0 {
                 // A handle that failed to open is closed all the same, and only once.
@@ -331,7 +329,9 @@ impl LockedFile for File {
             // SAFETY: an open cursor; the key's memory is read before the next call.
             match unsafe { (self.api.cursor_get)(cursor, &mut key, &mut value, NEXT) } {
                 0 if key.data.is_null() => keys.push(Vec::new()),
-                0 => keys.push(unsafe { std::slice::from_raw_parts(key.data.cast::<u8>(), key.size as usize) }.to_vec()),
+                0 => {
+                    keys.push(unsafe { std::slice::from_raw_parts(key.data.cast::<u8>(), key.size as usize) }.to_vec())
+                }
                 NOTFOUND => break Ok(keys),
                 code => break Err(self.api.failure(code)),
             }
