@@ -1,8 +1,9 @@
 //! A Berkeley DB file of Zarr keys, hash or btree, as zarr-python 2's `DBMStore` writes one over
 //! the `berkeleydb` (or older `bsddb3`) module's `hashopen` and `btopen`: one unnamed database in
 //! the file, keys the Zarr keys in ASCII, values the bytes. Through Debian's Berkeley DB 5.3
-//! library ([`library`]), loaded when such a file is mounted; served as a [`KeyedFile`]. Each
-//! write is synced to disk before it returns.
+//! library ([`library`]), loaded when such a file is mounted, which checks the whole file with
+//! Berkeley DB's verifier before it opens it (a damaged page could crash the library); served as
+//! a [`KeyedFile`]. Each write is synced to disk before it returns.
 //!
 //! Berkeley DB keeps no lock between processes on a file opened outside a shared environment, and
 //! `hashopen` and `btopen` open it in a private one: nothing in the file says another process has
