@@ -226,9 +226,12 @@ class Kyoto:
 def bdb_run(path, opener, source, *args):
     """Runs `source` in DBM_PYTHON (target/venv-v2, which has the `berkeleydb` module) with `db`,
     the Berkeley DB file at `path` open through `berkeleydb.OPENER` (`hashopen`, `btopen`) with
-    the flag argv[2]; returns what it printed, unpickled."""
+    the flag argv[2] (and keyword arguments after a comma: `btopen, lorder=4321`); returns what it
+    printed, unpickled."""
+    name, _, kwargs = opener.partition(",")
     program = ("import berkeleydb, pickle, sys\n"
-               f"db = berkeleydb.{opener}(sys.argv[1], sys.argv[2])\n{source}\ndb.close()\n")
+               f"db = berkeleydb.{name}(sys.argv[1], sys.argv[2]{',' + kwargs if kwargs else ''})\n"
+               f"{source}\ndb.close()\n")
     run = subprocess.run([DBM_PYTHON, "-c", program, str(path), *args], capture_output=True)
     assert run.returncode == 0, run.stderr.decode()[-1500:]
     return pickle.loads(run.stdout) if run.stdout else None
@@ -236,21 +239,25 @@ def bdb_run(path, opener, source, *args):
 
 class BerkeleyDb:
     """A Berkeley DB hash or btree file as zarr-python 2's DBMStore writes it over the
-    `berkeleydb` module (`hashopen`, `btopen`). Berkeley DB keeps no lock between processes here
-    and a mount takes a flock the module does not, so it is written here only when nothing is
-    mounted."""
+    `berkeleydb` module (`hashopen`, `btopen`; a big-endian btree file, `lorder=4321`, too).
+    Berkeley DB keeps no lock between processes here and a mount takes a flock the module does
+    not, so it is written here only when nothing is mounted."""
 
     options = {}
 
     def __init__(self, tmp_path, kind="hash"):
         self.name = f"bdb-{kind}"
-        self.opener = {"hash": "hashopen", "btree": "btopen"}[kind]
+        self.opener = {"hash": "hashopen", "btree": "btopen", "btree-big-endian": "btopen, lorder=4321"}[kind]
         self.path = tmp_path / f"data.{kind}.db"
         bdb_run(self.path, self.opener, "", "c")
 
     address = property(lambda self: str(self.path))
-    v2_store = property(lambda self: f'zarr.DBMStore(sys.argv[1], open=__import__("berkeleydb").{self.opener})')
     v2_argument = property(lambda self: str(self.path))
+
+    @property
+    def v2_store(self):
+        name, _, kwargs = self.opener.partition(",")
+        return f'zarr.DBMStore(sys.argv[1], open=__import__("berkeleydb").{name}{"," + kwargs if kwargs else ""})'
 
     def put(self, key, value):
         bdb_run(self.path, self.opener, "db[sys.argv[3].encode()] = bytes.fromhex(sys.argv[4])", "w", key, value.hex())
@@ -812,7 +819,7 @@ def test_a_gdbm_file_another_process_writes_is_refused_and_readers_share_it(shar
         database.put("x", b"1")
 
 
-@pytest.mark.parametrize("kind", ["hash", "btree"])
+@pytest.mark.parametrize("kind", ["hash", "btree", "btree-big-endian"])
 def test_zarr2_arrays_written_through_a_mount_of_a_berkeley_db_file_read_exactly_by_its_own_store(kind, tmp_path):
     database = BerkeleyDb(tmp_path, kind)
     (tmp_path / "mnt").mkdir()
