@@ -6,14 +6,16 @@
 //! pointers are set to (`__db_get_pp` and the rest, installed by `__db_init` in `db_method.c`,
 //! `__dbc_init` in `bt_cursor.c` and `db_env_create` in `env_method.c`) are exported by
 //! `libdb-5.3.so` under the symbol version `DB5_3`, each with the method's own signature (checked
-//! against Debian's `db.h` and db 5.3's `db_iface.c`, `env_open.c`, `env_method.c`): they are
+//! against Debian's `db.h` and db 5.3's `db_iface.c`, `db_vrfy.c`, `env_open.c`, `env_method.c`,
+//! `mp_method.c`; `db_create`, `db_env_create` and `db_strerror` are public by name): they are
 //! called here by name, as the struct would call them. That keeps the binary free of a C shim and
 //! of a build dependency on `libdb5.3-dev`, which a shim would need (and it would still have to
 //! load the library at run time, as the binary links no database library). What that relies on:
 //! the names are internal to Berkeley DB 5.3 and so bound to its soname (`libdb-5.3.so`, the one
 //! loaded); only plain `DB` handles are opened (not partitioned, no secondaries: [`super`]
-//! refuses such files by their header), whose cursors are `__dbc_*_pp`'s. The one struct passed
-//! by value of layout is `DBT`, declared in `db.h` as below.
+//! refuses such files by their header), whose cursors are `__dbc_*_pp`'s. The one struct whose
+//! layout is relied on is `DBT`, declared in `db.h` as [`Dbt`] is here; the constants are
+//! `db.h`'s.
 //!
 //! Each file is opened in an environment of its own, private to this process (`DB_PRIVATE`, an
 //! in-memory cache, as Python's `berkeleydb.hashopen` opens one), so that the library's error
