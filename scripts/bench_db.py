@@ -1,6 +1,7 @@
 """The db profile of scripts/bench.sh: zarr-python 2.18 reading an array through a shardfs mount of
 a database against zarr-python 2.18 reading it through its own store for that database
-(SQLiteStore, LMDBStore, RedisStore, DBMStore over dbm.gnu; for LevelDB and PostgreSQL, which zarr-python ships no store
+(SQLiteStore, LMDBStore, RedisStore, DBMStore over dbm.gnu and over Berkeley DB's hash and btree
+files; for LevelDB and PostgreSQL, which zarr-python ships no store
 for, the minimal stores of the same layouts in tests/interop/plyvel_store.py and
 postgres_server.py), side by side in one run.
 
@@ -27,6 +28,7 @@ import time
 import warnings
 
 import numpy as np
+import berkeleydb
 import zarr
 from bench_net import shardfs_binary
 from ports import free_port, wait_for_port
@@ -62,6 +64,10 @@ def main():
             "LMDB": (lambda: zarr.LMDBStore(f"{work}/data.lmdb"), f"{work}/data.lmdb"),
             "LevelDB": (lambda: PlyvelStore(f"{work}/data.leveldb"), f"{work}/data.leveldb"),
             "GNU dbm": (lambda: zarr.DBMStore(f"{work}/data.gdbm", open=dbm.gnu.open), f"{work}/data.gdbm"),
+            "Berkeley DB hash": (lambda: zarr.DBMStore(f"{work}/data.hash.db", open=berkeleydb.hashopen),
+                                 f"{work}/data.hash.db"),
+            "Berkeley DB btree": (lambda: zarr.DBMStore(f"{work}/data.btree.db", open=berkeleydb.btopen),
+                                  f"{work}/data.btree.db"),
             "Redis": (lambda: zarr.RedisStore(port=redis_port), f"redis://127.0.0.1:{redis_port}/0"),
             "PostgreSQL": (lambda: TableStore(postgres.url), postgres.url),
             # The floor: the same chunks as plain files, read through a mount of their directory.
@@ -104,7 +110,8 @@ def main():
                     while mounts:
                         subprocess.run([binary, "unmount", mounts.pop()], check=True)
                     assert np.array_equal(got, data), f"{name} through {reader} read wrong"
-        target = {"SQLite": "1.5x", "LMDB": "1.5x", "LevelDB": "1.5x", "GNU dbm": "1.5x", "Redis": "2.0x", "PostgreSQL": "2.0x", "plain files": "-"}
+        target = {"SQLite": "1.5x", "LMDB": "1.5x", "LevelDB": "1.5x", "GNU dbm": "1.5x", "Berkeley DB hash": "1.5x",
+                  "Berkeley DB btree": "1.5x", "Redis": "2.0x", "PostgreSQL": "2.0x", "plain files": "-"}
         lines = ["| database | zarr-python 2.18's own store | shardfs mount | ratio | target |", "|---|---|---|---|---|"]
         for name in databases:
             medians = [sorted(results[(name, r)])[len(results[(name, r)]) // 2] for r in readers]

@@ -38,6 +38,14 @@ ls /usr/lib/*/libgdbm.so.6 >/dev/null 2>&1 || apt_install libgdbm6
 # Kyoto Cabinet's library, loaded the same way, and its tools, which write and read the Kyoto
 # Cabinet files of the tests (no Python binding is on PyPI).
 command -v kctreemgr >/dev/null 2>&1 || apt_install libkyotocabinet16v5 kyotocabinet-utils
+# Berkeley DB 5.3's library, loaded the same way for Berkeley DB files (src/store/database/bdb),
+# and its header, which the `berkeleydb` module of target/venv-v2 is built against (with a C
+# compiler and Python's headers: PyPI has no wheel of it).
+ls /usr/lib/*/libdb-5.3.so >/dev/null 2>&1 || apt_install libdb5.3
+[ -f /usr/include/db.h ] || apt_install libdb5.3-dev
+command -v cc >/dev/null 2>&1 || apt_install gcc
+/usr/bin/python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
+  apt_install python3-dev
 
 # Makes the venv DIR with PYTHON and the packages after WHAT (pinned), unless it already holds
 # exactly those: its stamp is made of the interpreter and the pins, so a changed pin installs
@@ -96,14 +104,16 @@ make_venv target/venv-kerchunk python3 "kerchunk 0.2.10, h5py 3.16.0, fastparque
 make_venv target/venv2 python3 "zarr-python 2.16.1" 'zarr==2.16.1' 'numcodecs<0.13' 'numpy<2' 'pytest==9.2.0'
 
 # redis and lmdb: the clients zarr-python 2.18's RedisStore and LMDBStore write databases with;
+# berkeleydb: the Berkeley DB module zarr-python 2.18's DBMStore writes hash and btree files with
+# (`open=berkeleydb.hashopen`, `btopen`; built here against Debian's libdb5.3-dev);
 # psycopg and plyvel: the PostgreSQL and LevelDB clients of the minimal stores
 # tests/interop/postgres_server.py and plyvel_store.py (tests/interop/test_databases.py,
 # scripts/bench_db.py). On Debian's own Python, whose dbm.gnu is GNU dbm (python3-gdbm), for
 # zarr-python 2.18's DBMStore: the Python python3 names here may have been built without it.
 /usr/bin/python3 -c 'import dbm.gnu' >/dev/null 2>&1 || apt_install python3-gdbm
-make_venv target/venv-v2 /usr/bin/python3 "zarr-python 2.18.7, xarray (the Zarr v2 view's readers), redis, lmdb, psycopg and plyvel" \
+make_venv target/venv-v2 /usr/bin/python3 "zarr-python 2.18.7, xarray (the Zarr v2 view's readers), redis, lmdb, psycopg, plyvel and berkeleydb" \
   'zarr==2.18.7' 'numcodecs==0.15.2' 'xarray==2025.1.2' 'pandas==2.2.3' 'fsspec==2026.9.0' 'redis==8.1.0' \
-  'lmdb==3.0.0' 'psycopg[binary]==3.2.13' 'plyvel==1.5.1'
+  'lmdb==3.0.0' 'psycopg[binary]==3.2.13' 'plyvel==1.5.1' 'berkeleydb==18.1.18'
 
 # OME-Zarr (tests/interop/test_ome.py): ngff-zarr writes OME-Zarr 0.5 with sharding, ome-zarr-models
 # validates 0.4 and 0.5 (1.7: 1.8 needs Python 3.12); ome-zarr 0.9.0 on zarr-python 2.18.7 is the

@@ -23,7 +23,7 @@ use crate::store::database::postgres::{self, Postgres};
 use crate::store::database::redis::Redis;
 use crate::store::database::sqlite::{self, Sqlite};
 use crate::store::database::{Database, Objects};
-use crate::store::database::{gdbm, kyoto};
+use crate::store::database::{bdb, gdbm, kyoto};
 use crate::store::icechunk::{self, IcechunkStore};
 use crate::store::icechunk_branch::BranchStore;
 use crate::store::memory_budget::MemoryBudget;
@@ -137,13 +137,15 @@ pub fn open_store(address: impl Into<StoreAddress>) -> Result<Arc<dyn Store>, St
                 return open_gdbm(&address.location, &address);
             } else if let Some(kind) = kyoto::kind(&address.location).filter(|_| meta.is_file()) {
                 return open_kyoto(&address.location, kind, &address);
+            } else if meta.is_file() && bdb::kind(&address.location).is_some() {
+                return open_bdb(&address.location, &address);
             } else if meta.is_dir() && lmdb::is_lmdb(&address.location) {
                 return open_lmdb(&address.location, &address);
             } else if meta.is_dir() && leveldb::is_leveldb(&address.location) {
                 return open_leveldb(&address.location, &address);
             } else if !meta.is_dir() {
                 return Err(format!(
-                    "{shown}: not a directory, a zip file, an SQLite, GNU dbm or Kyoto Cabinet database nor a kerchunk reference file, so not a Zarr store"
+                    "{shown}: not a directory, a zip file, an SQLite, GNU dbm, Kyoto Cabinet or Berkeley DB database nor a kerchunk reference file, so not a Zarr store"
                 ));
             } else {
                 let dir =
@@ -228,6 +230,17 @@ fn open_kyoto(path: &Path, kind: &str, address: &StoreAddress) -> Result<Arc<dyn
     Ok(Arc::new(
         Objects::mount(database, "Kyoto Cabinet", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?,
     ))
+}
+
+/// Opens the Berkeley DB hash or btree file at `path` (zarr-python 2's `DBMStore` over
+/// `berkeleydb`): its keys as they are, under the mount's own `flock` of the file (exclusive when
+/// writable, shared when read-only), as Berkeley DB keeps none of its own there.
+fn open_bdb(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
+    let database = bdb::open(path, !address.repository.writable)?;
+    let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
+    let read_only = database.read_only();
+    let caching = local_database_caching(address);
+    Ok(Arc::new(Objects::mount(database, "Berkeley DB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// Opens the LevelDB in `dir` (keys the Zarr keys, as plyvel users write them): its keys as they

@@ -11,6 +11,8 @@
 //! - [`lmdb`]: an LMDB environment's unnamed database, read from its memory map.
 //! - [`gdbm`]: a GNU dbm file's keys (zarr-python 2's `DBMStore` over `dbm.gnu`), through
 //!   Debian's GNU dbm library.
+//! - [`bdb`]: a Berkeley DB hash or btree file's keys (zarr-python 2's `DBMStore` over
+//!   `berkeleydb` or `bsddb3`), through Debian's Berkeley DB 5.3 library.
 //! - [`kyoto`]: a Kyoto Cabinet hash or tree file's keys, through Debian's Kyoto Cabinet library.
 //! - [`leveldb`]: a LevelDB directory's keys, read and written through Debian's LevelDB library.
 //! - [`redis`]: a Redis database's keys `PREFIX:KEY`, versions known from the server's
@@ -22,6 +24,7 @@
 //! object store's protocol adds (preconditions of reads, listings by delimiter, copies, uploads in
 //! parts) is done here once.
 
+pub mod bdb;
 pub mod gdbm;
 pub mod keyed_file;
 pub mod kyoto;

@@ -11,6 +11,9 @@ the peers themselves.
 - another process writing the database while mounted is seen;
 - two mounts writing interleaved chunks of the same shards lose nothing, nor do eight writing
   disjoint chunks of them at once;
+- zarr-python 2.18 writes arrays through a mount of a Berkeley DB hash or btree file, and reads
+  them exactly from the file through DBMStore over berkeleydb; a Berkeley DB file whose flock
+  another process holds, or cut short, is refused in one line naming it;
 - a database in another layout, locked, an LMDB environment py-lmdb holds open, or a Redis
   server that cannot be reached, is refused before mounting with one line naming it; a Redis server lost while mounted fails reads with EIO,
   and the mount recovers when it is back;
@@ -29,6 +32,7 @@ import concurrent.futures
 import contextlib
 import errno
 import itertools
+import json
 import os
 import pickle
 import signal
@@ -219,8 +223,58 @@ class Kyoto:
         return subprocess.run(["kctreemgr", "check", str(self.path)], capture_output=True).returncode == 0
 
 
+def bdb_run(path, opener, source, *args):
+    """Runs `source` in DBM_PYTHON (target/venv-v2, which has the `berkeleydb` module) with `db`,
+    the Berkeley DB file at `path` open through `berkeleydb.OPENER` (`hashopen`, `btopen`) with
+    the flag argv[2] (and keyword arguments after a comma: `btopen, lorder=4321`); returns what it
+    printed, unpickled."""
+    name, _, kwargs = opener.partition(",")
+    program = ("import berkeleydb, pickle, sys\n"
+               f"db = berkeleydb.{name}(sys.argv[1], sys.argv[2]{',' + kwargs if kwargs else ''})\n"
+               f"{source}\ndb.close()\n")
+    run = subprocess.run([DBM_PYTHON, "-c", program, str(path), *args], capture_output=True)
+    assert run.returncode == 0, run.stderr.decode()[-1500:]
+    return pickle.loads(run.stdout) if run.stdout else None
+
+
+class BerkeleyDb:
+    """A Berkeley DB hash or btree file as zarr-python 2's DBMStore writes it over the
+    `berkeleydb` module (`hashopen`, `btopen`; a big-endian btree file, `lorder=4321`, too).
+    Berkeley DB keeps no lock between processes here and a mount takes a flock the module does
+    not, so it is written here only when nothing is mounted."""
+
+    options = {}
+
+    def __init__(self, tmp_path, kind="hash"):
+        self.name = f"bdb-{kind}"
+        self.opener = {"hash": "hashopen", "btree": "btopen", "btree-big-endian": "btopen, lorder=4321"}[kind]
+        self.path = tmp_path / f"data.{kind}.db"
+        bdb_run(self.path, self.opener, "", "c")
+
+    address = property(lambda self: str(self.path))
+    v2_argument = property(lambda self: str(self.path))
+
+    @property
+    def v2_store(self):
+        name, _, kwargs = self.opener.partition(",")
+        return f'zarr.DBMStore(sys.argv[1], open=__import__("berkeleydb").{name}{"," + kwargs if kwargs else ""})'
+
+    def put(self, key, value):
+        bdb_run(self.path, self.opener, "db[sys.argv[3].encode()] = bytes.fromhex(sys.argv[4])", "w", key, value.hex())
+
+    def items(self):
+        return bdb_run(self.path, self.opener,
+                       "sys.stdout.buffer.write(pickle.dumps({k.decode(): db[k] for k in db.keys()}))", "r")
+
+    def consistent(self):
+        # Berkeley DB's own check of every page of the file (db_verify).
+        run = subprocess.run([DBM_PYTHON, "-c", "import berkeleydb, sys; berkeleydb.db.DB().verify(sys.argv[1])",
+                              str(self.path)], capture_output=True)
+        return run.returncode == 0
+
+
 def one_process_at_a_time(database):
-    if database.name in ("leveldb", "gdbm", "kyoto"):
+    if database.name in ("leveldb", "gdbm", "kyoto", "bdb-hash", "bdb-btree"):
         pytest.skip(f"{database.name} lets one process at a time write a database")
 
 
@@ -326,7 +380,7 @@ class Postgres:
         return True
 
 
-DATABASES = ["sqlite", "lmdb", "leveldb", "gdbm", "kyoto", "redis", "postgres"]
+DATABASES = ["sqlite", "lmdb", "leveldb", "gdbm", "kyoto", "bdb-hash", "bdb-btree", "redis", "postgres"]
 
 
 @pytest.fixture(params=DATABASES)
@@ -335,6 +389,8 @@ def database(request, tmp_path):
         return Redis(request.getfixturevalue("redis_server"))
     if request.param == "postgres":
         return Postgres(request.getfixturevalue("pg_server"))
+    if request.param.startswith("bdb-"):
+        return BerkeleyDb(tmp_path, request.param.removeprefix("bdb-"))
     return {"sqlite": Sqlite, "lmdb": Lmdb, "leveldb": LevelDb, "gdbm": Gdbm, "kyoto": Kyoto}[request.param](tmp_path)
 
 
@@ -761,3 +817,55 @@ def test_a_gdbm_file_another_process_writes_is_refused_and_readers_share_it(shar
     assert (Path(mnt) / "ints/0.0").read_bytes() == database.items()["ints/0.0"]
     with pytest.raises(AssertionError, match="Resource temporarily unavailable|lock|Can't be writer"):
         database.put("x", b"1")
+
+
+@pytest.mark.parametrize("kind", ["hash", "btree", "btree-big-endian"])
+def test_zarr2_arrays_written_through_a_mount_of_a_berkeley_db_file_read_exactly_by_its_own_store(kind, tmp_path):
+    database = BerkeleyDb(tmp_path, kind)
+    (tmp_path / "mnt").mkdir()
+    with shardfs.mount(database.address, tmp_path / "mnt") as mnt:
+        run = subprocess.run([V2_PYTHON, "-W", "ignore", "-c",
+                              f"import sys, numpy as np, zarr\nstore = zarr.DirectoryStore(sys.argv[1])\n{V2_WRITER}",
+                              mnt], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-1500:]
+    # Unmounted: zarr-python 2 reads the file through DBMStore over berkeleydb.
+    reader = ("import json, sys, numpy as np, zarr\n"
+              f"store = {database.v2_store}\n"
+              "got = {p: zarr.open_array(store, path=p, mode='r')[...].tolist() for p in json.loads(sys.argv[2])}\n"
+              "print(json.dumps([zarr.open_group(store, mode='r').attrs['made_by'], got]))\nstore.close()\n")
+    run = subprocess.run([V2_PYTHON, "-W", "ignore", "-c", reader, database.address, json.dumps(list(V2_ARRAYS))],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-1500:]
+    made_by, got = json.loads(run.stdout)
+    assert made_by == "zarr 2.18"
+    for path, want in V2_ARRAYS.items():
+        np.testing.assert_array_equal(np.array(got[path], dtype=want.dtype), want)
+    assert database.consistent()
+
+
+def test_a_berkeley_db_file_held_or_damaged_is_refused_in_one_line_naming_it(shardfs_mount, tmp_path):
+    database = BerkeleyDb(tmp_path, "btree")
+    run_v2(database, V2_WRITER)
+    # Another process holding the lock a mount takes (flock, exclusive: a writer).
+    holder = subprocess.Popen([DBM_PYTHON, "-c", "import fcntl, sys, time\n"
+                               "f = open(sys.argv[1], 'rb'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True); time.sleep(60)", database.address],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = mount_fails(database.address, tmp_path, "--read-only")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert str(database.path) in line and "held by another process" in line
+    # A read-only mount shares the file with another reader, and keeps a writer out.
+    mnt = shardfs_mount(database.address, read_only=True)
+    other = shardfs_mount(database.address, read_only=True)
+    assert (Path(mnt) / "ints/0.0").read_bytes() == (Path(other) / "ints/0.0").read_bytes()
+    line = mount_fails(database.address, tmp_path)
+    assert str(database.path) in line and "held by another process" in line
+    # A file cut short after its header: one line naming it.
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(database.path.read_bytes()[:100])
+    line = mount_fails(str(damaged), tmp_path, "--read-only")
+    assert str(damaged) in line and "Berkeley DB" in line

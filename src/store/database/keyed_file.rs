@@ -1,8 +1,10 @@
 //! A database file this process locks, whose keys the file keeps in no order it can seek (GNU
-//! dbm's hash, Kyoto Cabinet's hash and tree files as their C APIs give them): the store of
-//! [`super::gdbm`] and [`super::kyoto`], each of which supplies a [`LockedFile`].
+//! dbm's hash, Kyoto Cabinet's hash and tree files as their C APIs give them; Berkeley DB's hash
+//! and btree files, served alike): the store of [`super::gdbm`], [`super::kyoto`] and
+//! [`super::bdb`], each of which supplies a [`LockedFile`].
 //!
-//! The lock (one writer, or only readers) means nothing else changes the file while it is
+//! The lock (one writer, or only readers; the library's, or for Berkeley DB the mount's own
+//! `flock`) means nothing else changes the file while it is
 //! mounted: a writable mount is its writer, a read-only mount one of its readers. Versions are
 //! then this mount's own ([`Versions`]). The keys are read once at open into an ordered index
 //! (kept up to date by this mount's writes), and each value's size is learnt when first needed,

@@ -1,4 +1,4 @@
-//! C libraries of databases loaded when a database of theirs is first opened (LevelDB, GNU dbm, Kyoto Cabinet):
+//! C libraries of databases loaded when a database of theirs is first opened (LevelDB, GNU dbm, Kyoto Cabinet, Berkeley DB):
 //! the binary links none of them, so that machines without one run every other store, and a
 //! mount of its database there fails with one line saying what to install.
 

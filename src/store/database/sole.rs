@@ -1,5 +1,5 @@
 //! Versions of a database that this process alone has open (LevelDB's lock, GNU dbm's writer
-//! lock): nothing but this mount changes its values while it is open, so a value's version needs
+//! lock, a Berkeley DB mount's `flock`): nothing but this mount changes its values while it is open, so a value's version needs
 //! no help from the database. It is an epoch, new at each open, with the number of this mount's
 //! write that wrote the value (0 for a value as found). Whoever reads a value and its version
 //! holds a read lock of these versions, and whoever writes a write lock, so a version always
