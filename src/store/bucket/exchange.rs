@@ -61,15 +61,22 @@ impl Exchange for BucketStore {
     }
 
     fn read(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        let Some(head) = self.head_request(key)? else { return Ok(None) };
-        let e_tag = head.e_tag.ok_or_else(|| super::no_e_tag(&self.describe(key)))?;
-        match self.get_verified(key, &e_tag, None, head.size) {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
-            // Removed between the HEAD and the GET (a delta folded by another holder meanwhile):
-            // the GET layer says the version read is gone.
-            Err(Error::NotFound(_) | Error::Changed(_)) => Ok(None),
-            Err(e) => Err(e),
+        // Removed between the HEAD and the GET (a delta folded by another holder meanwhile), the
+        // GET layer says the version read is gone; so it does of a version replaced, or a reply
+        // mangled on the way. Only what a HEAD finds missing is none: a marker taken for missing
+        // would tell its waiter its delta was folded.
+        let mut last = None;
+        for _ in 0..super::VERSION_ROUNDS {
+            let Some(head) = self.head_request(key)? else { return Ok(None) };
+            let e_tag = head.e_tag.ok_or_else(|| super::no_e_tag(&self.describe(key)))?;
+            match self.get_verified(key, &e_tag, None, head.size) {
+                Ok(bytes) => return Ok(Some(bytes.to_vec())),
+                Err(Error::NotFound(_)) => return Ok(None),
+                Err(e @ Error::Changed(_)) => last = Some(e),
+                Err(e) => return Err(e),
+            }
         }
+        Err(last.unwrap_or_else(|| Error::Changed(self.describe(key))))
     }
 
     fn list(&self, dir: &str) -> Result<Vec<Listed>> {

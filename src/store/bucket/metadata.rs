@@ -255,13 +255,14 @@ impl MetadataCache {
     pub fn forget(&self, key: &str) {
         self.change([key]);
         self.heads.lock().pop(key);
-        let mut listings = self.listings.lock();
         let dir = parent_key(key);
         let lacks = |fresh: &Fresh<Option<Arc<Listing>>>| {
             fresh.value.as_ref().is_none_or(|listing| listing.kind_of(file_name(key)).is_none())
         };
-        if listings.peek(dir).is_some_and(lacks) {
-            listings.pop(dir);
+        if self.listings.lock().peek(dir).is_some_and(lacks) {
+            // A listing asked for before now (the watcher's) is not remembered when it answers.
+            self.change([dir]);
+            self.listings.lock().pop(dir);
         }
     }
 
@@ -500,6 +501,17 @@ mod tests {
         cache.remember_listing("c", None, vec![], cache.epoch());
         cache.forget("c/y");
         assert!(cache.listing("c").is_none(), "a directory known missing is asked about again");
+    }
+
+    #[test]
+    fn a_listing_asked_for_before_a_forget_that_dropped_it_is_not_remembered() {
+        let cache = MetadataCache::new(Duration::from_secs(60));
+        let old = Arc::new(Listing::new(vec![("x".into(), Kind::File)], SystemTime::UNIX_EPOCH));
+        cache.remember_listing("a/b", Some(old.clone()), vec![], cache.epoch());
+        let asked = cache.epoch(); // a LIST sent before a/b/y was created...
+        cache.forget("a/b/y");
+        cache.remember_listing("a/b", Some(old), vec![], asked); // ...lands without it
+        assert!(cache.listing("a/b").is_none());
     }
 
     fn names(listing: Option<Option<Arc<Listing>>>) -> Vec<(String, Kind)> {

@@ -30,6 +30,7 @@ use object_store::{
     Attributes, GetOptions, GetRange, GetResult, ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutOptions,
     PutPayload, PutResult,
 };
+use parking_lot::Mutex;
 
 use super::fetch::ByteStream;
 use super::metadata::{Head, bare_e_tag, modified_of, version_of};
@@ -161,8 +162,9 @@ impl BucketStore {
         range: Option<Range<u64>>,
         len: u64,
     ) -> Result<Bytes> {
+        let other = Mutex::new(None);
         self.tried_async(key, limit(len), || async {
-            let bytes = self.get_of_version(key, e_tag, range.clone()).await?.bytes().await;
+            let bytes = self.get_of_version(key, e_tag, range.clone(), &other).await?.bytes().await;
             let bytes = bytes.map_err(|e| self.failed(key, e))?;
             if bytes.len() as u64 != len {
                 let wrong = format!("the server sent {} bytes where {len} were due", bytes.len());
@@ -178,7 +180,9 @@ impl BucketStore {
     /// named that version and range: the reader counts them (a reply cut short or running long
     /// is its to tell) and times the gaps between them.
     pub(super) async fn stream_verified_async(&self, key: &str, e_tag: &str, range: Range<u64>) -> Result<ByteStream> {
-        let reply = self.tried_async(key, FIRST_BYTE, || self.get_of_version(key, e_tag, Some(range.clone()))).await?;
+        let other = Mutex::new(None);
+        let reply =
+            self.tried_async(key, FIRST_BYTE, || self.get_of_version(key, e_tag, Some(range.clone()), &other)).await?;
         let (store, key) = (self.clone(), key.to_string());
         Ok(reply.into_stream().map(move |piece| piece.map_err(|e| store.error(&key, e))).boxed())
     }
@@ -219,11 +223,13 @@ impl BucketStore {
 
     /// One GET of `range` (the whole object when `None`) of version `e_tag` of `key`, its reply's
     /// headers checked: that version, or the version's absence or replacement as a final answer.
+    /// `other`: the other version the try before was answered with, if it was.
     async fn get_of_version(
         &self,
         key: &str,
         e_tag: &str,
         range: Option<Range<u64>>,
+        other: &Mutex<Option<String>>,
     ) -> std::result::Result<GetResult, Failed> {
         let pinned_by_time = modified_of(e_tag).is_some();
         let range = range.map(GetRange::Bounded);
@@ -254,11 +260,16 @@ impl BucketStore {
         let served =
             if pinned_by_time { version_of(&ObjectMeta { e_tag: None, ..meta.clone() }) } else { version_of(meta) };
         // A server that ignored If-Match, or a reply mangled on the way, must not pass another
-        // version's bytes off as these. Asking the same again would get the same answer from the
-        // first: the caller reads the version there now.
+        // version's bytes off as these. A mangled reply is asked for again; one naming the same
+        // other version twice is a server serving what is there now, which the caller reads.
         if served.as_deref().map(bare_e_tag) != Some(bare_e_tag(e_tag)) {
             self.0.metadata.forget(key);
-            return Err(Failed::Final(Error::Changed(self.describe(key))));
+            let changed = Error::Changed(self.describe(key));
+            let mut other = other.lock();
+            return Err(match other.replace(served.unwrap_or_default()) == *other {
+                true => Failed::Final(changed),
+                false => Failed::Again(changed),
+            });
         }
         self.0.metadata.confirm(key, e_tag, epoch);
         Ok(reply)
