@@ -9,8 +9,9 @@
 //! then this mount's own ([`Versions`]). The keys are read once at open into an ordered index
 //! (kept up to date by this mount's writes), and each value's size is learnt when first needed,
 //! by reading the value, which these libraries give only whole: a read reads the whole value and
-//! gives the range asked for. One lock covers the file and the index, as a handle of these
-//! libraries is not for two threads at once.
+//! gives the range asked for. The value last read is kept, for the reads that follow it (a file
+//! looked up, then read in pieces), which would otherwise each read it whole again. One lock
+//! covers the file and the index, as a handle of these libraries is not for two threads at once.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -58,6 +59,8 @@ struct State<F> {
     /// Every key, with its value's size once known.
     keys: BTreeMap<String, Option<u64>>,
     versions: Versions,
+    /// The value last read, until another is read or it is written or removed.
+    last: Option<(String, Bytes)>,
 }
 
 impl<F: LockedFile> State<F> {
@@ -67,18 +70,37 @@ impl<F: LockedFile> State<F> {
             None => Ok(None),
             Some(Some(size)) => Ok(Some(*size)),
             Some(None) => {
-                let size = self.file.fetch(key.as_bytes())?.map(|value| value.len() as u64);
-                match size {
-                    Some(size) => self.keys.insert(key.to_string(), Some(size)),
-                    None => self.keys.remove(key),
+                let Some(value) = self.file.fetch(key.as_bytes())? else {
+                    self.keys.remove(key);
+                    return Ok(None);
                 };
-                Ok(size)
+                let size = value.len() as u64;
+                self.keys.insert(key.to_string(), Some(size));
+                self.last = Some((key.to_string(), Bytes::from(value)));
+                Ok(Some(size))
             }
         }
     }
 
     fn entry(&mut self, key: &str) -> std::result::Result<Option<Entry>, String> {
         Ok(self.size(key)?.map(|size| Entry { size, version: self.versions.of(key.as_bytes()) }))
+    }
+
+    /// The value at `key`: the one read last, or read now (and kept).
+    fn value(&mut self, key: &str) -> std::result::Result<Option<Bytes>, String> {
+        if let Some((_, value)) = self.last.as_ref().filter(|(last, _)| last == key) {
+            return Ok(Some(value.clone()));
+        }
+        let Some(value) = self.file.fetch(key.as_bytes())?.map(Bytes::from) else {
+            return Ok(None);
+        };
+        self.last = Some((key.to_string(), value.clone()));
+        Ok(Some(value))
+    }
+
+    /// `key` is written or removed: a value kept for it is no longer its value.
+    fn changes(&mut self, key: &str) {
+        self.last.take_if(|(last, _)| last == key);
     }
 }
 
@@ -103,7 +125,7 @@ impl<F: LockedFile> KeyedFile<F> {
                 Err(e) => log::warn!("{name}: a key that is not UTF-8 left out: {:?}", e.as_bytes()),
             }
         }
-        let state = State { file, keys, versions: Versions::new(path) };
+        let state = State { file, keys, versions: Versions::new(path), last: None };
         Ok(KeyedFile { store, name, read_only, state: Mutex::new(state), _registered: registered })
     }
 
@@ -168,15 +190,14 @@ impl<F: LockedFile> Database for KeyedFile<F> {
         if !state.keys.contains_key(key) {
             return Ok(None);
         }
-        let Some(value) = state.file.fetch(key.as_bytes()).map_err(|e| self.fail(format!("{key}: {e}")))? else {
+        let Some(value) = state.value(key).map_err(|e| self.fail(format!("{key}: {e}")))? else {
             return Ok(None);
         };
         state.keys.insert(key.to_string(), Some(value.len() as u64));
         let entry = Entry { size: value.len() as u64, version: state.versions.of(key.as_bytes()) };
         admit(&entry)?;
         let range = resolve(self.store, range, entry.size)?;
-        let bytes = Bytes::copy_from_slice(&value[range.start as usize..range.end as usize]);
-        Ok(Some((entry, range, bytes)))
+        Ok(Some((entry, range.clone(), value.slice(range.start as usize..range.end as usize))))
     }
 
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry> {
@@ -193,6 +214,7 @@ impl<F: LockedFile> Database for KeyedFile<F> {
             _ => {}
         }
         let bytes: Vec<u8> = value.iter().flat_map(|piece| piece.iter().copied()).collect();
+        state.changes(key);
         state.file.store(key.as_bytes(), &bytes).map_err(|e| self.fail(format!("{key}: {e}")))?;
         state.keys.insert(key.to_string(), Some(bytes.len() as u64));
         Ok(Entry { size: bytes.len() as u64, version: state.versions.wrote(key.as_bytes()) })
@@ -200,6 +222,7 @@ impl<F: LockedFile> Database for KeyedFile<F> {
 
     fn delete(&self, key: &str) -> Result<()> {
         let mut state = self.state.lock();
+        state.changes(key);
         state.file.delete(key.as_bytes()).map_err(|e| self.fail(format!("{key}: {e}")))?;
         state.keys.remove(key);
         state.versions.wrote(key.as_bytes());
@@ -214,5 +237,84 @@ impl<F: LockedFile> Database for KeyedFile<F> {
 
     fn list_all(&self, prefix: &str) -> Result<Vec<(String, Entry)>> {
         self.listed(prefix, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A file in memory that counts the values it gives.
+    struct Counting {
+        values: HashMap<Vec<u8>, Vec<u8>>,
+        fetches: Arc<AtomicUsize>,
+    }
+
+    impl LockedFile for Counting {
+        fn fetch(&mut self, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, String> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            Ok(self.values.get(key).cloned())
+        }
+        fn store(&mut self, key: &[u8], value: &[u8]) -> std::result::Result<(), String> {
+            self.values.insert(key.to_vec(), value.to_vec());
+            Ok(())
+        }
+        fn delete(&mut self, key: &[u8]) -> std::result::Result<(), String> {
+            self.values.remove(key);
+            Ok(())
+        }
+        fn keys(&mut self) -> std::result::Result<Vec<Vec<u8>>, String> {
+            Ok(self.values.keys().cloned().collect())
+        }
+    }
+
+    /// A file removed when dropped.
+    struct Removed(std::path::PathBuf);
+
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn opened(label: &str, values: &[(&str, Vec<u8>)]) -> (Removed, KeyedFile<Counting>, Arc<AtomicUsize>) {
+        let path = std::env::temp_dir().join(format!("shardfs-keyed-{label}-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let removed = Removed(path.clone());
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let values = values.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.clone())).collect();
+        let file = Counting { values, fetches: fetches.clone() };
+        let db = KeyedFile::open("test", &path, || Ok(file), false).unwrap();
+        (removed, db, fetches)
+    }
+
+    fn piece(db: &KeyedFile<Counting>, key: &str, range: Range<u64>) -> Bytes {
+        let range = GetRange::Bounded(range);
+        db.read(key, Some(&range), &|_| Ok(())).unwrap().unwrap().2
+    }
+
+    #[test]
+    fn a_value_looked_up_then_read_in_pieces_is_read_from_the_file_once() {
+        let value: Vec<u8> = (0..1 << 20).map(|i| i as u8).collect();
+        let (_file, db, fetches) = opened("pieces", &[("a/c/0", value.clone()), ("a/c/1", vec![7; 10])]);
+        assert_eq!(db.entry("a/c/0").unwrap().unwrap().size, 1 << 20);
+        for at in (0..1u64 << 20).step_by(128 << 10) {
+            assert_eq!(piece(&db, "a/c/0", at..at + (128 << 10)), value[at as usize..][..128 << 10]);
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_value_written_or_removed_is_not_served_from_the_one_kept() {
+        let (_file, db, _) = opened("changed", &[("k", vec![1; 100])]);
+        assert_eq!(piece(&db, "k", 0..10), vec![1; 10]);
+        db.write("k", &PutPayload::from(vec![2u8; 50]), &Condition::Any).unwrap();
+        assert_eq!(piece(&db, "k", 0..10), vec![2; 10]);
+        db.delete("k").unwrap();
+        assert!(db.read("k", None, &|_| Ok(())).unwrap().is_none());
     }
 }
