@@ -1597,4 +1597,47 @@ mod tests {
         let calls = sorted(fake.calls());
         assert!(calls.len() as u64 <= PIECES, "{} GETs for one chunk of 4 MiB: {calls:?}", calls.len());
     }
+
+    #[test]
+    fn a_pool_reading_chunks_of_one_large_object_at_random_stays_within_the_budget() {
+        // Review 2, finding 1. Four threads read whole chunks of 4 MiB at random from one shard
+        // of 1 GiB (one version), as a Zarr reader of a region of a large shard does. Each
+        // chunk comes as four Demand pieces; while they arrive, `make_room` may evict segments
+        // of the same version only once read through and idle for SLOWER_THREADS (1 s), so
+        // every chunk read in the last second stays: held grows with the rate of reading, not
+        // the budget, and stays there once reading stops (nothing is evicted until the next
+        // fetch). Before the pieces (952b9b1), a chunk's one Demand GET evicted any ended
+        // segment read from, and held stayed within the budget and the chunks in flight.
+        let rt = runtime();
+        let budget = 16u64 << 20;
+        let fetcher = Fetcher::new(budget as usize, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let (size, chunk, threads, reads) = (1u64 << 30, 4u64 << 20, 4u64, 48u64);
+        let next = AtomicU64::new(0);
+        let peak = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    loop {
+                        let n = next.fetch_add(1, Ordering::SeqCst);
+                        if n >= reads {
+                            break;
+                        }
+                        // Consecutive picks are far apart: no read goes on another's run.
+                        let i = (n * 97) % (size / chunk);
+                        let reader = fake.reader(1, size);
+                        let range = i * chunk..(i + 1) * chunk;
+                        fetcher.will_need(&reader, range.clone(), Need::InOrder);
+                        read_through(&fetcher, &reader, 1, range);
+                        peak.fetch_max(fetcher.held(), Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let (peak, held) = (peak.load(Ordering::SeqCst), fetcher.held());
+        let calls = fake.calls().len();
+        assert!(peak <= budget + threads * chunk, "{peak} held at most, budget {budget} ({calls} GETs)");
+        assert!(held <= budget + chunk, "{held} held once every read ended, budget {budget}");
+    }
 }
