@@ -1640,4 +1640,30 @@ mod tests {
         assert!(peak <= budget + threads * chunk, "{peak} held at most, budget {budget} ({calls} GETs)");
         assert!(held <= budget + chunk, "{held} held once every read ended, budget {budget}");
     }
+
+    #[test]
+    fn chunks_read_in_part_do_not_hold_their_later_pieces_beyond_the_budget() {
+        // Review 2, finding 2. Readers open chunk files (4 MiB, each of another shard of 64 MiB)
+        // and read their first 128 KiB only (`head`, `file`, a reader killed or that decides
+        // from a chunk's header). Each first read asks for the chunk's four pieces as Demand: the
+        // three later ones come room or not, and, never read from, make no room until nobody came
+        // for them for `Timing::idle` (5 s): held grows by 3 MiB a chunk, whatever the budget,
+        // and stays. Before the pieces (952b9b1) the chunk was one Demand GET, read from, so
+        // evicted by the next read's GET; at 16b3a97 the later pieces were Ahead and waited for
+        // room.
+        let rt = runtime();
+        let budget = 16u64 << 20;
+        let fetcher = Fetcher::new(budget as usize, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let (size, chunk) = (64u64 << 20, 4u64 << 20);
+        for seed in 0..32u64 {
+            let reader = fake.reader(seed, size);
+            fetcher.will_need(&reader, 0..chunk, Need::InOrder);
+            read(&fetcher, &reader, seed, 0..128 << 10).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let held = fetcher.held();
+        assert!(held <= budget + chunk, "{held} held, budget {budget}, {} GETs", fake.calls().len());
+    }
 }
