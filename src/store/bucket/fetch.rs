@@ -1666,4 +1666,66 @@ mod tests {
         let held = fetcher.held();
         assert!(held <= budget + chunk, "{held} held, budget {budget}, {} GETs", fake.calls().len());
     }
+
+    #[test]
+    fn a_chunk_whose_first_read_was_served_is_not_failed_by_a_later_replacement_under_few_requests() {
+        // Review 2, finding 3. eb11ed6 makes every piece Demand so that all are asked for at the
+        // first read, from the version the first came from. They are asked for at once only when
+        // as many requests are free: with `--max-requests 4` and three other reads in flight (at
+        // the default 16: a Zarr pool's four threads reading chunks at random ask for sixteen
+        // pieces), the pieces come one after another, each waiting for a request until the one
+        // before ends. Meanwhile the chunk's first bytes were served; the object is replaced;
+        // the next piece's GET answers Changed and the reader fails in the middle of its chunk.
+        // Before the pieces (952b9b1) a chunk was one GET: it never failed after its first bytes
+        // were served.
+        let rt = runtime();
+        let fetcher = Fetcher::new(64 << 20, 4, rt.handle().clone());
+        // Other readers' reads, held by a slow server: three requests of the four.
+        let busy = Fake::gated();
+        let others: Vec<Reader> = (0..3).map(|i| busy.reader(7 + i, 1 << 30)).collect();
+        let shared = &fetcher;
+        std::thread::scope(|s| {
+            let waiting: Vec<_> = others
+                .iter()
+                .zip(7..)
+                .map(|(other, seed)| s.spawn(move || read(shared, other, seed, 500 << 20..(500 << 20) + 10)))
+                .collect();
+            until_asked(&busy, 3);
+            // 64 KiB each 10 ms (6.4 MB/s, a slow connection): a piece of 1 MiB takes 160 ms.
+            // The pieces queue for the one request in the order their tasks first run, so the
+            // piece the first read is in may come last, after the others: a few chunks are tried
+            // until one's first read is served before its last piece was asked for.
+            let (mut fake, mut reader, mut asked, mut seed) = (Arc::new(Fake::default()), None, Vec::new(), 0);
+            for attempt in 20..26 {
+                seed = attempt;
+                fake = Arc::new(Fake { delay: Duration::from_millis(10), ..Default::default() });
+                let chunk = fake.reader(seed, 64 << 20);
+                fetcher.will_need(&chunk, 0..4 << 20, Need::InOrder);
+                read(&fetcher, &chunk, seed, 0..128 << 10).unwrap();
+                asked = fake.calls();
+                reader = Some(chunk);
+                if asked.len() < 4 {
+                    break;
+                }
+            }
+            let reader = reader.unwrap();
+            // The object is replaced now: its GETs from here on answer Changed.
+            fake.changed.store(true, Ordering::SeqCst);
+            let mut later = Ok(());
+            for at in (128u64 << 10..4 << 20).step_by(128 << 10) {
+                later = read(&fetcher, &reader, seed, at..at + (128 << 10));
+                if later.is_err() {
+                    break;
+                }
+            }
+            busy.open();
+            for other in waiting {
+                other.join().unwrap().unwrap();
+            }
+            assert!(
+                later.is_ok(),
+                "the chunk's later bytes failed ({later:?}); GETs made at its first read: {asked:?}"
+            );
+        });
+    }
 }
