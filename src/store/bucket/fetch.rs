@@ -1728,4 +1728,35 @@ mod tests {
             );
         });
     }
+
+    #[test]
+    fn a_chunk_read_in_pieces_leaves_a_request_to_another_reader() {
+        // Review 2, finding 4. The pieces of a chunk are Demand since eb11ed6: they take no
+        // background permit, so one first read takes PIECES requests at once, all of
+        // `--max-requests 4` (at the default 16, four readers' chunks do: a Zarr pool's four
+        // threads reading chunks at random). While the server is slow to answer them, a read of
+        // anything else (a shard's index, another file) queues behind every piece, on a request
+        // semaphore that serves in order: it waits for the whole chunk. Before the pieces
+        // (952b9b1) a chunk was one GET and took one request; the docs promise that "a read of
+        // something else gets through".
+        let rt = runtime();
+        let fetcher = Fetcher::new(256 << 20, 4, rt.handle().clone());
+        let slow = Fake::gated();
+        let chunk = slow.reader(1, 64 << 20);
+        fetcher.will_need(&chunk, 0..4 << 20, Need::InOrder);
+        let fake = Arc::new(Fake::default());
+        let other = fake.reader(2, 1 << 30);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| read(&fetcher, &chunk, 1, 0..128 << 10));
+            until_asked(&slow, 1);
+            std::thread::sleep(Duration::from_millis(100));
+            let asked = slow.calls();
+            s.spawn(|| done.send(read(&fetcher, &other, 2, 500 << 20..(500 << 20) + 10)).unwrap());
+            let got = finished.recv_timeout(Duration::from_secs(2));
+            slow.open();
+            first.join().unwrap().unwrap();
+            assert!(matches!(got, Ok(Ok(()))), "another read waited for a chunk's pieces {asked:?}: {got:?}");
+        });
+    }
 }
