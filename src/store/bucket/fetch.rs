@@ -11,7 +11,8 @@
 //!   never served, and two readers of one range cost one GET;
 //! - what a read fetches: an object of at most [`SMALL_OBJECT`] whole at its first read (a shard of
 //!   small chunks: index and chunks in one GET); the whole chunk of a chunk file, whose range the
-//!   view tells ([`Fetcher::will_need`]), a few GETs at once when it is large; once readers go on
+//!   view tells ([`Fetcher::will_need`]), a few GETs at once when it is large and requests are
+//!   free (a quarter of them stay free for other reads); once readers go on
 //!   in order (reads following each other, or the next chunks of a shard, a thread pool's few at
 //!   once in any order) the rest of the object as [`LANES`] GETs at once; a read further behind
 //!   them than bytes are kept for them (a pool's slow thread) a GET of its own, a window ahead of
@@ -122,12 +123,15 @@ pub struct Reader {
     get: Get,
     /// The range the handle said it will read, and what it reads next, until its first read.
     hinted: Mutex<Option<(Range<u64>, Need)>>,
+    /// The range hinted last, kept after its first read: bytes of it dropped before they were
+    /// read are fetched again as the rest of it.
+    chunk: Mutex<Option<Range<u64>>>,
 }
 
 impl Reader {
     /// A reader of `version`, `size` bytes long, whose ranges `get` fetches.
     pub fn new(version: VersionId, size: u64, get: Get) -> Self {
-        Reader { version: Arc::new(version), size, get, hinted: Mutex::new(None) }
+        Reader { version: Arc::new(version), size, get, hinted: Mutex::new(None), chunk: Mutex::new(None) }
     }
 
     /// The ETag of the version read.
@@ -139,6 +143,11 @@ impl Reader {
     fn take_hint(&self, wanted: &Range<u64>) -> Option<(Range<u64>, Need)> {
         let (hinted, need) = self.hinted.lock().take()?;
         (hinted.start <= wanted.start && wanted.end <= hinted.end).then_some((hinted, need))
+    }
+
+    /// The rest of the range hinted from `at`, when `at` is inside it.
+    fn rest_of_chunk(&self, at: u64) -> Option<Range<u64>> {
+        self.chunk.lock().as_ref().filter(|chunk| chunk.contains(&at)).map(|chunk| at..chunk.end)
     }
 }
 
@@ -257,6 +266,8 @@ struct Inner {
     largest_window: u64,
     /// Every GET holds one of these while it runs.
     requests: Arc<Semaphore>,
+    /// How many there are.
+    max_requests: usize,
     /// GETs nobody waited on when they were made (lanes ahead, prefetches) hold one of these too.
     background: Arc<Semaphore>,
     timing: Timing,
@@ -273,16 +284,16 @@ impl Inner {
         read.clamp(FIRST_WINDOW.min(self.largest_window), self.largest_window)
     }
 
-    /// Makes room for `wanted` more bytes of `keep` (of version `own`) within the budget (half of
-    /// it for a background fetch), going through the segments least recently read first: an
-    /// ended one that nobody waits on goes whole once read from (for bytes that no reader waits
-    /// on or asked for, only once read to its end: bytes fetched ahead may not push out what
-    /// readers are about to read; nor may a read's later pieces push out the piece it is in, of
-    /// `own` too), or once nobody came for it for [`Timing::idle`]; of others (`keep` too) the
-    /// pieces their readers (a lane's: its run's) have passed by more than [`BEHIND`].
+    /// Makes room for `wanted` more bytes of `keep` within the budget (half of it for a background
+    /// fetch), going through the segments least recently read first: an ended one that nobody
+    /// waits on goes whole once read from (for bytes that no reader waits on or asked for, only
+    /// once read to its end: bytes fetched ahead may not push out what readers are about to read;
+    /// nor may a read's later pieces push out the piece it is in, of `keep`'s group), or once
+    /// nobody came for it for [`Timing::idle`]; of others (`keep` too) the pieces their readers (a
+    /// lane's: its run's) have passed by more than [`BEHIND`].
     /// Bytes fetched ahead and not read yet stay while readers may come: they are what readers
     /// read next. True when there is room.
-    fn make_room(&self, own: &VersionId, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
+    fn make_room(&self, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
         // Bytes nobody reads yet take half the budget at most: the other half is the readers'.
         let budget = if kind == Kind::Background { self.budget / 2 } else { self.budget };
         if self.held.load(Ordering::SeqCst) + wanted <= budget {
@@ -298,6 +309,7 @@ impl Inner {
             .flat_map(|(v, version)| version.segments.values().map(move |s| (v.clone(), s.clone())))
             .collect();
         all.sort_by_key(|(_, s)| s.last_read());
+        let mut kept = Vec::new();
         for (version, segment) in all {
             if fits() {
                 break;
@@ -305,7 +317,7 @@ impl Inner {
             if !Arc::ptr_eq(&segment, keep)
                 && segment.finished()
                 && !segment.awaited()
-                && segment.spent(!for_a_reader || *version == *own, self.timing.idle)
+                && segment.spent(!for_a_reader || segment.same_group(keep), self.timing.idle)
             {
                 if let Some(known) = versions.peek_mut(&version) {
                     // Its key is where it began, or where it held bytes from when a segment
@@ -315,7 +327,17 @@ impl Inner {
                 }
             } else {
                 segment.drop_read(self.kept_behind(), &self.held);
+                kept.push(segment);
             }
+        }
+        // The bytes kept behind readers for slower threads are [`BEHIND`] for each segment: with
+        // many (the lanes of runs that readers at random started), they go too, least recently
+        // read first, and a slower thread fetches its bytes again.
+        for segment in kept {
+            if fits() {
+                break;
+            }
+            segment.drop_read(0, &self.held);
         }
         self.held.load(Ordering::SeqCst) + wanted <= budget
     }
@@ -328,8 +350,15 @@ impl Inner {
     }
 
     /// Runs the GET of `segment` of `version` to its end, or until nobody wants more of it.
-    async fn run(self: Arc<Self>, version: Arc<VersionId>, segment: Arc<Segment>, get: Get, kind: Kind) {
-        let outcome = self.stream(&version, &segment, get, kind).await;
+    async fn run(
+        self: Arc<Self>,
+        version: Arc<VersionId>,
+        segment: Arc<Segment>,
+        get: Get,
+        kind: Kind,
+        permit: Option<OwnedSemaphorePermit>,
+    ) {
+        let outcome = self.stream(&version, &segment, get, kind, permit).await;
         // A version replaced on the server fails this and every later GET of it; the bytes of it
         // fetched before stay right for readers of that version, until they are evicted.
         if let Err(e) = &outcome {
@@ -338,20 +367,31 @@ impl Inner {
         segment.finish(outcome);
     }
 
-    /// The GET of `segment` of the object at `key`, run until it ends or nobody wants more.
-    async fn stream(&self, version: &VersionId, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
+    /// The GET of `segment` of the object at `key`, run until it ends or nobody wants more; its
+    /// request `taken` already, if given.
+    async fn stream(
+        &self,
+        version: &VersionId,
+        segment: &Arc<Segment>,
+        get: Get,
+        kind: Kind,
+        taken: Option<OwnedSemaphorePermit>,
+    ) -> Result<()> {
         let place = || version.key.clone();
         let no_permits = || Error::Io { place: place(), source: io::Error::other("no requests allowed") };
-        let mut permits = Some(self.permits(segment, kind != Kind::Demand).await.ok_or_else(no_permits)?);
+        let mut permits = match taken {
+            Some(permit) => Some((None, permit)),
+            None => Some(self.permits(segment, kind != Kind::Demand).await.ok_or_else(no_permits)?),
+        };
         let end = segment.end();
         let mut bytes = get(segment.start..end).await?;
         let mut at = segment.start;
         while at < end {
-            if !self.ready(version, segment, kind) {
+            if !self.ready(segment, kind) {
                 // A GET waiting for its readers brings nothing meanwhile: its request is another's
                 // until they come (its connection stays open).
                 permits = None;
-                if !self.wait_for_readers(version, segment, kind).await {
+                if !self.wait_for_readers(segment, kind).await {
                     return Ok(());
                 }
             }
@@ -373,7 +413,7 @@ impl Inner {
                     return Err(Error::Io { place: place(), source: io::Error::new(io::ErrorKind::TimedOut, why) });
                 }
             };
-            self.make_room(version, segment, piece.len() as u64, kind);
+            self.make_room(segment, piece.len() as u64, kind);
             let len = piece.len() as u64;
             let added = segment.append(piece, &self.held);
             at += added;
@@ -387,18 +427,17 @@ impl Inner {
 
     /// True when the segment's GET is to go on now: a reader waits for its bytes, its maker
     /// wants more, or its readers want more ahead and there is room for it.
-    fn ready(&self, version: &VersionId, segment: &Arc<Segment>, kind: Kind) -> bool {
+    fn ready(&self, segment: &Arc<Segment>, kind: Kind) -> bool {
         segment.awaited()
             || (segment.demanded() && kind == Kind::Demand)
-            || ((segment.demanded() || segment.wanted(|read| self.window(read)))
-                && self.make_room(version, segment, 0, kind))
+            || ((segment.demanded() || segment.wanted(|read| self.window(read))) && self.make_room(segment, 0, kind))
     }
 
     /// Waits until the segment's GET is to go on ([`Inner::ready`]); false when nobody read from
     /// it for [`Timing::idle`]: it is to be cut.
-    async fn wait_for_readers(&self, version: &VersionId, segment: &Arc<Segment>, kind: Kind) -> bool {
+    async fn wait_for_readers(&self, segment: &Arc<Segment>, kind: Kind) -> bool {
         loop {
-            if self.ready(version, segment, kind) {
+            if self.ready(segment, kind) {
                 return true;
             }
             if segment.last_read().elapsed() >= self.timing.idle {
@@ -456,6 +495,7 @@ impl Fetcher {
             budget,
             largest_window: (budget / 2).min(LARGEST_WINDOW),
             requests: Arc::new(Semaphore::new(max_requests)),
+            max_requests,
             background: Arc::new(Semaphore::new((max_requests - max_requests.div_ceil(4)).max(1))),
             timing,
         };
@@ -479,6 +519,7 @@ impl Fetcher {
     pub fn will_need(&self, reader: &Reader, range: Range<u64>, need: Need) {
         let range = range.start..range.end.min(reader.size);
         if !range.is_empty() {
+            *reader.chunk.lock() = Some(range.clone());
             *reader.hinted.lock() = Some((range, need));
         }
     }
@@ -544,7 +585,14 @@ impl Fetcher {
                 let segment = match found {
                     Some(segment) => segment,
                     None => {
-                        let mut plans = self.plan(version, reader, at, &wanted, hint.as_ref(), run).into_iter();
+                        // Bytes of its chunk dropped before this reader read them (to make room
+                        // for other readers'): the rest of the chunk, not lanes ahead.
+                        let again = if hint.is_none() { reader.rest_of_chunk(at) } else { None };
+                        let (hint, run) = match &again {
+                            Some(rest) => (Some(rest), None),
+                            None => (hint.as_ref(), run),
+                        };
+                        let mut plans = self.plan(version, reader, at, &wanted, hint, run).into_iter();
                         let first = plans.next().expect("a plan for the read's own bytes");
                         let segment = self.start(version, reader, first);
                         for other in plans {
@@ -586,8 +634,9 @@ impl Fetcher {
 
     /// Makes and starts the segment `plan` asks for.
     fn start(&self, version: &mut Version, reader: &Reader, plan: Plan) -> Arc<Segment> {
-        let kind = plan.kind;
-        let segment = Arc::new(Segment::new(plan.range.start, plan.range.end, plan.wanted_end, plan.follows));
+        let (kind, permit) = (plan.kind, plan.permit);
+        let segment = Segment::new(plan.range.start, plan.range.end, plan.wanted_end, plan.follows);
+        let segment = Arc::new(segment.in_group(plan.group));
         if let Some(replaced) = version.segments.insert(plan.range.start, segment.clone()) {
             // One whose first bytes were dropped (the new one ends where its bytes begin again),
             // or one that ended without a byte at its start: what it still holds or brings stays,
@@ -613,7 +662,7 @@ impl Fetcher {
                 }
             }
             let _ended = Ended(running.clone(), id.key.clone());
-            inner.run(id, running, get, kind).await;
+            inner.run(id, running, get, kind, permit).await;
         });
         segment
     }
@@ -1623,8 +1672,9 @@ mod tests {
                         if n >= reads {
                             break;
                         }
-                        // Consecutive picks are far apart: no read goes on another's run.
-                        let i = (n * 97) % (size / chunk);
+                        // Picks are far apart (any 16 in a row at least 14 chunks): no read goes on
+                        // another's run (within `POOL` chunks of one of the last few, it would).
+                        let i = (n * 121) % (size / chunk);
                         let reader = fake.reader(1, size);
                         let range = i * chunk..(i + 1) * chunk;
                         fetcher.will_need(&reader, range.clone(), Need::InOrder);

@@ -6,7 +6,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::segment::Follow;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::segment::{Follow, Group};
 use super::{Fetcher, Kind, LANE, LANES, NEAR, PIECE, PIECES, POOL, Reader, SMALL_OBJECT, TAIL_FIRST, Version};
 
 /// Which bytes a new segment is to fetch.
@@ -20,6 +22,10 @@ pub(super) struct Plan {
     /// waits, in a GET made now, so that all of them come from the version its first came from)
     /// are [`Kind::Demand`].
     pub(super) kind: Kind,
+    /// The read's pieces it is one of ([`Fetcher::pieces`]).
+    pub(super) group: Option<Arc<Group>>,
+    /// Its request, taken already: the pieces of a read are asked for at once or not at all.
+    pub(super) permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Fetcher {
@@ -27,7 +33,7 @@ impl Fetcher {
     /// first bytes fetched, when nothing before `at` was ([`small_object`]); when the readers go
     /// on in order, the rest of the object (from the first byte not fetched yet of their run) as
     /// [`LANES`] GETs at once, the first for the read; else the range hinted, or the read's own
-    /// bytes, in [`pieces`] (for a read far behind its run: onwards, in one GET).
+    /// bytes, in [`Fetcher::pieces`] (for a read far behind its run: onwards, in one GET).
     pub(super) fn plan(
         &self,
         version: &Version,
@@ -46,7 +52,7 @@ impl Fetcher {
         let hinted_end =
             hint.map_or(wanted.end, |h| h.end.min(at.saturating_add(self.inner.largest_window)).max(wanted.end));
         let Some((run_start, follow)) = run else {
-            return pieces(version, size, at..hinted_end);
+            return self.pieces(version, size, at..hinted_end);
         };
         // A read further behind its run's readers than bytes are kept for them (a pool's slow
         // thread) gets a GET of its own, a window ahead of it alone: lanes there would follow the
@@ -74,26 +80,46 @@ impl Fetcher {
     }
 }
 
-/// A read's own bytes, `range` (its chunk, when the view hinted it), as [`PIECES`] GETs at once of
-/// [`PIECE`] bytes at least: a connection brings a few MiB no faster than its round trip and its
-/// pace allow (4 MiB at 20 MB/s is 0.2 s, at 90 MB/s 45 ms), so a chunk this large comes in a
-/// quarter of the time in pieces, and a reader going through chunks in order (`cat`) waits less
-/// for its first, before its run's lanes begin. Pieces end where bytes fetched already begin.
-pub(super) fn pieces(version: &Version, size: u64, range: Range<u64>) -> Vec<Plan> {
-    let len = range.end.min(size).saturating_sub(range.start);
-    let piece = len.div_ceil((len / PIECE).clamp(1, PIECES)).max(1);
-    let mut plans = Vec::new();
-    let mut start = range.start;
-    while start < range.end.min(size) {
-        let plan = planned(version, size, start, start.saturating_add(piece).min(range.end), range.end);
-        start = plan.range.end;
-        plans.push(plan);
-        // Bytes fetched already begin there: the read goes on in them, and plans again past them.
-        if not_fetched_from(version, start) != start {
-            break;
+impl Fetcher {
+    /// A read's own bytes, `range` (its chunk, when the view hinted it), as up to [`PIECES`] GETs
+    /// at once of [`PIECE`] bytes at least: a connection brings a few MiB no faster than its round
+    /// trip and its pace allow (4 MiB at 20 MB/s is 0.2 s, at 90 MB/s 45 ms), so a chunk this
+    /// large comes in a quarter of the time in pieces, and a reader going through chunks in order
+    /// (`cat`) waits less for its first, before its run's lanes begin. Pieces end where bytes
+    /// fetched already begin.
+    ///
+    /// The pieces take their requests now, all at once, and no more than leave a quarter of the
+    /// requests free: pieces asked for one after another would find the version replaced
+    /// meanwhile and fail a reader in the middle of a chunk whose first bytes it was served, and
+    /// one chunk would keep every other read waiting. Where fewer are free, the range is one GET,
+    /// waiting for its request as any.
+    pub(super) fn pieces(&self, version: &Version, size: u64, range: Range<u64>) -> Vec<Plan> {
+        let len = range.end.min(size).saturating_sub(range.start);
+        let spare = self.inner.requests.available_permits().saturating_sub(self.inner.max_requests.div_ceil(4));
+        let mut count = (len / PIECE).clamp(1, PIECES).min(spare as u64);
+        let mut permits = match count > 1 {
+            true => self.inner.requests.clone().try_acquire_many_owned(count as u32).ok(),
+            false => None,
+        };
+        if permits.is_none() {
+            count = 1;
         }
+        let group = permits.as_ref().map(|_| Arc::new(Group::default()));
+        let piece = len.div_ceil(count).max(1);
+        let mut plans = Vec::new();
+        let mut start = range.start;
+        while start < range.end.min(size) {
+            let plan = planned(version, size, start, start.saturating_add(piece).min(range.end), range.end);
+            let permit = permits.as_mut().and_then(|permits| permits.split(1));
+            start = plan.range.end;
+            plans.push(Plan { group: group.clone(), permit, ..plan });
+            // Bytes fetched already begin there: the read goes on in them, and plans again past them.
+            if not_fetched_from(version, start) != start {
+                break;
+            }
+        }
+        plans
     }
-    plans
 }
 
 /// `range` as [`LANES`] GETs at once of [`LANE`] bytes at least, each fetched a window ahead of
@@ -106,7 +132,8 @@ pub(super) fn lanes(range: Range<u64>, follows: Arc<Follow>) -> Vec<Plan> {
     let starts = (range.start..range.end).step_by(lane as usize);
     let plans = starts.map(|start| {
         let end = range.end.min(start + lane);
-        Plan { range: start..end, wanted_end: start, follows: Some(follows.clone()), kind: Kind::Ahead }
+        let follows = Some(follows.clone());
+        Plan { range: start..end, wanted_end: start, follows, kind: Kind::Ahead, group: None, permit: None }
     });
     plans.collect()
 }
@@ -153,5 +180,12 @@ pub(super) fn planned(version: &Version, size: u64, start: u64, end: u64, wanted
         end = end.min(before.held_from());
     }
     debug_assert!(start < end, "a segment of {start}..{end}");
-    Plan { range: start..end, wanted_end: wanted_end.min(end), follows: None, kind: Kind::Demand }
+    Plan {
+        range: start..end,
+        wanted_end: wanted_end.min(end),
+        follows: None,
+        kind: Kind::Demand,
+        group: None,
+        permit: None,
+    }
 }

@@ -10,6 +10,7 @@
 //! reader of bytes beyond them asks again.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -112,13 +113,25 @@ impl Follow {
     }
 }
 
+/// The segments fetched at once for one read's bytes (the pieces of a chunk). To make room for
+/// its own later pieces, a piece its reader is in stays until read through; for anybody else's
+/// bytes, they all go once any of them was read from, as one GET of the chunk would (a reader who
+/// read a chunk's first bytes only, `head`, leaves the later pieces unread), and when it last read
+/// is when each of them was last read (the least recently read go first).
+#[derive(Debug, Default)]
+pub struct Group {
+    last_read: Mutex<Option<Instant>>,
+}
+
 /// One streamed GET of `start..end` of one version.
 #[derive(Debug)]
 pub struct Segment {
     pub start: u64,
     /// The run it is fetched ahead of, if any: it fetches a window ahead of that run's readers
     /// rather than of its own.
-    follows: Option<std::sync::Arc<Follow>>,
+    follows: Option<Arc<Follow>>,
+    /// The read's pieces it is one of, if any.
+    group: Option<Arc<Group>>,
     data: Mutex<Data>,
     arrived: Condvar,
     /// Woken when readers read on or wait, so that a GET waiting for them goes on.
@@ -128,7 +141,7 @@ pub struct Segment {
 impl Segment {
     /// A segment for `start..end` whose maker wants the bytes up to `wanted_end` at least, ahead
     /// of the readers of the run `follows`, if given.
-    pub fn new(start: u64, end: u64, wanted_end: u64, follows: Option<std::sync::Arc<Follow>>) -> Self {
+    pub fn new(start: u64, end: u64, wanted_end: u64, follows: Option<Arc<Follow>>) -> Self {
         let data = Data {
             end,
             base: start,
@@ -141,7 +154,18 @@ impl Segment {
             counted: true,
             unread: true,
         };
-        Segment { start, follows, data: Mutex::new(data), arrived: Condvar::new(), read_on: tokio::sync::Notify::new() }
+        let (arrived, read_on) = (Condvar::new(), tokio::sync::Notify::new());
+        Segment { start, follows, group: None, data: Mutex::new(data), arrived, read_on }
+    }
+
+    /// The segment as one of the pieces of `group`.
+    pub fn in_group(self, group: Option<Arc<Group>>) -> Self {
+        Segment { group, ..self }
+    }
+
+    /// True when `self` and `other` are pieces of one read.
+    pub fn same_group(&self, other: &Segment) -> bool {
+        matches!((&self.group, &other.group), (Some(a), Some(b)) if Arc::ptr_eq(a, b))
     }
 
     /// Where the segment's bytes end (or will, while the GET runs).
@@ -170,6 +194,9 @@ impl Segment {
                 data.last_read = Instant::now();
                 data.unread = false;
                 drop(data);
+                if let Some(group) = &self.group {
+                    *group.last_read.lock() = Some(Instant::now());
+                }
                 self.read_on.notify_one();
                 return Got::Copied((to - at) as usize);
             }
@@ -215,23 +242,25 @@ impl Segment {
         self.data.lock().waiting > 0
     }
 
-    /// True once a reader read from it; with `through`, only once its readers read up to the last
-    /// byte it holds (bytes past them are what they read next) and then [`SLOWER_THREADS`] went
-    /// by. Also true when nobody read from it (or from the run it follows) for `idle`: fetched
-    /// ahead for a reader who went elsewhere.
+    /// True once a reader read from it (or from a piece of its group); with `through`, only once
+    /// its readers read up to the last byte it holds (bytes past them are what they read next) and
+    /// then [`SLOWER_THREADS`] went by. Also true when nobody read from it (or from the run it
+    /// follows) for `idle`: fetched ahead for a reader who went elsewhere.
     pub fn spent(&self, through: bool, idle: Duration) -> bool {
+        let group_read = self.group.as_ref().is_some_and(|group| group.last_read.lock().is_some());
         let read = {
             let data = self.data.lock();
             let read_through = data.frontier >= data.filled() && data.last_read.elapsed() >= SLOWER_THREADS;
-            !data.unread && (!through || read_through)
+            (!data.unread || group_read) && (!through || read_through)
         };
         read || self.last_read().elapsed() >= idle
     }
 
-    /// When a reader last read from it, or from the run it follows.
+    /// When a reader last read from it, or from the run it follows, or from its group.
     pub fn last_read(&self) -> Instant {
         let own = self.data.lock().last_read;
-        self.follows.as_ref().map_or(own, |run| own.max(*run.last_read.lock()))
+        let own = self.follows.as_ref().map_or(own, |run| own.max(*run.last_read.lock()));
+        self.group.as_ref().and_then(|group| *group.last_read.lock()).map_or(own, |group| own.max(group))
     }
 
     /// Takes `piece`, the next bytes the GET brought, up to the end asked for, counting them in
@@ -350,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_reader_waits_only_for_its_own_bytes() {
-        let segment = std::sync::Arc::new(Segment::new(0, 1 << 30, 0, None));
+        let segment = Arc::new(Segment::new(0, 1 << 30, 0, None));
         std::thread::scope(|s| {
             let reader = s.spawn(|| {
                 let mut buf = vec![0; 10];
@@ -381,7 +410,7 @@ mod tests {
 
     #[test]
     fn a_lane_fetches_a_window_ahead_of_the_run_it_follows() {
-        let run = std::sync::Arc::new(Follow::new(0));
+        let run = Arc::new(Follow::new(0));
         let lane = Segment::new(1000, 2000, 1000, Some(run.clone()));
         let window = |read: u64| read.max(100);
         assert!(!lane.wanted(window), "the run's readers are 1000 before it");
