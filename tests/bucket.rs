@@ -364,6 +364,28 @@ fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
 }
 
 #[test]
+fn a_writer_opening_chunks_in_order_without_truncating_them_fetches_no_shard_ahead() {
+    let Some(endpoint) = s3_endpoint("the GETs of a writer's opens") else { return };
+    let (store, chunks) = mib_array(&endpoint, "rewrite", 4, false);
+    let fs = writable(store.clone());
+    lookup(&fs, "a/zarr.json").unwrap();
+    let before = store.gets_sent();
+    // A writer changing the first chunks in place: each opened without O_TRUNC (its bytes read),
+    // in order, as a reader's opens that have the shards ahead fetched.
+    let write = OpenMode { write: true, truncate: false, append: false };
+    for (i, chunk) in chunks.iter().enumerate().take(4) {
+        let fh = fs.open(lookup(&fs, &format!("a/c/{i}")).unwrap(), write).unwrap();
+        assert!(fs.read(fh, 0, 1 << 20).unwrap() == *chunk, "chunk {i}");
+        fs.release(fh);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // The first shard's index and its first chunk, then the rest of it as the opens go on in it;
+    // nothing of the three shards after it (their indexes and first lanes: six GETs more).
+    let gets = store.gets_sent() - before;
+    assert!(gets <= 4, "{gets} GETs for the first four chunks of one shard");
+}
+
+#[test]
 fn a_listing_asks_for_the_indexes_of_the_shards_ahead_of_the_one_it_reads() {
     let Some(endpoint) = s3_endpoint("the GETs of a listing") else { return };
     let (store, _) = mib_array(&endpoint, "listing", 4, false);

@@ -98,7 +98,7 @@ impl ShardFs {
 
     /// The whole current content of a file of the view.
     fn chunk_bytes(&self, node: &Node) -> Result<Vec<u8>> {
-        let content = self.ns.open(node)?;
+        let content = self.ns.open_to_rewrite(node)?;
         let mut out = Vec::new();
         loop {
             let piece = content.read(out.len() as u64, 1 << 20)?;

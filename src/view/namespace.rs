@@ -21,7 +21,7 @@ use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
 use super::presentation::Presentation;
-use super::shards::{ChunkState, Shards, Walk, shard_prefix, shards_on_disk};
+use super::shards::{ChunkState, Purpose, Shards, Walk, shard_prefix, shards_on_disk};
 use super::sources::Sources;
 use crate::format::chunk_key::KeyStyle;
 use crate::format::source::SourceFormat;
@@ -671,7 +671,7 @@ impl Namespace {
             }
             Some(PendingChunk::Deleted) => Err(Error::NotFound),
             None => {
-                let found = self.shards.locate(&*self.store, array, coords, false)?.ok_or(Error::NotFound)?;
+                let found = self.shards.locate(&*self.store, array, coords, Purpose::Stat)?.ok_or(Error::NotFound)?;
                 let size = shown_size(array, found.range.end - found.range.start).ok_or_else(|| {
                     Error::Damaged(format!("{}: chunk {} too short for its crc32c", shard, array.chunk_key(coords)))
                 })?;
@@ -848,8 +848,18 @@ impl Namespace {
         }
     }
 
-    /// Opens `node` for reading.
+    /// Opens `node` for a reader.
     pub fn open(&self, node: &Node) -> Result<Content> {
+        self.open_for(node, Purpose::Read)
+    }
+
+    /// Opens `node` for a writer to read what it is about to change: as [`Namespace::open`],
+    /// but a chunk's shards ahead are not fetched for it ([`Purpose::Rewrite`]).
+    pub fn open_to_rewrite(&self, node: &Node) -> Result<Content> {
+        self.open_for(node, Purpose::Rewrite)
+    }
+
+    fn open_for(&self, node: &Node, purpose: Purpose) -> Result<Content> {
         match node {
             Node::Stored(key) => Ok(Content::Stored(self.store.open(key)?)),
             Node::Document(path) => {
@@ -875,7 +885,7 @@ impl Namespace {
                     Some(PendingChunk::Deleted) => return Err(Error::NotFound),
                     None => {}
                 }
-                let found = self.shards.locate(&*self.store, array, coords, true)?.ok_or(Error::NotFound)?;
+                let found = self.shards.locate(&*self.store, array, coords, purpose)?.ok_or(Error::NotFound)?;
                 let file = found.file.expect("opened on request");
                 if !array.strip_crc32c {
                     // A chunk file is read whole, as a rule: an object store fetches it in one

@@ -1,8 +1,9 @@
 //! Shards asked for ahead of a reader going through an array in order. A Zarr reader reads a
 //! selection chunk by chunk in C order of the chunk grid (a thread pool a few at once, in any
 //! order among them), and so do `cat`, `cp` and `tar` of a chunk directory. Once three chunks a
-//! reader opens follow each other (lookups alone do not count: a writer looks up, in order, the
-//! chunks it is about to replace), the shards holding the next chunks in that order are asked
+//! reader opens follow each other (lookups do not count, nor a writer's opens: a writer looks
+//! up and opens, in order, the chunks it is about to replace), the shards holding the next chunks
+//! in that order are asked
 //! for in the background ([`Store::prefetch`]): their indexes, and their bytes from the first on,
 //! so that a store whose reads cost a round trip brings each in one GET of its own, several at
 //! once, while the reader is still at the ones before. How much of them is fetched ahead is the

@@ -15,6 +15,20 @@ use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
 use crate::store::{self, Attr, Kind, Object, Stamp, Store, join, lock};
 
+/// Why a chunk is located, which decides what it costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// A lookup: the shard's index read, the shard not opened.
+    Stat,
+    /// A reader's open: the shard opened, and the reader's way through the array followed, so
+    /// that the shards ahead of it are asked for.
+    Read,
+    /// A writer's read of the chunk it is about to change (an open without `O_TRUNC`): the shard
+    /// opened, nothing asked for ahead. A writer goes through the chunks in order too (and looks
+    /// them up in order), and would fetch whole the shards it is replacing.
+    Rewrite,
+}
+
 /// An inner chunk found in its shard.
 #[derive(Debug)]
 pub struct Located {
@@ -178,19 +192,19 @@ impl Shards {
     }
 
     /// Finds the inner chunk at grid coordinates `coords`: `Ok(None)` when it is not stored.
-    /// With `open`, the shard file comes back open and the range is valid for that file.
+    /// Unless `purpose` is a stat, the shard file comes back open and the range is valid for that
+    /// file.
     pub fn locate(
         &self,
         store: &dyn Store,
         array: &ShardedArray,
         coords: &[u64],
-        open: bool,
+        purpose: Purpose,
     ) -> Result<Option<Located>> {
-        // Only a reader's opens: a writer looks up the chunks it is about to write, in order too,
-        // and would fetch the shards it is replacing.
-        if open {
+        if purpose == Purpose::Read {
             self.read_ahead.reached(store, array, coords);
         }
+        let open = purpose != Purpose::Stat;
         let location = array.meta.sharding.locate(coords);
         let key = array.shard_key(&location.shard);
         let shard = if open { OpenShard::open(store, key)? } else { OpenShard::stat(store, key)? };

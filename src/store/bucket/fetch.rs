@@ -11,10 +11,11 @@
 //!   never served, and two readers of one range cost one GET;
 //! - what a read fetches: an object of at most [`SMALL_OBJECT`] whole at its first read (a shard of
 //!   small chunks: index and chunks in one GET); the whole chunk of a chunk file, whose range the
-//!   view tells ([`Fetcher::will_need`]); once readers go on in order (reads following each
-//!   other, or the next chunks of a shard, a thread pool's few at once in any order) the rest of
-//!   the object as [`LANES`] GETs at once; a read further behind them than bytes are kept for
-//!   them (a pool's slow thread) a GET of its own, a window ahead of it alone;
+//!   view tells ([`Fetcher::will_need`]), a few GETs at once when it is large; once readers go on
+//!   in order (reads following each other, or the next chunks of a shard, a thread pool's few at
+//!   once in any order) the rest of the object as [`LANES`] GETs at once; a read further behind
+//!   them than bytes are kept for them (a pool's slow thread) a GET of its own, a window ahead of
+//!   it alone;
 //! - a segment fetches ahead of its readers (of the run, for a lane nobody reads from yet) by as
 //!   much again as they have read (at least 1 MiB, at most half the budget), then waits for
 //!   them: the connection stays open and TCP holds the rest back, so a reader going on costs no
@@ -74,11 +75,16 @@ const FIRST_WINDOW: u64 = 1 << 20;
 /// least [`LANE`] bytes; a prefetch gets the first lane. A connection carries about 90 MB/s on
 /// S3, less at a long round trip: throughput comes from several at once (boto3 has ten). Where
 /// each connection carries 20 MB/s (docs/benchmarks.md), eight lanes of 16 MiB read `big` 2.5-3x
-/// faster than four of 32 MiB, for more than twice the requests; ten of 12 MiB (seven of a
-/// 128 MiB shard's rest before) made `cat` as fast as boto3 instead of 1.20-1.32x its time, for
-/// about a seventh more requests.
-const LANES: u64 = 10;
-const LANE: u64 = 12 << 20;
+/// faster than four of 32 MiB, for more than twice the requests; ten of 12 MiB made `cat` as
+/// fast as boto3 for a while, then 1.17-1.30x its time; twelve of 8 MiB, with a first chunk in
+/// [`PIECES`], 1.00-1.06x (docs/benchmarks-history.md), the twelve within the three quarters of
+/// the default `--max-requests` that GETs ahead may take.
+const LANES: u64 = 12;
+const LANE: u64 = 8 << 20;
+/// A read that goes on no run (a first read, one at random) gets its bytes as this many GETs at
+/// once, each of at least [`PIECE`] bytes (fewer bytes come in about a round trip anyway).
+const PIECES: u64 = 4;
+const PIECE: u64 = 1 << 20;
 /// The largest window, whatever the budget.
 const LARGEST_WINDOW: u64 = 256 << 20;
 /// A read this close to where the last ones ended, before or after, goes on in order: readers
@@ -232,8 +238,8 @@ impl Default for Timing {
 enum Kind {
     /// A reader waits for its first bytes: the bytes its maker wants come, room or not.
     Demand,
-    /// Ahead of a reader going on in order: as there is room in the budget, with at most three
-    /// quarters of the requests.
+    /// Ahead of a reader going on in order, or a read's own bytes past its first piece: as there
+    /// is room in the budget, with at most three quarters of the requests until a reader waits.
     Ahead,
     /// Asked for before any reader came (the view's next shards): within half the budget, and
     /// with at most three quarters of the requests.
@@ -828,6 +834,17 @@ mod tests {
 
     /// Waits until `fake` has been asked for `n` GETs; if it never is, opens its gate (so that
     /// readers waiting behind it end and the test fails rather than hangs) and fails.
+    /// `n` ranges of `each` bytes following each other from `start`.
+    fn even(start: u64, n: u64, each: u64) -> Vec<Range<u64>> {
+        (0..n).map(|i| start + i * each..start + (i + 1) * each).collect()
+    }
+
+    /// The ranges asked for, in the order of their first bytes.
+    fn sorted(mut calls: Vec<Range<u64>>) -> Vec<Range<u64>> {
+        calls.sort_by_key(|r| r.start);
+        calls
+    }
+
     fn until_asked(fake: &Fake, n: usize) {
         for _ in 0..1000 {
             if fake.calls.lock().len() >= n {
@@ -858,7 +875,7 @@ mod tests {
     }
 
     #[test]
-    fn a_range_said_to_be_needed_is_one_get_whatever_pieces_are_read() {
+    fn a_range_said_to_be_needed_is_fetched_at_its_first_read_in_pieces_whatever_reads_come() {
         let rt = runtime();
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
@@ -873,7 +890,26 @@ mod tests {
             read(&fetcher, &reader, 1, at..end).unwrap();
             at = end;
         }
-        assert_eq!(fake.calls(), [chunk], "one GET of the whole chunk");
+        let mut calls = fake.calls();
+        calls.sort_by_key(|r| r.start);
+        assert!(calls.len() as u64 <= PIECES && calls.iter().all(|r| r.end - r.start >= PIECE), "{calls:?}");
+        assert_eq!((calls[0].start, calls[calls.len() - 1].end), (chunk.start, chunk.end), "the chunk: {calls:?}");
+        assert!(calls.windows(2).all(|w| w[0].end == w[1].start), "each byte once: {calls:?}");
+    }
+
+    #[test]
+    fn pieces_of_a_read_end_where_bytes_fetched_already_begin() {
+        let rt = runtime();
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(1, 64 << 20);
+        // Bytes asked for ahead (not a read: no reader going on in order from them).
+        fetcher.prefetch(&reader, (2 << 20)..(3 << 20));
+        fetcher.will_need(&reader, 0..8 << 20);
+        read(&fetcher, &reader, 1, 0..8 << 20).unwrap();
+        let calls = sorted(fake.calls());
+        assert_eq!(calls[..2], [0..2 << 20, 2 << 20..3 << 20], "a piece up to the bytes fetched: {calls:?}");
+        assert!(calls.windows(2).all(|w| w[0].end == w[1].start), "each byte once: {calls:?}");
     }
 
     #[test]
@@ -885,9 +921,9 @@ mod tests {
         fetcher.will_need(&reader, 0..60 << 20);
         let start = std::time::Instant::now();
         read(&fetcher, &reader, 1, 0..PIECE).unwrap();
-        // 960 pieces of 5 ms make the whole reply; the first one alone is due.
+        // 960 pieces of 5 ms make the whole reply (four GETs of 240); the first one alone is due.
         assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
-        assert_eq!(fake.calls(), [0..60 << 20]);
+        assert_eq!(sorted(fake.calls()), even(0, PIECES, 15 << 20));
     }
 
     /// Reads chunk `i` (64 KiB) of version `seed` from a handle of its own, as a Zarr reader does.
@@ -991,14 +1027,15 @@ mod tests {
             read_in_a_pool(&fetcher, &fake, seed, size, chunk, 4, Duration::ZERO);
             assert!(fetcher.held() <= budget as u64 + 4 * chunk, "{} held", fetcher.held());
         }
-        // A prefetched shard: its first lane, then the rest (20 MiB, one lane) once its reader
-        // goes on. The first shard: the first chunk read, then the rest (31 MiB, two lanes), and
-        // a GET more when the pool's second chunk read is the one before (a loaded machine runs
-        // the threads in any order).
+        // A prefetched shard: its first lane, then the rest in lanes once its reader goes on.
+        // The first shard: the first chunk read, then the rest in lanes, and a GET more when the
+        // pool's second chunk read is the one before (a loaded machine runs the threads in any
+        // order).
+        let lanes_after = |from: u64| ((size - from) / LANE).clamp(1, LANES);
         let calls = fake.calls();
         assert!(
-            calls.len() as u64 <= 2 * (shards - 1) + 4,
-            "two GETs per prefetched shard, four for the first: {calls:?}"
+            calls.len() as u64 <= (shards - 1) * (1 + lanes_after(LANE)) + 2 + lanes_after(chunk),
+            "a GET per lane of each shard: {calls:?}"
         );
     }
 
@@ -1010,7 +1047,8 @@ mod tests {
         // asked for later wait for room rather than take the bytes the pool reads next, which
         // would be fetched again. (Shards asked for and never read are cut: not this test's.)
         let rt = runtime();
-        let budget = 128 << 20;
+        // Half of it holds five of the six shards asked for: the sixth waits for room.
+        let budget = 80 << 20;
         let patient = Timing { idle: Duration::from_secs(600), ..Timing::default() };
         let fetcher = Fetcher::with_timing(budget, 16, rt.handle().clone(), patient);
         let (size, chunk) = (LANE, 1u64 << 20);
@@ -1107,7 +1145,7 @@ mod tests {
     }
 
     #[test]
-    fn a_large_range_is_one_get() {
+    fn a_large_range_comes_in_pieces_at_once_and_its_later_reads_cost_nothing() {
         let rt = runtime();
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
@@ -1115,7 +1153,7 @@ mod tests {
         fetcher.will_need(&reader, 0..20 << 20);
         read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
         read(&fetcher, &reader, 1, (7 << 20)..(9 << 20)).unwrap();
-        assert_eq!(fake.calls(), [0..20 << 20]);
+        assert_eq!(sorted(fake.calls()), even(0, PIECES, 5 << 20));
     }
 
     #[test]
@@ -1127,16 +1165,15 @@ mod tests {
         // lanes follow each other, and the bytes left over are shared, a byte apart at most.
         let rest = LANE..128 * M + 516;
         let pieces = cut(rest.clone());
-        assert_eq!(pieces.len() as u64, (rest.end - rest.start) / LANE, "{pieces:?}");
+        assert_eq!(pieces.len() as u64, ((rest.end - rest.start) / LANE).min(LANES), "{pieces:?}");
         assert_eq!((pieces[0].start, pieces[pieces.len() - 1].end), (rest.start, rest.end));
         assert!(pieces.windows(2).all(|w| w[0].end == w[1].start), "{pieces:?}");
         let lengths: Vec<u64> = pieces.iter().map(|r| r.end - r.start).collect();
         assert!(lengths.iter().all(|&n| n >= LANE && n <= lengths[0] && n + 1 >= lengths[0]), "{lengths:?}");
-        let even = |n: u64, each: u64| (0..n).map(|i| i * each..(i + 1) * each).collect::<Vec<_>>();
-        assert_eq!(cut(0..LANES * LANE), even(LANES, LANE));
+        assert_eq!(cut(0..LANES * LANE), even(0, LANES, LANE));
         assert_eq!(cut(0..LANE + LANE / 2), [0..LANE + LANE / 2]);
         assert_eq!(cut(0..5), [0..5]);
-        assert_eq!(cut(0..100 * LANES * LANE), even(LANES, 100 * LANE));
+        assert_eq!(cut(0..100 * LANES * LANE), even(0, LANES, 100 * LANE));
     }
 
     #[test]
@@ -1179,7 +1216,7 @@ mod tests {
         let reader = fake.reader(1, 1 << 30);
         fetcher.will_need(&reader, 0..1 << 30);
         read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
-        assert_eq!(fake.calls(), [0..32 << 20], "half the budget, not the whole chunk");
+        assert_eq!(sorted(fake.calls()), even(0, PIECES, 8 << 20), "half the budget, not the whole chunk");
         assert!(fetcher.held() <= 64 << 20);
     }
 
@@ -1291,7 +1328,7 @@ mod tests {
         let fake = Fake::gated();
         fake.changed.store(true, Ordering::SeqCst);
         let (a, b) = (fake.reader(1, 10 << 20), fake.reader(1, 10 << 20));
-        fetcher.will_need(&a, 0..4 << 20);
+        fetcher.will_need(&a, 0..PIECE);
         std::thread::scope(|s| {
             let first = s.spawn(|| read(&fetcher, &a, 1, 0..1000));
             until_asked(&fake, 1);
