@@ -253,6 +253,17 @@ pub struct OpenHow {
 /// What to do with a file opened in the background ([`Store::prefetch`]).
 pub type Then = Box<dyn FnOnce(&dyn Object) + Send>;
 
+/// What a reader announcing a range ([`Object::will_need`]) goes on to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Perhaps more in order (a reader of an array's chunks, one after another): once such reads
+    /// follow each other, the rest of the object may be fetched ahead of them.
+    InOrder,
+    /// That range alone (a writer reading the chunk it is about to change): its next reads are
+    /// no sign of a reader going on in order.
+    Alone,
+}
+
 /// One version of a file, opened for reading: every read comes from that version.
 pub trait Object: Send + Sync + Debug {
     /// The attributes of the version opened.
@@ -287,8 +298,9 @@ pub trait Object: Send + Sync + Debug {
     }
 
     /// A hint that `range` will be read soon (as posix_fadvise's WILLNEED): a store whose reads
-    /// cost a round trip fetches all of it at the first read there. Reads are correct without it.
-    fn will_need(&self, _range: Range<u64>) {}
+    /// cost a round trip fetches all of it at the first read there, and, as [`Need`] says,
+    /// perhaps what follows. Reads are correct without it.
+    fn will_need(&self, _range: Range<u64>, _need: Need) {}
 
     /// A hint that `range`, and likely what follows it, will be read soon by someone else: a store
     /// whose reads cost a round trip starts fetching it now, in the background.

@@ -379,10 +379,11 @@ fn a_writer_opening_chunks_in_order_without_truncating_them_fetches_no_shard_ahe
         fs.release(fh);
     }
     std::thread::sleep(Duration::from_millis(500));
-    // The first shard's index and its first chunk, then the rest of it as the opens go on in it;
-    // nothing of the three shards after it (their indexes and first lanes: six GETs more).
+    // The first shard's index and each chunk alone: not the rest of the shard as the opens go on
+    // in it, nor anything of the three shards after it (their indexes and first lanes: six GETs
+    // more).
     let gets = store.gets_sent() - before;
-    assert!(gets <= 4, "{gets} GETs for the first four chunks of one shard");
+    assert!(gets <= 5, "{gets} GETs for the first four chunks of one shard");
 }
 
 #[test]
@@ -983,4 +984,43 @@ fn check_reads_a_shard_replaced_while_it_reads_it_again() {
     });
     let report = scan_with(&store, Depth::Data, &Silent).unwrap();
     assert_eq!(report, expected, "the same report, none of the replaced shard's reads taken for damage");
+}
+
+/// A writer's opens without O_TRUNC of one large shard's chunks in order are not taken for a
+/// reader going on in order (`Need::Alone`): the rest of the shard in lanes would be up to twelve
+/// GETs, of bytes it never reads.
+#[test]
+fn a_writer_opening_chunks_of_a_large_shard_in_order_costs_no_lanes() {
+    let Some(endpoint) = s3_endpoint("the GETs of a writer's opens in a large shard") else { return };
+    let name = format!("rewrite-large-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint.to_string()), ..Default::default() };
+    let store = s3::open(&format!("s3://{name}/ds"), &options, Caching::default()).unwrap();
+    let per_shard = 96usize;
+    let doc = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [per_shard << 20], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [per_shard << 20]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]
+    });
+    let chunks: Vec<Vec<u8>> = (0..per_shard).map(|i| mib_chunk(i as u8)).collect();
+    store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
+    store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
+    let bytes = assemble_shard(&spec(per_shard as u64), &chunks.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+    store.put("a/c/0", &[&bytes], PutMode::Overwrite).unwrap();
+    let fs = writable(store.clone());
+    lookup(&fs, "a/zarr.json").unwrap();
+    let before = store.gets_sent();
+    let write = OpenMode { write: true, truncate: false, append: false };
+    for (i, chunk) in chunks.iter().enumerate().take(4) {
+        let fh = fs.open(lookup(&fs, &format!("a/c/{i}")).unwrap(), write).unwrap();
+        assert!(fs.read(fh, 0, 1 << 20).unwrap() == *chunk, "chunk {i}");
+        fs.release(fh);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let gets = store.gets_sent() - before;
+    assert!(gets <= 5, "{gets} GETs for the first four chunks of one shard, opened by a writer");
 }

@@ -81,7 +81,8 @@ use self::metadata::{Flights, Head, Listing, MetadataCache, bare_e_tag};
 use self::requests::is_answer;
 use self::staged::{Staged, StagedFile, StagedHandle, StagedObject, is_private};
 use super::{
-    Attr, Error, Kind, Lock, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, backoff, join, lock,
+    Attr, Error, Kind, Lock, Need, Object, OpenFile, OpenHow, PutMode, Result, Space, Stamp, Store, Then, backoff,
+    join, lock,
 };
 
 /// A directory listed before with at most this many entries (one ListObjectsV2 page) is listed
@@ -774,8 +775,8 @@ impl Object for BucketObject {
         self.store.0.fetcher.read(&self.reader, offset..end, buf)
     }
 
-    fn will_need(&self, range: Range<u64>) {
-        self.store.0.fetcher.will_need(&self.reader, range);
+    fn will_need(&self, range: Range<u64>, need: Need) {
+        self.store.0.fetcher.will_need(&self.reader, range, need);
     }
 
     fn prefetch(&self, range: Range<u64>) {

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::read_only::damaged;
-use super::{Attr, Object, Result};
+use super::{Attr, Need, Object, Result};
 
 /// A range of another file, opened: reads are reads of that range of the file version opened.
 #[derive(Debug)]
@@ -51,8 +51,8 @@ impl Object for RangeObject {
         self.place.clone()
     }
 
-    fn will_need(&self, range: Range<u64>) {
-        self.target.will_need(self.in_target(range.start, range.end.saturating_sub(range.start)));
+    fn will_need(&self, range: Range<u64>, need: Need) {
+        self.target.will_need(self.in_target(range.start, range.end.saturating_sub(range.start)), need);
     }
 
     fn prefetch(&self, range: Range<u64>) {

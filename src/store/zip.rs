@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 
 use super::cache::{Cache, Shared};
 use super::read_only::{ReadOnlyStore, damaged, errno};
-use super::{Attr, BytesObject, Error, Kind, Location, Object, Result, Space, Stamp};
+use super::{Attr, BytesObject, Error, Kind, Location, Need, Object, Result, Space, Stamp};
 use crate::format::zip::{DEFLATED, STORED};
 
 /// The largest entry inflated: a bigger deflated entry reads as EIO.
@@ -269,7 +269,7 @@ impl Object for EntryObject {
         self.place.clone()
     }
 
-    fn will_need(&self, range: Range<u64>) {
-        self.directory.file.will_need(self.in_zip(range.start, range.end.saturating_sub(range.start)));
+    fn will_need(&self, range: Range<u64>, need: Need) {
+        self.directory.file.will_need(self.in_zip(range.start, range.end.saturating_sub(range.start)), need);
     }
 }

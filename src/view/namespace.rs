@@ -25,7 +25,7 @@ use super::shards::{ChunkState, Purpose, Shards, Walk, shard_prefix, shards_on_d
 use super::sources::Sources;
 use crate::format::chunk_key::KeyStyle;
 use crate::format::source::SourceFormat;
-use crate::store::{Attr, Kind, Object, PRIVATE_DIR, Space, Stamp, Store, join};
+use crate::store::{Attr, Kind, Need, Object, PRIVATE_DIR, Space, Stamp, Store, join};
 
 /// A directory's listing: the entries known at once, sorted by name, then, in a directory of
 /// chunk files, the stored chunks, read shard by shard with [`Namespace::chunk_files`] as the
@@ -888,9 +888,10 @@ impl Namespace {
                 let found = self.shards.locate(&*self.store, array, coords, purpose)?.ok_or(Error::NotFound)?;
                 let file = found.file.expect("opened on request");
                 if !array.strip_crc32c {
-                    // A chunk file is read whole, as a rule: an object store fetches it in one
-                    // GET now, whatever pieces the reader then asks for.
-                    file.will_need(found.range.clone());
+                    // A chunk file is read whole, as a rule: an object store fetches it at once,
+                    // whatever pieces the reader then asks for; a writer's, and nothing after it.
+                    let need = if purpose == Purpose::Rewrite { Need::Alone } else { Need::InOrder };
+                    file.will_need(found.range.clone(), need);
                     return Ok(Content::Chunk(file, found.range));
                 }
                 Ok(Content::Checked {

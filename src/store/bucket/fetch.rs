@@ -61,7 +61,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use self::plan::{Plan, not_fetched_from, planned, small_object};
 use self::segment::{Follow, Got, Segment};
 use super::TRIES;
-use crate::store::{Error, Result};
+use crate::store::{Error, Need, Result};
 
 /// An object at most this large is fetched whole at its first read: one GET for a shard of small
 /// chunks and its index, which a Zarr reader reads many chunks of at once, in no particular order.
@@ -120,8 +120,8 @@ pub struct Reader {
     version: Arc<VersionId>,
     size: u64,
     get: Get,
-    /// The range the handle said it will read, until its first read.
-    hinted: Mutex<Option<Range<u64>>>,
+    /// The range the handle said it will read, and what it reads next, until its first read.
+    hinted: Mutex<Option<(Range<u64>, Need)>>,
 }
 
 impl Reader {
@@ -136,9 +136,9 @@ impl Reader {
     }
 
     /// The range hinted, when `wanted` is the first read since the hint and inside it.
-    fn take_hint(&self, wanted: &Range<u64>) -> Option<Range<u64>> {
-        let hinted = self.hinted.lock().take()?;
-        (hinted.start <= wanted.start && wanted.end <= hinted.end).then_some(hinted)
+    fn take_hint(&self, wanted: &Range<u64>) -> Option<(Range<u64>, Need)> {
+        let (hinted, need) = self.hinted.lock().take()?;
+        (hinted.start <= wanted.start && wanted.end <= hinted.end).then_some((hinted, need))
     }
 }
 
@@ -238,8 +238,9 @@ impl Default for Timing {
 enum Kind {
     /// A reader waits for its first bytes: the bytes its maker wants come, room or not.
     Demand,
-    /// Ahead of a reader going on in order, or a read's own bytes past its first piece: as there
-    /// is room in the budget, with at most three quarters of the requests until a reader waits.
+    /// Ahead of a reader going on in order (a lane), or a small object's rest beside its index: as
+    /// there is room in the budget, with at most three quarters of the requests until a reader
+    /// waits.
     Ahead,
     /// Asked for before any reader came (the view's next shards): within half the budget, and
     /// with at most three quarters of the requests.
@@ -272,15 +273,16 @@ impl Inner {
         read.clamp(FIRST_WINDOW.min(self.largest_window), self.largest_window)
     }
 
-    /// Makes room for `wanted` more bytes of `keep` within the budget (half of it for a
-    /// background fetch), going through the segments least recently read first: an ended one
-    /// that nobody waits on goes whole once read from (for bytes that no reader waits on or
-    /// asked for, only once read to its end: bytes fetched ahead may not push out what readers
-    /// are about to read), or once nobody came for it for [`Timing::idle`]; of others (`keep`
-    /// too) the pieces their readers (a lane's: its run's) have passed by more than [`BEHIND`].
+    /// Makes room for `wanted` more bytes of `keep` (of version `own`) within the budget (half of
+    /// it for a background fetch), going through the segments least recently read first: an
+    /// ended one that nobody waits on goes whole once read from (for bytes that no reader waits
+    /// on or asked for, only once read to its end: bytes fetched ahead may not push out what
+    /// readers are about to read; nor may a read's later pieces push out the piece it is in, of
+    /// `own` too), or once nobody came for it for [`Timing::idle`]; of others (`keep` too) the
+    /// pieces their readers (a lane's: its run's) have passed by more than [`BEHIND`].
     /// Bytes fetched ahead and not read yet stay while readers may come: they are what readers
     /// read next. True when there is room.
-    fn make_room(&self, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
+    fn make_room(&self, own: &VersionId, keep: &Arc<Segment>, wanted: u64, kind: Kind) -> bool {
         // Bytes nobody reads yet take half the budget at most: the other half is the readers'.
         let budget = if kind == Kind::Background { self.budget / 2 } else { self.budget };
         if self.held.load(Ordering::SeqCst) + wanted <= budget {
@@ -303,7 +305,7 @@ impl Inner {
             if !Arc::ptr_eq(&segment, keep)
                 && segment.finished()
                 && !segment.awaited()
-                && segment.spent(!for_a_reader, self.timing.idle)
+                && segment.spent(!for_a_reader || *version == *own, self.timing.idle)
             {
                 if let Some(known) = versions.peek_mut(&version) {
                     // Its key is where it began, or where it held bytes from when a segment
@@ -327,7 +329,7 @@ impl Inner {
 
     /// Runs the GET of `segment` of `version` to its end, or until nobody wants more of it.
     async fn run(self: Arc<Self>, version: Arc<VersionId>, segment: Arc<Segment>, get: Get, kind: Kind) {
-        let outcome = self.stream(&version.key, &segment, get, kind).await;
+        let outcome = self.stream(&version, &segment, get, kind).await;
         // A version replaced on the server fails this and every later GET of it; the bytes of it
         // fetched before stay right for readers of that version, until they are evicted.
         if let Err(e) = &outcome {
@@ -337,19 +339,19 @@ impl Inner {
     }
 
     /// The GET of `segment` of the object at `key`, run until it ends or nobody wants more.
-    async fn stream(&self, key: &str, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
-        let place = || key.to_string();
+    async fn stream(&self, version: &VersionId, segment: &Arc<Segment>, get: Get, kind: Kind) -> Result<()> {
+        let place = || version.key.clone();
         let no_permits = || Error::Io { place: place(), source: io::Error::other("no requests allowed") };
         let mut permits = Some(self.permits(segment, kind != Kind::Demand).await.ok_or_else(no_permits)?);
         let end = segment.end();
         let mut bytes = get(segment.start..end).await?;
         let mut at = segment.start;
         while at < end {
-            if !self.ready(segment, kind) {
+            if !self.ready(version, segment, kind) {
                 // A GET waiting for its readers brings nothing meanwhile: its request is another's
                 // until they come (its connection stays open).
                 permits = None;
-                if !self.wait_for_readers(segment, kind).await {
+                if !self.wait_for_readers(version, segment, kind).await {
                     return Ok(());
                 }
             }
@@ -371,7 +373,7 @@ impl Inner {
                     return Err(Error::Io { place: place(), source: io::Error::new(io::ErrorKind::TimedOut, why) });
                 }
             };
-            self.make_room(segment, piece.len() as u64, kind);
+            self.make_room(version, segment, piece.len() as u64, kind);
             let len = piece.len() as u64;
             let added = segment.append(piece, &self.held);
             at += added;
@@ -385,17 +387,18 @@ impl Inner {
 
     /// True when the segment's GET is to go on now: a reader waits for its bytes, its maker
     /// wants more, or its readers want more ahead and there is room for it.
-    fn ready(&self, segment: &Arc<Segment>, kind: Kind) -> bool {
+    fn ready(&self, version: &VersionId, segment: &Arc<Segment>, kind: Kind) -> bool {
         segment.awaited()
             || (segment.demanded() && kind == Kind::Demand)
-            || ((segment.demanded() || segment.wanted(|read| self.window(read))) && self.make_room(segment, 0, kind))
+            || ((segment.demanded() || segment.wanted(|read| self.window(read)))
+                && self.make_room(version, segment, 0, kind))
     }
 
     /// Waits until the segment's GET is to go on ([`Inner::ready`]); false when nobody read from
     /// it for [`Timing::idle`]: it is to be cut.
-    async fn wait_for_readers(&self, segment: &Arc<Segment>, kind: Kind) -> bool {
+    async fn wait_for_readers(&self, version: &VersionId, segment: &Arc<Segment>, kind: Kind) -> bool {
         loop {
-            if self.ready(segment, kind) {
+            if self.ready(version, segment, kind) {
                 return true;
             }
             if segment.last_read().elapsed() >= self.timing.idle {
@@ -469,13 +472,14 @@ impl Fetcher {
         self.inner.held.load(Ordering::SeqCst)
     }
 
-    /// Takes note that `reader` will read `range`: its first read there fetches all of it.
-    /// Not fetched at the hint itself: a file opened again while the kernel still holds its pages
-    /// is opened but not read, and would cost a GET for nothing.
-    pub fn will_need(&self, reader: &Reader, range: Range<u64>) {
+    /// Takes note that `reader` will read `range`: its first read there fetches all of it, and
+    /// goes on a run of reads in order unless the reader reads it [`Need::Alone`]. Not fetched at
+    /// the hint itself: a file opened again while the kernel still holds its pages is opened but
+    /// not read, and would cost a GET for nothing.
+    pub fn will_need(&self, reader: &Reader, range: Range<u64>, need: Need) {
         let range = range.start..range.end.min(reader.size);
         if !range.is_empty() {
-            *reader.hinted.lock() = Some(range);
+            *reader.hinted.lock() = Some((range, need));
         }
     }
 
@@ -495,12 +499,12 @@ impl Fetcher {
         if from < range.end {
             if reader.size <= SMALL_OBJECT && version.segments.range(..=from).next().is_none() {
                 for plan in small_object(version, reader.size, &(from..range.end), false) {
-                    self.start(version, reader, plan, Kind::Background);
+                    self.start(version, reader, Plan { kind: Kind::Background, ..plan });
                 }
             } else {
                 let end = range.end.min(from + LANE);
                 let plan = planned(version, reader.size, from, end, end);
-                self.start(version, reader, plan, Kind::Background);
+                self.start(version, reader, Plan { kind: Kind::Background, ..plan });
             }
         }
         drop(versions);
@@ -519,8 +523,9 @@ impl Fetcher {
         if self.inner.budget == 0 {
             return self.read_directly(reader, wanted, buf);
         }
-        let hint = reader.take_hint(&wanted);
-        // The run the read goes on, once known: where it began, and where its readers are.
+        let (hint, need) = reader.take_hint(&wanted).unzip();
+        // The run the read goes on, once known: where it began, and where its readers are; none
+        // for a range read alone.
         let mut in_order = None;
         let mut at = wanted.start;
         let mut misses = 0;
@@ -528,7 +533,12 @@ impl Fetcher {
             let segment = {
                 let mut versions = self.inner.versions.lock();
                 let (version, gone) = remembered(&mut versions, &reader.version);
-                let run = in_order.get_or_insert_with(|| version.advance(hint.as_ref().unwrap_or(&wanted))).clone();
+                let run = in_order
+                    .get_or_insert_with(|| match need {
+                        Some(Need::Alone) => None,
+                        _ => version.advance(hint.as_ref().unwrap_or(&wanted)),
+                    })
+                    .clone();
                 let found = version.segments.range(..=at).next_back().map(|(_, s)| s).filter(|s| s.covers(at)).cloned();
                 crate::metrics::cache("fetch", found.is_some());
                 let segment = match found {
@@ -536,9 +546,9 @@ impl Fetcher {
                     None => {
                         let mut plans = self.plan(version, reader, at, &wanted, hint.as_ref(), run).into_iter();
                         let first = plans.next().expect("a plan for the read's own bytes");
-                        let segment = self.start(version, reader, first, Kind::Demand);
-                        for lane in plans {
-                            self.start(version, reader, lane, Kind::Ahead);
+                        let segment = self.start(version, reader, first);
+                        for other in plans {
+                            self.start(version, reader, other);
                         }
                         segment
                     }
@@ -575,7 +585,8 @@ impl Fetcher {
     }
 
     /// Makes and starts the segment `plan` asks for.
-    fn start(&self, version: &mut Version, reader: &Reader, plan: Plan, kind: Kind) -> Arc<Segment> {
+    fn start(&self, version: &mut Version, reader: &Reader, plan: Plan) -> Arc<Segment> {
+        let kind = plan.kind;
         let segment = Arc::new(Segment::new(plan.range.start, plan.range.end, plan.wanted_end, plan.follows));
         if let Some(replaced) = version.segments.insert(plan.range.start, segment.clone()) {
             // One whose first bytes were dropped (the new one ends where its bytes begin again),
@@ -705,8 +716,8 @@ mod tests {
         out
     }
 
-    /// Pieces of a reply, as a server sends them.
-    const PIECE: u64 = 64 << 10;
+    /// The bytes of a reply that arrive at once, as a server sends them.
+    const SENT: u64 = 64 << 10;
 
     /// Counts a reply in flight until dropped.
     struct InFlight(Arc<Fake>);
@@ -754,11 +765,11 @@ mod tests {
                     }
                     let end = range.end + fake.surplus.unwrap_or(0);
                     let stop = fake.stall_after.map_or(end, |n| end.min(range.start + n));
-                    let starts: Vec<u64> = (range.start..stop).step_by(PIECE as usize).collect();
+                    let starts: Vec<u64> = (range.start..stop).step_by(SENT as usize).collect();
                     let (delay, stalls) = (fake.delay, stop < end);
                     let pieces = futures_util::stream::iter(starts).then(move |at| async move {
                         tokio::time::sleep(delay).await;
-                        Ok(Bytes::from(bytes(seed, at..(at + PIECE).min(stop))))
+                        Ok(Bytes::from(bytes(seed, at..(at + SENT).min(stop))))
                     });
                     let stall = futures_util::stream::once(async move {
                         if stalls {
@@ -823,7 +834,7 @@ mod tests {
                         }
                         let reader = fake.reader(seed, size);
                         let range = i * chunk..(i + 1) * chunk;
-                        fetcher.will_need(&reader, range.clone());
+                        fetcher.will_need(&reader, range.clone(), Need::InOrder);
                         read_through(fetcher, &reader, seed, range);
                         std::thread::sleep(rest);
                     }
@@ -881,7 +892,7 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 16 << 20);
         let chunk = (1 << 20) + 17..(5 << 20) + 3;
-        fetcher.will_need(&reader, chunk.clone());
+        fetcher.will_need(&reader, chunk.clone(), Need::InOrder);
         std::thread::sleep(Duration::from_millis(20));
         assert!(fake.calls().is_empty(), "nothing is fetched before the first read");
         let mut at = chunk.start;
@@ -905,7 +916,7 @@ mod tests {
         let reader = fake.reader(1, 64 << 20);
         // Bytes asked for ahead (not a read: no reader going on in order from them).
         fetcher.prefetch(&reader, (2 << 20)..(3 << 20));
-        fetcher.will_need(&reader, 0..8 << 20);
+        fetcher.will_need(&reader, 0..8 << 20, Need::InOrder);
         read(&fetcher, &reader, 1, 0..8 << 20).unwrap();
         let calls = sorted(fake.calls());
         assert_eq!(calls[..2], [0..2 << 20, 2 << 20..3 << 20], "a piece up to the bytes fetched: {calls:?}");
@@ -918,9 +929,9 @@ mod tests {
         let fetcher = Fetcher::new(256 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake { delay: Duration::from_millis(5), ..Default::default() });
         let reader = fake.reader(1, 64 << 20);
-        fetcher.will_need(&reader, 0..60 << 20);
+        fetcher.will_need(&reader, 0..60 << 20, Need::InOrder);
         let start = std::time::Instant::now();
-        read(&fetcher, &reader, 1, 0..PIECE).unwrap();
+        read(&fetcher, &reader, 1, 0..SENT).unwrap();
         // 960 pieces of 5 ms make the whole reply (four GETs of 240); the first one alone is due.
         assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
         assert_eq!(sorted(fake.calls()), even(0, PIECES, 15 << 20));
@@ -930,7 +941,7 @@ mod tests {
     fn read_chunk(fetcher: &Fetcher, fake: &Arc<Fake>, seed: u64, size: u64, i: u64) {
         let reader = fake.reader(seed, size);
         let chunk = i * (64 << 10)..(i + 1) * (64 << 10);
-        fetcher.will_need(&reader, chunk.clone());
+        fetcher.will_need(&reader, chunk.clone(), Need::InOrder);
         read(fetcher, &reader, seed, chunk).unwrap();
     }
 
@@ -981,7 +992,7 @@ mod tests {
         while at < size {
             let end = size.min(at + (128 << 10));
             read(&fetcher, &reader, 3, at..end).unwrap();
-            assert!(fetcher.held() <= budget as u64 + LANES * PIECE, "{} held", fetcher.held());
+            assert!(fetcher.held() <= budget as u64 + LANES * SENT, "{} held", fetcher.held());
             at = end;
         }
         let mut calls = fake.calls();
@@ -1113,7 +1124,7 @@ mod tests {
         let calls = fake.calls();
         assert_eq!(calls.len() as u64, 2 + LANES, "the page again, and the lanes go on: {calls:?}");
         // The page's own GET fetches a first window ahead of its reader too.
-        assert!(fetcher.held() <= (8 << 20) + FIRST_WINDOW + LANES * PIECE, "{} held", fetcher.held());
+        assert!(fetcher.held() <= (8 << 20) + FIRST_WINDOW + LANES * SENT, "{} held", fetcher.held());
     }
 
     #[test]
@@ -1133,7 +1144,7 @@ mod tests {
         for round in 0..8u64 {
             let chunk = (round << 21)..(round << 21) + (1 << 20);
             if round % 2 == 0 {
-                fetcher.will_need(&reader, chunk.clone());
+                fetcher.will_need(&reader, chunk.clone(), Need::InOrder);
             }
             read_through(&fetcher, &reader, 1, chunk);
         }
@@ -1150,7 +1161,7 @@ mod tests {
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 64 << 20);
-        fetcher.will_need(&reader, 0..20 << 20);
+        fetcher.will_need(&reader, 0..20 << 20, Need::InOrder);
         read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
         read(&fetcher, &reader, 1, (7 << 20)..(9 << 20)).unwrap();
         assert_eq!(sorted(fake.calls()), even(0, PIECES, 5 << 20));
@@ -1202,7 +1213,7 @@ mod tests {
         // elsewhere since, none of them going on from another.
         for at in [0u64, 512, 256, 2] {
             let chunk = (at << 20)..((at + 1) << 20);
-            fetcher.will_need(&reader, chunk.clone());
+            fetcher.will_need(&reader, chunk.clone(), Need::InOrder);
             read(&fetcher, &reader, 1, chunk.start..chunk.start + (128 << 10)).unwrap();
         }
         assert_eq!(fake.calls().len(), 4, "a GET of each chunk, no lanes: {:?}", fake.calls());
@@ -1214,7 +1225,7 @@ mod tests {
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
-        fetcher.will_need(&reader, 0..1 << 30);
+        fetcher.will_need(&reader, 0..1 << 30, Need::InOrder);
         read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
         assert_eq!(sorted(fake.calls()), even(0, PIECES, 8 << 20), "half the budget, not the whole chunk");
         assert!(fetcher.held() <= 64 << 20);
@@ -1305,7 +1316,7 @@ mod tests {
             assert!(fetcher.held() <= budget as u64 + 16 * (3 << 20), "{} held", fetcher.held());
         }
         std::thread::sleep(Duration::from_millis(100));
-        assert!(fetcher.held() <= budget as u64 + PIECE, "{} held once every GET ended", fetcher.held());
+        assert!(fetcher.held() <= budget as u64 + SENT, "{} held once every GET ended", fetcher.held());
     }
 
     #[test]
@@ -1314,7 +1325,7 @@ mod tests {
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let (old, new) = (fake.reader(1, 10 << 20), fake.reader(2, 10 << 20));
-        fetcher.will_need(&old, 0..1 << 20);
+        fetcher.will_need(&old, 0..1 << 20, Need::InOrder);
         read(&fetcher, &old, 1, 0..1000).unwrap();
         read(&fetcher, &new, 2, 0..1000).unwrap();
         read(&fetcher, &old, 1, 500..1500).unwrap();
@@ -1328,7 +1339,7 @@ mod tests {
         let fake = Fake::gated();
         fake.changed.store(true, Ordering::SeqCst);
         let (a, b) = (fake.reader(1, 10 << 20), fake.reader(1, 10 << 20));
-        fetcher.will_need(&a, 0..PIECE);
+        fetcher.will_need(&a, 0..SENT, Need::InOrder);
         std::thread::scope(|s| {
             let first = s.spawn(|| read(&fetcher, &a, 1, 0..1000));
             until_asked(&fake, 1);
@@ -1348,7 +1359,7 @@ mod tests {
         let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 64 << 20);
-        fetcher.will_need(&reader, 0..4 << 20);
+        fetcher.will_need(&reader, 0..4 << 20, Need::InOrder);
         read(&fetcher, &reader, 1, 0..1000).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         fake.changed.store(true, Ordering::SeqCst);
@@ -1374,17 +1385,17 @@ mod tests {
     fn a_stalled_get_serves_what_it_brought_and_the_rest_is_asked_again() {
         let rt = runtime();
         let fetcher = Fetcher::with_timing(64 << 20, 16, rt.handle().clone(), quick());
-        let stalling = Arc::new(Fake { stall_after: Some(3 * PIECE), ..Default::default() });
+        let stalling = Arc::new(Fake { stall_after: Some(3 * SENT), ..Default::default() });
         let reader = stalling.reader(1, 1 << 30);
-        fetcher.will_need(&reader, 0..8 * PIECE);
-        read(&fetcher, &reader, 1, 0..PIECE).unwrap();
+        fetcher.will_need(&reader, 0..8 * SENT, Need::InOrder);
+        read(&fetcher, &reader, 1, 0..SENT).unwrap();
         let start = std::time::Instant::now();
-        read(&fetcher, &reader, 1, 2 * PIECE..5 * PIECE).unwrap();
+        read(&fetcher, &reader, 1, 2 * SENT..5 * SENT).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(250), "waited for the stall to be seen");
         let calls = stalling.calls();
-        assert_eq!(calls[0], 0..8 * PIECE);
+        assert_eq!(calls[0], 0..8 * SENT);
         assert!(
-            calls.iter().any(|r| r.start == 3 * PIECE),
+            calls.iter().any(|r| r.start == 3 * SENT),
             "the rest asked from where the first GET stopped: {calls:?}"
         );
     }
@@ -1411,10 +1422,10 @@ mod tests {
         let long = Arc::new(Fake { surplus: Some(64), ..Default::default() });
         let reader = long.reader(1, 1 << 30);
         // Every reply runs 64 bytes long: what lies within the range is served, the rest never.
-        read(&fetcher, &reader, 1, 0..PIECE / 2).unwrap();
+        read(&fetcher, &reader, 1, 0..SENT / 2).unwrap();
         let mut buf = vec![0; 10];
-        assert!(fetcher.read(&reader, PIECE / 2..PIECE / 2 + 10, &mut buf).is_ok());
-        assert_eq!(buf, bytes(1, PIECE / 2..PIECE / 2 + 10));
+        assert!(fetcher.read(&reader, SENT / 2..SENT / 2 + 10, &mut buf).is_ok());
+        assert_eq!(buf, bytes(1, SENT / 2..SENT / 2 + 10));
     }
 
     #[test]
@@ -1424,7 +1435,7 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let (index, chunk, other) = (fake.reader(1, 100_000), fake.reader(1, 100_000), fake.reader(1, 100_000));
         read(&fetcher, &index, 1, 99_000..100_000).unwrap();
-        fetcher.will_need(&chunk, 10..5000);
+        fetcher.will_need(&chunk, 10..5000, Need::InOrder);
         read(&fetcher, &chunk, 1, 10..5000).unwrap();
         read(&fetcher, &other, 1, 50_000..60_000).unwrap();
         assert_eq!(fake.calls(), [0..100_000]);
@@ -1446,7 +1457,7 @@ mod tests {
         let index = size - 1028..size;
         read(&fetcher, &fake.reader(1, size), 1, index.clone()).unwrap();
         let chunk = fake.reader(1, size);
-        fetcher.will_need(&chunk, 1000..5000);
+        fetcher.will_need(&chunk, 1000..5000, Need::InOrder);
         read(&fetcher, &chunk, 1, 1000..5000).unwrap();
         let mut calls = fake.calls();
         calls.sort_by_key(|r| r.start);
@@ -1512,10 +1523,78 @@ mod tests {
         let fetcher = Fetcher::new(0, 16, rt.handle().clone());
         let fake = Arc::new(Fake::default());
         let reader = fake.reader(1, 1 << 30);
-        fetcher.will_need(&reader, 0..1 << 20);
+        fetcher.will_need(&reader, 0..1 << 20, Need::InOrder);
         read(&fetcher, &reader, 1, 0..1000).unwrap();
         read(&fetcher, &reader, 1, 1000..2000).unwrap();
         assert_eq!(fake.calls(), [0..1000, 1000..2000]);
         assert_eq!(fetcher.held(), 0);
+    }
+
+    /// Holds every background request of `fetcher` (`n` of them) with prefetches a gated server
+    /// never answers, as a `cat`'s lanes streaming at full speed do (twelve lanes, twelve
+    /// background requests at the default sixteen). Returns the gated fake, to open at the end.
+    fn hold_background_requests(fetcher: &Fetcher, n: u64) -> Arc<Fake> {
+        let busy = Fake::gated();
+        let reader = busy.reader(77, 1 << 30);
+        for i in 0..n {
+            fetcher.prefetch(&reader, i * LANE..(i + 1) * LANE);
+        }
+        until_asked(&busy, n as usize);
+        busy
+    }
+
+    #[test]
+    fn a_chunk_whose_first_read_was_served_is_not_failed_by_a_later_replacement() {
+        // Every piece of a chunk is asked for at its first read, whatever requests other readers'
+        // lanes hold: a piece asked for only once the reader reached it would find the version
+        // replaced meanwhile, and fail the reader in the middle of its chunk (EIO: its first
+        // bytes were served).
+        let rt = runtime();
+        let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+        let busy = hold_background_requests(&fetcher, 12);
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(1, 64 << 20);
+        fetcher.will_need(&reader, 0..4 << 20, Need::InOrder);
+        read(&fetcher, &reader, 1, 0..128 << 10).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let asked = fake.calls();
+        // The object is replaced now: its GETs from here on answer Changed.
+        fake.changed.store(true, Ordering::SeqCst);
+        let later = read(&fetcher, &reader, 1, (3 << 20)..(3 << 20) + (128 << 10));
+        busy.open();
+        assert!(later.is_ok(), "the chunk's later bytes failed ({later:?}); GETs made at its first read: {asked:?}");
+    }
+
+    #[test]
+    fn a_chunk_read_at_random_under_a_full_budget_is_not_fetched_again_piece_by_piece() {
+        // With the budget full (here a GET that holds 7.5 of 8 MiB, not yet ended), a chunk's
+        // pieces come room or not, as one GET of it would, and the later ones do not push out the
+        // one its reader is in: pieces cut or dropped would be asked again as lanes over the rest
+        // of the object.
+        let rt = runtime();
+        let timing = Timing { idle: Duration::from_millis(300), stall: Duration::from_secs(600) };
+        let fetcher = Fetcher::with_timing(8 << 20, 16, rt.handle().clone(), timing);
+        // Another reader's GET of a small object, stalled before its end: its bytes stay.
+        let filler = Arc::new(Fake { stall_after: Some(15 << 19), ..Default::default() });
+        let other = filler.reader(5, 8 << 20);
+        read(&fetcher, &other, 5, 0..64 << 10).unwrap();
+        for _ in 0..200 {
+            if fetcher.held() >= 15 << 19 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(1, 64 << 20);
+        fetcher.will_need(&reader, 0..4 << 20, Need::InOrder);
+        // The reader reads its chunk 64 KiB at a time, its first MiB slowly (decoding as it goes).
+        for at in (0..4u64 << 20).step_by(64 << 10) {
+            read(&fetcher, &reader, 1, at..at + (64 << 10)).unwrap();
+            if at < 1 << 20 {
+                std::thread::sleep(Duration::from_millis(40));
+            }
+        }
+        let calls = sorted(fake.calls());
+        assert!(calls.len() as u64 <= PIECES, "{} GETs for one chunk of 4 MiB: {calls:?}", calls.len());
     }
 }

@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::segment::Follow;
-use super::{Fetcher, LANE, LANES, NEAR, PIECE, PIECES, POOL, Reader, SMALL_OBJECT, TAIL_FIRST, Version};
+use super::{Fetcher, Kind, LANE, LANES, NEAR, PIECE, PIECES, POOL, Reader, SMALL_OBJECT, TAIL_FIRST, Version};
 
 /// Which bytes a new segment is to fetch.
 pub(super) struct Plan {
@@ -16,6 +16,10 @@ pub(super) struct Plan {
     pub(super) wanted_end: u64,
     /// The run it is fetched ahead of (a lane), if any.
     pub(super) follows: Option<Arc<Follow>>,
+    /// Who it is fetched for: a read's own bytes (every piece of them: each comes as a reader
+    /// waits, in a GET made now, so that all of them come from the version its first came from)
+    /// are [`Kind::Demand`].
+    pub(super) kind: Kind,
 }
 
 impl Fetcher {
@@ -65,6 +69,7 @@ impl Fetcher {
         let own = plans.iter().position(|lane| lane.range.contains(&at)).unwrap_or(0);
         plans.swap(0, own);
         plans[0].wanted_end = hinted_end.min(plans[0].range.end);
+        plans[0].kind = Kind::Demand;
         plans
     }
 }
@@ -101,7 +106,7 @@ pub(super) fn lanes(range: Range<u64>, follows: Arc<Follow>) -> Vec<Plan> {
     let starts = (range.start..range.end).step_by(lane as usize);
     let plans = starts.map(|start| {
         let end = range.end.min(start + lane);
-        Plan { range: start..end, wanted_end: start, follows: Some(follows.clone()) }
+        Plan { range: start..end, wanted_end: start, follows: Some(follows.clone()), kind: Kind::Ahead }
     });
     plans.collect()
 }
@@ -127,7 +132,7 @@ pub(super) fn small_object(version: &Version, size: u64, first: &Range<u64>, wit
     if version.segments.is_empty() && first.start >= TAIL_FIRST && first.end == size {
         let mut plans = vec![planned(version, size, first.start, size, size)];
         if with_rest {
-            plans.push(planned(version, size, 0, first.start, first.start));
+            plans.push(Plan { kind: Kind::Ahead, ..planned(version, size, 0, first.start, first.start) });
         }
         return plans;
     }
@@ -148,5 +153,5 @@ pub(super) fn planned(version: &Version, size: u64, start: u64, end: u64, wanted
         end = end.min(before.held_from());
     }
     debug_assert!(start < end, "a segment of {start}..{end}");
-    Plan { range: start..end, wanted_end: wanted_end.min(end), follows: None }
+    Plan { range: start..end, wanted_end: wanted_end.min(end), follows: None, kind: Kind::Demand }
 }
