@@ -12,10 +12,12 @@
 //! version, the rest are settled too (a holder the note did not name can no longer store
 //! anything: its PUT, even one still on its way, was over a version that is no longer there) and
 //! the lease is given up as usual. A round that stores nothing settles none (a first PUT sent
-//! late may yet land over the version it read), so removals from a shard that is gone leave a
-//! lease with doubts to expire, each commit after waiting out its time-out, until one stores. A lease whose
-//! doubts are not settled is left to expire, so that the next holder takes them over. A holder
-//! that finds its lease taken over removes its own marker, once done.
+//! late may yet land over the version it read), so a holder with doubts whose changes leave a
+//! shard that is gone without chunks stores a shard of empty entries (every reader takes it for
+//! none): before, such removals left the lease to expire, each commit after waiting out its
+//! time-out, until one stored. A lease whose doubts are not settled is left to expire, so that
+//! the next holder takes them over. A holder that finds its lease taken over removes its own
+//! marker, once done.
 //!
 //! A holder in doubt that finds neither its name in the note nor its marker, stalled past a
 //! quarter of a delta's lifetime by its own clock (CLOCK_BOOTTIME, which counts a suspended

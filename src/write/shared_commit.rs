@@ -44,7 +44,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::apply::{apply_levels, read_current};
+use super::apply::{WhenEmpty, apply_levels, read_current};
 use super::delta;
 use super::error::CommitError;
 use super::lease::{self, HOLDER, LEASE, Lease, STORED, WAITER};
@@ -576,7 +576,13 @@ impl Turns<'_> {
                     }
                     tried_own |= own.is_some();
                     let put_at = self.world.now();
-                    match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
+                    // A holder in doubt is settled only by a version stored: changes that leave a
+                    // shard that is gone without chunks store one of empty entries then.
+                    let when_empty = match lease.as_ref().is_some_and(|held| !held.doubts.is_empty()) {
+                        true => WhenEmpty::StoreEmpty,
+                        false => WhenEmpty::StoreNothing,
+                    };
+                    match apply_levels(self.store, self.key, self.specs, current, &merged, note, when_empty) {
                         // Nothing stored, so no condition checked that the shard is still the
                         // version read: deltas listed since (the second listing) may come from
                         // commits begun after another version was stored over it. Folded only

@@ -775,6 +775,39 @@ fn writes_entry_0_but_w() -> Vec<Option<(u64, bool)>> {
     [0, 0, 0, 0, 0, 0, 1].map(|entry| Some((entry, true))).to_vec()
 }
 
+/// Removals from a shard that is gone, by a holder with doubts (issue 61's B5). X (0) takes the
+/// lease at 1 s to write entry 0 and is killed before its PUT. Y (1), removing entry 0, waits as
+/// a delta and takes the lease over at ~13 s, with X in doubt: X's PUT could still create the
+/// shard, so a round that stores nothing settles nothing, and the lease was left to expire, each
+/// of A, B, C, D, W (2..6, removing entry 0 at 40-44 s) waiting out its time-out to take it over
+/// and leaving it again, until the end. Y now stores a shard of empty entries: X is settled, the
+/// lease is given up, and nothing is left in the exchange.
+fn removals_from_a_gone_shard_in_doubt(sim: &Sim) {
+    use scheduler::{Action, Class};
+    let mut st = sim.state();
+    st.starts = vec![secs(1.0), secs(2.0), secs(40.0), secs(41.0), secs(42.0), secs(43.0), secs(44.0)];
+    st.plan = vec![
+        Some((0, true)),
+        Some((0, false)),
+        Some((0, false)),
+        Some((0, false)),
+        Some((0, false)),
+        Some((0, false)),
+        Some((0, false)),
+    ];
+    st.script = rules(&[(0, KEY, Class::Write, 1, Action::Kill)]);
+}
+
+/// As `review61_config`, with nothing left in the exchange allowed before the sweeps.
+fn no_stall_config(setup: fn(&Sim), deletes_at: bool) -> Config {
+    Config { faults: Faults::default(), ..review61_config(setup, deletes_at) }
+}
+
+#[test]
+fn removals_from_a_gone_shard_by_a_holder_in_doubt_settle_it_and_give_the_lease_up() {
+    passes_either_way("removals-gone-shard", no_stall_config, removals_from_a_gone_shard_in_doubt);
+}
+
 /// Every commit applied once, with and without a conditional DELETE.
 #[test]
 fn a_first_put_in_flight_past_a_takeover_is_applied_once_over_a_gone_shard() {

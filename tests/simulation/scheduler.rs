@@ -152,6 +152,8 @@ pub enum Action {
     /// a request held in flight): the machine checked what it checks before sending, and the
     /// server applies it later.
     LateDoubt(Duration, Duration),
+    /// The machine is killed at its turn to send the request, which is never applied.
+    Kill,
 }
 
 /// A scripted fault (review61): the `nth` (1-based) request of `machine` of `class` whose key
@@ -374,6 +376,13 @@ impl Sim {
         let pause = st.rng.millis(100, 1_000);
         st.machines[m].clock += pause;
         true
+    }
+
+    /// Machine `m` is killed at its turn to send a request (a scripted [`Action::Kill`]).
+    pub fn kill_at_request(&self, m: usize) -> ! {
+        let st = self.state();
+        let st = self.yield_turn(st, m);
+        self.kill(st, m)
     }
 
     fn kill(&self, mut st: MutexGuard<'_, State>, m: usize) -> ! {
