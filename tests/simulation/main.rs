@@ -839,3 +839,104 @@ fn a_committer_taking_a_free_lease_given_back_meanwhile_does_not_fail_after_the_
     eprintln!("failed: idle-then-race {failed:?}");
     assert!(failed.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// review-b5: an independent review of 4e6c4ba (a holder with doubts stores a shard of empty
+// entries where its removals leave a shard that is gone without a chunk).
+// ---------------------------------------------------------------------------------------------
+
+/// Two machines, one entry, no random fault: nothing may be left in the exchange.
+fn two_machines_config(setup: fn(&Sim), deletes_at: bool) -> Config {
+    Config { machines: 2, faults: Faults::default(), ..review61_config(setup, deletes_at) }
+}
+
+/// X (0) takes the lease at 1 s to write entry 0 and is killed before its PUT (as in
+/// `removals_from_a_gone_shard_in_doubt`). Y (1), removing entry 0, waits as a delta and takes
+/// the lease over at ~13 s with X in doubt, and creates the shard of empty entries: stored, but
+/// its answer lost (the client's retry is refused, 412). Y reads again: the version is its own,
+/// its note names Y's delta, so nothing is left to fold: the round stores nothing and settles
+/// nothing, X stays in doubt and the lease is left with it (B5 again, one step later).
+fn b5_empty_create_in_doubt(sim: &Sim) {
+    use scheduler::{Action, Class};
+    let mut st = sim.state();
+    st.starts = vec![secs(1.0), secs(2.0)];
+    st.plan = vec![Some((0, true)), Some((0, false))];
+    st.script = rules(&[(0, KEY, Class::Write, 1, Action::Kill), (1, KEY, Class::Write, 1, Action::Doubt(secs(1.0)))]);
+}
+
+/// The same with Y writing entry 0 (a create with a chunk): pre-existing, a settling PUT whose
+/// answer is lost settles no one.
+fn b5_create_in_doubt_write(sim: &Sim) {
+    b5_empty_create_in_doubt(sim);
+    sim.state().plan[1] = Some((0, true));
+}
+
+#[test]
+fn review_b5_an_empty_create_whose_answer_is_lost_still_settles_and_gives_the_lease_up() {
+    passes_either_way("b5-empty-create-in-doubt", two_machines_config, b5_empty_create_in_doubt);
+}
+
+#[test]
+fn review_b5_a_create_whose_answer_is_lost_still_settles_and_gives_the_lease_up() {
+    passes_either_way("b5-create-in-doubt-write", two_machines_config, b5_create_in_doubt_write);
+}
+
+/// ABA on absence. X (0) takes the lease at 1 s and sends its create of entry 0 (the shard is
+/// gone), which the server applies 20 s later, its answer lost (X stalls 45 s more). Y (1),
+/// removing entry 1, takes X's lease over at ~13 s (doubts: X) and, the shard being gone, creates
+/// a shard of empty entries: X is settled (no marker: the note read named no one), the lease
+/// given up. At 15 s a tool that knows nothing of the exchange deletes the shard (zarr-python
+/// deleting a shard whose chunks are all empty, a user's `rm`). X's create lands at ~21 s over
+/// the absence. A, B, C, D (2..5) write entry 0 at 30-33 s with fresh leases: X leaves the note.
+/// X wakes at ~66 s: its PUT refused, not in the note, no marker, stalled well under
+/// lifetime/4: it commits entry 0 again, over D's write (TWICE). At 952b9b1 Y stored nothing,
+/// the lease kept X's doubt, and A marked X stored when it found X's version.
+fn b5_aba_on_absence(sim: &Sim) {
+    use scheduler::{Action, Class};
+    let mut st = sim.state();
+    st.starts = vec![secs(1.0), secs(2.0), secs(30.0), secs(31.0), secs(32.0), secs(33.0), secs(500.0)];
+    st.plan = writes_entry_0_but_w();
+    st.plan[1] = Some((1, false));
+    st.deletes = vec![secs(15.0)];
+    st.script = rules(&[(0, KEY, Class::Write, 1, Action::LateDoubt(secs(20.0), secs(45.0)))]);
+}
+
+/// The same with Y writing entry 1 (a create with a chunk settles X just as well): pre-existing.
+fn b5_aba_on_absence_write(sim: &Sim) {
+    b5_aba_on_absence(sim);
+    sim.state().plan[1] = Some((1, true));
+}
+
+#[test]
+fn review_b5_a_shard_deleted_after_an_empty_create_settled_a_doubt_takes_no_late_create_twice() {
+    passes_either_way("b5-aba-on-absence", two_entries_config, b5_aba_on_absence);
+}
+
+#[test]
+fn review_b5_a_shard_deleted_after_a_create_settled_a_doubt_takes_no_late_create_twice() {
+    passes_either_way("b5-aba-on-absence-write", two_entries_config, b5_aba_on_absence_write);
+}
+
+/// The empty create refused (412) because the doubtful create landed first. X (0) takes the
+/// lease at 1 s to write entry 0; its create is applied 20 s late, its answer lost (X stalls 45 s
+/// more). Y (1), removing entry 1, takes the lease over at ~13 s, reads the shard gone, and stalls
+/// 10 s after that read: X's create lands meanwhile, so Y's create of empty entries is refused.
+/// Y reads again, finds X named in the note, marks X stored and folds its removal over X's
+/// version; X wakes, finds its name (or marker) and does not commit again. A-D write entry 0
+/// at 40-43 s. Expected to pass.
+fn b5_empty_create_refused_by_the_doubtful_create(sim: &Sim) {
+    use scheduler::{Action, Class};
+    let mut st = sim.state();
+    st.starts = vec![secs(1.0), secs(2.0), secs(40.0), secs(41.0), secs(42.0), secs(43.0), secs(500.0)];
+    st.plan = writes_entry_0_but_w();
+    st.plan[1] = Some((1, false));
+    st.script = rules(&[
+        (0, KEY, Class::Write, 1, Action::LateDoubt(secs(20.0), secs(45.0))),
+        (1, KEY, Class::Read, 2, Action::Stall(secs(10.0))),
+    ]);
+}
+
+#[test]
+fn review_b5_an_empty_create_refused_by_the_doubtful_create_marks_it_stored() {
+    passes_either_way("b5-empty-create-refused", two_entries_config, b5_empty_create_refused_by_the_doubtful_create);
+}
