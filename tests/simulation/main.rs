@@ -920,7 +920,8 @@ fn review_b5_a_shard_deleted_after_a_create_settled_a_doubt_takes_no_late_create
 /// The empty create refused (412) because the doubtful create landed first. X (0) takes the
 /// lease at 1 s to write entry 0; its create is applied 20 s late, its answer lost (X stalls 45 s
 /// more). Y (1), removing entry 1, takes the lease over at ~13 s, reads the shard gone, and stalls
-/// 10 s after that read: X's create lands meanwhile, so Y's create of empty entries is refused.
+/// 10 s after that read (its 4th of the shard key: 2 at its commit, the note and the open of its
+/// round): X's create lands meanwhile, so Y's create of empty entries is refused.
 /// Y reads again, finds X named in the note, marks X stored and folds its removal over X's
 /// version; X wakes, finds its name (or marker) and does not commit again. A-D write entry 0
 /// at 40-43 s. Expected to pass.
@@ -932,7 +933,7 @@ fn b5_empty_create_refused_by_the_doubtful_create(sim: &Sim) {
     st.plan[1] = Some((1, false));
     st.script = rules(&[
         (0, KEY, Class::Write, 1, Action::LateDoubt(secs(20.0), secs(45.0))),
-        (1, KEY, Class::Read, 2, Action::Stall(secs(10.0))),
+        (1, KEY, Class::Read, 7, Action::Stall(secs(10.0))),
     ]);
 }
 
