@@ -42,6 +42,9 @@ use shardfs::write::shared_commit;
 
 const KEY: &str = "arr/c/0";
 
+/// Runs whose first shard version held no chunk (review-b5).
+static EMPTY_FIRST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 #[derive(Clone, Copy, Debug)]
 struct Config {
     machines: usize,
@@ -350,6 +353,13 @@ fn run(seed: u64, config: Config) -> Result<Report, String> {
         return Err(format!("left in the exchange after the sweeps: {:?}", exchange_left(&sim)));
     }
     check(&sim, &records.lock().expect("records"), config)?;
+    // review-b5: how many runs began the shard with a version of empty entries (a holder with
+    // doubts whose removals left a shard that was gone without a chunk).
+    if let Some((first, _)) = sim.state().server.history.first()
+        && chunks(first, config.entries).is_ok_and(|c| c.iter().all(Option::is_none))
+    {
+        EMPTY_FIRST.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     if std::env::var_os("SHARDFS_SIM_VERBOSE").is_some() {
         let records = records.lock().expect("records");
         let failed = records.iter().filter(|r| matches!(r.result, Some(Err(_)))).count();
@@ -940,4 +950,52 @@ fn b5_empty_create_refused_by_the_doubtful_create(sim: &Sim) {
 #[test]
 fn review_b5_an_empty_create_refused_by_the_doubtful_create_marks_it_stored() {
     passes_either_way("b5-empty-create-refused", two_entries_config, b5_empty_create_refused_by_the_doubtful_create);
+}
+
+/// A hunt (review-b5): each machine removes or writes one of two entries (removals half the
+/// time), over a shard that starts gone, under kills, lost answers and stalls, so that holders
+/// with doubts often fold removals over no shard. `REVIEW_B5_SEEDS`, `REVIEW_B5_FIRST`.
+fn b5_hunt_setup(sim: &Sim) {
+    // Drawn from machine 0's randomness (every run has a machine 0), for up to 8 machines.
+    let plan: Vec<Option<(u64, bool)>> =
+        (0..8).map(|_| Some((sim.random(0) % 2, sim.random(0).is_multiple_of(2)))).collect();
+    sim.state().plan = plan;
+}
+
+#[test]
+#[ignore = "a hunt, by hand"]
+fn review_b5_hunt() {
+    let env = |k: &str| std::env::var(k).ok().and_then(|n| n.parse::<u64>().ok());
+    let (first, seeds) = (env("REVIEW_B5_FIRST").unwrap_or(0), env("REVIEW_B5_SEEDS").unwrap_or(2000));
+    let mut failed = Vec::new();
+    for seed in first..first + seeds {
+        let mut rng = scheduler::Rng::new(seed);
+        let faults = match seed % 4 {
+            0 => Faults { kill: 0.02, ..Faults::default() },
+            1 => Faults { lost: 0.1, stall: 0.03, ..Faults::default() },
+            2 => Faults { kill: 0.01, lost: 0.05, stall: 0.03, ..Faults::default() },
+            _ => Faults { stall: 0.05, ..Faults::default() },
+        };
+        let config = Config {
+            machines: 3 + rng.below(6) as usize,
+            commits: 1 + rng.below(3) as usize,
+            entries: 2,
+            most_chunks: 1,
+            faults,
+            skewed: seed % 3 == 0,
+            copies_from: None,
+            deletes_at: rng.chance(0.5),
+            limits: None,
+            think_ms: 3000,
+            doubt: false,
+            setup: Some(b5_hunt_setup),
+        };
+        if let Err(e) = run(seed, config) {
+            eprintln!("b5 hunt seed {seed}: {e}");
+            failed.push(seed);
+        }
+    }
+    let empty_first = EMPTY_FIRST.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("b5 hunt: {seeds} seeds ({empty_first} began with a shard of empty entries), failed: {failed:?}");
+    assert!(failed.is_empty());
 }
