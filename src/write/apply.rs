@@ -47,6 +47,16 @@ pub(super) fn read_current(
     Ok(Some(Current { file, entries }))
 }
 
+/// What a commit over no shard stores when its changes leave no chunk in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WhenEmpty {
+    /// Nothing: there is still no shard.
+    StoreNothing,
+    /// A shard of empty entries, which every reader takes for none: the only way a shared
+    /// commit's round settles the holders in doubt its lease carries ([`super::lease`]).
+    StoreEmpty,
+}
+
 /// Applies `changes` over `current`, the shard as read laid out as `specs` say (`None`: there is
 /// none): each inner shard that holds a changed chunk is rebuilt whole from it, and then
 /// committed as an outer chunk like any other. With `note`, the version written carries that
@@ -58,6 +68,7 @@ pub(super) fn apply_levels(
     current: Option<Current>,
     changes: &NestedChanges,
     note: Option<Note>,
+    when_empty: WhenEmpty,
 ) -> Result<Committed, CommitError> {
     let mut by_outer: BTreeMap<u64, NestedChanges> = BTreeMap::new();
     for (path, content) in changes {
@@ -80,7 +91,7 @@ pub(super) fn apply_levels(
         })?;
         outer.insert(*entry, rebuilt.map(Cow::Owned));
     }
-    commit_over(store, key, &specs[0], current, &outer, note)
+    commit_over(store, key, &specs[0], current, &outer, note, when_empty)
 }
 
 /// An inner shard laid out by `specs` (its own level first) with `changes` applied; `None` when
@@ -123,11 +134,12 @@ pub(super) fn commit_over(
     current: Option<Current>,
     changes: &Changes,
     note: Option<Note>,
+    when_empty: WhenEmpty,
 ) -> Result<Committed, CommitError> {
     let Some(current) = current else {
         let chunks: Vec<Option<Cow<[u8]>>> =
             (0..spec.entries).map(|i| changes.get(&i).and_then(|c| c.as_deref().map(Cow::Borrowed))).collect();
-        if chunks.iter().all(Option::is_none) {
+        if chunks.iter().all(Option::is_none) && when_empty == WhenEmpty::StoreNothing {
             return Ok(Outcome::Unchanged.into());
         }
         let written = rewrite::put_shard(store, key, spec, &chunks, None, note)?;

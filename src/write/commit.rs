@@ -5,7 +5,7 @@
 //! at once (one with an [`crate::store::exchange::Exchange`]), they take turns instead
 //! ([`super::shared_commit`]). Every outcome is durable when [`commit`] returns.
 
-use super::apply::{apply_levels, commit_over, read_current};
+use super::apply::{WhenEmpty, apply_levels, commit_over, read_current};
 pub use super::error::CommitError;
 pub use super::shard::{Changes, Committed, NestedChanges, Outcome};
 use super::{rewrite, shared_commit};
@@ -18,7 +18,7 @@ pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes)
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, spec, "not writing over it")?;
-        commit_over(store, key, spec, current, changes, None)
+        commit_over(store, key, spec, current, changes, None, WhenEmpty::StoreNothing)
     })
 }
 
@@ -39,7 +39,7 @@ pub fn commit_levels(
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
         let current = read_current(store, key, outer_spec, "not writing over it")?;
-        apply_levels(store, key, specs, current, changes, None)
+        apply_levels(store, key, specs, current, changes, None, WhenEmpty::StoreNothing)
     })
 }
 

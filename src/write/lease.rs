@@ -12,10 +12,24 @@
 //! version, the rest are settled too (a holder the note did not name can no longer store
 //! anything: its PUT, even one still on its way, was over a version that is no longer there) and
 //! the lease is given up as usual. A round that stores nothing settles none (a first PUT sent
-//! late may yet land over the version it read), so removals from a shard that is gone leave a
-//! lease with doubts to expire, each commit after waiting out its time-out, until one stores. A lease whose
-//! doubts are not settled is left to expire, so that the next holder takes them over. A holder
-//! that finds its lease taken over removes its own marker, once done.
+//! late may yet land over the version it read), so a holder with doubts whose changes leave a
+//! shard that is gone without chunks stores a shard of empty entries (every reader takes it for
+//! none): before, such removals left the lease to expire, each commit after waiting out its
+//! time-out, until one stored. A PUT refused over a version that the holder then reads replaced
+//! settles them as well (whoever replaced it, the version a PUT in doubt went over is gone): the
+//! holder's own PUT, stored with its answer lost and its retry refused, left the lease to expire
+//! (found by review). A lease whose doubts are not settled is left to expire, so that the next
+//! holder takes them over. A holder that finds its lease taken over removes its own marker, once
+//! done.
+//!
+//! A create in doubt (over a shard that was gone) is stopped by a version stored only while that
+//! version, or one after it, is there: were a tool that knows nothing of the exchange to delete
+//! the shard (zarr-python deleting one whose chunks are all empty; a commit never does, it keeps
+//! a shard emptied as one of empty entries), it would land late, and once
+//! later holders pushed its name out of the note its holder would apply its changes again (found
+//! by review). So before the PUT that settles holders in doubt, their holder stores a
+//! `doubt-<holder>` marker for each: a holder that reads a note naming one marks it stored and
+//! removes the marker. One no note named is swept once a delta's lifetime is past.
 //!
 //! A holder in doubt that finds neither its name in the note nor its marker, stalled past a
 //! quarter of a delta's lifetime by its own clock (CLOCK_BOOTTIME, which counts a suspended
@@ -43,6 +57,9 @@ pub(super) const HOLDER: &str = "holder-";
 pub(super) const WAITER: &str = "waiter-";
 /// How the name of the marker of a holder in doubt whose PUT was stored starts (then its name).
 pub(super) const STORED: &str = "stored-";
+/// How the name of the marker of a holder in doubt that a lease no longer carries starts (then
+/// its name): its create may yet land where an outside tool deleted the shard.
+pub(super) const DOUBT: &str = "doubt-";
 
 /// The body of a lease given up where leases are not removed (one of any length is held).
 pub(super) const FREE: &[u8] = b"";

@@ -44,10 +44,10 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::apply::{apply_levels, read_current};
+use super::apply::{WhenEmpty, apply_levels, read_current};
 use super::delta;
 use super::error::CommitError;
-use super::lease::{self, HOLDER, LEASE, Lease, STORED, WAITER};
+use super::lease::{self, DOUBT, HOLDER, LEASE, Lease, STORED, WAITER};
 use super::shard::Current;
 use super::shard::{Committed, NestedChanges, Outcome};
 use crate::format::shard_index::IndexSpec;
@@ -458,6 +458,11 @@ impl Turns<'_> {
         // Whether a PUT of `own` was tried: one more is made only by a holder that still holds
         // the lease (one that took it over has settled this holder's doubt, and would not know).
         let mut tried_own = false;
+        // The version (`None`: no shard) a PUT of this holder's was refused over: once the shard
+        // is read at another one, that PUT's round settles the holders in doubt as a stored one
+        // would (the version it went over is gone, whoever replaced it), even where the answer
+        // of its own PUT was lost and its retry refused.
+        let mut refused_over: Option<Option<store::Stamp>> = None;
         loop {
             attempt += 1;
             let lock = self.store.lock(lock::slot(self.key))?;
@@ -554,8 +559,9 @@ impl Turns<'_> {
                 .collect();
             // Holders in doubt that the note of the version read names are marked stored.
             let read_note = note.as_ref().map_or("", |n| n.note.as_str());
-            if let Some(held) = lease.as_mut() {
-                self.mark_stored(held, read_note)?;
+            self.mark_stored(lease.as_mut(), &listed, read_note)?;
+            if let Some(held) = lease.as_mut().filter(|_| refused_over.is_some_and(|over| over != current_stamp)) {
+                held.doubts.clear();
             }
             let mut committed = match merged.is_empty() {
                 true => Committed::from(Outcome::Unchanged),
@@ -575,8 +581,21 @@ impl Turns<'_> {
                         return Ok(None);
                     }
                     tried_own |= own.is_some();
+                    // Settled once this PUT is stored or refused, a holder in doubt leaves the
+                    // lease; were an outside tool to delete the shard, its create could still land
+                    // later, pushed out of the notes by the holders after. A marker keeps it in
+                    // doubt for whoever reads a note that names it.
+                    if let Some(held) = lease.as_ref().filter(|held| !held.doubts.is_empty()) {
+                        self.linger(&held.doubts)?;
+                    }
                     let put_at = self.world.now();
-                    match apply_levels(self.store, self.key, self.specs, current, &merged, note) {
+                    // A holder in doubt is settled only by a version stored: changes that leave a
+                    // shard that is gone without chunks store one of empty entries then.
+                    let when_empty = match lease.as_ref().is_some_and(|held| !held.doubts.is_empty()) {
+                        true => WhenEmpty::StoreEmpty,
+                        false => WhenEmpty::StoreNothing,
+                    };
+                    match apply_levels(self.store, self.key, self.specs, current, &merged, note, when_empty) {
                         // Nothing stored, so no condition checked that the shard is still the
                         // version read: deltas listed since (the second listing) may come from
                         // commits begun after another version was stored over it. Folded only
@@ -597,10 +616,15 @@ impl Turns<'_> {
                             // process knew of it is old, and would be read again.
                             self.exchange.forget(self.key);
                             drop(lock);
-                            // Stored by a try whose answer was lost: never applied twice.
+                            // Stored by a try whose answer was lost: never applied twice, and it
+                            // settles the holders in doubt as an answered one does.
                             if own.is_some() && self.stored_own(me, put_at)? {
+                                if let Some(held) = lease.as_mut() {
+                                    held.doubts.clear();
+                                }
                                 return Ok(Some(Outcome::Rewritten.into()));
                             }
+                            refused_over = Some(current_stamp);
                             self.world.sleep(self.world.backoff(attempt.min(6)));
                             continue;
                         }
@@ -638,7 +662,7 @@ impl Turns<'_> {
             // A marker no waiter (or holder) read within a delta's lifetime is a dead writer's.
             let unread: Vec<&str> = listed
                 .iter()
-                .filter(|l| (l.name.starts_with(REJECTED) || l.name.starts_with(STORED)) && expired(l, &listed))
+                .filter(|l| [REJECTED, STORED, DOUBT].iter().any(|p| l.name.starts_with(p)) && expired(l, &listed))
                 .map(|l| l.name.as_str())
                 .collect();
             // Held by the version just written (or the one read): one left is removed by the next
@@ -693,17 +717,45 @@ impl Turns<'_> {
 
     /// Before a PUT over the version whose note is `note`: marks each holder in doubt that the
     /// note names as stored, so that its name may leave the note, and settles it: its changes
-    /// are stored, and it stores nothing more ([`super::lease`]).
-    fn mark_stored(&self, held: &mut Lease, note: &str) -> Result<(), CommitError> {
-        let named = |d: &String| note.split(' ').any(|n| n == d.as_str());
-        let marking: Vec<&String> = held.doubts.iter().filter(|d| named(d)).collect();
+    /// are stored, and it stores nothing more ([`super::lease`]). In doubt are those of `lease`
+    /// and those a [`DOUBT`] marker `listed` names, whose marker goes once they are marked.
+    fn mark_stored(&self, lease: Option<&mut Lease>, listed: &[Listed], note: &str) -> Result<(), CommitError> {
+        let named = |d: &str| note.split(' ').any(|n| n == d);
+        let lingering: Vec<&str> =
+            listed.iter().filter_map(|l| l.name.strip_prefix(DOUBT)).filter(|d| named(d)).collect();
+        let mut marking: Vec<&str> = lingering.clone();
+        if let Some(held) = lease.as_ref() {
+            marking.extend(held.doubts.iter().map(String::as_str).filter(|d| named(d) && !lingering.contains(d)));
+        }
         let marked = each_at_once(self.world, &marking, |holder| {
             self.patiently(|| self.exchange.create(&join(&self.dir, &format!("{STORED}{holder}")), b""))
         });
         for marked in marked {
             marked?;
         }
-        held.doubts.retain(|d| !named(d));
+        let unmarked = each_at_once(self.world, &lingering, |holder| {
+            self.exchange.remove(&join(&self.dir, &format!("{DOUBT}{holder}")))
+        });
+        for removed in unmarked {
+            if let Err(e) = removed {
+                log::warn!("{e}; removed once a delta's lifetime is past");
+            }
+        }
+        if let Some(held) = lease {
+            held.doubts.retain(|d| !named(d));
+        }
+        Ok(())
+    }
+
+    /// Before a PUT that settles `doubts`: a [`DOUBT`] marker for each, so that a holder that
+    /// later reads a note naming one marks it stored ([`super::lease`]).
+    fn linger(&self, doubts: &[String]) -> Result<(), CommitError> {
+        let made = each_at_once(self.world, doubts, |holder| {
+            self.patiently(|| self.exchange.create(&join(&self.dir, &format!("{DOUBT}{holder}")), b""))
+        });
+        for made in made {
+            made?;
+        }
         Ok(())
     }
 
@@ -768,7 +820,7 @@ impl Turns<'_> {
 
 /// Whether `file` waits for a holder: a delta, or a marker to be read (or swept).
 fn waits(file: &Listed) -> bool {
-    [DELTA, REJECTED, STORED].iter().any(|p| file.name.starts_with(p))
+    [DELTA, REJECTED, STORED, DOUBT].iter().any(|p| file.name.starts_with(p))
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer

@@ -73,6 +73,9 @@ impl Machine {
         op: impl Fn(&mut Server, Duration) -> R,
         action: Option<Action>,
     ) -> Result<R> {
+        if let Some(Action::Kill) = action {
+            self.sim.kill_at_request(self.id);
+        }
         let before = self.sim.clock(self.id);
         let answer = self.sim.request(self.id, class, op);
         if let Some(Action::Stall(d)) = action {

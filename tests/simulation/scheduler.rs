@@ -139,6 +139,10 @@ pub struct State {
     /// Per machine: the one entry its commits change, and whether they write it (false: remove
     /// it); `None` (or no entry): as the config draws.
     pub plan: Vec<Option<(u64, bool)>>,
+    /// Server times at which a tool that knows nothing of the exchange (zarr-python straight to
+    /// the bucket, a user's `rm` of the shard) deletes the watched shard, unconditionally
+    /// (review-b5): applied before the first request at or after each.
+    pub deletes: Vec<Duration>,
 }
 
 /// What a scripted rule does to the request it matches (review61).
@@ -152,6 +156,8 @@ pub enum Action {
     /// a request held in flight): the machine checked what it checks before sending, and the
     /// server applies it later.
     LateDoubt(Duration, Duration),
+    /// The machine is killed at its turn to send the request, which is never applied.
+    Kill,
 }
 
 /// A scripted fault (review61): the `nth` (1-based) request of `machine` of `class` whose key
@@ -186,6 +192,7 @@ impl Sim {
             script: Vec::new(),
             starts: Vec::new(),
             plan: Vec::new(),
+            deletes: Vec::new(),
         };
         Sim { state: Mutex::new(state) }
     }
@@ -279,6 +286,7 @@ impl Sim {
                 break;
             }
         }
+        Self::outside_deletes(&mut st);
         let faults = st.faults;
         if st.rng.chance(faults.kill) {
             if st.rng.chance(0.5) {
@@ -346,11 +354,24 @@ impl Sim {
     pub fn in_doubt<R>(&self, m: usize, stall: Duration, op: impl Fn(&mut Server, Duration) -> R) -> R {
         let mut st = self.state();
         st = self.yield_turn(st, m);
+        Self::outside_deletes(&mut st);
         let now = st.now;
         op(&mut st.server, now);
         let again = op(&mut st.server, now);
         st.machines[m].clock += stall;
         again
+    }
+
+    /// The scripted deletions of the watched shard by an outside tool due by the server's time.
+    fn outside_deletes(st: &mut State) {
+        while st.deletes.first().is_some_and(|at| *at <= st.now) {
+            st.deletes.remove(0);
+            let key = st.server.watched.clone();
+            let gone = st.server.objects.remove(&key).is_some();
+            if std::env::var_os("REVIEW61_TRACE").is_some() {
+                eprintln!("[{:>10.3}] OUTSIDE DELETE {key} (was there: {gone})", st.now.as_secs_f64());
+            }
+        }
     }
 
     /// Counts a request at the server's time; true when it is over the limit, answered 503 and
@@ -374,6 +395,13 @@ impl Sim {
         let pause = st.rng.millis(100, 1_000);
         st.machines[m].clock += pause;
         true
+    }
+
+    /// Machine `m` is killed at its turn to send a request (a scripted [`Action::Kill`]).
+    pub fn kill_at_request(&self, m: usize) -> ! {
+        let st = self.state();
+        let st = self.yield_turn(st, m);
+        self.kill(st, m)
     }
 
     fn kill(&self, mut st: MutexGuard<'_, State>, m: usize) -> ! {
