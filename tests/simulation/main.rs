@@ -1003,3 +1003,42 @@ fn review_b5_hunt() {
     eprintln!("b5 hunt: {seeds} seeds ({empty_first} began with a shard of empty entries), failed: {failed:?}");
     assert!(failed.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// review-b5c: an independent review of b5 (the doubt- markers and the settling rules).
+// ---------------------------------------------------------------------------------------------
+
+/// A holder with doubts whose delta a stale holder folded meanwhile stores nothing, and leaves
+/// the lease with its doubts to expire (B5 again, by another way to a round that stores
+/// nothing). W (3) writes entry 1 at 0 s. H (0) takes the lease at 1 s to write entry 0 and is
+/// killed before its PUT. X (1) writes entry 0 at 2 s as a delta, Y (2) entry 1 at 3 s as
+/// another. X takes H's lease over at ~12 s (doubts: H), reads the shard, lists both deltas, reads
+/// them, and stalls 15 s after listing again, before its PUT. Y takes X's lease over at ~22 s
+/// (doubts: H, from X's lease) and stalls 10 s right after. X wakes, stores both deltas (its
+/// PUT over the version it read is still good: Y stored nothing) and removes them; its give-up
+/// is refused. Y wakes, reads X's version: nothing to fold, its delta gone, so its round stores
+/// nothing and settles no one; H stays in doubt and the lease is left to expire, each commit
+/// after waiting out its time-out.
+fn b5c_doubts_left_by_a_round_of_nothing(sim: &Sim) {
+    use scheduler::{Action, Class};
+    let mut st = sim.state();
+    st.starts = vec![secs(1.0), secs(2.0), secs(3.0), secs(0.0)];
+    st.plan = vec![Some((0, true)), Some((0, true)), Some((1, true)), Some((1, true))];
+    st.script = rules(&[
+        (0, KEY, Class::Write, 1, Action::Kill),
+        // X's 9th read of a key ending in the shard's: the listing after it read the deltas.
+        (1, KEY, Class::Read, 9, Action::Stall(secs(15.0))),
+        (2, "/lease", Class::Write, 2, Action::Stall(secs(10.0))),
+    ]);
+}
+
+#[test]
+fn review_b5c_a_holder_with_doubts_whose_delta_a_stale_holder_folded_gives_the_lease_up() {
+    passes_either_way("b5c-round-of-nothing", no_stall_two_entries_config, b5c_doubts_left_by_a_round_of_nothing);
+}
+
+/// Four machines over two entries, no random fault: nothing may be left in the exchange before
+/// the sweeps.
+fn no_stall_two_entries_config(setup: fn(&Sim), deletes_at: bool) -> Config {
+    Config { machines: 4, faults: Faults::default(), ..two_entries_config(setup, deletes_at) }
+}
