@@ -1042,3 +1042,31 @@ fn review_b5c_a_holder_with_doubts_whose_delta_a_stale_holder_folded_gives_the_l
 fn no_stall_two_entries_config(setup: fn(&Sim), deletes_at: bool) -> Config {
     Config { machines: 4, faults: Faults::default(), ..two_entries_config(setup, deletes_at) }
 }
+
+/// The same over a shard that is gone, every change a removal (issue 61's B5 itself): H (0) to
+/// write entry 0, killed before its PUT; X (1) removes entry 0, Y (2) entry 1, as deltas. X,
+/// stale, folds both over no shard (a shard of empty entries at b5, nothing before); Y, with H in
+/// doubt, finds its delta gone and nothing to fold: its round stores nothing and the lease is
+/// left to expire.
+fn b5c_removals_left_by_a_round_of_nothing(sim: &Sim) {
+    use scheduler::{Action, Class};
+    let mut st = sim.state();
+    st.starts = vec![secs(1.0), secs(2.0), secs(3.0)];
+    st.plan = vec![Some((0, true)), Some((0, false)), Some((1, false))];
+    st.script = rules(&[
+        (0, KEY, Class::Write, 1, Action::Kill),
+        // X's 7th read of a key ending in the shard's (no shard: fewer reads of it).
+        (1, KEY, Class::Read, 7, Action::Stall(secs(15.0))),
+        (2, "/lease", Class::Write, 2, Action::Stall(secs(10.0))),
+    ]);
+}
+
+/// Three machines over two entries, no random fault.
+fn no_stall_three_config(setup: fn(&Sim), deletes_at: bool) -> Config {
+    Config { machines: 3, ..no_stall_two_entries_config(setup, deletes_at) }
+}
+
+#[test]
+fn review_b5c_removals_from_a_gone_shard_by_a_holder_with_doubts_whose_delta_a_stale_holder_folded() {
+    passes_either_way("b5c-removals-round-of-nothing", no_stall_three_config, b5c_removals_left_by_a_round_of_nothing);
+}
