@@ -1070,3 +1070,66 @@ fn no_stall_three_config(setup: fn(&Sim), deletes_at: bool) -> Config {
 fn review_b5c_removals_from_a_gone_shard_by_a_holder_with_doubts_whose_delta_a_stale_holder_folded() {
     passes_either_way("b5c-removals-round-of-nothing", no_stall_three_config, b5c_removals_left_by_a_round_of_nothing);
 }
+
+/// A hunt (review-b5c): `review_b5_hunt`'s runs, with a tool that knows nothing of the exchange
+/// deleting the shard whenever it finds it of empty entries (every 0.3 s for 300 s), as
+/// zarr-python does. `REVIEW_B5C_SEEDS`, `REVIEW_B5C_FIRST`.
+fn b5c_hunt_setup(sim: &Sim) {
+    b5_hunt_setup(sim);
+    let mut st = sim.state();
+    st.deletes = (1..1000).map(|i| Duration::from_millis(300 * i)).collect();
+    st.delete_if = Some(|bytes| chunks(bytes, 2).is_ok_and(|c| c.iter().all(Option::is_none)));
+}
+
+#[test]
+#[ignore = "a hunt, by hand"]
+fn review_b5c_hunt_outside_deletes_of_empty_shards() {
+    let env = |k: &str| std::env::var(k).ok().and_then(|n| n.parse::<u64>().ok());
+    let (first, seeds) = (env("REVIEW_B5C_FIRST").unwrap_or(0), env("REVIEW_B5C_SEEDS").unwrap_or(2000));
+    b5c_hunt_seeds(first..first + seeds);
+}
+
+/// Seeds 35 and 141 of the hunt: a stale holder (one that folds deltas: it renews nothing
+/// before its PUT) read the shard gone and the deltas, stalled past its lease, and sends its
+/// create after others stored versions over those deltas (the last of empty entries) and the
+/// tool deleted that one: its create lands, and the deltas' chunks come back over the removals
+/// made since (TWICE). Seed 35 fails at 952b9b1 too.
+#[test]
+fn review_b5c_a_stale_holders_create_after_an_empty_shard_is_deleted_folds_no_delta_twice() {
+    b5c_hunt_seeds([35, 141].into_iter());
+}
+
+fn b5c_hunt_seeds(seeds: impl Iterator<Item = u64>) {
+    let mut failed = Vec::new();
+    let mut count = 0;
+    for seed in seeds {
+        count += 1;
+        let mut rng = scheduler::Rng::new(seed);
+        let faults = match seed % 4 {
+            0 => Faults { kill: 0.02, ..Faults::default() },
+            1 => Faults { lost: 0.1, stall: 0.03, ..Faults::default() },
+            2 => Faults { kill: 0.01, lost: 0.05, stall: 0.03, ..Faults::default() },
+            _ => Faults { stall: 0.05, ..Faults::default() },
+        };
+        let config = Config {
+            machines: 3 + rng.below(6) as usize,
+            commits: 1 + rng.below(3) as usize,
+            entries: 2,
+            most_chunks: 1,
+            faults,
+            skewed: seed % 3 == 0,
+            copies_from: None,
+            deletes_at: rng.chance(0.5),
+            limits: None,
+            think_ms: 3000,
+            doubt: false,
+            setup: Some(b5c_hunt_setup),
+        };
+        if let Err(e) = run(seed, config) {
+            eprintln!("b5c hunt seed {seed}: {e}");
+            failed.push(seed);
+        }
+    }
+    eprintln!("b5c hunt: {count} seeds, failed: {failed:?}");
+    assert!(failed.is_empty());
+}

@@ -143,6 +143,9 @@ pub struct State {
     /// the bucket, a user's `rm` of the shard) deletes the watched shard, unconditionally
     /// (review-b5): applied before the first request at or after each.
     pub deletes: Vec<Duration>,
+    /// When set, a scripted deletion deletes only a shard whose bytes this holds of (review-b5c:
+    /// zarr-python deleting a shard whose chunks are all empty).
+    pub delete_if: Option<fn(&[u8]) -> bool>,
 }
 
 /// What a scripted rule does to the request it matches (review61).
@@ -193,6 +196,7 @@ impl Sim {
             starts: Vec::new(),
             plan: Vec::new(),
             deletes: Vec::new(),
+            delete_if: None,
         };
         Sim { state: Mutex::new(state) }
     }
@@ -367,6 +371,11 @@ impl Sim {
         while st.deletes.first().is_some_and(|at| *at <= st.now) {
             st.deletes.remove(0);
             let key = st.server.watched.clone();
+            if let Some(delete_if) = st.delete_if
+                && !st.server.objects.get(&key).is_some_and(|v| delete_if(&v.bytes))
+            {
+                continue;
+            }
             let gone = st.server.objects.remove(&key).is_some();
             if std::env::var_os("REVIEW61_TRACE").is_some() {
                 eprintln!("[{:>10.3}] OUTSIDE DELETE {key} (was there: {gone})", st.now.as_secs_f64());
