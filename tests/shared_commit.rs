@@ -175,7 +175,9 @@ fn a_lease_whose_holder_died_is_taken_over_once_it_expires() {
     commit_levels(&store, KEY, &[spec()], &changes(&[(5, vec![5; 7])])).unwrap();
     assert!(began.elapsed() >= shardfs::write::shared_commit::LEASE_TIMEOUT);
     assert_eq!(read_shard(&bucket)[5].as_deref(), Some(&[5; 7][..]));
-    assert_eq!(exchange_objects(&bucket), Vec::<String>::new());
+    // The dead holder's create could still land were an outside tool to delete the shard: its
+    // marker stays for a delta's lifetime, to be swept by a later commit.
+    assert_eq!(exchange_objects(&bucket), vec![format!("p/{}", delta_key("doubt-holder-dead"))]);
 }
 
 #[test]

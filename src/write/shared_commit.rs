@@ -563,7 +563,12 @@ impl Turns<'_> {
             if let Some(held) = lease.as_mut().filter(|_| refused_over.is_some_and(|over| over != current_stamp)) {
                 held.doubts.clear();
             }
-            let mut committed = match merged.is_empty() {
+            // A holder in doubt is settled only by a version stored after its lease was taken
+            // over: a round with nothing to fold still stores one (the version read again, with
+            // a new nonce and note), or the lease is left with its doubts to expire, and the next
+            // commit waits for that.
+            let settles = lease.as_ref().is_some_and(|held| !held.doubts.is_empty());
+            let mut committed = match merged.is_empty() && !settles {
                 true => Committed::from(Outcome::Unchanged),
                 false => {
                     // The holders named before this one's own changes carry on, latest first.
@@ -591,7 +596,7 @@ impl Turns<'_> {
                     let put_at = self.world.now();
                     // A holder in doubt is settled only by a version stored: changes that leave a
                     // shard that is gone without chunks store one of empty entries then.
-                    let when_empty = match lease.as_ref().is_some_and(|held| !held.doubts.is_empty()) {
+                    let when_empty = match settles {
                         true => WhenEmpty::StoreEmpty,
                         false => WhenEmpty::StoreNothing,
                     };

@@ -138,7 +138,8 @@ def test_a_dask_cluster_writes_partial_shards_through_the_plugin_and_loses_nothi
     assert [w.returncode for w in cluster.workers()] == [0] * 4
     assert lost(s3, "dask") == []
     left = [m["path"] for batch in obstore.list(s3.objects(), prefix="dask/__shardfs/") for m in batch]
-    assert left == []
+    # A takeover's `doubt-` markers stay for a delta's lifetime (docs/semantics.md).
+    assert [k for k in left if "/doubt-" not in k] == []
 
 
 def test_control_zarr_python_writing_the_same_job_straight_to_the_bucket(s3, tmp_path):

@@ -9,7 +9,7 @@ their leases), and a checker reads the bucket directly with zarr-python:
   (each chunk has one writer, so a later write is one that was never acknowledged, which may
   land); never bytes no writer wrote;
 - every shard decodes, and `shardfs check --data` finds the store healthy;
-- nothing of the turn-taking (`__shardfs/exchange/`) is left;
+- nothing of the turn-taking (`__shardfs/exchange/`) is left but a takeover's `doubt-` markers;
 - no writer's call failed while its daemon was alive and not killed: contention costs time,
   never an error.
 
@@ -209,4 +209,5 @@ def test_daemons_killed_and_stopped_at_random_lose_no_fsynced_write(service, tmp
     assert checked.returncode == 0, checked.stdout + checked.stderr
     left = [m["path"] for batch in obstore.list(service.objects(), prefix=f"{PREFIX}/__shardfs/exchange/")
             for m in batch]
-    assert left == []
+    # A takeover's `doubt-` markers stay for a delta's lifetime (docs/semantics.md).
+    assert [k for k in left if "/doubt-" not in k] == []

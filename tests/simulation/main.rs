@@ -1033,7 +1033,6 @@ fn b5c_doubts_left_by_a_round_of_nothing(sim: &Sim) {
 }
 
 #[test]
-#[ignore = "known hole, issue 61 (also at 952b9b1): a round that stores nothing leaves the lease with its doubts to expire"]
 fn review_b5c_a_holder_with_doubts_whose_delta_a_stale_holder_folded_gives_the_lease_up() {
     passes_either_way("b5c-round-of-nothing", no_stall_two_entries_config, b5c_doubts_left_by_a_round_of_nothing);
 }
@@ -1068,7 +1067,6 @@ fn no_stall_three_config(setup: fn(&Sim), deletes_at: bool) -> Config {
 }
 
 #[test]
-#[ignore = "known hole, issue 61 (also at 952b9b1): a round that stores nothing leaves the lease with its doubts to expire"]
 fn review_b5c_removals_from_a_gone_shard_by_a_holder_with_doubts_whose_delta_a_stale_holder_folded() {
     passes_either_way("b5c-removals-round-of-nothing", no_stall_three_config, b5c_removals_left_by_a_round_of_nothing);
 }

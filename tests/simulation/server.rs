@@ -59,8 +59,14 @@ impl Server {
         if key == self.watched && std::env::var_os("REVIEW61_TRACE").is_some() {
             eprintln!(
                 "           SERVER PUT {key} over {current:x?} cond {} -> {:x} ({} bytes) {} note={note}",
-                match condition { Condition::None => "none".to_string(), Condition::Absent => "absent".to_string(), Condition::At(t) => format!("at {t:x}") },
-                e_tag(&bytes), bytes.len(), if holds { "STORED" } else { "refused" }
+                match condition {
+                    Condition::None => "none".to_string(),
+                    Condition::Absent => "absent".to_string(),
+                    Condition::At(t) => format!("at {t:x}"),
+                },
+                e_tag(&bytes),
+                bytes.len(),
+                if holds { "STORED" } else { "refused" }
             );
         }
         if !holds {
