@@ -580,9 +580,12 @@ impl Turns<'_> {
                     // Its own changes go up only from a holder whose lease no one took over before
                     // the read they go over: one that took it over then may have settled this
                     // holder's doubt already, and would not know of this PUT. Renewed after a
-                    // PUT tried, or when held long enough that a waiter may have taken it over.
+                    // PUT tried, or when held long enough that a waiter may have taken it over;
+                    // so too by a holder that only folds others' deltas: its create, sent late
+                    // where an outside tool deleted a shard of empty entries, would bring those
+                    // deltas' chunks back over the removals made since.
                     let renewing = lease.as_ref().is_some_and(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 8);
-                    if own.is_some() && (tried_own || renewing) && !self.renew(lease, me)? {
+                    if ((own.is_some() && tried_own) || renewing) && !self.renew(lease, me)? {
                         return Ok(None);
                     }
                     tried_own |= own.is_some();

@@ -1095,7 +1095,6 @@ fn review_b5c_hunt_outside_deletes_of_empty_shards() {
 /// tool deleted that one: its create lands, and the deltas' chunks come back over the removals
 /// made since (TWICE). Seed 35 fails at 952b9b1 too.
 #[test]
-#[ignore = "known hole, issue 61 (seed 35 also at 952b9b1): a stale folding holder's create lands after an outside delete"]
 fn review_b5c_a_stale_holders_create_after_an_empty_shard_is_deleted_folds_no_delta_twice() {
     b5c_hunt_seeds([35, 141].into_iter());
 }
