@@ -577,18 +577,6 @@ impl Turns<'_> {
                     let noted: Vec<&str> = folded.iter().copied().chain(holders.take(HOLDERS_NOTED)).collect();
                     let note = noted.join(" ");
                     let note = Some((self.exchange, note.as_str()));
-                    // Its own changes go up only from a holder whose lease no one took over before
-                    // the read they go over: one that took it over then may have settled this
-                    // holder's doubt already, and would not know of this PUT. Renewed after a
-                    // PUT tried, or when held long enough that a waiter may have taken it over;
-                    // so too by a holder that only folds others' deltas: its create, sent late
-                    // where an outside tool deleted a shard of empty entries, would bring those
-                    // deltas' chunks back over the removals made since.
-                    let renewing = lease.as_ref().is_some_and(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 8);
-                    if ((own.is_some() && tried_own) || renewing) && !self.renew(lease, me)? {
-                        return Ok(None);
-                    }
-                    tried_own |= own.is_some();
                     // Settled once this PUT is stored or refused, a holder in doubt leaves the
                     // lease; were an outside tool to delete the shard, its create could still land
                     // later, pushed out of the notes by the holders after. A marker keeps it in
@@ -596,6 +584,26 @@ impl Turns<'_> {
                     if let Some(held) = lease.as_ref().filter(|held| !held.doubts.is_empty()) {
                         self.linger(&held.doubts)?;
                     }
+                    // Its own changes go up only from a holder whose lease no one took over before
+                    // the read they go over: one that took it over then may have settled this
+                    // holder's doubt already, and would not know of this PUT. Renewed after a
+                    // PUT tried, or when held long enough that a waiter may have taken it over;
+                    // so too by a holder that only folds others' deltas: its create, sent late
+                    // where an outside tool deleted a shard of empty entries, would bring those
+                    // deltas' chunks back over the removals made since. Renewed last before the
+                    // PUT, and again while the renewal's answer came late: a renewal stored, then
+                    // answered after the lease's time-out, is no lease held.
+                    let stale = |lease: &Option<Lease>| {
+                        lease.as_ref().is_some_and(|held| self.since(held.renewed) >= LEASE_TIMEOUT / 8)
+                    };
+                    let mut renewing = (own.is_some() && tried_own) || stale(lease);
+                    while renewing {
+                        if !self.renew(lease, me)? {
+                            return Ok(None);
+                        }
+                        renewing = stale(lease);
+                    }
+                    tried_own |= own.is_some();
                     let put_at = self.world.now();
                     // A holder in doubt is settled only by a version stored: changes that leave a
                     // shard that is gone without chunks store one of empty entries then.

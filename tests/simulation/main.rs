@@ -1099,6 +1099,16 @@ fn review_b5c_a_stale_holders_create_after_an_empty_shard_is_deleted_folds_no_de
     b5c_hunt_seeds([35, 141].into_iter());
 }
 
+/// Seed 4365 of the hunt: a holder's renewal is stored, its answer stalls past the lease's
+/// time-out, another takes the lease over, stores the deltas and removes their entries, the tool
+/// deletes the shard of empty entries, and the stale holder, its renewal answered at last, sends
+/// its create of the deltas (TWICE). Passes at 5b6216e; fails at 04aa614, which made such holders
+/// renew.
+#[test]
+fn review3_a_renewal_answered_after_the_leases_time_out_is_no_lease_held() {
+    b5c_hunt_seeds([4365].into_iter());
+}
+
 fn b5c_hunt_seeds(seeds: impl Iterator<Item = u64>) {
     let mut failed = Vec::new();
     let mut count = 0;
