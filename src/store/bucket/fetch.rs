@@ -1780,6 +1780,47 @@ mod tests {
     }
 
     #[test]
+    fn review3_a_slower_reader_within_the_bytes_kept_behind_is_not_starved_by_the_last_pass() {
+        // Review 3. A reader goes on in order (no hint: a checked chunk, a file read whole) to
+        // 16 MiB; a slower one of its run reads 15..16 MiB, within the bytes kept behind the
+        // run (2 MiB at a budget of 8). Another reader's GET holds most of the budget, not yet
+        // ended. The last pass of `make_room` drops the bytes behind the run's frontier with no
+        // margin: the slower reader's lane (it follows the run, whose frontier is past it) loses
+        // each piece as the next arrives, so a 128 KiB read across two pieces finds them Gone,
+        // and each retry is one more GET: 17 GETs (64 KiB ones, and 3 MiB ones dropped unread) for
+        // this 1 MiB at e29910f; 1 GET at its parent. (With TRIES Gones in a row, EIO.)
+        let rt = runtime();
+        let timing = Timing { idle: Duration::from_secs(600), stall: Duration::from_secs(600) };
+        let fetcher = Fetcher::with_timing(8 << 20, 16, rt.handle().clone(), timing);
+        let fake = Arc::new(Fake::default());
+        let reader = fake.reader(1, 64 << 20);
+        read_through(&fetcher, &reader, 1, 0..16 << 20);
+        std::thread::sleep(Duration::from_millis(200));
+        let filler = Arc::new(Fake { stall_after: Some(15 << 19), ..Default::default() });
+        let other = filler.reader(5, 8 << 20);
+        read(&fetcher, &other, 5, 0..64 << 10).unwrap();
+        for _ in 0..200 {
+            if fetcher.held() >= 15 << 19 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let before = fake.calls().len();
+        let slower = fake.reader(1, 64 << 20);
+        let mut failed = None;
+        for at in (15u64 << 20..16 << 20).step_by(128 << 10) {
+            if let Err(e) = read(&fetcher, &slower, 1, at..at + (128 << 10)) {
+                failed = Some((at, e));
+                break;
+            }
+        }
+        let calls = fake.calls()[before..].to_vec();
+        assert!(failed.is_none(), "the slower reader failed: {failed:?}; GETs: {}", calls.len());
+        assert!(calls.len() <= 2, "{} GETs for 1 MiB kept behind the run: {calls:?}", calls.len());
+    }
+
+    #[test]
     fn a_chunk_read_in_pieces_leaves_a_request_to_another_reader() {
         // Review 2, finding 4. The pieces of a chunk are Demand since eb11ed6: they take no
         // background permit, so one first read takes PIECES requests at once, all of
