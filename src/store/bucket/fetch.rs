@@ -309,7 +309,6 @@ impl Inner {
             .flat_map(|(v, version)| version.segments.values().map(move |s| (v.clone(), s.clone())))
             .collect();
         all.sort_by_key(|(_, s)| s.last_read());
-        let mut kept = Vec::new();
         for (version, segment) in all {
             if fits() {
                 break;
@@ -327,17 +326,7 @@ impl Inner {
                 }
             } else {
                 segment.drop_read(self.kept_behind(), &self.held);
-                kept.push(segment);
             }
-        }
-        // The bytes kept behind readers for slower threads are [`BEHIND`] for each segment: with
-        // many (the lanes of runs that readers at random started), they go too, least recently
-        // read first, and a slower thread fetches its bytes again.
-        for segment in kept {
-            if fits() {
-                break;
-            }
-            segment.drop_read(0, &self.held);
         }
         self.held.load(Ordering::SeqCst) + wanted <= budget
     }
