@@ -971,8 +971,17 @@ fn b5_hunt_setup(sim: &Sim) {
 fn review_b5_hunt() {
     let env = |k: &str| std::env::var(k).ok().and_then(|n| n.parse::<u64>().ok());
     let (first, seeds) = (env("REVIEW_B5_FIRST").unwrap_or(0), env("REVIEW_B5_SEEDS").unwrap_or(2000));
+    b5_hunt_seeds("b5 hunt", b5_hunt_setup, first..first + seeds);
+    let empty_first = EMPTY_FIRST.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("b5 hunt: {empty_first} seeds began with a shard of empty entries");
+}
+
+/// Runs the review-b5 hunt's configuration, drawn from each seed, with `setup`.
+fn b5_hunt_seeds(name: &str, setup: fn(&Sim), seeds: impl Iterator<Item = u64>) {
     let mut failed = Vec::new();
-    for seed in first..first + seeds {
+    let mut count = 0;
+    for seed in seeds {
+        count += 1;
         let mut rng = scheduler::Rng::new(seed);
         let faults = match seed % 4 {
             0 => Faults { kill: 0.02, ..Faults::default() },
@@ -992,15 +1001,14 @@ fn review_b5_hunt() {
             limits: None,
             think_ms: 3000,
             doubt: false,
-            setup: Some(b5_hunt_setup),
+            setup: Some(setup),
         };
         if let Err(e) = run(seed, config) {
-            eprintln!("b5 hunt seed {seed}: {e}");
+            eprintln!("{name} seed {seed}: {e}");
             failed.push(seed);
         }
     }
-    let empty_first = EMPTY_FIRST.load(std::sync::atomic::Ordering::Relaxed);
-    eprintln!("b5 hunt: {seeds} seeds ({empty_first} began with a shard of empty entries), failed: {failed:?}");
+    eprintln!("{name}: {count} seeds, failed: {failed:?}");
     assert!(failed.is_empty());
 }
 
@@ -1120,36 +1128,5 @@ fn review3_b5c_hunt_seed_15290_fails_only_after_the_settling_put() {
 }
 
 fn b5c_hunt_seeds(seeds: impl Iterator<Item = u64>) {
-    let mut failed = Vec::new();
-    let mut count = 0;
-    for seed in seeds {
-        count += 1;
-        let mut rng = scheduler::Rng::new(seed);
-        let faults = match seed % 4 {
-            0 => Faults { kill: 0.02, ..Faults::default() },
-            1 => Faults { lost: 0.1, stall: 0.03, ..Faults::default() },
-            2 => Faults { kill: 0.01, lost: 0.05, stall: 0.03, ..Faults::default() },
-            _ => Faults { stall: 0.05, ..Faults::default() },
-        };
-        let config = Config {
-            machines: 3 + rng.below(6) as usize,
-            commits: 1 + rng.below(3) as usize,
-            entries: 2,
-            most_chunks: 1,
-            faults,
-            skewed: seed % 3 == 0,
-            copies_from: None,
-            deletes_at: rng.chance(0.5),
-            limits: None,
-            think_ms: 3000,
-            doubt: false,
-            setup: Some(b5c_hunt_setup),
-        };
-        if let Err(e) = run(seed, config) {
-            eprintln!("b5c hunt seed {seed}: {e}");
-            failed.push(seed);
-        }
-    }
-    eprintln!("b5c hunt: {count} seeds, failed: {failed:?}");
-    assert!(failed.is_empty());
+    b5_hunt_seeds("b5c hunt", b5c_hunt_setup, seeds);
 }
