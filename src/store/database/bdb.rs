@@ -2,8 +2,9 @@
 //! the `berkeleydb` (or older `bsddb3`) module's `hashopen` and `btopen`: one unnamed database in
 //! the file, keys the Zarr keys in ASCII, values the bytes. Through Debian's Berkeley DB 5.3
 //! library ([`library`]), loaded when such a file is mounted, which checks the whole file with
-//! Berkeley DB's verifier before it opens it (a damaged page could crash the library); served as
-//! a [`KeyedFile`]. Each write is synced to disk before it returns.
+//! Berkeley DB's verifier before it opens it (a damaged page could crash the library), unless
+//! this user's mounts verified the file unchanged since ([`verified`]); served as a
+//! [`KeyedFile`]. Each write is synced to disk before it returns.
 //!
 //! Berkeley DB keeps no lock between processes on a file opened outside a shared environment, and
 //! `hashopen` and `btopen` open it in a private one: nothing in the file says another process has
@@ -15,9 +16,11 @@
 //! `flock` itself.
 
 mod library;
+mod verified;
 
 use std::path::Path;
 
+use self::verified::{Record, Stamp};
 use super::keyed_file::KeyedFile;
 
 const STORE: &str = "Berkeley DB";
@@ -127,8 +130,18 @@ pub fn open(path: &Path, read_only: bool) -> Result<Bdb, String> {
             Kind::Hash => library::HASH,
             Kind::Btree => library::BTREE,
         };
-        library::File::open(&absolute, kind, read_only, false, lock)
-            .map_err(|why| format!("{name}: {why} (a Berkeley DB {} file)", header.kind.name()))
+        let record = Record::of_user();
+        let stamp = Stamp::of(&lock);
+        let verify = !stamp.as_ref().is_some_and(|stamp| record.holds(stamp));
+        let file = library::File::open(&absolute, kind, read_only, false, verify, lock)
+            .map_err(|why| format!("{name}: {why} (a Berkeley DB {} file)", header.kind.name()))?;
+        // Remembered only if nothing wrote the file while the verifier read it.
+        if let Some(stamp) = stamp.filter(|_| verify)
+            && std::fs::File::open(&absolute).ok().and_then(|f| Stamp::of(&f)) == Some(stamp)
+        {
+            record.remember(stamp);
+        }
+        Ok(file)
     };
     KeyedFile::open(STORE, path, file, read_only)
 }
@@ -160,7 +173,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let code = if kind == Kind::Hash { library::HASH } else { library::BTREE };
         let lock = std::fs::File::open("/dev/null").unwrap();
-        match library::File::open(&path, code, false, true, lock) {
+        match library::File::open(&path, code, false, true, false, lock) {
             Ok(made) => drop(made),
             Err(e) if e.contains("not installed") && std::env::var("SHARDFS_REQUIRE_BDB").as_deref() != Ok("1") => {
                 eprintln!("*** SKIPPED: {e} ***");

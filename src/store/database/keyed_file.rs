@@ -7,9 +7,10 @@
 //! `flock`) means nothing else changes the file while it is
 //! mounted: a writable mount is its writer, a read-only mount one of its readers. Versions are
 //! then this mount's own ([`Versions`]). The keys are read once at open into an ordered index
-//! (kept up to date by this mount's writes), and each value's size is learnt when first needed,
-//! by reading the value, which these libraries give only whole: a read reads the whole value and
-//! gives the range asked for. The value last read is kept, for the reads that follow it (a file
+//! (kept up to date by this mount's writes), and each value's size is learnt when first needed:
+//! from the library where it tells a size without the value (Berkeley DB), else by reading the
+//! value, which these libraries give only whole. A read reads the whole value, as the library
+//! allocated it (no copy), and gives the range asked for. The value last read is kept, for the reads that follow it (a file
 //! looked up, then read in pieces), which would otherwise each read it whole again. One lock
 //! covers the file and the index, as a handle of these libraries is not for two threads at once.
 
@@ -25,10 +26,22 @@ use parking_lot::Mutex;
 use super::sole::{Registered, Versions};
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
+/// What a file tells of a value asked for its size.
+pub enum Measured {
+    /// The size alone, where the library gives it without reading the value.
+    Size(u64),
+    /// The value itself, read whole to learn its size.
+    Value(Bytes),
+}
+
 /// An open, locked database file, as a C library gives it.
 pub trait LockedFile: Send + 'static {
     /// The value at `key`, if there is one.
-    fn fetch(&mut self, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, String>;
+    fn fetch(&mut self, key: &[u8]) -> std::result::Result<Option<Bytes>, String>;
+    /// The size of the value at `key`, if there is one: by default its value, read whole.
+    fn measure(&mut self, key: &[u8]) -> std::result::Result<Option<Measured>, String> {
+        Ok(self.fetch(key)?.map(Measured::Value))
+    }
     /// Stores `value` at `key`, on disk before it returns.
     fn store(&mut self, key: &[u8], value: &[u8]) -> std::result::Result<(), String>;
     /// Removes `key`, on disk before it returns; nothing there is no error.
@@ -70,13 +83,19 @@ impl<F: LockedFile> State<F> {
             None => Ok(None),
             Some(Some(size)) => Ok(Some(*size)),
             Some(None) => {
-                let Some(value) = self.file.fetch(key.as_bytes())? else {
-                    self.keys.remove(key);
-                    return Ok(None);
+                let size = match self.file.measure(key.as_bytes())? {
+                    None => {
+                        self.keys.remove(key);
+                        return Ok(None);
+                    }
+                    Some(Measured::Size(size)) => size,
+                    Some(Measured::Value(value)) => {
+                        let size = value.len() as u64;
+                        self.last = Some((key.to_string(), value));
+                        size
+                    }
                 };
-                let size = value.len() as u64;
                 self.keys.insert(key.to_string(), Some(size));
-                self.last = Some((key.to_string(), Bytes::from(value)));
                 Ok(Some(size))
             }
         }
@@ -91,7 +110,7 @@ impl<F: LockedFile> State<F> {
         if let Some((_, value)) = self.last.as_ref().filter(|(last, _)| last == key) {
             return Ok(Some(value.clone()));
         }
-        let Some(value) = self.file.fetch(key.as_bytes())?.map(Bytes::from) else {
+        let Some(value) = self.file.fetch(key.as_bytes())? else {
             return Ok(None);
         };
         self.last = Some((key.to_string(), value.clone()));
@@ -248,16 +267,24 @@ mod tests {
 
     use super::*;
 
-    /// A file in memory that counts the values it gives.
+    /// A file in memory that counts the values it gives; with `sizes`, it tells a value's size
+    /// without giving the value, as Berkeley DB does.
     struct Counting {
         values: HashMap<Vec<u8>, Vec<u8>>,
         fetches: Arc<AtomicUsize>,
+        sizes: bool,
     }
 
     impl LockedFile for Counting {
-        fn fetch(&mut self, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, String> {
+        fn fetch(&mut self, key: &[u8]) -> std::result::Result<Option<Bytes>, String> {
             self.fetches.fetch_add(1, Ordering::SeqCst);
-            Ok(self.values.get(key).cloned())
+            Ok(self.values.get(key).cloned().map(Bytes::from))
+        }
+        fn measure(&mut self, key: &[u8]) -> std::result::Result<Option<Measured>, String> {
+            match self.sizes {
+                true => Ok(self.values.get(key).map(|v| Measured::Size(v.len() as u64))),
+                false => Ok(self.fetch(key)?.map(Measured::Value)),
+            }
         }
         fn store(&mut self, key: &[u8], value: &[u8]) -> std::result::Result<(), String> {
             self.values.insert(key.to_vec(), value.to_vec());
@@ -282,12 +309,20 @@ mod tests {
     }
 
     fn opened(label: &str, values: &[(&str, Vec<u8>)]) -> (Removed, KeyedFile<Counting>, Arc<AtomicUsize>) {
+        opened_sizing(label, values, false)
+    }
+
+    fn opened_sizing(
+        label: &str,
+        values: &[(&str, Vec<u8>)],
+        sizes: bool,
+    ) -> (Removed, KeyedFile<Counting>, Arc<AtomicUsize>) {
         let path = std::env::temp_dir().join(format!("shardfs-keyed-{label}-{}", std::process::id()));
         std::fs::write(&path, b"").unwrap();
         let removed = Removed(path.clone());
         let fetches = Arc::new(AtomicUsize::new(0));
         let values = values.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.clone())).collect();
-        let file = Counting { values, fetches: fetches.clone() };
+        let file = Counting { values, fetches: fetches.clone(), sizes };
         let db = KeyedFile::open("test", &path, || Ok(file), false).unwrap();
         (removed, db, fetches)
     }
@@ -316,5 +351,26 @@ mod tests {
         assert_eq!(piece(&db, "k", 0..10), vec![2; 10]);
         db.delete("k").unwrap();
         assert!(db.read("k", None, &|_| Ok(())).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_listing_of_a_file_that_tells_sizes_reads_no_value_and_a_read_reads_its_value_once() {
+        let values: Vec<(&str, Vec<u8>)> =
+            (0..4).map(|i| (["a/0", "a/1", "a/2", "a/3"][i], vec![i as u8; 1000 * (i + 1)])).collect();
+        let (_file, db, fetches) = opened_sizing("sizes", &values, true);
+        let listed = db.list_all("a/").unwrap();
+        assert_eq!(listed.iter().map(|(_, e)| e.size).collect::<Vec<_>>(), [1000, 2000, 3000, 4000]);
+        assert_eq!(fetches.load(Ordering::SeqCst), 0, "a listing read values");
+        for (key, value) in &values {
+            assert_eq!(piece(&db, key, 0..1000), value[..1000]);
+            assert_eq!(piece(&db, key, 500..1000), value[500..1000]);
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 4);
+        // Without sizes from the library, a listing reads each value, and the last is kept.
+        let (_other, db, fetches) = opened_sizing("values", &values, false);
+        db.list_all("a/").unwrap();
+        assert_eq!(fetches.load(Ordering::SeqCst), 4);
+        assert_eq!(piece(&db, "a/3", 0..10), values[3].1[..10]);
+        assert_eq!(fetches.load(Ordering::SeqCst), 4);
     }
 }

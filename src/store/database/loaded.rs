@@ -26,3 +26,41 @@ macro_rules! symbol {
     };
 }
 pub(crate) use symbol;
+
+/// Bytes a library allocated and handed to its caller, given back with the library's own `free`
+/// when the last [`bytes::Bytes`] of them is dropped: a value is served as the library gave it,
+/// not copied out first (a copy of a value of 1 MiB is also 256 fresh pages to fault in).
+pub struct Allocated {
+    pointer: std::ptr::NonNull<u8>,
+    len: usize,
+    free: unsafe extern "C" fn(*mut std::ffi::c_void),
+}
+
+impl Allocated {
+    /// The `len` bytes at `pointer`, `None` when it is null.
+    ///
+    /// # Safety
+    /// The library allocated `len` bytes at `pointer` for the caller, to be freed once with
+    /// `free` and not touched by the library meanwhile.
+    pub unsafe fn new(pointer: *mut u8, len: usize, free: unsafe extern "C" fn(*mut std::ffi::c_void)) -> Option<Self> {
+        std::ptr::NonNull::new(pointer).map(|pointer| Allocated { pointer, len, free })
+    }
+}
+
+impl AsRef<[u8]> for Allocated {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `new`'s contract: len bytes, ours until dropped.
+        unsafe { std::slice::from_raw_parts(self.pointer.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Allocated {
+    fn drop(&mut self) {
+        // SAFETY: freed once, with the library's own function.
+        unsafe { (self.free)(self.pointer.as_ptr().cast()) }
+    }
+}
+
+// SAFETY: the bytes are only read, and a library's free may be called from any thread.
+unsafe impl Send for Allocated {}
+unsafe impl Sync for Allocated {}

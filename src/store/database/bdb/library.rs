@@ -26,7 +26,9 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
-use crate::store::database::keyed_file::LockedFile;
+use bytes::Bytes;
+
+use crate::store::database::keyed_file::{LockedFile, Measured};
 use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names: the symbols called are Berkeley DB 5.3's.
@@ -205,15 +207,16 @@ unsafe impl Send for File {}
 
 impl File {
     /// Opens the file at `path` (a `kind`, [`BTREE`] or [`HASH`]) for writing unless `read_only`
-    /// (creating it when `create`), holding `lock`. An existing file is checked first with
-    /// Berkeley DB's verifier, which reads every page: the library trusts the pages it reads,
-    /// and a damaged one can crash it (a bus error, seen with a btree page scrambled), so a
-    /// damaged file is refused here instead, with the verifier's first complaint.
+    /// (creating it when `create`), holding `lock`. With `verify`, an existing file is checked
+    /// first with Berkeley DB's verifier, which reads every page: the library trusts the pages it
+    /// reads, and a damaged one can crash it (a bus error, seen with a btree page scrambled), so
+    /// a damaged file is refused here instead, with the verifier's first complaint.
     pub fn open(
         path: &std::path::Path,
         kind: c_int,
         read_only: bool,
         create: bool,
+        verify: bool,
         lock: std::fs::File,
     ) -> Result<File, String> {
         let api = api()?;
@@ -228,7 +231,7 @@ impl File {
             (api.env_set_errcall)(env, keep);
             api.check((api.env_set_cachesize)(env, 0, CACHE_BYTES, 1))?;
             api.check((api.env_open)(env, std::ptr::null(), CREATE | INIT_MPOOL | PRIVATE, 0))?;
-            if !create {
+            if verify && !create {
                 let mut checker = std::ptr::null_mut();
                 api.check((api.create)(&mut checker, env, 0))?;
                 begin();
@@ -261,6 +264,20 @@ impl File {
         }
     }
 
+    /// The size of the value at `key`, if there is one, read without the value.
+    fn size(&mut self, key: &[u8]) -> Result<Option<u32>, String> {
+        begin();
+        let mut key = Dbt::of(key)?;
+        let mut value = Dbt::empty(DBT_USERMEM);
+        // SAFETY: the key's bytes outlive the call; ulen 0 and no memory: the library only sets
+        // the size.
+        match unsafe { (self.api.get)(self.db, std::ptr::null_mut(), &mut key, &mut value, 0) } {
+            BUFFER_SMALL | 0 => Ok(Some(value.size)),
+            NOTFOUND | KEYEMPTY => Ok(None),
+            code => Err(self.api.failure(code)),
+        }
+    }
+
     fn sync(&mut self) -> Result<(), String> {
         begin();
         // SAFETY: an open handle.
@@ -269,34 +286,34 @@ impl File {
 }
 
 impl LockedFile for File {
-    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    fn fetch(&mut self, key: &[u8]) -> Result<Option<Bytes>, String> {
+        // First the size, then the value, into memory of that size.
+        let Some(size) = self.size(key)? else { return Ok(None) };
+        if size == 0 {
+            return Ok(Some(Bytes::new()));
+        }
         begin();
         let mut key = Dbt::of(key)?;
-        // First the size (the value is not read while it does not fit), then the value, into
-        // memory of that size.
+        let mut bytes = Vec::<u8>::with_capacity(size as usize);
         let mut value = Dbt::empty(DBT_USERMEM);
-        // SAFETY: the key's bytes outlive the call; ulen 0 and no memory: the library only sets
-        // the size.
-        match unsafe { (self.api.get)(self.db, std::ptr::null_mut(), &mut key, &mut value, 0) } {
-            BUFFER_SMALL => {}
-            0 => return Ok(Some(Vec::new())),
-            NOTFOUND | KEYEMPTY => return Ok(None),
-            code => return Err(self.api.failure(code)),
-        }
-        let mut bytes = Vec::<u8>::with_capacity(value.size as usize);
         value.data = bytes.as_mut_ptr().cast();
-        value.ulen = value.size;
+        value.ulen = size;
         // SAFETY: ulen bytes at data are ours to write; the library writes size of them.
         match unsafe { (self.api.get)(self.db, std::ptr::null_mut(), &mut key, &mut value, 0) } {
             0 => {
                 let size = (value.size as usize).min(bytes.capacity());
                 // SAFETY: the library wrote size bytes there.
                 unsafe { bytes.set_len(size) };
-                Ok(Some(bytes))
+                Ok(Some(Bytes::from(bytes)))
             }
             NOTFOUND | KEYEMPTY => Ok(None),
             code => Err(self.api.failure(code)),
         }
+    }
+
+    /// The size alone: the library reads no value into memory too small for it.
+    fn measure(&mut self, key: &[u8]) -> Result<Option<Measured>, String> {
+        Ok(self.size(key)?.map(|size| Measured::Size(size.into())))
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {

@@ -8,8 +8,10 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
+use bytes::Bytes;
+
 use crate::store::database::keyed_file::LockedFile;
-use crate::store::database::loaded::{self, symbol};
+use crate::store::database::loaded::{self, Allocated, symbol};
 
 /// The library's file names, newest soname first.
 const NAMES: [&str; 2] = ["libgdbm.so.6", "libgdbm.so"];
@@ -48,15 +50,10 @@ impl Datum {
         Ok(Datum { dptr: bytes.as_ptr().cast_mut().cast(), dsize })
     }
 
-    /// The bytes of a datum the library allocated, freed here; `None` for none.
-    fn take(self) -> Option<Vec<u8>> {
-        if self.dptr.is_null() {
-            return None;
-        }
+    /// The bytes of a datum the library allocated, freed when dropped; `None` for none.
+    fn take(self) -> Option<Allocated> {
         // SAFETY: the library allocated dsize bytes at dptr with malloc, handed to the caller.
-        let bytes = unsafe { std::slice::from_raw_parts(self.dptr.cast::<u8>(), self.dsize.max(0) as usize) }.to_vec();
-        unsafe { libc::free(self.dptr.cast()) };
-        Some(bytes)
+        unsafe { Allocated::new(self.dptr.cast(), self.dsize.max(0) as usize, libc::free) }
     }
 }
 
@@ -158,9 +155,9 @@ fn message(api: &Api, code: c_int) -> String {
 
 impl LockedFile for File {
     /// The value at `key`, if there is one.
-    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    fn fetch(&mut self, key: &[u8]) -> Result<Option<Bytes>, String> {
         // SAFETY: the key's bytes outlive the call; the result is the caller's to free.
-        Ok(unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take())
+        Ok(unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take().map(Bytes::from_owner))
     }
 
     /// Stores `value` at `key` and syncs the file to disk.
@@ -186,7 +183,7 @@ impl LockedFile for File {
         let mut key = unsafe { (self.api.firstkey)(self.handle) };
         while !key.dptr.is_null() {
             let next = unsafe { (self.api.nextkey)(self.handle, key) };
-            keys.extend(key.take());
+            keys.extend(key.take().map(|key| key.as_ref().to_vec()));
             key = next;
         }
         Ok(keys)

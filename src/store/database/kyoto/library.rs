@@ -6,8 +6,10 @@
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
 
+use bytes::Bytes;
+
 use crate::store::database::keyed_file::LockedFile;
-use crate::store::database::loaded::{self, symbol};
+use crate::store::database::loaded::{self, Allocated, symbol};
 
 /// The library's file names, newest soname first.
 const NAMES: [&str; 2] = ["libkyotocabinet.so.16", "libkyotocabinet.so"];
@@ -102,14 +104,9 @@ impl File {
     }
 
     /// Takes the bytes the library allocated at `pointer`, `len` of them; `None` for none.
-    fn take(&self, pointer: *mut c_char, len: usize) -> Option<Vec<u8>> {
-        if pointer.is_null() {
-            return None;
-        }
-        // SAFETY: the library allocated len bytes there for the caller, freed here once.
-        let bytes = unsafe { std::slice::from_raw_parts(pointer.cast::<u8>(), len) }.to_vec();
-        unsafe { (self.api.free)(pointer.cast()) };
-        Some(bytes)
+    fn take(&self, pointer: *mut c_char, len: usize) -> Option<Allocated> {
+        // SAFETY: the library allocated len bytes there for the caller, freed with kcfree.
+        unsafe { Allocated::new(pointer.cast(), len, self.api.free) }
     }
 
     /// Synced to the device (`hard`), not only to the file system.
@@ -123,11 +120,11 @@ impl File {
 }
 
 impl LockedFile for File {
-    fn fetch(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    fn fetch(&mut self, key: &[u8]) -> Result<Option<Bytes>, String> {
         let mut len = 0;
         // SAFETY: the key outlives the call.
         let value = unsafe { (self.api.get)(self.db, key.as_ptr().cast(), key.len(), &mut len) };
-        Ok(self.take(value, len))
+        Ok(self.take(value, len).map(Bytes::from_owner))
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
@@ -156,7 +153,7 @@ impl LockedFile for File {
                     let mut len = 0;
                     let key = (self.api.cursor_key)(cursor, &mut len, 1);
                     match self.take(key, len) {
-                        Some(key) => keys.push(key),
+                        Some(key) => keys.push(key.as_ref().to_vec()),
                         None => break,
                     }
                 }
