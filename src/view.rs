@@ -10,7 +10,9 @@
 //!   kept until a directory or document it was built from changes.
 //! - [`index_cache`]: decoded shard indexes in a byte-bounded LRU, revalidated per file version.
 //! - [`shards`]: finding shards on disk and inner chunks inside them.
-//! - [`read_ahead`]: the next shards of an array read in order, asked for ahead of the reader.
+//! - [`plain_arrays`]: arrays the view shows as stored, and which of them a file is a chunk of.
+//! - [`read_ahead`]: the next shards or chunk files of an array read in order, asked for ahead of
+//!   the reader.
 //! - [`namespace`]: path resolution and directory listings.
 //! - [`presentation`]: what the view shows: metadata files, chunk names, write-back (the seam).
 //! - [`reading`]: a view file opened for reading, opened again when its version is replaced
@@ -28,6 +30,7 @@ pub mod error;
 pub mod index_cache;
 pub mod namespace;
 pub mod overlay;
+pub mod plain_arrays;
 pub mod presentation;
 pub mod read_ahead;
 pub mod reading;

@@ -364,6 +364,47 @@ fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
 }
 
 #[test]
+fn the_chunk_files_of_an_array_shown_as_stored_read_in_order_are_fetched_ahead() {
+    // A Zarr v2 array (its chunk files shown as they are): a reader going through them in order
+    // has the next ones fetched while it reads, each in a GET of its own, several at once.
+    for (zarray, key) in [
+        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "."}"#, "0."),
+        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "/"}"#, "0/"),
+    ] {
+        let objects = Arc::new(InMemory::new());
+        // Written through a store of their own: one keeps what it wrote whole, and reads it free.
+        let writer = bucket(&objects);
+        writer.put("v2/.zarray", &[zarray.as_bytes()], PutMode::Overwrite).unwrap();
+        let chunks: Vec<Vec<u8>> = (0..64u8).map(|i| vec![i; 1000 + i as usize]).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            writer.put(&format!("v2/{key}{i}"), &[chunk], PutMode::Overwrite).unwrap();
+        }
+        let store = bucket(&objects);
+        let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
+        lookup(&fs, "v2/.zarray").unwrap();
+        let read_in_order = |chunks_read: std::ops::Range<usize>| {
+            let before = store.gets_sent();
+            for i in chunks_read {
+                assert!(read_path(&fs, &format!("v2/{key}{i}")).unwrap() == chunks[i], "chunk {i}");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            store.gets_sent() - before
+        };
+        // The third in order asks for the files of the next 8 chunks (2 to 10), each chunk after
+        // for one more: each chunk file once, up to 8 ahead of the reader.
+        assert_eq!(read_in_order(0..4), 13, "({key}) chunks 0 to 11 and the document");
+        assert_eq!(read_in_order(4..12), 8, "({key}) chunks 12 to 19, none again");
+        // Out of order: nothing ahead.
+        let before = store.gets_sent();
+        for i in [60, 40] {
+            assert!(read_path(&fs, &format!("v2/{key}{i}")).unwrap() == chunks[i]);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(store.gets_sent() - before, 2, "chunks far apart ({key})");
+    }
+}
+
+#[test]
 fn a_writer_opening_chunks_in_order_without_truncating_them_fetches_no_shard_ahead() {
     let Some(endpoint) = s3_endpoint("the GETs of a writer's opens") else { return };
     let (store, chunks) = mib_array(&endpoint, "rewrite", 4, false);

@@ -20,6 +20,7 @@ use super::documents::{ArrayState, Documents, source_of};
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
 use super::overlay::{Overlay, PendingChunk};
+use super::plain_arrays::PlainArrays;
 use super::presentation::Presentation;
 use super::shards::{ChunkState, Purpose, Shards, Walk, shard_prefix, shards_on_disk};
 use super::sources::Sources;
@@ -311,6 +312,7 @@ pub struct Namespace {
     store: Arc<dyn Store>,
     documents: Documents,
     shards: Arc<Shards>,
+    plain_arrays: PlainArrays,
     overlay: Arc<dyn Overlay>,
     consolidated: Consolidated,
 }
@@ -328,6 +330,7 @@ impl Namespace {
             store,
             documents,
             shards: Arc::new(Shards::new(cache)),
+            plain_arrays: PlainArrays::default(),
             overlay,
             consolidated: Consolidated::default(),
         }
@@ -861,7 +864,14 @@ impl Namespace {
 
     fn open_for(&self, node: &Node, purpose: Purpose) -> Result<Content> {
         match node {
-            Node::Stored(key) => Ok(Content::Stored(self.store.open(key)?)),
+            Node::Stored(key) => {
+                if purpose == Purpose::Read
+                    && let Some((array, coords)) = self.plain_arrays.chunk_of(&*self.store, key)
+                {
+                    self.shards.read_ahead().reached_plain(&*self.store, &array, &coords);
+                }
+                Ok(Content::Stored(self.store.open(key)?))
+            }
             Node::Document(path) => {
                 let key = self.document_at(path).ok_or(Error::NotFound)?;
                 let file = self.store.open(&key)?;

@@ -153,6 +153,11 @@ impl Shards {
         Shards { cache: Arc::new(cache), read_ahead: ReadAhead::default() }
     }
 
+    /// Where readers of every array have got to, shared by arrays shown as stored.
+    pub fn read_ahead(&self) -> &ReadAhead {
+        &self.read_ahead
+    }
+
     /// Remembers the outermost index of the shard at `key`, version `stamp`, `len` bytes long, as
     /// a commit of this mount wrote it: its chunks' lookups need not read it back.
     pub fn remember_index(&self, key: &str, len: u64, stamp: Stamp, index: Arc<ShardIndex>) {

@@ -10,11 +10,13 @@
 //! (kept up to date by this mount's writes), and each value's size is learnt when first needed:
 //! from the library where it tells a size without the value (Berkeley DB), else by reading the
 //! value, which these libraries give only whole. A read reads the whole value, as the library
-//! allocated it (no copy), and gives the range asked for. The value last read is kept, for the reads that follow it (a file
-//! looked up, then read in pieces), which would otherwise each read it whole again. One lock
-//! covers the file and the index, as a handle of these libraries is not for two threads at once.
+//! allocated it (no copy), and gives the range asked for. The values last read are kept (a few,
+//! [`KEPT_VALUES`] and [`KEPT_BYTES`] at most), for the reads that follow each (a file looked up,
+//! then read in pieces, while the next files are fetched ahead), which would otherwise each read
+//! it whole again. One lock covers the file and the index, as a handle of these libraries is not
+//! for two threads at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::path::Path;
 
@@ -72,9 +74,14 @@ struct State<F> {
     /// Every key, with its value's size once known.
     keys: BTreeMap<String, Option<u64>>,
     versions: Versions,
-    /// The value last read, until another is read or it is written or removed.
-    last: Option<(String, Bytes)>,
+    /// The values last read, newest last, until pushed out or written or removed.
+    last: VecDeque<(String, Bytes)>,
 }
+
+/// Values kept once read, at most: the one a reader is in, and those fetched ahead of it.
+const KEPT_VALUES: usize = 4;
+/// Bytes of values kept, at most, unless the newest alone is more.
+const KEPT_BYTES: usize = 64 << 20;
 
 impl<F: LockedFile> State<F> {
     /// The size of the value at `key`, read once and then remembered.
@@ -91,7 +98,7 @@ impl<F: LockedFile> State<F> {
                     Some(Measured::Size(size)) => size,
                     Some(Measured::Value(value)) => {
                         let size = value.len() as u64;
-                        self.last = Some((key.to_string(), value));
+                        self.keep(key, value);
                         size
                     }
                 };
@@ -107,19 +114,28 @@ impl<F: LockedFile> State<F> {
 
     /// The value at `key`: the one read last, or read now (and kept).
     fn value(&mut self, key: &str) -> std::result::Result<Option<Bytes>, String> {
-        if let Some((_, value)) = self.last.as_ref().filter(|(last, _)| last == key) {
+        if let Some((_, value)) = self.last.iter().find(|(last, _)| last == key) {
             return Ok(Some(value.clone()));
         }
         let Some(value) = self.file.fetch(key.as_bytes())? else {
             return Ok(None);
         };
-        self.last = Some((key.to_string(), value.clone()));
+        self.keep(key, value.clone());
         Ok(Some(value))
     }
 
     /// `key` is written or removed: a value kept for it is no longer its value.
     fn changes(&mut self, key: &str) {
-        self.last.take_if(|(last, _)| last == key);
+        self.last.retain(|(last, _)| last != key);
+    }
+
+    /// Keeps `value`, read for `key`, pushing out the oldest beyond the bounds.
+    fn keep(&mut self, key: &str, value: Bytes) {
+        self.last.push_back((key.to_string(), value));
+        let mut bytes: usize = self.last.iter().map(|(_, v)| v.len()).sum();
+        while self.last.len() > KEPT_VALUES || (self.last.len() > 1 && bytes > KEPT_BYTES) {
+            bytes -= self.last.pop_front().map_or(0, |(_, v)| v.len());
+        }
     }
 }
 
@@ -144,7 +160,7 @@ impl<F: LockedFile> KeyedFile<F> {
                 Err(e) => log::warn!("{name}: a key that is not UTF-8 left out: {:?}", e.as_bytes()),
             }
         }
-        let state = State { file, keys, versions: Versions::new(path), last: None };
+        let state = State { file, keys, versions: Versions::new(path), last: VecDeque::new() };
         Ok(KeyedFile { store, name, read_only, state: Mutex::new(state), _registered: registered })
     }
 

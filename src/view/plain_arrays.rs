@@ -1,0 +1,224 @@
+//! Arrays the view shows as stored (Zarr v2 arrays, v3 arrays without sharding, arrays refused
+//! as sharded): their chunk grid and chunk keys, read from their documents (`.zarray`,
+//! `zarr.json`), so that a reader going through their chunk files in order has the next ones
+//! fetched ahead ([`super::read_ahead`]). Which array a stored file is a chunk of is found from
+//! its key: the directories above it whose names could be part of a chunk key, nearest first,
+//! each looked up once and remembered (an array's by its document's version, a directory of no
+//! array for [`NO_ARRAY_FOR`]).
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::format::chunk_key::{ChunkKeyEncoding, KeyStyle};
+use crate::store::{Kind, Stamp, Store};
+
+/// How long a directory found to hold no array document is taken to hold none.
+const NO_ARRAY_FOR: Duration = Duration::from_secs(10);
+/// Directories remembered.
+const DIRS: usize = 4096;
+/// Directories looked at above a file, at most: one more than the largest rank Zarr allows.
+const MOST_LEVELS: usize = 33;
+
+/// An array shown as stored, as far as its chunk files go.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PlainArray {
+    /// The array's directory, a store key.
+    pub dir: Arc<str>,
+    /// Chunks along each dimension.
+    pub grid: Vec<u64>,
+    keys: ChunkKeyEncoding,
+}
+
+impl PlainArray {
+    /// The array a `.zarray` document describes.
+    fn of_zarray(dir: &str, doc: &Value) -> Option<PlainArray> {
+        let separator = match doc.get("dimension_separator").and_then(Value::as_str) {
+            None | Some(".") => '.',
+            Some("/") => '/',
+            Some(_) => return None,
+        };
+        let keys = ChunkKeyEncoding { style: KeyStyle::V2, separator };
+        PlainArray::of(dir, doc.get("shape")?, doc.get("chunks")?, keys)
+    }
+
+    /// The array a `zarr.json` document describes, if it describes one.
+    fn of_zarr_json(dir: &str, doc: &Value) -> Option<PlainArray> {
+        if doc.get("node_type")?.as_str()? != "array" {
+            return None;
+        }
+        let grid = doc.get("chunk_grid")?;
+        if grid.get("name")?.as_str()? != "regular" {
+            return None;
+        }
+        let keys = ChunkKeyEncoding::from_json(doc.get("chunk_key_encoding")?).ok()?;
+        PlainArray::of(dir, doc.get("shape")?, grid.get("configuration")?.get("chunk_shape")?, keys)
+    }
+
+    fn of(dir: &str, shape: &Value, chunks: &Value, keys: ChunkKeyEncoding) -> Option<PlainArray> {
+        let numbers = |v: &Value| v.as_array()?.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>();
+        let (shape, chunks) = (numbers(shape)?, numbers(chunks)?);
+        if shape.len() != chunks.len() || chunks.contains(&0) {
+            return None;
+        }
+        let grid = shape.iter().zip(&chunks).map(|(s, c)| s.div_ceil(*c)).collect();
+        Some(PlainArray { dir: dir.into(), grid, keys })
+    }
+
+    /// The store key of the chunk file at `coords`.
+    pub fn chunk_key(&self, coords: &[u64]) -> String {
+        let key = self.keys.encode(coords);
+        if self.dir.is_empty() { key } else { format!("{}/{key}", self.dir) }
+    }
+
+    /// The coordinates of the chunk whose file is at store key `key`, if it is one of this
+    /// array's, inside its grid.
+    fn coords(&self, key: &str) -> Option<Vec<u64>> {
+        let rel = if self.dir.is_empty() { key } else { key.strip_prefix(&*self.dir)?.strip_prefix('/')? };
+        let coords = self.keys.decode(rel, self.grid.len())?;
+        coords.iter().zip(&self.grid).all(|(c, g)| c < g).then_some(coords)
+    }
+}
+
+/// What a directory was found to hold.
+enum Found {
+    /// The array of the document at this key, at this version.
+    Array(String, Stamp, Arc<PlainArray>),
+    /// No array document (or one that describes no array shown as stored), as of then.
+    Nothing(Instant),
+}
+
+/// The arrays shown as stored that readers of their chunk files went through, by directory.
+pub struct PlainArrays {
+    dirs: Mutex<LruCache<String, Found>>,
+}
+
+impl Default for PlainArrays {
+    fn default() -> Self {
+        PlainArrays { dirs: Mutex::new(LruCache::new(NonZeroUsize::new(DIRS).expect("non-zero"))) }
+    }
+}
+
+impl std::fmt::Debug for PlainArrays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlainArrays").field("dirs", &self.dirs.lock().len()).finish()
+    }
+}
+
+impl PlainArrays {
+    /// The array shown as stored whose chunk file is at store key `key`, and the chunk's
+    /// coordinates; `None` when it is no such file (or cannot be told: a hint, not an answer).
+    pub fn chunk_of(&self, store: &dyn Store, key: &str) -> Option<(Arc<PlainArray>, Vec<u64>)> {
+        let mut dir = key;
+        for _ in 0..MOST_LEVELS {
+            let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
+            // Only directories whose names could be part of a chunk key lie between an array's
+            // directory and its chunk files (`c`, coordinates, `c3` of the draft layout).
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'c') {
+                return None;
+            }
+            if let Some(array) = self.array_at(store, parent) {
+                return array.coords(key).map(|coords| (array, coords));
+            }
+            if parent.is_empty() {
+                return None;
+            }
+            dir = parent;
+        }
+        None
+    }
+
+    /// The array shown as stored at directory `dir`, from what was found before while it holds.
+    fn array_at(&self, store: &dyn Store, dir: &str) -> Option<Arc<PlainArray>> {
+        match self.dirs.lock().get(dir) {
+            Some(Found::Nothing(at)) if at.elapsed() < NO_ARRAY_FOR => return None,
+            Some(Found::Array(key, stamp, array)) if store.is_unchanged(key, stamp) => return Some(array.clone()),
+            _ => {}
+        }
+        let found = Self::look(store, dir);
+        let array = match &found {
+            Found::Array(_, _, array) => Some(array.clone()),
+            Found::Nothing(_) => None,
+        };
+        self.dirs.lock().put(dir.to_string(), found);
+        array
+    }
+
+    /// Reads the array document in `dir`, `.zarray` first.
+    fn look(store: &dyn Store, dir: &str) -> Found {
+        type Parse = fn(&str, &Value) -> Option<PlainArray>;
+        let parsers: [(&str, Parse); 2] = [(".zarray", PlainArray::of_zarray), ("zarr.json", PlainArray::of_zarr_json)];
+        for (name, parse) in parsers {
+            let key = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
+            let Ok(attr) = store.attr(&key) else { continue };
+            if attr.kind != Kind::File {
+                continue;
+            }
+            let doc = store.read(&key).ok().and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+            return match doc.as_ref().and_then(|doc| parse(dir, doc)) {
+                Some(array) => Found::Array(key, attr.stamp, Arc::new(array)),
+                None => Found::Nothing(Instant::now()),
+            };
+        }
+        Found::Nothing(Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn v2_and_v3_documents_give_the_grid_and_chunk_keys() {
+        let v2 = PlainArray::of_zarray("a/big", &json!({"shape": [100, 60], "chunks": [32, 25]})).unwrap();
+        assert_eq!(v2.grid, [4, 3]);
+        assert_eq!(v2.chunk_key(&[3, 2]), "a/big/3.2");
+        assert_eq!(v2.coords("a/big/3.2"), Some(vec![3, 2]));
+        assert_eq!(v2.coords("a/big/4.0"), None, "outside the grid");
+        assert_eq!(v2.coords("a/big/.zarray"), None);
+        let nested =
+            PlainArray::of_zarray("", &json!({"shape": [10], "chunks": [3], "dimension_separator": "/"})).unwrap();
+        assert_eq!((nested.chunk_key(&[2]), nested.coords("3")), ("2".to_string(), Some(vec![3])));
+        let v3 = json!({"node_type": "array", "shape": [8, 8], "chunk_key_encoding": {"name": "default"},
+                        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 2]}}});
+        let v3 = PlainArray::of_zarr_json("x", &v3).unwrap();
+        assert_eq!((v3.grid.as_slice(), v3.chunk_key(&[1, 3])), ([2, 4].as_slice(), "x/c/1/3".to_string()));
+        assert_eq!(v3.coords("x/c/1/3"), Some(vec![1, 3]));
+        assert!(PlainArray::of_zarr_json("x", &json!({"node_type": "group"})).is_none());
+        assert!(PlainArray::of_zarray("x", &json!({"shape": [4], "chunks": [0]})).is_none());
+    }
+
+    #[test]
+    fn a_chunk_file_is_found_under_its_array_and_other_files_are_not() {
+        let dir = std::env::temp_dir().join(format!("shardfs-plain-arrays-{}", std::process::id()));
+        let put = |key: &str, bytes: &[u8]| {
+            let path = dir.join(key);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        };
+        put("g/a/.zarray", br#"{"shape": [8, 8], "chunks": [4, 4], "dimension_separator": "/"}"#);
+        put("g/a/1/0", b"x");
+        put(
+            "g/v3/zarr.json",
+            br#"{"node_type": "array", "shape": [4], "chunk_key_encoding": {"name": "v2"},
+                 "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1]}}}"#,
+        );
+        put("g/v3/3", b"x");
+        put("g/notes/1.txt", b"x");
+        let store = crate::store::local::LocalStore::open(&dir).unwrap();
+        let arrays = PlainArrays::default();
+        let (array, coords) = arrays.chunk_of(&store, "g/a/1/0").unwrap();
+        assert_eq!((&*array.dir, coords), ("g/a", vec![1, 0]));
+        let (array, coords) = arrays.chunk_of(&store, "g/v3/3").unwrap();
+        assert_eq!((&*array.dir, coords), ("g/v3", vec![3]));
+        assert!(arrays.chunk_of(&store, "g/notes/1.txt").is_none());
+        assert!(arrays.chunk_of(&store, "g/a/.zarray").is_none());
+        assert!(arrays.chunk_of(&store, "g/a/2/0").is_none(), "outside the grid");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
