@@ -221,4 +221,99 @@ mod tests {
         assert!(arrays.chunk_of(&store, "g/a/2/0").is_none(), "outside the grid");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A local store that counts the attributes asked of it.
+    #[derive(Debug)]
+    struct CountingAttrs(crate::store::LocalStore, std::sync::atomic::AtomicUsize);
+
+    impl Store for CountingAttrs {
+        fn describe(&self, key: &str) -> String {
+            self.0.describe(key)
+        }
+        fn url(&self, key: &str) -> String {
+            self.0.url(key)
+        }
+        fn attr(&self, key: &str) -> crate::store::Result<crate::store::Attr> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0.attr(key)
+        }
+        fn list(&self, dir: &str) -> crate::store::Result<(Vec<(String, Kind)>, Stamp)> {
+            self.0.list(dir)
+        }
+        fn open(&self, key: &str) -> crate::store::Result<Box<dyn crate::store::Object>> {
+            self.0.open(key)
+        }
+        fn read_link(&self, key: &str) -> crate::store::Result<std::path::PathBuf> {
+            self.0.read_link(key)
+        }
+        fn space(&self) -> crate::store::Result<crate::store::Space> {
+            self.0.space()
+        }
+        fn put(&self, key: &str, pieces: &[&[u8]], mode: crate::store::PutMode) -> crate::store::Result<Option<Stamp>> {
+            self.0.put(key, pieces, mode)
+        }
+        fn delete(&self, key: &str) -> crate::store::Result<()> {
+            self.0.delete(key)
+        }
+        fn rename(&self, from: &str, to: &str) -> crate::store::Result<()> {
+            self.0.rename(from, to)
+        }
+        fn make_dir(&self, key: &str, mode: u32) -> crate::store::Result<()> {
+            self.0.make_dir(key, mode)
+        }
+        fn make_dirs(&self, key: &str) -> crate::store::Result<()> {
+            self.0.make_dirs(key)
+        }
+        fn remove_dir(&self, key: &str) -> crate::store::Result<()> {
+            self.0.remove_dir(key)
+        }
+        fn can_append(&self) -> bool {
+            self.0.can_append()
+        }
+        fn open_file(
+            &self,
+            key: &str,
+            how: crate::store::OpenHow,
+        ) -> crate::store::Result<Box<dyn crate::store::OpenFile>> {
+            self.0.open_file(key, how)
+        }
+        fn lock(&self, slot: u64) -> crate::store::Result<Box<dyn crate::store::Lock>> {
+            self.0.lock(slot)
+        }
+    }
+
+    /// review4: a v3 array with default (`c/`) keys, 64 rows of one chunk: each chunk file is in
+    /// a directory of its own (`a/c/<i>`), and finding the array of each chunk opened looks up
+    /// `.zarray` and `zarr.json` in that new directory before it reaches the array it already
+    /// knows: on an object store a HEAD (and a LIST) for each, in the reader's open.
+    #[test]
+    fn review4_chunk_files_of_a_known_array_cost_no_document_lookups_in_each_new_directory() {
+        let dir = std::env::temp_dir().join(format!("shardfs-plain-arrays-review4-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let put = |key: &str, bytes: &[u8]| {
+            let path = dir.join(key);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        };
+        put(
+            "a/zarr.json",
+            br#"{"node_type": "array", "shape": [64, 1], "chunk_key_encoding": {"name": "default"},
+                 "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1]}}}"#,
+        );
+        for i in 0..64 {
+            put(&format!("a/c/{i}/0"), b"x");
+        }
+        let store = CountingAttrs(crate::store::LocalStore::open(&dir).unwrap(), Default::default());
+        let arrays = PlainArrays::default();
+        // The first chunk finds the array.
+        assert_eq!(arrays.chunk_of(&store, "a/c/0/0").map(|(_, c)| c), Some(vec![0, 0]));
+        let before = store.1.load(std::sync::atomic::Ordering::SeqCst);
+        for i in 1..64 {
+            assert_eq!(arrays.chunk_of(&store, &format!("a/c/{i}/0")).map(|(_, c)| c), Some(vec![i, 0]));
+        }
+        let asked = store.1.load(std::sync::atomic::Ordering::SeqCst) - before;
+        std::fs::remove_dir_all(&dir).unwrap();
+        // One look at the array's document per chunk would do (is_unchanged); 63 more chunks.
+        assert!(asked <= 63, "{asked} attribute lookups for 63 chunk files of an array already found");
+    }
 }

@@ -389,4 +389,88 @@ mod tests {
         assert_eq!(piece(&db, "a/3", 0..10), values[3].1[..10]);
         assert_eq!(fetches.load(Ordering::SeqCst), 4);
     }
+
+    /// review4: a Zarr v2 array of 200 chunk files of 100 KiB in a file that tells no size
+    /// without the value (GNU dbm, Kyoto Cabinet), read chunk by chunk in order in 32 KiB reads
+    /// (the kernel's pieces): each value read from the file once, whatever is fetched ahead (up
+    /// to 8 files) beside the one the reader is in (4 values kept).
+    #[test]
+    fn review4_chunks_read_in_order_with_files_fetched_ahead_are_each_read_from_the_file_once() {
+        let mut owned: Vec<(String, Vec<u8>)> =
+            vec![("a/.zarray".to_string(), br#"{"shape": [200], "chunks": [1]}"#.to_vec())];
+        owned.extend((0..200).map(|i| (format!("a/{i}"), vec![i as u8; 100 << 10])));
+        let values: Vec<(&str, Vec<u8>)> = owned.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let (_file, db, fetches) = opened("review4-ahead", &values);
+        let store = super::super::Objects::mount(db, "test", "test://review4", true, Default::default()).unwrap();
+        let fs = crate::mount::filesystem(std::sync::Arc::new(store), crate::view::index_cache::IndexCache::new(1 << 20), None)
+            .unwrap();
+        let lookup = |path: &str| {
+            let mut ino = crate::fs::ROOT_INO;
+            for name in path.split('/') {
+                ino = fs.lookup(ino, name).unwrap().0;
+            }
+            ino
+        };
+        lookup("a/0");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let before = fetches.load(Ordering::SeqCst);
+        for i in 0..40 {
+            let fh = fs.open(lookup(&format!("a/{i}")), crate::fs::OpenMode::default()).unwrap();
+            let mut got = Vec::new();
+            loop {
+                let piece = fs.read(fh, got.len() as u64, 32 << 10).unwrap();
+                if piece.is_empty() {
+                    break;
+                }
+                got.extend(piece);
+            }
+            assert!(got == vec![i as u8; 100 << 10], "chunk {i}");
+            fs.release(fh);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let read = fetches.load(Ordering::SeqCst) - before;
+        assert!(read <= 48, "{read} values read from the file for 40 chunks read in order");
+    }
+
+    /// review4: a Zarr v2 array of 16 chunk files of 10 MiB (more than the fetcher reads whole at once) in a file that tells no size
+    /// without the value (GNU dbm, Kyoto Cabinet), read chunk by chunk in order in 32 KiB reads
+    /// (the kernel's pieces): each value read from the file once, whatever is fetched ahead (up
+    /// to 8 files) beside the one the reader is in (4 values kept).
+    #[test]
+    fn review4_large_chunks_read_in_order_with_files_fetched_ahead_are_each_read_from_the_file_once() {
+        let mut owned: Vec<(String, Vec<u8>)> =
+            vec![("a/.zarray".to_string(), br#"{"shape": [16], "chunks": [1]}"#.to_vec())];
+        owned.extend((0..16).map(|i| (format!("a/{i}"), vec![i as u8; 10 << 20])));
+        let values: Vec<(&str, Vec<u8>)> = owned.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let (_file, db, fetches) = opened("review4-ahead-large", &values);
+        let store = super::super::Objects::mount(db, "test", "test://review4", true, Default::default()).unwrap();
+        let fs = crate::mount::filesystem(std::sync::Arc::new(store), crate::view::index_cache::IndexCache::new(1 << 20), None)
+            .unwrap();
+        let lookup = |path: &str| {
+            let mut ino = crate::fs::ROOT_INO;
+            for name in path.split('/') {
+                ino = fs.lookup(ino, name).unwrap().0;
+            }
+            ino
+        };
+        lookup("a/0");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let before = fetches.load(Ordering::SeqCst);
+        for i in 0..12 {
+            let fh = fs.open(lookup(&format!("a/{i}")), crate::fs::OpenMode::default()).unwrap();
+            let mut got = Vec::new();
+            loop {
+                let piece = fs.read(fh, got.len() as u64, 128 << 10).unwrap();
+                if piece.is_empty() {
+                    break;
+                }
+                got.extend(piece);
+            }
+            assert!(got == vec![i as u8; 10 << 20], "chunk {i}");
+            fs.release(fh);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let read = fetches.load(Ordering::SeqCst) - before;
+        assert!(read <= 16, "{read} values read from the file for 12 chunks read in order");
+    }
 }
