@@ -224,7 +224,7 @@ mod tests {
 
     /// A local store that counts the attributes asked of it.
     #[derive(Debug)]
-    struct CountingAttrs(crate::store::LocalStore, std::sync::atomic::AtomicUsize);
+    struct CountingAttrs(crate::store::LocalStore, std::sync::atomic::AtomicUsize, Mutex<Option<String>>);
 
     impl Store for CountingAttrs {
         fn describe(&self, key: &str) -> String {
@@ -235,6 +235,10 @@ mod tests {
         }
         fn attr(&self, key: &str) -> crate::store::Result<crate::store::Attr> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // A key slow to answer: a HEAD on an object store once its answer is stale.
+            if self.2.lock().as_deref() == Some(key) {
+                std::thread::sleep(Duration::from_millis(600));
+            }
             self.0.attr(key)
         }
         fn list(&self, dir: &str) -> crate::store::Result<(Vec<(String, Kind)>, Stamp)> {
@@ -303,7 +307,7 @@ mod tests {
         for i in 0..64 {
             put(&format!("a/c/{i}/0"), b"x");
         }
-        let store = CountingAttrs(crate::store::LocalStore::open(&dir).unwrap(), Default::default());
+        let store = CountingAttrs(crate::store::LocalStore::open(&dir).unwrap(), Default::default(), Mutex::new(None));
         let arrays = PlainArrays::default();
         // The first chunk finds the array.
         assert_eq!(arrays.chunk_of(&store, "a/c/0/0").map(|(_, c)| c), Some(vec![0, 0]));
@@ -315,5 +319,39 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         // One look at the array's document per chunk would do (is_unchanged); 63 more chunks.
         assert!(asked <= 63, "{asked} attribute lookups for 63 chunk files of an array already found");
+    }
+
+    /// review4: the lock of the arrays remembered is held while the store is asked whether an
+    /// array's document is unchanged (`match self.dirs.lock().get(dir) { .. if
+    /// store.is_unchanged(..) }`): a slow answer for one array (a HEAD on an object store) holds
+    /// up every open of a chunk file of every other array, known ones too.
+    #[test]
+    fn review4_a_slow_look_at_one_arrays_document_does_not_hold_up_the_chunks_of_another() {
+        let dir = std::env::temp_dir().join(format!("shardfs-plain-arrays-review4-slow-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let put = |key: &str, bytes: &[u8]| {
+            let path = dir.join(key);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        };
+        put("a/.zarray", br#"{"shape": [8], "chunks": [1]}"#);
+        put("b/.zarray", br#"{"shape": [8], "chunks": [1]}"#);
+        for i in 0..8 {
+            put(&format!("a/{i}"), b"x");
+            put(&format!("b/{i}"), b"x");
+        }
+        let store = CountingAttrs(crate::store::LocalStore::open(&dir).unwrap(), Default::default(), Mutex::new(None));
+        let arrays = PlainArrays::default();
+        assert!(arrays.chunk_of(&store, "a/0").is_some() && arrays.chunk_of(&store, "b/0").is_some());
+        *store.2.lock() = Some("a/.zarray".to_string());
+        let took = std::thread::scope(|s| {
+            s.spawn(|| arrays.chunk_of(&store, "a/1"));
+            std::thread::sleep(Duration::from_millis(100));
+            let start = Instant::now();
+            assert!(arrays.chunk_of(&store, "b/1").is_some());
+            start.elapsed()
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(took < Duration::from_millis(300), "a chunk of b waited {took:?} for a look at a's document");
     }
 }
