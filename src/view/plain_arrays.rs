@@ -113,31 +113,45 @@ impl PlainArrays {
     /// The array shown as stored whose chunk file is at store key `key`, and the chunk's
     /// coordinates; `None` when it is no such file (or cannot be told: a hint, not an answer).
     pub fn chunk_of(&self, store: &dyn Store, key: &str) -> Option<(Arc<PlainArray>, Vec<u64>)> {
-        let mut dir = key;
-        for _ in 0..MOST_LEVELS {
-            let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
-            // Only directories whose names could be part of a chunk key lie between an array's
-            // directory and its chunk files (`c`, coordinates, `c3` of the draft layout).
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'c') {
-                return None;
-            }
-            if let Some(array) = self.array_at(store, parent) {
+        // An array known above the file whose keys spell it, still as it was: no look at the
+        // directories in between (each chunk of a `c/<i>` row is in a directory of its own).
+        if let Some((doc, stamp, array, coords)) = self.known_above(key)
+            && store.is_unchanged(&doc, &stamp)
+        {
+            return Some((array, coords));
+        }
+        for dir in chunk_key_dirs(key) {
+            if let Some(array) = self.array_at(store, dir) {
                 return array.coords(key).map(|coords| (array, coords));
             }
-            if parent.is_empty() {
-                return None;
-            }
-            dir = parent;
         }
         None
     }
 
+    /// The array remembered nearest above `key` whose chunk `key` is, with its document's key and
+    /// version as last found.
+    fn known_above(&self, key: &str) -> Option<(String, Stamp, Arc<PlainArray>, Vec<u64>)> {
+        let mut dirs = self.dirs.lock();
+        chunk_key_dirs(key).find_map(|dir| match dirs.get(dir) {
+            Some(Found::Array(doc, stamp, array)) => {
+                array.coords(key).map(|coords| (doc.clone(), *stamp, array.clone(), coords))
+            }
+            _ => None,
+        })
+    }
+
     /// The array shown as stored at directory `dir`, from what was found before while it holds.
     fn array_at(&self, store: &dyn Store, dir: &str) -> Option<Arc<PlainArray>> {
-        match self.dirs.lock().get(dir) {
+        // Copied out: the store is asked without the lock, which every open of a chunk file takes.
+        let remembered = match self.dirs.lock().get(dir) {
             Some(Found::Nothing(at)) if at.elapsed() < NO_ARRAY_FOR => return None,
-            Some(Found::Array(key, stamp, array)) if store.is_unchanged(key, stamp) => return Some(array.clone()),
-            _ => {}
+            Some(Found::Array(doc, stamp, array)) => Some((doc.clone(), *stamp, array.clone())),
+            _ => None,
+        };
+        if let Some((doc, stamp, array)) = remembered
+            && store.is_unchanged(&doc, &stamp)
+        {
+            return Some(array);
         }
         let found = Self::look(store, dir);
         let array = match &found {
@@ -166,6 +180,24 @@ impl PlainArrays {
         }
         Found::Nothing(Instant::now())
     }
+}
+
+/// The directories above the file at `key` that could hold an array it is a chunk file of,
+/// nearest first: only directories whose names could be part of a chunk key (`c`, coordinates, `c3` of the draft layout) lie between an array's
+/// directory and its chunk files.
+fn chunk_key_dirs(key: &str) -> impl Iterator<Item = &str> {
+    let mut dir = Some(key);
+    std::iter::from_fn(move || {
+        let (parent, name) = dir?.rsplit_once('/').unwrap_or(("", dir?));
+        let fits = !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'c');
+        if !fits {
+            dir = None;
+            return None;
+        }
+        dir = (!parent.is_empty()).then_some(parent);
+        Some(parent)
+    })
+    .take(MOST_LEVELS)
 }
 
 #[cfg(test)]

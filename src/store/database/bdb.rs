@@ -130,14 +130,19 @@ pub fn open(path: &Path, read_only: bool) -> Result<Bdb, String> {
             Kind::Hash => library::HASH,
             Kind::Btree => library::BTREE,
         };
+        // The verifier and the library read the file the lock is on, whatever is renamed over
+        // its path meanwhile: the inode whose stamp is checked and remembered.
+        let locked = Path::new("/proc/self/fd").join(std::os::fd::AsRawFd::as_raw_fd(&lock).to_string());
+        let target = if locked.exists() { locked } else { absolute };
         let record = Record::of_user();
         let stamp = Stamp::of(&lock);
         let verify = !stamp.as_ref().is_some_and(|stamp| record.holds(stamp));
-        let file = library::File::open(&absolute, kind, read_only, false, verify, lock)
+        let probe = lock.try_clone().ok();
+        let file = library::File::open(&target, kind, read_only, false, verify, lock)
             .map_err(|why| format!("{name}: {why} (a Berkeley DB {} file)", header.kind.name()))?;
         // Remembered only if nothing wrote the file while the verifier read it.
         if let Some(stamp) = stamp.filter(|_| verify)
-            && std::fs::File::open(&absolute).ok().and_then(|f| Stamp::of(&f)) == Some(stamp)
+            && probe.as_ref().and_then(Stamp::of) == Some(stamp)
         {
             record.remember(stamp);
         }

@@ -10,10 +10,10 @@
 //! (kept up to date by this mount's writes), and each value's size is learnt when first needed:
 //! from the library where it tells a size without the value (Berkeley DB), else by reading the
 //! value, which these libraries give only whole. A read reads the whole value, as the library
-//! allocated it (no copy), and gives the range asked for. The values last read are kept (a few,
-//! [`KEPT_VALUES`] and [`KEPT_BYTES`] at most), for the reads that follow each (a file looked up,
-//! then read in pieces, while the next files are fetched ahead), which would otherwise each read
-//! it whole again. One lock covers the file and the index, as a handle of these libraries is not
+//! allocated it (no copy), and gives the range asked for. The values last read or served are
+//! kept ([`KEPT_VALUES`] and [`KEPT_BYTES`] at most), for the reads that follow each (a file
+//! looked up, then read in pieces, while the next files are fetched ahead), which would
+//! otherwise each read it whole again. One lock covers the file and the index, as a handle of these libraries is not
 //! for two threads at once.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -78,10 +78,12 @@ struct State<F> {
     last: VecDeque<(String, Bytes)>,
 }
 
-/// Values kept once read, at most: the one a reader is in, and those fetched ahead of it.
-const KEPT_VALUES: usize = 4;
-/// Bytes of values kept, at most, unless the newest alone is more.
-const KEPT_BYTES: usize = 64 << 20;
+/// Values kept once read, at most: the one a reader is in, and those fetched ahead of it (up
+/// to 8 files, `view::read_ahead`), a value of more than 8 MiB in more than one GET.
+const KEPT_VALUES: usize = 12;
+/// Bytes of values kept, at most, unless the newest alone is more. Mostly the same bytes as the
+/// fetcher holds of them (a value is served as slices of it), not a copy.
+const KEPT_BYTES: usize = 128 << 20;
 
 impl<F: LockedFile> State<F> {
     /// The size of the value at `key`, read once and then remembered.
@@ -114,8 +116,12 @@ impl<F: LockedFile> State<F> {
 
     /// The value at `key`: the one read last, or read now (and kept).
     fn value(&mut self, key: &str) -> std::result::Result<Option<Bytes>, String> {
-        if let Some((_, value)) = self.last.iter().find(|(last, _)| last == key) {
-            return Ok(Some(value.clone()));
+        if let Some(at) = self.last.iter().position(|(last, _)| last == key) {
+            // The newest again: a reader still in it keeps it while files are fetched ahead.
+            let kept = self.last.remove(at).expect("found");
+            let value = kept.1.clone();
+            self.last.push_back(kept);
+            return Ok(Some(value));
         }
         let Some(value) = self.file.fetch(key.as_bytes())? else {
             return Ok(None);
@@ -402,8 +408,12 @@ mod tests {
         let values: Vec<(&str, Vec<u8>)> = owned.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
         let (_file, db, fetches) = opened("review4-ahead", &values);
         let store = super::super::Objects::mount(db, "test", "test://review4", true, Default::default()).unwrap();
-        let fs = crate::mount::filesystem(std::sync::Arc::new(store), crate::view::index_cache::IndexCache::new(1 << 20), None)
-            .unwrap();
+        let fs = crate::mount::filesystem(
+            std::sync::Arc::new(store),
+            crate::view::index_cache::IndexCache::new(1 << 20),
+            None,
+        )
+        .unwrap();
         let lookup = |path: &str| {
             let mut ino = crate::fs::ROOT_INO;
             for name in path.split('/') {
@@ -448,8 +458,12 @@ mod tests {
         let values: Vec<(&str, Vec<u8>)> = owned.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
         let (_file, db, fetches) = opened("review4-ahead-large", &values);
         let store = super::super::Objects::mount(db, "test", "test://review4", true, Default::default()).unwrap();
-        let fs = crate::mount::filesystem(std::sync::Arc::new(store), crate::view::index_cache::IndexCache::new(1 << 20), None)
-            .unwrap();
+        let fs = crate::mount::filesystem(
+            std::sync::Arc::new(store),
+            crate::view::index_cache::IndexCache::new(1 << 20),
+            None,
+        )
+        .unwrap();
         let lookup = |path: &str| {
             let mut ino = crate::fs::ROOT_INO;
             for name in path.split('/') {

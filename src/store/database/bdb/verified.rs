@@ -7,8 +7,10 @@
 //! stamp is remembered only when the file's last change is older than [`SETTLED`]: within one
 //! tick of the file system's clock, a write right after the stamp was taken could leave its
 //! times as they were. What a stamp cannot see is damage that changes no time (a failing disk
-//! rotting a page between mounts); the library meets such a page as it would have met it in the
-//! middle of a mount anyway.
+//! rotting a page between mounts), nor times set back by hand where a file system lets a user
+//! set `ctime` (some network and FUSE file systems, vfat volumes written elsewhere): the stamp
+//! is as trustworthy as the file system's `ctime`, which on Linux's native file systems only the
+//! kernel sets.
 //!
 //! The record is a text file of one stamp a line, in `$XDG_CACHE_HOME/shardfs` (else
 //! `~/.cache/shardfs`), the newest [`KEPT`] stamps. Lines that do not parse are ignored, a
@@ -109,7 +111,8 @@ impl Record {
         // Written aside and renamed over, so that a reader sees the old record or the new one.
         let written = (|| {
             std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
-            let aside = path.with_extension(format!("{}.tmp", std::process::id()));
+            let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            let aside = path.with_extension(format!("{}.{nanos}.tmp", std::process::id()));
             let mut file = std::fs::File::create(&aside)?;
             file.write_all(text.as_bytes())?;
             std::fs::rename(&aside, path)

@@ -22,6 +22,8 @@ const REPLACE: c_int = 1;
 /// `gdbm_errno` when another process holds the lock a reader or a writer needs.
 const CANT_BE_READER: c_int = 9;
 const CANT_BE_WRITER: c_int = 10;
+/// `gdbm_errno` after a fetch of a key that is not there.
+const ITEM_NOT_FOUND: c_int = 15;
 
 /// The first bytes of a GNU dbm file, in this machine's byte order: the old format, the 32-bit
 /// and 64-bit ones, and the last two with numsync.
@@ -157,7 +159,12 @@ impl LockedFile for File {
     /// The value at `key`, if there is one.
     fn fetch(&mut self, key: &[u8]) -> Result<Option<Bytes>, String> {
         // SAFETY: the key's bytes outlive the call; the result is the caller's to free.
-        Ok(unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take().map(Bytes::from_owner))
+        match unsafe { (self.api.fetch)(self.handle, Datum::of(key)?) }.take() {
+            Some(value) => Ok(Some(Bytes::from_owner(value))),
+            // SAFETY: the library's own errno slot. No value is an error unless the key is missing.
+            None if unsafe { *(self.api.errno_location)() } == ITEM_NOT_FOUND => Ok(None),
+            None => Err(self.error()),
+        }
     }
 
     /// Stores `value` at `key` and syncs the file to disk.

@@ -18,6 +18,8 @@ const READER: u32 = 1 << 0;
 const WRITER: u32 = 1 << 1;
 /// Fail at once, rather than wait, when another process holds the file's lock.
 const TRY_LOCK: u32 = 1 << 7;
+/// `KCENOREC`: the error code of a get of a key that is not there.
+const NO_RECORD: i32 = 7;
 
 #[repr(C)]
 struct Db(c_void);
@@ -34,6 +36,7 @@ struct Api {
     remove: unsafe extern "C" fn(*mut Db, *const c_char, usize) -> i32,
     sync: unsafe extern "C" fn(*mut Db, i32, *const c_void, *mut c_void) -> i32,
     emsg: unsafe extern "C" fn(*mut Db) -> *const c_char,
+    ecode: unsafe extern "C" fn(*mut Db) -> i32,
     cursor: unsafe extern "C" fn(*mut Db) -> *mut Cursor,
     cursor_del: unsafe extern "C" fn(*mut Cursor),
     cursor_jump: unsafe extern "C" fn(*mut Cursor) -> i32,
@@ -60,6 +63,7 @@ fn load() -> Result<Api, String> {
         remove: symbol!(library, "Kyoto Cabinet", "kcdbremove"),
         sync: symbol!(library, "Kyoto Cabinet", "kcdbsync"),
         emsg: symbol!(library, "Kyoto Cabinet", "kcdbemsg"),
+        ecode: symbol!(library, "Kyoto Cabinet", "kcdbecode"),
         cursor: symbol!(library, "Kyoto Cabinet", "kcdbcursor"),
         cursor_del: symbol!(library, "Kyoto Cabinet", "kccurdel"),
         cursor_jump: symbol!(library, "Kyoto Cabinet", "kccurjump"),
@@ -124,7 +128,12 @@ impl LockedFile for File {
         let mut len = 0;
         // SAFETY: the key outlives the call.
         let value = unsafe { (self.api.get)(self.db, key.as_ptr().cast(), key.len(), &mut len) };
-        Ok(self.take(value, len).map(Bytes::from_owner))
+        match self.take(value, len) {
+            Some(value) => Ok(Some(Bytes::from_owner(value))),
+            // SAFETY: an open handle. No value is an error unless the record is missing.
+            None if unsafe { (self.api.ecode)(self.db) } == NO_RECORD => Ok(None),
+            None => Err(self.error()),
+        }
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
