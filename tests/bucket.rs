@@ -390,13 +390,14 @@ fn the_chunk_files_of_an_array_shown_as_stored_read_in_order_are_fetched_ahead()
             std::thread::sleep(Duration::from_millis(300));
             store.gets_sent() - before
         };
-        // The third in order asks for the files of the next 8 chunks (2 to 10), each chunk after
-        // for one more: each chunk file once, up to 8 ahead of the reader.
-        assert_eq!(read_in_order(0..4), 13, "({key}) chunks 0 to 11 and the document");
-        assert_eq!(read_in_order(4..12), 8, "({key}) chunks 12 to 19, none again");
+        // The third in order asks for the files of the next 32 chunks (2 to 34: a row of 64 is
+        // more than the most asked for), each chunk after for one more: each chunk file once, up
+        // to 32 ahead of the reader.
+        assert_eq!(read_in_order(0..4), 37, "({key}) chunks 0 to 35 and the document");
+        assert_eq!(read_in_order(4..12), 8, "({key}) chunks 36 to 43, none again");
         // Out of order: nothing ahead.
         let before = store.gets_sent();
-        for i in [60, 40] {
+        for i in [63, 52] {
             assert!(read_path(&fs, &format!("v2/{key}{i}")).unwrap() == chunks[i]);
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -32,6 +32,11 @@ const IN_ORDER: u32 = 3;
 /// enters it), up to [`MOST_AHEAD`].
 const FILES_AHEAD: u64 = 3;
 const MOST_AHEAD: u64 = 8;
+/// The same for the chunk files of an array shown as stored: each is one chunk, often tens of
+/// KiB, and on an object store a round trip or two (its HEAD once its listing is stale, its
+/// GET): a shard's worth of them ahead keeps the requests a mount makes at once busy.
+const CHUNK_FILES_AHEAD: u64 = 16;
+const MOST_CHUNK_FILES_AHEAD: u64 = 32;
 /// How many arrays' readers are followed.
 const ARRAYS: usize = 1024;
 /// Files remembered as asked for, per array; past this they are forgotten.
@@ -61,16 +66,31 @@ struct Layout<'a> {
     per_file: Vec<u64>,
     /// Files along each dimension.
     file_grid: &'a [u64],
+    /// How many files' worth of chunks are asked for ahead, at least and at most.
+    ahead: (u64, u64),
 }
 
 impl<'a> Layout<'a> {
     fn of_sharded(array: &'a ShardedArray) -> Self {
         let per_file = array.meta.sharding.chunks_per_shard();
-        Layout { dir: &array.dir, grid: &array.grid, per_file, file_grid: &array.shard_grid }
+        Layout {
+            dir: &array.dir,
+            grid: &array.grid,
+            per_file,
+            file_grid: &array.shard_grid,
+            ahead: (FILES_AHEAD, MOST_AHEAD),
+        }
     }
 
     fn of_plain(array: &'a PlainArray) -> Self {
-        Layout { dir: &array.dir, grid: &array.grid, per_file: vec![1; array.grid.len()], file_grid: &array.grid }
+        let ahead = (CHUNK_FILES_AHEAD, MOST_CHUNK_FILES_AHEAD);
+        Layout {
+            dir: &array.dir,
+            grid: &array.grid,
+            per_file: vec![1; array.grid.len()],
+            file_grid: &array.grid,
+            ahead,
+        }
     }
 
     /// The file holding the chunk at `coords`.
@@ -142,7 +162,7 @@ impl ReadAhead {
             // Reads of chunks opened before (a pool's slower threads, the kernel reading a file
             // it opened long ago) are no step back; only a new pass from further back than the
             // files asked for starts over.
-            if place.saturating_add(FILES_AHEAD.saturating_mul(per_file)) < progress.last {
+            if place.saturating_add(layout.ahead.0.saturating_mul(per_file)) < progress.last {
                 *progress = fresh();
             }
             return Vec::new();
@@ -159,7 +179,8 @@ impl ReadAhead {
         // Two rows of files ahead (a 2-D reader entering a row of files has the next one under
         // way), at least [`FILES_AHEAD`], at most [`MOST_AHEAD`].
         let files_per_row = layout.file_grid.last().copied().unwrap_or(1);
-        let ahead = files_per_row.saturating_mul(2).clamp(FILES_AHEAD, MOST_AHEAD).saturating_mul(per_file);
+        let (least, most) = layout.ahead;
+        let ahead = files_per_row.saturating_mul(2).clamp(least, most).saturating_mul(per_file);
         let until = place.saturating_add(ahead).min(chunks.saturating_sub(1));
         let per_file_along_last = layout.per_file.last().copied().unwrap_or(1).max(1);
         let row = layout.grid.last().copied().unwrap_or(1).max(1);
