@@ -4,6 +4,7 @@
 //! GNU dbm's lock (a writable mount its one writer, a read-only mount a reader). Each write is
 //! synced to disk before it returns.
 
+mod layout;
 mod library;
 
 use std::path::Path;
@@ -41,7 +42,7 @@ pub fn open(path: &Path, read_only: bool) -> Result<Gdbm, String> {
 mod tests {
     use super::*;
     use crate::store::database::{Condition, Database, Objects};
-    use object_store::PutPayload;
+    use object_store::{GetRange, PutPayload};
 
     /// A new empty GNU dbm file, removed when the guard is dropped; `None` (said loudly) where
     /// the library is missing, unless `SHARDFS_REQUIRE_GDBM=1` (`.ci/run`) makes that a failure.
@@ -97,6 +98,57 @@ mod tests {
         let again = open(&path, true).unwrap();
         assert_eq!(again.entry("a").unwrap().map(|e| e.size), Some(3));
         assert_eq!(again.list_all("").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn values_are_read_where_the_buckets_place_them_until_written() {
+        let Some((_file, path)) = temp_file("gdbm-places") else { return };
+        let value =
+            |n: usize, seed: u8| (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<u8>>();
+        let mut written = std::collections::BTreeMap::new();
+        let database = open(&path, false).unwrap();
+        // Enough keys to split buckets; some replaced and removed, so that freed space is reused.
+        for i in 0..600 {
+            let bytes = value(1 + (i * 37) % 5000, i as u8);
+            database.write(&format!("a/{i}"), &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
+            written.insert(format!("a/{i}"), bytes);
+        }
+        for i in (0..600).step_by(7) {
+            let bytes = value(1 + (i * 53) % 9000, 7);
+            database.write(&format!("a/{i}"), &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
+            written.insert(format!("a/{i}"), bytes);
+        }
+        for i in (3..600).step_by(11) {
+            database.delete(&format!("a/{i}")).unwrap();
+            written.remove(&format!("a/{i}"));
+        }
+        drop(database);
+        let range = GetRange::Bounded(3..40);
+        let check = |database: &Gdbm, written: &std::collections::BTreeMap<String, Vec<u8>>| {
+            assert_eq!(database.list_all("").unwrap().len(), written.len());
+            for (key, bytes) in written {
+                let (entry, _, whole) = database.read(key, None, &|_| Ok(())).unwrap().unwrap();
+                assert_eq!((entry.size, &whole[..]), (bytes.len() as u64, &bytes[..]), "{key}");
+                if bytes.len() >= 40 {
+                    let (_, at, part) = database.read(key, Some(&range), &|_| Ok(())).unwrap().unwrap();
+                    assert_eq!((at, &part[..]), (3..40, &bytes[3..40]), "{key}");
+                }
+            }
+        };
+        let reader = open(&path, true).unwrap();
+        assert_eq!(reader.placed(), written.len(), "every value placed from the buckets");
+        check(&reader, &written);
+        drop(reader);
+        // A writer's own writes move values: each written key is read through the library again.
+        let writer = open(&path, false).unwrap();
+        assert_eq!(writer.placed(), written.len());
+        for i in (0..600).step_by(5) {
+            let bytes = value(100 + i, 99);
+            writer.write(&format!("a/{i}"), &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
+            written.insert(format!("a/{i}"), bytes);
+        }
+        assert!(writer.placed() < written.len() - 100);
+        check(&writer, &written);
     }
 
     #[test]

@@ -7,17 +7,21 @@
 //! `flock`) means nothing else changes the file while it is
 //! mounted: a writable mount is its writer, a read-only mount one of its readers. Versions are
 //! then this mount's own ([`Versions`]). The keys are read once at open into an ordered index
-//! (kept up to date by this mount's writes), and each value's size is learnt when first needed:
-//! from the library where it tells a size without the value (Berkeley DB), else by reading the
-//! value, which these libraries give only whole. A read reads the whole value, as the library
+//! (kept up to date by this mount's writes). Where the file's own structures say where each value
+//! lies ([`Places`]: GNU dbm's buckets), checked against the library's keys at open, every size is
+//! known at once and a read of a value no write of this mount has touched takes only the bytes
+//! asked for, with `pread`. Otherwise each value's size is learnt when first needed: from the
+//! library where it tells a size without the value (Berkeley DB), else by reading the value,
+//! which these libraries give only whole; and a read reads the whole value, as the library
 //! allocated it (no copy), and gives the range asked for. The values last read or served are
 //! kept ([`KEPT_VALUES`] and [`KEPT_BYTES`] at most), for the reads that follow each (a file
 //! looked up, then read in pieces, while the next files are fetched ahead), which would
 //! otherwise each read it whole again. One lock covers the file and the index, as a handle of these libraries is not
 //! for two threads at once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -36,6 +40,14 @@ pub enum Measured {
     Value(Bytes),
 }
 
+/// Where the values of a file lie in it, read from the file's own structures.
+pub struct Places {
+    /// The file, read with `pread` (the very file the library holds).
+    pub file: std::fs::File,
+    /// Each key's value, as a range of the file's bytes.
+    pub of: HashMap<Vec<u8>, Range<u64>>,
+}
+
 /// An open, locked database file, as a C library gives it.
 pub trait LockedFile: Send + 'static {
     /// The value at `key`, if there is one.
@@ -50,6 +62,11 @@ pub trait LockedFile: Send + 'static {
     fn delete(&mut self, key: &[u8]) -> std::result::Result<(), String>;
     /// Every key, in whatever order the file keeps.
     fn keys(&mut self) -> std::result::Result<Vec<Vec<u8>>, String>;
+    /// Where each value lies in the file, where its structures tell (GNU dbm's buckets); `None`:
+    /// values are read through [`Self::fetch`] alone.
+    fn places(&mut self) -> Option<Places> {
+        None
+    }
 }
 
 /// The database of a [`LockedFile`].
@@ -76,6 +93,10 @@ struct State<F> {
     versions: Versions,
     /// The values last read, newest last, until pushed out or written or removed.
     last: VecDeque<(String, Bytes)>,
+    /// Where the values no write of this mount has touched lie in the file, and the file: read
+    /// there, a value is read only as far as asked, and never copied whole.
+    places: HashMap<String, Range<u64>>,
+    placed: Option<std::fs::File>,
 }
 
 /// Values kept once read, at most: the one a reader is in, and those fetched ahead of it (up
@@ -130,9 +151,11 @@ impl<F: LockedFile> State<F> {
         Ok(Some(value))
     }
 
-    /// `key` is written or removed: a value kept for it is no longer its value.
+    /// `key` is written or removed: a value kept for it is no longer its value, nor is its
+    /// value where it was.
     fn changes(&mut self, key: &str) {
         self.last.retain(|(last, _)| last != key);
+        self.places.remove(key);
     }
 
     /// Keeps `value`, read for `key`, pushing out the oldest beyond the bounds.
@@ -157,17 +180,37 @@ impl<F: LockedFile> KeyedFile<F> {
         let name = path.display().to_string();
         let registered = Registered::open(path, &name)?;
         let mut file = open()?;
+        let listed = file.keys().map_err(|e| format!("{name}: {e}"))?;
+        let (places, placed) = match file.places() {
+            Some(found) if agrees(&found.of, &listed) => (found.of, Some(found.file)),
+            Some(_) => {
+                log::warn!(
+                    "{name}: its buckets name other keys than its library lists; values read through the library"
+                );
+                (HashMap::new(), None)
+            }
+            None => (HashMap::new(), None),
+        };
+        let places: HashMap<String, Range<u64>> =
+            places.into_iter().filter_map(|(key, place)| Some((String::from_utf8(key).ok()?, place))).collect();
         let mut keys = BTreeMap::new();
-        for key in file.keys().map_err(|e| format!("{name}: {e}"))? {
+        for key in listed {
             match String::from_utf8(key) {
                 Ok(key) => {
-                    keys.insert(key, None);
+                    let size = places.get(&key).map(|place| place.end - place.start);
+                    keys.insert(key, size);
                 }
                 Err(e) => log::warn!("{name}: a key that is not UTF-8 left out: {:?}", e.as_bytes()),
             }
         }
-        let state = State { file, keys, versions: Versions::new(path), last: VecDeque::new() };
+        let state = State { file, keys, versions: Versions::new(path), last: VecDeque::new(), places, placed };
         Ok(KeyedFile { store, name, read_only, state: Mutex::new(state), _registered: registered })
+    }
+
+    /// How many values are read where the file places them.
+    #[cfg(test)]
+    pub fn placed(&self) -> usize {
+        self.state.lock().places.len()
     }
 
     /// True when opened as a reader.
@@ -211,6 +254,11 @@ impl<F: LockedFile> KeyedFile<F> {
     }
 }
 
+/// True when `places` names exactly the keys the library `listed`, each once.
+fn agrees(places: &HashMap<Vec<u8>, Range<u64>>, listed: &[Vec<u8>]) -> bool {
+    places.len() == listed.len() && listed.iter().all(|key| places.contains_key(key))
+}
+
 impl<F: LockedFile> Database for KeyedFile<F> {
     fn name(&self) -> &str {
         &self.name
@@ -230,6 +278,18 @@ impl<F: LockedFile> Database for KeyedFile<F> {
         let mut state = self.state.lock();
         if !state.keys.contains_key(key) {
             return Ok(None);
+        }
+        // Read where the file places it, only as far as asked; the state's lock is held
+        // meanwhile, so that no write of the key frees those bytes under the read.
+        if let Some(place) = state.places.get(key)
+            && let Some(file) = &state.placed
+        {
+            let entry = Entry { size: place.end - place.start, version: state.versions.of(key.as_bytes()) };
+            admit(&entry)?;
+            let range = resolve(self.store, range, entry.size)?;
+            let mut bytes = vec![0; (range.end - range.start) as usize];
+            file.read_exact_at(&mut bytes, place.start + range.start).map_err(|e| self.fail(format!("{key}: {e}")))?;
+            return Ok(Some((entry, range, bytes.into())));
         }
         let Some(value) = state.value(key).map_err(|e| self.fail(format!("{key}: {e}")))? else {
             return Ok(None);

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::store::database::keyed_file::LockedFile;
+use crate::store::database::keyed_file::{LockedFile, Places};
 use crate::store::database::loaded::{self, Allocated, symbol};
 
 /// The library's file names, newest soname first.
@@ -69,6 +69,7 @@ struct Api {
     nextkey: unsafe extern "C" fn(*mut Handle, Datum) -> Datum,
     sync: unsafe extern "C" fn(*mut Handle) -> c_int,
     errno_location: unsafe extern "C" fn() -> *mut c_int,
+    fdesc: unsafe extern "C" fn(*mut Handle) -> c_int,
     strerror: unsafe extern "C" fn(c_int) -> *const c_char,
     /// Keeps the functions above loaded.
     _library: libloading::Library,
@@ -91,6 +92,7 @@ fn load() -> Result<Api, String> {
         nextkey: symbol!(library, "GNU dbm", "gdbm_nextkey"),
         sync: symbol!(library, "GNU dbm", "gdbm_sync"),
         errno_location: symbol!(library, "GNU dbm", "gdbm_errno_location"),
+        fdesc: symbol!(library, "GNU dbm", "gdbm_fdesc"),
         strerror: symbol!(library, "GNU dbm", "gdbm_strerror"),
         _library: library,
     })
@@ -194,6 +196,33 @@ impl LockedFile for File {
             key = next;
         }
         Ok(keys)
+    }
+
+    /// From the file's buckets ([`super::layout`]), where its format is the one known there.
+    fn places(&mut self) -> Option<Places> {
+        let found = self.descriptor().map_err(|e| e.to_string());
+        match found.and_then(|file| Ok(Places { of: super::layout::places(&file)?, file })) {
+            Ok(places) => Some(places),
+            Err(why) => {
+                log::info!("GNU dbm: values read through the library, whole: {why}");
+                None
+            }
+        }
+    }
+}
+
+impl File {
+    /// A descriptor of its own for the very file the handle holds.
+    fn descriptor(&self) -> std::io::Result<std::fs::File> {
+        // SAFETY: a live handle; its descriptor stays open while the handle lives, and is only
+        // duplicated here.
+        let fd = unsafe { (self.api.fdesc)(self.handle) };
+        if fd < 0 {
+            return Err(std::io::Error::other("no descriptor"));
+        }
+        // SAFETY: as above.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        Ok(borrowed.try_clone_to_owned()?.into())
     }
 }
 
