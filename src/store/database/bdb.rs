@@ -190,6 +190,23 @@ mod tests {
         Some((Removed(path.clone()), path))
     }
 
+    /// The file at `path` opened as a reader, once a writer just dropped is gone: a child another
+    /// test of this process forks holds a copy of the lock's descriptor until it execs, so the
+    /// lock may outlive the drop by that long.
+    fn reader(path: &std::path::Path) -> Bdb {
+        let mut again = open(path, true);
+        for _ in 0..100 {
+            match &again {
+                Err(e) if e.contains("held by another process") => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    again = open(path, true);
+                }
+                _ => break,
+            }
+        }
+        again.unwrap()
+    }
+
     struct Removed(std::path::PathBuf);
 
     impl Drop for Removed {
@@ -211,6 +228,27 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_maps_the_file_and_reads_every_value_exactly() {
+        for kind in [Kind::Hash, Kind::Btree] {
+            let Some((_file, path)) = temp_file("bdb-mapped", kind) else { return };
+            let value = |n: usize, seed: usize| (0..n).map(|i| (i * 7 + seed) as u8).collect::<Vec<u8>>();
+            let written: Vec<(String, Vec<u8>)> =
+                (0..40).map(|i| (format!("a/{i}"), value([0, 1, 100, 5000, 70_000, 1 << 20][i % 6], i))).collect();
+            let writer = open(&path, false).unwrap();
+            for (key, bytes) in &written {
+                writer.write(key, &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
+            }
+            drop(writer);
+            // Read-only, the file is mapped (pages read where they are, not through the cache).
+            let reader = reader(&path);
+            for (key, bytes) in &written {
+                let (entry, _, whole) = reader.read(key, None, &|_| Ok(())).unwrap().unwrap();
+                assert_eq!((entry.size, &whole[..]), (bytes.len() as u64, &bytes[..]), "{kind:?} {key}");
+            }
+        }
+    }
+
+    #[test]
     fn versions_change_with_this_stores_writes_and_a_held_file_is_refused() {
         use std::os::fd::AsRawFd;
         let Some((_file, path)) = temp_file("bdb-versions", Kind::Hash) else { return };
@@ -226,20 +264,8 @@ mod tests {
         let twice = open(&path, true).unwrap_err();
         assert!(twice.contains("already open in this process"), "{twice}");
         drop(database);
-        // Opened again, as a reader: the values are there, with their sizes. A child another test
-        // of this process forks holds a copy of the lock's descriptor until it execs, so the lock
-        // may outlive the drop by that long.
-        let mut again = open(&path, true);
-        for _ in 0..100 {
-            match &again {
-                Err(e) if e.contains("held by another process") => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    again = open(&path, true);
-                }
-                _ => break,
-            }
-        }
-        let again = again.unwrap();
+        // Opened again, as a reader: the values are there, with their sizes.
+        let again = reader(&path);
         assert_eq!(again.entry("a").unwrap().map(|e| e.size), Some(3));
         assert_eq!(again.entry("big").unwrap().map(|e| e.size), Some(3 << 20));
         assert_eq!(again.list_all("").unwrap().len(), 3);

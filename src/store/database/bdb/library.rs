@@ -53,6 +53,9 @@ const NOTFOUND: c_int = -30988;
 
 /// The cache of a file's environment: whole values of a few MiB go through it.
 const CACHE_BYTES: u32 = 16 << 20;
+/// The largest file a read-only mount maps rather than reads through the cache (address space
+/// only: the kernel's page cache holds the pages either way).
+const MAPPED_BYTES: usize = 1 << 40;
 
 #[repr(C)]
 struct Db(c_void);
@@ -92,6 +95,7 @@ struct Api {
     env_create: unsafe extern "C" fn(*mut *mut Env, u32) -> c_int,
     env_set_errcall: unsafe extern "C" fn(*mut Env, ErrCall),
     env_set_cachesize: unsafe extern "C" fn(*mut Env, u32, u32, c_int) -> c_int,
+    env_set_mmapsize: unsafe extern "C" fn(*mut Env, usize) -> c_int,
     env_open: unsafe extern "C" fn(*mut Env, *const c_char, u32, c_int) -> c_int,
     env_close: unsafe extern "C" fn(*mut Env, u32) -> c_int,
     create: unsafe extern "C" fn(*mut *mut Db, *mut Env, u32) -> c_int,
@@ -121,6 +125,7 @@ fn load() -> Result<Api, String> {
         env_create: symbol!(library, "Berkeley DB", "db_env_create"),
         env_set_errcall: symbol!(library, "Berkeley DB", "__env_set_errcall"),
         env_set_cachesize: symbol!(library, "Berkeley DB", "__memp_set_cachesize"),
+        env_set_mmapsize: symbol!(library, "Berkeley DB", "__memp_set_mp_mmapsize"),
         env_open: symbol!(library, "Berkeley DB", "__env_open_pp"),
         env_close: symbol!(library, "Berkeley DB", "__env_close_pp"),
         create: symbol!(library, "Berkeley DB", "db_create"),
@@ -230,6 +235,11 @@ impl File {
             let mut file = File { api, env, db: std::ptr::null_mut(), _lock: lock };
             (api.env_set_errcall)(env, keep);
             api.check((api.env_set_cachesize)(env, 0, CACHE_BYTES, 1))?;
+            if read_only {
+                // A file opened read-only is mapped and its pages read where they are, not
+                // copied through the cache, up to this size (the library's default: 10 MB).
+                api.check((api.env_set_mmapsize)(env, MAPPED_BYTES))?;
+            }
             api.check((api.env_open)(env, std::ptr::null(), CREATE | INIT_MPOOL | PRIVATE, 0))?;
             if verify && !create {
                 let mut checker = std::ptr::null_mut();
