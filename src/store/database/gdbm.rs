@@ -152,6 +152,25 @@ mod tests {
     }
 
     #[test]
+    fn buckets_that_disagree_with_the_library_are_not_used() {
+        let Some((_file, path)) = temp_file("gdbm-disagree") else { return };
+        let database = open(&path, false).unwrap();
+        database.write("abcdef", &PutPayload::from_static(b"value"), &Condition::Any).unwrap();
+        drop(database);
+        // The element's copy of the key's first bytes, changed: the library's lookup would no
+        // longer find the key there, so the buckets are not trusted for any key.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let int = |at: usize| i32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap());
+        let dir = i64::from_ne_bytes(bytes[8..16].try_into().unwrap()) as usize;
+        let bucket = i64::from_ne_bytes(bytes[dir..dir + 8].try_into().unwrap()) as usize;
+        let element = (0..int(28) as usize).map(|e| bucket + 112 + 24 * e).find(|&e| int(e) != -1).unwrap();
+        assert_eq!(&bytes[element + 4..element + 8], b"abcd");
+        bytes[element + 4] = b'x';
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(open(&path, true).unwrap().placed(), 0);
+    }
+
+    #[test]
     fn a_listing_names_each_directory_once_and_only_its_own_files() {
         let Some((_file, path)) = temp_file("gdbm-listing") else { return };
         crate::store::database::check_listing(&open(&path, false).unwrap());

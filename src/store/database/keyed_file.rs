@@ -21,7 +21,6 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -40,13 +39,9 @@ pub enum Measured {
     Value(Bytes),
 }
 
-/// Where the values of a file lie in it, read from the file's own structures.
-pub struct Places {
-    /// The file, read with `pread` (the very file the library holds).
-    pub file: std::fs::File,
-    /// Each key's value, as a range of the file's bytes.
-    pub of: HashMap<Vec<u8>, Range<u64>>,
-}
+/// Where the values of a file lie in it, read from the file's own structures: each key's value,
+/// as a range of the file's bytes.
+pub type Places = HashMap<Vec<u8>, Range<u64>>;
 
 /// An open, locked database file, as a C library gives it.
 pub trait LockedFile: Send + 'static {
@@ -66,6 +61,11 @@ pub trait LockedFile: Send + 'static {
     /// values are read through [`Self::fetch`] alone.
     fn places(&mut self) -> Option<Places> {
         None
+    }
+    /// Fills `buf` with the file's bytes at `at` (where [`Self::places`] names them).
+    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        let _ = (buf, at);
+        Err(std::io::ErrorKind::Unsupported.into())
     }
 }
 
@@ -96,7 +96,6 @@ struct State<F> {
     /// Where the values no write of this mount has touched lie in the file, and the file: read
     /// there, a value is read only as far as asked, and never copied whole.
     places: HashMap<String, Range<u64>>,
-    placed: Option<std::fs::File>,
 }
 
 /// Values kept once read, at most: the one a reader is in, and those fetched ahead of it (up
@@ -181,15 +180,15 @@ impl<F: LockedFile> KeyedFile<F> {
         let registered = Registered::open(path, &name)?;
         let mut file = open()?;
         let listed = file.keys().map_err(|e| format!("{name}: {e}"))?;
-        let (places, placed) = match file.places() {
-            Some(found) if agrees(&found.of, &listed) => (found.of, Some(found.file)),
+        let places = match file.places() {
+            Some(found) if agrees(&found, &listed) => found,
             Some(_) => {
                 log::warn!(
                     "{name}: its buckets name other keys than its library lists; values read through the library"
                 );
-                (HashMap::new(), None)
+                HashMap::new()
             }
-            None => (HashMap::new(), None),
+            None => HashMap::new(),
         };
         let places: HashMap<String, Range<u64>> =
             places.into_iter().filter_map(|(key, place)| Some((String::from_utf8(key).ok()?, place))).collect();
@@ -203,7 +202,7 @@ impl<F: LockedFile> KeyedFile<F> {
                 Err(e) => log::warn!("{name}: a key that is not UTF-8 left out: {:?}", e.as_bytes()),
             }
         }
-        let state = State { file, keys, versions: Versions::new(path), last: VecDeque::new(), places, placed };
+        let state = State { file, keys, versions: Versions::new(path), last: VecDeque::new(), places };
         Ok(KeyedFile { store, name, read_only, state: Mutex::new(state), _registered: registered })
     }
 
@@ -281,14 +280,13 @@ impl<F: LockedFile> Database for KeyedFile<F> {
         }
         // Read where the file places it, only as far as asked; the state's lock is held
         // meanwhile, so that no write of the key frees those bytes under the read.
-        if let Some(place) = state.places.get(key)
-            && let Some(file) = &state.placed
-        {
+        if let Some(place) = state.places.get(key) {
             let entry = Entry { size: place.end - place.start, version: state.versions.of(key.as_bytes()) };
             admit(&entry)?;
             let range = resolve(self.store, range, entry.size)?;
             let mut bytes = vec![0; (range.end - range.start) as usize];
-            file.read_exact_at(&mut bytes, place.start + range.start).map_err(|e| self.fail(format!("{key}: {e}")))?;
+            let at = place.start + range.start;
+            state.file.read_at(&mut bytes, at).map_err(|e| self.fail(format!("{key}: {e}")))?;
             return Ok(Some((entry, range, bytes.into())));
         }
         let Some(value) = state.value(key).map_err(|e| self.fail(format!("{key}: {e}")))? else {

@@ -9,9 +9,7 @@
 //! it is used ([`super::super::keyed_file`] then reads values through the library).
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 
 /// The 64-bit formats' magic numbers: plain, and with numsync (whose extra header follows the
 /// plain one, leaving what is read here where it was).
@@ -27,15 +25,17 @@ const ELEMENT_LEN: usize = 24;
 /// The hash value of an element not in use.
 const UNUSED: i32 = -1;
 
-/// The place of each key's value in the GNU dbm file `file`, by key.
-pub fn places(file: &File) -> Result<HashMap<Vec<u8>, Range<u64>>, String> {
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
+/// The place of each key's value in a GNU dbm file of `len` bytes, which `read_at` reads, by key.
+pub fn places(
+    len: u64,
+    read_at: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
+) -> Result<HashMap<Vec<u8>, Range<u64>>, String> {
     let read = |at: u64, n: usize| -> Result<Vec<u8>, String> {
         if at.checked_add(n as u64).is_none_or(|end| end > len) {
             return Err(format!("{n} bytes at {at}: past the end of the file"));
         }
         let mut bytes = vec![0; n];
-        file.read_exact_at(&mut bytes, at).map_err(|e| format!("{n} bytes at {at}: {e}"))?;
+        read_at(&mut bytes, at).map_err(|e| format!("{n} bytes at {at}: {e}"))?;
         Ok(bytes)
     };
     let header = read(0, HEADER_LEN)?;
@@ -76,6 +76,11 @@ pub fn places(file: &File) -> Result<HashMap<Vec<u8>, Range<u64>>, String> {
                 return Err(format!("an element of the bucket at {at} out of range"));
             };
             let key = read(pointer, key_size)?;
+            // The key's first bytes, kept in the element, as the library's lookup compares them.
+            let start = key_size.min(4);
+            if element[4..4 + start] != key[..start] {
+                return Err(format!("an element of the bucket at {at} whose key starts otherwise"));
+            }
             let start = pointer + key_size as u64;
             if start + data_size > len {
                 return Err(format!("a value at {start} of {data_size} bytes: past the end of the file"));

@@ -6,6 +6,7 @@
 //! `Sync`, and the store keeps it behind a lock.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
@@ -185,23 +186,36 @@ impl LockedFile for File {
         self.sync()
     }
 
-    /// Every key, in the file's hash order.
+    /// Every key, in the file's hash order. A damaged file can make the library list keys again
+    /// without end, or stop early: a key listed twice, or an end that is not "no more keys",
+    /// fails.
     fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
         let mut keys = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         // SAFETY: each datum the library returns is freed once, after the next call used it.
         let mut key = unsafe { (self.api.firstkey)(self.handle) };
         while !key.dptr.is_null() {
             let next = unsafe { (self.api.nextkey)(self.handle, key) };
-            keys.extend(key.take().map(|key| key.as_ref().to_vec()));
+            if let Some(key) = key.take().map(|key| key.as_ref().to_vec()) {
+                if !seen.insert(key.clone()) {
+                    drop(next.take());
+                    return Err(format!("damaged: key {:?} listed twice", String::from_utf8_lossy(&key)));
+                }
+                keys.push(key);
+            }
             key = next;
         }
-        Ok(keys)
+        // SAFETY: the library's own errno slot.
+        match unsafe { *(self.api.errno_location)() } {
+            ITEM_NOT_FOUND => Ok(keys),
+            _ => Err(format!("damaged: listing its keys: {}", self.error())),
+        }
     }
 
     /// From the file's buckets ([`super::layout`]), where its format is the one known there.
     fn places(&mut self) -> Option<Places> {
-        let found = self.descriptor().map_err(|e| e.to_string());
-        match found.and_then(|file| Ok(Places { of: super::layout::places(&file)?, file })) {
+        let read = |buf: &mut [u8], at: u64| self.read_at(buf, at);
+        match self.len().map_err(|e| e.to_string()).and_then(|len| super::layout::places(len, read)) {
             Ok(places) => Some(places),
             Err(why) => {
                 log::info!("GNU dbm: values read through the library, whole: {why}");
@@ -209,20 +223,29 @@ impl LockedFile for File {
             }
         }
     }
+
+    /// With `pread` on the library's own descriptor of the file (a descriptor of this process's
+    /// own would, closed, give up the library's lock where that is an fcntl lock).
+    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        self.descriptor()?.read_exact_at(buf, at)
+    }
 }
 
 impl File {
-    /// A descriptor of its own for the very file the handle holds.
-    fn descriptor(&self) -> std::io::Result<std::fs::File> {
-        // SAFETY: a live handle; its descriptor stays open while the handle lives, and is only
-        // duplicated here.
+    /// The library's descriptor of the file, as a file that is never closed here.
+    fn descriptor(&self) -> std::io::Result<std::mem::ManuallyDrop<std::fs::File>> {
+        // SAFETY: a live handle.
         let fd = unsafe { (self.api.fdesc)(self.handle) };
         if fd < 0 {
-            return Err(std::io::Error::other("no descriptor"));
+            return Err(std::io::Error::other("GNU dbm gave no descriptor"));
         }
-        // SAFETY: as above.
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        Ok(borrowed.try_clone_to_owned()?.into())
+        // SAFETY: the handle's descriptor, open while the handle lives; never closed here.
+        Ok(std::mem::ManuallyDrop::new(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+
+    /// The file's length.
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.descriptor()?.metadata()?.len())
     }
 }
 
