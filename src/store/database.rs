@@ -32,6 +32,7 @@ pub mod leveldb;
 pub mod lmdb;
 mod loaded;
 pub mod postgres;
+mod recent;
 pub mod redis;
 mod sole;
 pub mod sqlite;

@@ -14,12 +14,12 @@
 //! library where it tells a size without the value (Berkeley DB), else by reading the value,
 //! which these libraries give only whole; and a read reads the whole value, as the library
 //! allocated it (no copy), and gives the range asked for. The values last read or served are
-//! kept ([`KEPT_VALUES`] and [`KEPT_BYTES`] at most), for the reads that follow each (a file
+//! kept ([`Recent`]), for the reads that follow each (a file
 //! looked up, then read in pieces, while the next files are fetched ahead), which would
 //! otherwise each read it whole again. One lock covers the file and the index, as a handle of these libraries is not
 //! for two threads at once.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::Path;
 
@@ -28,6 +28,7 @@ use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 
+use super::recent::Recent;
 use super::sole::{Registered, Versions};
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
@@ -91,19 +92,12 @@ struct State<F> {
     /// Every key, with its value's size once known.
     keys: BTreeMap<String, Option<u64>>,
     versions: Versions,
-    /// The values last read, newest last, until pushed out or written or removed.
-    last: VecDeque<(String, Bytes)>,
+    /// The values last read.
+    last: Recent,
     /// Where the values no write of this mount has touched lie in the file, and the file: read
     /// there, a value is read only as far as asked, and never copied whole.
     places: HashMap<String, Range<u64>>,
 }
-
-/// Values kept once read, at most: the one a reader is in, and those fetched ahead of it (up
-/// to 32 chunk files, `view::read_ahead`), a value of more than 8 MiB in more than one GET.
-const KEPT_VALUES: usize = 40;
-/// Bytes of values kept, at most, unless the newest alone is more. Mostly the same bytes as the
-/// fetcher holds of them (a value is served as slices of it), not a copy.
-const KEPT_BYTES: usize = 128 << 20;
 
 impl<F: LockedFile> State<F> {
     /// The size of the value at `key`, read once and then remembered.
@@ -120,7 +114,7 @@ impl<F: LockedFile> State<F> {
                     Some(Measured::Size(size)) => size,
                     Some(Measured::Value(value)) => {
                         let size = value.len() as u64;
-                        self.keep(key, value);
+                        self.last.keep(key, value);
                         size
                     }
                 };
@@ -136,34 +130,21 @@ impl<F: LockedFile> State<F> {
 
     /// The value at `key`: the one read last, or read now (and kept).
     fn value(&mut self, key: &str) -> std::result::Result<Option<Bytes>, String> {
-        if let Some(at) = self.last.iter().position(|(last, _)| last == key) {
-            // The newest again: a reader still in it keeps it while files are fetched ahead.
-            let kept = self.last.remove(at).expect("found");
-            let value = kept.1.clone();
-            self.last.push_back(kept);
+        if let Some(value) = self.last.get(key) {
             return Ok(Some(value));
         }
         let Some(value) = self.file.fetch(key.as_bytes())? else {
             return Ok(None);
         };
-        self.keep(key, value.clone());
+        self.last.keep(key, value.clone());
         Ok(Some(value))
     }
 
     /// `key` is written or removed: a value kept for it is no longer its value, nor is its
     /// value where it was.
     fn changes(&mut self, key: &str) {
-        self.last.retain(|(last, _)| last != key);
+        self.last.forget(key);
         self.places.remove(key);
-    }
-
-    /// Keeps `value`, read for `key`, pushing out the oldest beyond the bounds.
-    fn keep(&mut self, key: &str, value: Bytes) {
-        self.last.push_back((key.to_string(), value));
-        let mut bytes: usize = self.last.iter().map(|(_, v)| v.len()).sum();
-        while self.last.len() > KEPT_VALUES || (self.last.len() > 1 && bytes > KEPT_BYTES) {
-            bytes -= self.last.pop_front().map_or(0, |(_, v)| v.len());
-        }
     }
 }
 
@@ -202,7 +183,7 @@ impl<F: LockedFile> KeyedFile<F> {
                 Err(e) => log::warn!("{name}: a key that is not UTF-8 left out: {:?}", e.as_bytes()),
             }
         }
-        let state = State { file, keys, versions: Versions::new(path), last: VecDeque::new(), places };
+        let state = State { file, keys, versions: Versions::new(path), last: Recent::default(), places };
         Ok(KeyedFile { store, name, read_only, state: Mutex::new(state), _registered: registered })
     }
 

@@ -6,8 +6,9 @@
 //! mount is the database's only writer, and another process's open fails; a database another
 //! process holds is refused before mounting. So versions are this mount's own ([`Versions`]).
 //!
-//! Reads seek an iterator to the key and copy the range asked for from the value LevelDB holds,
-//! never the whole value; writes are synced to disk before they return (LevelDB's `sync`).
+//! A value is read whole (an iterator seeks the key, and LevelDB decompresses the block that
+//! holds it at every seek) and kept for the reads that follow ([`Recent`]: a chunk file looked
+//! up, then read in pieces); writes are synced to disk before they return (LevelDB's `sync`).
 
 mod library;
 
@@ -17,8 +18,9 @@ use std::path::Path;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
+use super::recent::Recent;
 use super::sole::{Registered, Versions};
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
@@ -34,6 +36,9 @@ pub struct LevelDb {
     name: String,
     database: library::Database,
     versions: RwLock<Versions>,
+    /// The values last read; taken and changed under `versions`' lock (read, then write), so that
+    /// no value a write replaced is kept.
+    recent: Mutex<Recent>,
     /// Last: given up once the database is closed.
     _registered: Registered,
 }
@@ -57,7 +62,8 @@ impl LevelDb {
                 format!("{name}: {e}")
             }
         })?;
-        Ok(LevelDb { name, database, versions: RwLock::new(Versions::new(dir)), _registered: registered })
+        let versions = RwLock::new(Versions::new(dir));
+        Ok(LevelDb { name, database, versions, recent: Mutex::default(), _registered: registered })
     }
 
     fn fail(&self, what: impl std::fmt::Display) -> object_store::Error {
@@ -73,6 +79,18 @@ impl LevelDb {
             Some((found, value)) if found == key.as_bytes() => take(value).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// The value at `key`, kept or read now (and kept); the caller holds the versions' lock.
+    fn value(&self, key: &str) -> Result<Option<Bytes>> {
+        if let Some(kept) = self.recent.lock().get(key) {
+            return Ok(Some(kept));
+        }
+        let value = self.look(key, |value| Ok(Bytes::copy_from_slice(value)))?;
+        if let Some(value) = &value {
+            self.recent.lock().keep(key, value.clone());
+        }
+        Ok(value)
     }
 
     /// Goes through the keys starting with `prefix` in byte order, giving `visit` each key (as
@@ -112,18 +130,18 @@ impl Database for LevelDb {
 
     fn entry(&self, key: &str) -> Result<Option<Entry>> {
         let versions = self.versions.read();
-        self.look(key, |value| Ok(Entry { size: value.len() as u64, version: versions.of(key.as_bytes()) }))
+        let value = self.value(key)?;
+        Ok(value.map(|value| Entry { size: value.len() as u64, version: versions.of(key.as_bytes()) }))
     }
 
     fn read(&self, key: &str, range: Option<&GetRange>, admit: Admit) -> Result<Option<(Entry, Range<u64>, Bytes)>> {
         let versions = self.versions.read();
-        self.look(key, |value| {
-            let entry = Entry { size: value.len() as u64, version: versions.of(key.as_bytes()) };
-            admit(&entry)?;
-            let range = resolve(STORE, range, entry.size)?;
-            let bytes = Bytes::copy_from_slice(&value[range.start as usize..range.end as usize]);
-            Ok((entry, range, bytes))
-        })
+        let Some(value) = self.value(key)? else { return Ok(None) };
+        let entry = Entry { size: value.len() as u64, version: versions.of(key.as_bytes()) };
+        admit(&entry)?;
+        let range = resolve(STORE, range, entry.size)?;
+        let bytes = value.slice(range.start as usize..range.end as usize);
+        Ok(Some((entry, range, bytes)))
     }
 
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry> {
@@ -140,12 +158,14 @@ impl Database for LevelDb {
             _ => {}
         }
         let bytes: Vec<u8> = value.iter().flat_map(|piece| piece.iter().copied()).collect();
+        self.recent.lock().forget(key);
         self.database.put(key.as_bytes(), &bytes).map_err(|e| self.fail(format!("{key}: {e}")))?;
         Ok(Entry { size: bytes.len() as u64, version: versions.wrote(key.as_bytes()) })
     }
 
     fn delete(&self, key: &str) -> Result<()> {
         let mut versions = self.versions.write();
+        self.recent.lock().forget(key);
         self.database.delete(key.as_bytes()).map_err(|e| self.fail(format!("{key}: {e}")))?;
         versions.wrote(key.as_bytes());
         Ok(())
@@ -243,6 +263,22 @@ mod tests {
         let entry = again.entry("a").unwrap().unwrap();
         assert_eq!(entry.size, 3);
         assert_ne!(entry.version, two.version);
+    }
+
+    #[test]
+    fn a_value_kept_once_read_is_never_served_after_a_write_or_removal() {
+        let Some((_dir, path)) = temp_database("leveldb-kept") else { return };
+        let database = LevelDb::open(&path).unwrap();
+        let read = |range: Option<&GetRange>| database.read("a", range, &|_| Ok(())).unwrap().map(|(_, _, b)| b);
+        database.write("a", &PutPayload::from_static(b"first value"), &Condition::Any).unwrap();
+        assert_eq!(read(None).as_deref(), Some(&b"first value"[..]));
+        assert_eq!(read(Some(&GetRange::Bounded(6..11))).as_deref(), Some(&b"value"[..]), "from the value kept");
+        database.write("a", &PutPayload::from_static(b"second"), &Condition::Any).unwrap();
+        assert_eq!(read(None).as_deref(), Some(&b"second"[..]));
+        assert_eq!(database.entry("a").unwrap().map(|e| e.size), Some(6));
+        database.delete("a").unwrap();
+        assert_eq!(read(None), None);
+        assert_eq!(database.entry("a").unwrap(), None);
     }
 
     #[test]
