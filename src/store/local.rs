@@ -183,14 +183,11 @@ impl LocalStore {
         File::from(self.open_beneath(key, libc::O_RDONLY | libc::O_DIRECTORY)?).sync_all()
     }
 
-    /// [`Self::sync_dir`] after an entry left directory `key`: once empty, the directory may be
-    /// gone already (a commit that deleted a sibling shard removes the directories it left empty),
-    /// and then the entry is gone with it.
-    fn sync_dir_left(&self, key: &str) -> io::Result<()> {
-        match self.sync_dir(key) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            synced => synced,
-        }
+    /// Directory `key`, opened to be fsync'd after an entry leaves it: through this handle the
+    /// removal is made durable even where the directory, left empty, is removed meanwhile (a
+    /// commit that deleted a sibling shard removes the directories it left empty).
+    fn dir_to_sync(&self, key: &str) -> io::Result<File> {
+        self.open_beneath(key, libc::O_RDONLY | libc::O_DIRECTORY).map(File::from)
     }
 
     fn create_dirs(&self, key: &str) -> io::Result<()> {
@@ -376,8 +373,9 @@ impl Store for LocalStore {
     fn delete(&self, key: &str) -> Result<()> {
         metered("delete", || {
             let fail = self.fail(key);
+            let parent = self.dir_to_sync(parent_key(key)).map_err(&fail)?;
             self.beneath(key).and_then(|path| std::fs::remove_file(&*path)).map_err(&fail)?;
-            self.sync_dir_left(parent_key(key)).map_err(fail)
+            parent.sync_all().map_err(fail)
         })
     }
 
@@ -389,10 +387,12 @@ impl Store for LocalStore {
         metered("rename", || {
             let fail = self.fail(from);
             let target = self.beneath(to).map_err(self.fail(to))?;
+            let moves = parent_key(from) != parent_key(to);
+            let source_dir = moves.then(|| self.dir_to_sync(parent_key(from))).transpose().map_err(&fail)?;
             self.beneath(from).and_then(|path| std::fs::rename(&*path, &*target)).map_err(&fail)?;
             self.sync_dir(parent_key(to)).map_err(self.fail(to))?;
-            if parent_key(from) != parent_key(to) {
-                self.sync_dir_left(parent_key(from)).map_err(&fail)?;
+            if let Some(source_dir) = source_dir {
+                source_dir.sync_all().map_err(&fail)?;
             }
             Ok(())
         })

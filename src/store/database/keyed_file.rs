@@ -277,7 +277,7 @@ impl<F: LockedFile> Database for KeyedFile<F> {
         let entry = Entry { size: value.len() as u64, version: state.versions.of(key.as_bytes()) };
         admit(&entry)?;
         let range = resolve(self.store, range, entry.size)?;
-        Ok(Some((entry, range.clone(), value.slice(range.start as usize..range.end as usize))))
+        Ok(Some((entry, range.clone(), Recent::piece(&value, range.start as usize..range.end as usize))))
     }
 
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry> {

@@ -140,7 +140,7 @@ impl Database for LevelDb {
         let entry = Entry { size: value.len() as u64, version: versions.of(key.as_bytes()) };
         admit(&entry)?;
         let range = resolve(STORE, range, entry.size)?;
-        let bytes = value.slice(range.start as usize..range.end as usize);
+        let bytes = Recent::piece(&value, range.start as usize..range.end as usize);
         Ok(Some((entry, range, bytes)))
     }
 

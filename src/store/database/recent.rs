@@ -40,8 +40,44 @@ impl Recent {
         }
     }
 
+    /// Bytes `range` of `value`, a value kept: a slice where it is most of the value, else a
+    /// copy, so that a small piece held by a reader (the fetcher counts pieces by their length)
+    /// does not hold the whole value in memory.
+    pub fn piece(value: &Bytes, range: std::ops::Range<usize>) -> Bytes {
+        if range.len() >= value.len() / 2 { value.slice(range) } else { Bytes::copy_from_slice(&value[range]) }
+    }
+
     /// `key` is written or removed: a value kept for it is no longer its value.
     pub fn forget(&mut self, key: &str) {
         self.0.retain(|(kept, _)| kept != key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_piece_is_a_copy_and_most_of_a_value_a_slice() {
+        let value = Bytes::from(vec![7u8; 1 << 20]);
+        let inside = |piece: &Bytes| value.as_ptr_range().contains(&piece.as_ptr());
+        let small = Recent::piece(&value, 4096..8192);
+        assert!(!inside(&small) && small[..] == value[4096..8192], "a reader holding it holds 4 KiB, not 1 MiB");
+        let most = Recent::piece(&value, 0..value.len());
+        assert!(inside(&most) && most.len() == value.len());
+    }
+
+    #[test]
+    fn values_kept_are_bounded_and_forgotten() {
+        let mut recent = Recent::default();
+        for i in 0..KEPT_VALUES + 5 {
+            recent.keep(&i.to_string(), Bytes::from_static(b"x"));
+        }
+        assert!(recent.get("0").is_none() && recent.get(&(KEPT_VALUES + 4).to_string()).is_some());
+        recent.keep("a", Bytes::from(vec![0; KEPT_BYTES]));
+        recent.keep("b", Bytes::from(vec![0; 16]));
+        assert!(recent.get("a").is_none(), "past the bytes, the oldest go");
+        recent.forget("b");
+        assert!(recent.get("b").is_none());
     }
 }
