@@ -94,8 +94,8 @@ struct State<F> {
     versions: Versions,
     /// The values last read.
     last: Recent,
-    /// Where the values no write of this mount has touched lie in the file, and the file: read
-    /// there, a value is read only as far as asked, and never copied whole.
+    /// Where the values no write of this mount has touched lie in the file: read there, a value
+    /// is read only as far as asked, and never copied whole.
     places: HashMap<String, Range<u64>>,
 }
 
@@ -235,7 +235,7 @@ impl<F: LockedFile> KeyedFile<F> {
 }
 
 /// True when `places` names exactly the keys the library `listed`, each once.
-fn agrees(places: &HashMap<Vec<u8>, Range<u64>>, listed: &[Vec<u8>]) -> bool {
+fn agrees(places: &Places, listed: &[Vec<u8>]) -> bool {
     places.len() == listed.len() && listed.iter().all(|key| places.contains_key(key))
 }
 

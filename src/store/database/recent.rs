@@ -12,7 +12,7 @@ use bytes::Bytes;
 /// to 32 chunk files, `view::read_ahead`), a value of more than 8 MiB in more than one GET.
 pub const KEPT_VALUES: usize = 40;
 /// Bytes of values kept, at most, unless the newest alone is more. Mostly the same bytes as the
-/// fetcher holds of them (a value is served as slices of it), not a copy.
+/// fetcher holds of them (most of a value is served as a slice of it, [`Recent::piece`]).
 pub const KEPT_BYTES: usize = 128 << 20;
 
 /// The values last read, newest last, until pushed out or forgotten.
