@@ -201,6 +201,21 @@ fn local_database_caching(address: &StoreAddress) -> Caching {
     Caching { metadata_ttl: Duration::ZERO, disk: None, ..address.caching.clone() }
 }
 
+/// How a local database that only this mount can change while mounted is cached (LevelDB, GNU
+/// dbm, Kyoto Cabinet and Berkeley DB under their locks, `src/store/database/sole.rs`): as a
+/// local database, except that what the mount learns of keys and versions is kept (up to the
+/// bucket store's bounds) rather than asked again at each look. Nothing else changes it, and what
+/// this mount changes is written into what it keeps, so nothing kept goes stale; `--metadata-ttl`,
+/// which bounds how long another writer's changes go unseen, has nothing to bound here. Asked at
+/// each look, a LevelDB listing decompressed every value under its prefix.
+fn sole_database_caching(address: &StoreAddress) -> Caching {
+    Caching { metadata_ttl: SOLE_DATABASE_TTL, ..local_database_caching(address) }
+}
+
+/// What a mount learns of a database only it can change is kept this long: a mount's lifetime,
+/// as long as `Instant` arithmetic safely goes.
+const SOLE_DATABASE_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Opens the LMDB environment in `dir` (zarr-python 2's `LMDBStore`): its keys as they are.
 fn open_lmdb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     let database = Lmdb::open(dir)?;
@@ -216,7 +231,7 @@ fn open_gdbm(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Stri
     let database = gdbm::open(path, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = local_database_caching(address);
+    let caching = sole_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "GNU dbm", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
@@ -226,7 +241,7 @@ fn open_kyoto(path: &Path, kind: &str, address: &StoreAddress) -> Result<Arc<dyn
     let database = kyoto::open(path, kind, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = local_database_caching(address);
+    let caching = sole_database_caching(address);
     Ok(Arc::new(
         Objects::mount(database, "Kyoto Cabinet", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?,
     ))
@@ -239,7 +254,7 @@ fn open_bdb(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
     let database = bdb::open(path, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = local_database_caching(address);
+    let caching = sole_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "Berkeley DB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
@@ -248,7 +263,7 @@ fn open_bdb(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
 fn open_leveldb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     let database = LevelDb::open(dir)?;
     let url = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
-    let caching = local_database_caching(address);
+    let caching = sole_database_caching(address);
     Ok(Arc::new(Objects::mount(database, "LevelDB", &url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 

@@ -50,6 +50,7 @@ import plyvel
 import psycopg
 import redis
 from conftest import BINARY, V2_PYTHON, zarr2_reads
+from test_metrics import requests, scrape, served_at
 from object_stores import daemon_pid
 from ports import free_port, wait_for_port
 from kyoto_store import KyotoStore
@@ -273,8 +274,12 @@ class BerkeleyDb:
         return run.returncode == 0
 
 
+# The databases nothing but the mount changes while it has them (their own locks, or the mount's).
+SOLE = ["leveldb", "gdbm", "kyoto", "bdb-hash", "bdb-btree"]
+
+
 def one_process_at_a_time(database):
-    if database.name in ("leveldb", "gdbm", "kyoto", "bdb-hash", "bdb-btree"):
+    if database.name in SOLE:
         pytest.skip(f"{database.name} lets one process at a time write a database")
 
 
@@ -606,6 +611,41 @@ def test_another_process_writing_the_database_is_seen(database, shardfs_mount, t
     changed = V2_ARRAYS["ints"].copy()
     changed[0:30, 0:25] = -1
     assert zarr2_reads(mnt, {"ints": changed}, tmp_path / "expected") == {"ints": True}
+
+
+def walk(mnt):
+    """Every file under `mnt`, by relative path, with its bytes."""
+    found = {}
+    for root, _, files in os.walk(mnt):
+        for name in files:
+            path = Path(root) / name
+            found[path.relative_to(mnt).as_posix()] = path.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize("database", SOLE, indirect=True)
+def test_a_database_only_the_mount_changes_is_listed_once_and_its_writes_show_at_once(database, tmp_path):
+    run_v2(database, V2_WRITER)
+    values = database.items()
+    with shardfs.mount(database.address, metrics_address="127.0.0.1:0", **database.options) as mnt:
+        url = served_at(Path(mnt))
+        assert walk(mnt) == values
+        first = scrape(url)
+        # Nothing else changes the database while it is mounted: looking again asks it nothing.
+        assert walk(mnt) == values
+        again = scrape(url)
+        assert requests(again, "list") == requests(first, "list") > 0
+        assert requests(again, "head") == requests(first, "head")
+        # What the mount changes shows at once, though nothing is asked again.
+        (Path(mnt) / "ints/0.0").write_bytes(b"rewritten")
+        (Path(mnt) / "sparse/0.0").unlink()
+        (Path(mnt) / "more").mkdir()
+        (Path(mnt) / "more/new").write_bytes(b"new")
+        values.update({"ints/0.0": b"rewritten", "more/new": b"new"})
+        del values["sparse/0.0"]
+        assert "0.0" not in os.listdir(Path(mnt) / "sparse")
+        assert walk(mnt) == values
+    assert database.items() == values
 
 
 def mount_fails(address, tmp_path, *flags):
