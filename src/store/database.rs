@@ -25,6 +25,7 @@
 //! parts) is done here once.
 
 pub mod bdb;
+mod buffers;
 pub mod gdbm;
 pub mod keyed_file;
 pub mod kyoto;

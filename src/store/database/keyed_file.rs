@@ -28,6 +28,7 @@ use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 
+use super::buffers::Buffer;
 use super::recent::Recent;
 use super::sole::{Registered, Versions};
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
@@ -265,10 +266,10 @@ impl<F: LockedFile> Database for KeyedFile<F> {
             let entry = Entry { size: place.end - place.start, version: state.versions.of(key.as_bytes()) };
             admit(&entry)?;
             let range = resolve(self.store, range, entry.size)?;
-            let mut bytes = vec![0; (range.end - range.start) as usize];
+            let mut bytes = Buffer::of((range.end - range.start) as usize);
             let at = place.start + range.start;
             state.file.read_at(&mut bytes, at).map_err(|e| self.fail(format!("{key}: {e}")))?;
-            return Ok(Some((entry, range, bytes.into())));
+            return Ok(Some((entry, range, bytes.into_bytes())));
         }
         let Some(value) = state.value(key).map_err(|e| self.fail(format!("{key}: {e}")))? else {
             return Ok(None);

@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::{Mutex, RwLock};
 
+use super::buffers::Buffer;
 use super::recent::Recent;
 use super::sole::{Registered, Versions};
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
@@ -86,7 +87,7 @@ impl LevelDb {
         if let Some(kept) = self.recent.lock().get(key) {
             return Ok(Some(kept));
         }
-        let value = self.look(key, |value| Ok(Bytes::copy_from_slice(value)))?;
+        let value = self.look(key, |value| Ok(Buffer::copy(value)))?;
         if let Some(value) = &value {
             self.recent.lock().keep(key, value.clone());
         }

@@ -26,6 +26,7 @@ use heed::{CommitOrAbort, Env, EnvFlags, EnvOpenOptions, RoTxn, WithoutTls};
 use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 
+use super::buffers::Buffer;
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "LMDB";
@@ -209,7 +210,7 @@ impl Database for Lmdb {
             let entry = state.entry(key, value.len());
             admit(&entry)?;
             let range = resolve(STORE, range, entry.size)?;
-            let bytes = Bytes::copy_from_slice(&value[range.start as usize..range.end as usize]);
+            let bytes = Buffer::copy(&value[range.start as usize..range.end as usize]);
             Ok(Some((entry, range, bytes)))
         })
     }

@@ -32,6 +32,7 @@ use object_store::{GetRange, PutPayload, Result};
 use parking_lot::Mutex;
 use tokio_postgres::{Client, Config, NoTls, Row};
 
+use super::buffers::Buffer;
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "PostgreSQL";
@@ -479,7 +480,7 @@ impl Database for Postgres {
         if bytes.len() as u64 != range.end - range.start {
             return Err(self.fail(format!("{key}: {} bytes read of {range:?}", bytes.len())));
         }
-        Ok(Some((entry, range, Bytes::copy_from_slice(bytes))))
+        Ok(Some((entry, range, Buffer::copy(bytes))))
     }
 
     fn write(&self, key: &str, value: &PutPayload, condition: &Condition) -> Result<Entry> {

@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use rusqlite::blob::ZeroBlob;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use super::buffers::Buffer;
 use super::{Admit, Condition, Database, Entry, Listing, changed, failed, resolve};
 
 const STORE: &str = "SQLite";
@@ -215,13 +216,13 @@ impl Database for Sqlite {
                 let entry = state.entry_of(rowid, size);
                 admit(&entry)?;
                 let range = resolve(STORE, range, entry.size)?;
-                let mut bytes = vec![0; (range.end - range.start) as usize];
+                let mut bytes = Buffer::of((range.end - range.start) as usize);
                 if !bytes.is_empty() {
                     let blob =
                         state.connection.blob_open(rusqlite::MAIN_DB, c"zarr", c"v", rowid, true).map_err(fail)?;
                     blob.read_at_exact(&mut bytes, range.start as usize).map_err(fail)?;
                 }
-                Ok(Some((entry, range, Bytes::from(bytes))))
+                Ok(Some((entry, range, bytes.into_bytes())))
             },
             fail,
         )

@@ -28,6 +28,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
+use crate::store::database::buffers::Buffer;
 use crate::store::database::keyed_file::{LockedFile, Measured};
 use crate::store::database::loaded::{self, symbol};
 
@@ -304,17 +305,15 @@ impl LockedFile for File {
         }
         begin();
         let mut key = Dbt::of(key)?;
-        let mut bytes = Vec::<u8>::with_capacity(size as usize);
+        let mut bytes = Buffer::of(size as usize);
         let mut value = Dbt::empty(DBT_USERMEM);
         value.data = bytes.as_mut_ptr().cast();
         value.ulen = size;
         // SAFETY: ulen bytes at data are ours to write; the library writes size of them.
         match unsafe { (self.api.get)(self.db, std::ptr::null_mut(), &mut key, &mut value, 0) } {
             0 => {
-                let size = (value.size as usize).min(bytes.capacity());
-                // SAFETY: the library wrote size bytes there.
-                unsafe { bytes.set_len(size) };
-                Ok(Some(Bytes::from(bytes)))
+                bytes.truncate(value.size as usize);
+                Ok(Some(bytes.into_bytes()))
             }
             NOTFOUND | KEYEMPTY => Ok(None),
             code => Err(self.api.failure(code)),
