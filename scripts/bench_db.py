@@ -14,7 +14,9 @@ another (fsync on). Beside them, the same chunks as plain files in a
 directory, read through zarr-python's DirectoryStore and through a mount of the directory: what
 FUSE itself costs. Each read is from a fresh store or a fresh mount
 (release build, read-only; the mount is timed, the unmount is not, as a store is opened in the
-time and closed after it), in the same order each run, and is compared with what was written. Not a test: nothing here asserts a speed.
+time and closed after it), in the same order each run, and is compared with what was written. A
+second table gives what each mount's daemon spent on its read (CPU time and minor page faults,
+from /proc), which a busy machine disturbs less than the time. Not a test: nothing here asserts a speed.
 """
 
 import argparse
@@ -36,6 +38,14 @@ from plyvel_store import PlyvelStore
 from postgres_server import PostgresServer, TableStore
 
 warnings.simplefilter("ignore")
+
+
+def daemon_usage(mnt):
+    """The CPU seconds and minor page faults of the daemon serving `mnt`, so far."""
+    pid = subprocess.run(["pgrep", "-f", f"shardfs mount .* {mnt} "], capture_output=True, text=True).stdout.split()[0]
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
 def main():
@@ -100,12 +110,15 @@ def main():
 
         readers = {"direct": direct, "shardfs": mounted}
         results = {}
+        usage = {}
         for _ in range(runs):
             for name in databases:
                 for reader, read in readers.items():
                     start = time.perf_counter()
                     got = read(name)
                     results.setdefault((name, reader), []).append(time.perf_counter() - start)
+                    if mounts:
+                        usage.setdefault(name, []).append(daemon_usage(mounts[-1]))
                     # Unmounted after the clock stops, as a store is closed after it.
                     while mounts:
                         subprocess.run([binary, "unmount", mounts.pop()], check=True)
@@ -117,6 +130,11 @@ def main():
             medians = [sorted(results[(name, r)])[len(results[(name, r)]) // 2] for r in readers]
             lines.append(f"| {name} | {medians[0]:.2f} s | {medians[1]:.2f} s | {medians[1] / medians[0]:.2f}x "
                          f"| {target[name]} |")
+        # What the daemon spent, less noisy than the time on a shared machine.
+        lines += ["", "| database | daemon CPU | daemon minor page faults |", "|---|---|---|"]
+        for name in databases:
+            cpu, faults = (sorted(u[i] for u in usage[name])[len(usage[name]) // 2] for i in (0, 1))
+            lines.append(f"| {name} | {cpu:.2f} s | {faults:,} |")
         table = "\n".join(lines)
         print(table)
         if args.out:
