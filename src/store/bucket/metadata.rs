@@ -79,29 +79,62 @@ pub fn bare_e_tag(e_tag: &str) -> &str {
 }
 
 /// The entries of one directory (a prefix), with a version made of their names and kinds.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Listing {
+    /// By name.
     pub entries: Vec<(String, Kind)>,
     pub stamp: Stamp,
     /// The newest modification time of an object in it, shown as the directory's.
     pub modified: SystemTime,
+    /// The sum of the entries' hashes, which the stamp carries: kept as entries come and go, so
+    /// that a name this process adds or removes costs no pass over the others.
+    sum: u64,
 }
 
 impl Listing {
     pub fn new(mut entries: Vec<(String, Kind)>, modified: SystemTime) -> Self {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         entries.dedup_by(|a, b| a.0 == b.0);
-        let mut hasher = DefaultHasher::new();
-        for (name, kind) in &entries {
-            name.hash(&mut hasher);
-            (*kind == Kind::Dir).hash(&mut hasher);
-        }
-        Listing { stamp: Stamp::new([2, hasher.finish(), entries.len() as u64, 0, 0]), entries, modified }
+        let sum = entries.iter().map(|(name, kind)| entry_hash(name, *kind)).fold(0, u64::wrapping_add);
+        Listing { stamp: listing_stamp(sum, entries.len()), entries, modified, sum }
     }
 
     pub fn kind_of(&self, name: &str) -> Option<Kind> {
-        self.entries.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok().map(|i| self.entries[i].1)
+        self.find(name).ok().map(|i| self.entries[i].1)
     }
+
+    fn find(&self, name: &str) -> std::result::Result<usize, usize> {
+        self.entries.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+
+    /// Adds `name`, of `kind`, unless there is an entry of that name.
+    fn insert(&mut self, name: &str, kind: Kind) {
+        if let Err(at) = self.find(name) {
+            self.entries.insert(at, (name.to_string(), kind));
+            self.sum = self.sum.wrapping_add(entry_hash(name, kind));
+            self.stamp = listing_stamp(self.sum, self.entries.len());
+        }
+    }
+
+    /// Takes out the entry named `name`, if there is one.
+    fn remove(&mut self, name: &str) {
+        if let Ok(at) = self.find(name) {
+            let (name, kind) = self.entries.remove(at);
+            self.sum = self.sum.wrapping_sub(entry_hash(&name, kind));
+            self.stamp = listing_stamp(self.sum, self.entries.len());
+        }
+    }
+}
+
+fn entry_hash(name: &str, kind: Kind) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    name.hash(&mut hasher);
+    (kind == Kind::Dir).hash(&mut hasher);
+    hasher.finish()
+}
+
+fn listing_stamp(sum: u64, len: usize) -> Stamp {
+    Stamp::new([2, sum, len as u64, 0, 0])
 }
 
 /// The most ahead of its end that an answer is renewed by a periodic revalidation (a pass of
@@ -197,8 +230,10 @@ impl MetadataCache {
 
     /// Remembers the HEAD of `key`, asked for in `epoch`.
     pub fn remember_head(&self, key: &str, head: Option<Head>, epoch: u64) {
+        // Checked under the lock that a change's own HEAD waits for (`stored`, `removed`): a
+        // change after the check writes its HEAD after this one, not before it.
+        let mut heads = self.heads.lock();
         if self.trusts(key, epoch) {
-            let mut heads = self.heads.lock();
             remember(&mut heads, key.to_string(), head, Instant::now() + self.ttl);
         }
     }
@@ -232,20 +267,24 @@ impl MetadataCache {
     /// Remembers the listing of `dir` (`None`: there is no such directory) and the HEADs it
     /// showed (`objects`, by name), asked for in `epoch`.
     pub fn remember_listing(&self, dir: &str, listing: Option<Arc<Listing>>, objects: Vec<(String, Head)>, epoch: u64) {
+        // Checked under the lock that a change's own entries wait for (`show_in_listings`,
+        // `drop_entry`): a change after the check shows in this listing once it is put, where a
+        // change between the check and the put would have been lost, for the TTL.
+        let mut listings = self.listings.lock();
         if !self.trusts(dir, epoch) {
             return;
         }
         let until = Instant::now() + self.ttl;
-        let changes = self.changes.lock();
         let mut heads = self.heads.lock();
+        let changes = self.changes.lock();
         for (name, head) in objects {
             let key = crate::store::join(dir, &name);
             if changes.of(&key) <= epoch {
                 remember(&mut heads, key, Some(head), until);
             }
         }
-        drop((heads, changes));
-        self.listings.lock().put(dir.to_string(), Fresh { until, value: listing });
+        drop((changes, heads));
+        listings.put(dir.to_string(), Fresh { until, value: listing });
     }
 
     /// Forgets the HEAD of `key`, which may have changed (a read found another version): the
@@ -270,6 +309,8 @@ impl MetadataCache {
     /// say which): its HEAD is that, and every listing remembered shows it, its directory in
     /// each directory above too, without asking the server again.
     pub fn stored(&self, key: &str, head: Option<Head>) {
+        // The change and what it shows in the listings, as one under their lock (see `removed_dir`).
+        let mut listings = self.listings.lock();
         self.change(std::iter::once(key).chain(ancestors(key)));
         let until = Instant::now() + self.ttl;
         match head {
@@ -278,23 +319,24 @@ impl MetadataCache {
             }
             _ => drop(self.heads.lock().pop(key)),
         }
-        show_in_listings(&mut self.listings.lock(), key, Kind::File);
+        show_in_listings(&mut listings, key, Kind::File);
     }
 
     /// This process removed the object at `key`: it is known missing, and gone from its
     /// directory's listing (the directory itself stays, as on a filesystem).
     pub fn removed(&self, key: &str) {
+        let mut listings = self.listings.lock();
         self.change([key, parent_key(key)]);
         if !self.ttl.is_zero() {
             self.heads.lock().put(key.to_string(), Fresh { until: Instant::now() + self.ttl, value: None });
         }
-        self.drop_entry(key);
+        drop_entry(&mut listings, key);
     }
 
     /// This process made the empty directory `dir` (it lives here until an object is under it).
     pub fn made_dir(&self, dir: &str) {
-        self.change(std::iter::once(dir).chain(ancestors(dir)));
         let mut listings = self.listings.lock();
+        self.change(std::iter::once(dir).chain(ancestors(dir)));
         if listings.peek(dir).is_none_or(|fresh| fresh.value.is_none()) && !self.ttl.is_zero() {
             let empty = Arc::new(Listing::new(Vec::new(), SystemTime::now()));
             listings.put(dir.to_string(), Fresh { until: Instant::now() + self.ttl, value: Some(empty) });
@@ -302,22 +344,21 @@ impl MetadataCache {
         show_in_listings(&mut listings, dir, Kind::Dir);
     }
 
-    /// This process removed the empty directory `dir`.
-    pub fn removed_dir(&self, dir: &str) {
-        self.change([dir, parent_key(dir)]);
-        self.listings.lock().pop(dir);
-        self.drop_entry(dir);
-    }
-
-    /// Takes the last component of `key` out of its directory's listing, if remembered.
-    fn drop_entry(&self, key: &str) {
+    /// This process removed the directory `dir`, found empty by a look after `epoch`. Something
+    /// stored below it since (by another thread: a commit of another shard) makes it not empty
+    /// after all: then its listing and its parent's are forgotten, to be asked for again, rather
+    /// than its parent's listing left without it for the TTL. A store's change and its entries
+    /// are made under the listings' lock, taken here before the check: a store is wholly before
+    /// it (and seen) or wholly after (and shows itself again in the parent's listing).
+    pub fn removed_dir(&self, dir: &str, epoch: u64) {
         let mut listings = self.listings.lock();
-        if let Some(Fresh { value: Some(listing), .. }) = listings.peek_mut(parent_key(key)) {
-            let name = crate::store::file_name(key);
-            if listing.kind_of(name).is_some() {
-                let entries = listing.entries.iter().filter(|(n, _)| n != name).cloned().collect();
-                *listing = Arc::new(Listing::new(entries, listing.modified));
-            }
+        let filled = self.since(dir) > epoch;
+        self.change([dir, parent_key(dir)]);
+        listings.pop(dir);
+        if filled {
+            listings.pop(parent_key(dir));
+        } else {
+            drop_entry(&mut listings, dir);
         }
     }
 
@@ -338,23 +379,34 @@ impl MetadataCache {
 
 /// Adds `key`, of `kind`, to its directory's listing, and each directory above it to its
 /// parent's, up to the first listing that shows it already; listings never made are not made up
-/// (one above may have been).
+/// (one above may have been). A listing is changed in place unless a reader holds it: thousands
+/// of files written into a directory listed before cost no copy of its entries each.
 fn show_in_listings(listings: &mut LruCache<String, Fresh<Option<Arc<Listing>>>>, key: &str, kind: Kind) {
     let (mut child, mut kind) = (key, kind);
     for dir in ancestors(key) {
         if let Some(fresh) = listings.peek_mut(dir) {
             let name = crate::store::file_name(child);
-            // A directory known missing is there now, with this one entry.
-            let (mut entries, before) = match &fresh.value {
+            let listing = match &mut fresh.value {
                 Some(listing) if listing.kind_of(name).is_some() => break,
-                Some(listing) => (listing.entries.clone(), listing.modified),
-                None => (Vec::new(), SystemTime::UNIX_EPOCH),
+                Some(listing) => Arc::make_mut(listing),
+                // A directory known missing is there now, with this one entry.
+                missing => Arc::make_mut(missing.insert(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH)))),
             };
-            entries.push((name.to_string(), kind));
-            let modified = if kind == Kind::File { SystemTime::now() } else { before };
-            fresh.value = Some(Arc::new(Listing::new(entries, before.max(modified))));
+            listing.insert(name, kind);
+            if kind == Kind::File {
+                listing.modified = listing.modified.max(SystemTime::now());
+            }
         }
         (child, kind) = (dir, Kind::Dir);
+    }
+}
+
+/// Takes the last component of `key` out of its directory's listing, if remembered.
+fn drop_entry(listings: &mut LruCache<String, Fresh<Option<Arc<Listing>>>>, key: &str) {
+    if let Some(Fresh { value: Some(listing), .. }) = listings.peek_mut(parent_key(key))
+        && listing.kind_of(file_name(key)).is_some()
+    {
+        Arc::make_mut(listing).remove(file_name(key));
     }
 }
 
@@ -539,7 +591,7 @@ mod tests {
         cache.made_dir("a/d");
         assert_eq!(names(cache.listing("a")), [("b".to_string(), Kind::Dir), ("d".to_string(), Kind::Dir)]);
         assert!(names(cache.listing("a/d")).is_empty());
-        cache.removed_dir("a/d");
+        cache.removed_dir("a/d", cache.epoch());
         assert!(cache.listing("a/d").is_none());
         assert_eq!(names(cache.listing("a")), [("b".to_string(), Kind::Dir)]);
         // A directory known missing is there once something is stored below it.
@@ -723,5 +775,67 @@ mod tests {
         assert_ne!(one.stamp, two.stamp);
         assert_eq!(two.kind_of("b"), Some(Kind::Dir));
         assert_eq!(two.kind_of("c"), None);
+    }
+
+    #[test]
+    fn a_directory_removed_after_a_store_below_it_since_its_look_is_asked_for_again() {
+        let cache = MetadataCache::new(Duration::from_secs(3600));
+        cache.remember_listing(
+            "c",
+            Some(Arc::new(Listing::new(vec![("0".into(), Kind::Dir)], SystemTime::now()))),
+            vec![],
+            cache.epoch(),
+        );
+        cache.remember_listing(
+            "c/0",
+            Some(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH))),
+            vec![],
+            cache.epoch(),
+        );
+        // A look finds c/0 empty; another thread stores c/0/1; then c/0 is removed.
+        let looked = cache.epoch();
+        cache.stored("c/0/1", None);
+        cache.removed_dir("c/0", looked);
+        assert!(cache.listing("c").is_none() && cache.listing("c/0").is_none(), "both asked for again");
+        // Removed with nothing stored since its look, it leaves its parent's listing.
+        cache.remember_listing(
+            "c",
+            Some(Arc::new(Listing::new(vec![("0".into(), Kind::Dir)], SystemTime::now()))),
+            vec![],
+            cache.epoch(),
+        );
+        cache.remember_listing(
+            "c/0",
+            Some(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH))),
+            vec![],
+            cache.epoch(),
+        );
+        cache.removed_dir("c/0", cache.epoch());
+        assert!(names(cache.listing("c")).is_empty());
+        // A store after the removal shows the directory again.
+        cache.stored("c/0/2", None);
+        assert_eq!(names(cache.listing("c")), [("0".to_string(), Kind::Dir)]);
+    }
+
+    #[test]
+    fn a_listing_changed_in_place_has_the_stamp_a_listing_made_anew_would() {
+        let cache = MetadataCache::new(Duration::from_secs(3600));
+        cache.remember_listing(
+            "d",
+            Some(Arc::new(Listing::new(vec![("m".into(), Kind::File)], SystemTime::now()))),
+            vec![],
+            cache.epoch(),
+        );
+        let held = cache.listing("d").flatten().unwrap();
+        for name in ["z", "a", "k/x", "b"] {
+            cache.stored(&format!("d/{name}"), None);
+        }
+        cache.removed("d/b");
+        let listing = cache.listing("d").flatten().unwrap();
+        let entries =
+            vec![("a".into(), Kind::File), ("k".into(), Kind::Dir), ("m".into(), Kind::File), ("z".into(), Kind::File)];
+        assert_eq!(listing.entries, entries);
+        assert_eq!(listing.stamp, Listing::new(entries, SystemTime::now()).stamp);
+        assert_eq!(held.entries.len(), 1, "a listing a reader holds is not changed under it");
     }
 }
