@@ -677,14 +677,16 @@ impl BucketStore {
             self.0.metadata.forget(key);
             return Err(e);
         }
-        self.0.metadata.removed(key);
         // The directory stays, as on a filesystem, though its last object may have gone with the
-        // file (`rm -r` and `shutil.rmtree` remove it next, and would find it gone).
+        // file (`rm -r` and `shutil.rmtree` remove it next, and would find it gone). Kept before
+        // the listing shows the removal: an rmdir that finds the directory empty then removes it
+        // for good, where one between the two would be undone.
         let mut dir = super::parent_key(key);
         while !dir.is_empty() {
             self.0.made_dirs.lock().insert(dir.to_string());
             dir = super::parent_key(dir);
         }
+        self.0.metadata.removed(key);
         Ok(())
     }
 

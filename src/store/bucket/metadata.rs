@@ -287,21 +287,22 @@ impl MetadataCache {
         listings.put(dir.to_string(), Fresh { until, value: listing });
     }
 
-    /// Forgets the HEAD of `key`, which may have changed (a read found another version): the
-    /// next question about it goes to the server. The listing of its directory stays, unless it
-    /// lacks `key`: it would answer that there is none (a listing made before another machine
-    /// created it), and a commit reading the shard again would find none until it ran out.
+    /// Forgets the HEAD of `key`, which may have changed (a read found another version, a PUT's
+    /// outcome is unknown): the next question about it goes to the server. The listing of its
+    /// directory stays, unless it lacks `key`: it would answer that there is none (a listing made
+    /// before another machine created it), and a commit reading the shard again would find none
+    /// until it ran out. A listing of the directory asked for before now (the watcher's, one not
+    /// remembered yet) is not remembered when it answers, for the same reason.
     pub fn forget(&self, key: &str) {
-        self.change([key]);
-        self.heads.lock().pop(key);
+        let mut listings = self.listings.lock();
         let dir = parent_key(key);
+        self.change([key, dir]);
+        self.heads.lock().pop(key);
         let lacks = |fresh: &Fresh<Option<Arc<Listing>>>| {
             fresh.value.as_ref().is_none_or(|listing| listing.kind_of(file_name(key)).is_none())
         };
-        if self.listings.lock().peek(dir).is_some_and(lacks) {
-            // A listing asked for before now (the watcher's) is not remembered when it answers.
-            self.change([dir]);
-            self.listings.lock().pop(dir);
+        if listings.peek(dir).is_some_and(lacks) {
+            listings.pop(dir);
         }
     }
 
@@ -326,7 +327,9 @@ impl MetadataCache {
     /// directory's listing (the directory itself stays, as on a filesystem).
     pub fn removed(&self, key: &str) {
         let mut listings = self.listings.lock();
-        self.change([key, parent_key(key)]);
+        // Every directory above: a listing of one asked for before may lack a directory the
+        // removal left empty, which stays (`BucketStore::delete_object`).
+        self.change(std::iter::once(key).chain(ancestors(key)));
         if !self.ttl.is_zero() {
             self.heads.lock().put(key.to_string(), Fresh { until: Instant::now() + self.ttl, value: None });
         }
@@ -837,5 +840,21 @@ mod tests {
         assert_eq!(listing.entries, entries);
         assert_eq!(listing.stamp, Listing::new(entries, SystemTime::now()).stamp);
         assert_eq!(held.entries.len(), 1, "a listing a reader holds is not changed under it");
+    }
+
+    #[test]
+    fn a_listing_asked_for_before_a_forget_or_a_removal_below_it_is_not_remembered() {
+        // Found by a review: the listing of d answered after a PUT of d/k of unknown outcome, or
+        // after the last object below d/x went (d/x stays), would lack k or x for the TTL.
+        let cache = MetadataCache::new(Duration::from_secs(3600));
+        let empty = || Some(Arc::new(Listing::new(vec![], SystemTime::UNIX_EPOCH)));
+        let asked = cache.epoch();
+        cache.forget("d/k");
+        cache.remember_listing("d", empty(), vec![], asked);
+        assert!(cache.listing("d").is_none());
+        let asked = cache.epoch();
+        cache.removed("d/x/y");
+        cache.remember_listing("d", empty(), vec![], asked);
+        assert!(cache.listing("d").is_none());
     }
 }
