@@ -783,36 +783,21 @@ mod tests {
     #[test]
     fn a_directory_removed_after_a_store_below_it_since_its_look_is_asked_for_again() {
         let cache = MetadataCache::new(Duration::from_secs(3600));
-        cache.remember_listing(
-            "c",
-            Some(Arc::new(Listing::new(vec![("0".into(), Kind::Dir)], SystemTime::now()))),
-            vec![],
-            cache.epoch(),
-        );
-        cache.remember_listing(
-            "c/0",
-            Some(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH))),
-            vec![],
-            cache.epoch(),
-        );
+        // c shows 0, which is empty.
+        let listed = || {
+            let c = Listing::new(vec![("0".into(), Kind::Dir)], SystemTime::now());
+            cache.remember_listing("c", Some(Arc::new(c)), vec![], cache.epoch());
+            let empty = Listing::new(Vec::new(), SystemTime::UNIX_EPOCH);
+            cache.remember_listing("c/0", Some(Arc::new(empty)), vec![], cache.epoch());
+        };
+        listed();
         // A look finds c/0 empty; another thread stores c/0/1; then c/0 is removed.
         let looked = cache.epoch();
         cache.stored("c/0/1", None);
         cache.removed_dir("c/0", looked);
         assert!(cache.listing("c").is_none() && cache.listing("c/0").is_none(), "both asked for again");
         // Removed with nothing stored since its look, it leaves its parent's listing.
-        cache.remember_listing(
-            "c",
-            Some(Arc::new(Listing::new(vec![("0".into(), Kind::Dir)], SystemTime::now()))),
-            vec![],
-            cache.epoch(),
-        );
-        cache.remember_listing(
-            "c/0",
-            Some(Arc::new(Listing::new(Vec::new(), SystemTime::UNIX_EPOCH))),
-            vec![],
-            cache.epoch(),
-        );
+        listed();
         cache.removed_dir("c/0", cache.epoch());
         assert!(names(cache.listing("c")).is_empty());
         // A store after the removal shows the directory again.
