@@ -2,14 +2,23 @@
 //! Cabinet file is first opened ([`loaded`]).
 //!
 //! Only what [`super`] calls, each wrapped so that the rest of the store sees Rust types.
+//!
+//! Values are read through a visitor (`kcdbaccept`), copied from the library's record into a
+//! [`Buffer`] used again, rather than taken as `kcdbget` allocates them: the library reads a
+//! record's whole body into memory of its own at every look, even for its key alone, and a
+//! second fresh allocation of each value was a page fault per 4 KiB. For the same reason the
+//! listing learns each value's size as it goes (`kcdbiterate`), and a size asked for later is
+//! answered from it, not by reading the value again.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::store::database::keyed_file::LockedFile;
-use crate::store::database::loaded::{self, Allocated, symbol};
+use crate::store::database::buffers::Buffer;
+use crate::store::database::keyed_file::{LockedFile, Measured};
+use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names, newest soname first.
 const NAMES: [&str; 2] = ["libkyotocabinet.so.16", "libkyotocabinet.so"];
@@ -18,30 +27,29 @@ const READER: u32 = 1 << 0;
 const WRITER: u32 = 1 << 1;
 /// Fail at once, rather than wait, when another process holds the file's lock.
 const TRY_LOCK: u32 = 1 << 7;
-/// `KCENOREC`: the error code of a get of a key that is not there.
-const NO_RECORD: i32 = 7;
 
 #[repr(C)]
 struct Db(c_void);
-#[repr(C)]
-struct Cursor(c_void);
+
+/// A visitor of a record that is there (`KCVISITFULL`): the key, the value, and the `opq` given.
+type VisitFull =
+    unsafe extern "C" fn(*const c_char, usize, *const c_char, usize, *mut usize, *mut c_void) -> *const c_char;
+/// A visitor of a key that is not there (`KCVISITEMPTY`).
+type VisitEmpty = unsafe extern "C" fn(*const c_char, usize, *mut usize, *mut c_void) -> *const c_char;
 
 struct Api {
     new: unsafe extern "C" fn() -> *mut Db,
     del: unsafe extern "C" fn(*mut Db),
     open: unsafe extern "C" fn(*mut Db, *const c_char, u32) -> i32,
     close: unsafe extern "C" fn(*mut Db) -> i32,
-    get: unsafe extern "C" fn(*mut Db, *const c_char, usize, *mut usize) -> *mut c_char,
+    accept: unsafe extern "C" fn(*mut Db, *const c_char, usize, VisitFull, VisitEmpty, *mut c_void, i32) -> i32,
+    iterate: unsafe extern "C" fn(*mut Db, VisitFull, *mut c_void, i32) -> i32,
     set: unsafe extern "C" fn(*mut Db, *const c_char, usize, *const c_char, usize) -> i32,
     remove: unsafe extern "C" fn(*mut Db, *const c_char, usize) -> i32,
     sync: unsafe extern "C" fn(*mut Db, i32, *const c_void, *mut c_void) -> i32,
     emsg: unsafe extern "C" fn(*mut Db) -> *const c_char,
-    ecode: unsafe extern "C" fn(*mut Db) -> i32,
-    cursor: unsafe extern "C" fn(*mut Db) -> *mut Cursor,
-    cursor_del: unsafe extern "C" fn(*mut Cursor),
-    cursor_jump: unsafe extern "C" fn(*mut Cursor) -> i32,
-    cursor_key: unsafe extern "C" fn(*mut Cursor, *mut usize, i32) -> *mut c_char,
-    free: unsafe extern "C" fn(*mut c_void),
+    /// `KCVISNOP`, the address a visitor returns to leave a record as it is.
+    no_change: usize,
     /// Keeps the functions above loaded.
     _library: libloading::Library,
 }
@@ -58,17 +66,17 @@ fn load() -> Result<Api, String> {
         del: symbol!(library, "Kyoto Cabinet", "kcdbdel"),
         open: symbol!(library, "Kyoto Cabinet", "kcdbopen"),
         close: symbol!(library, "Kyoto Cabinet", "kcdbclose"),
-        get: symbol!(library, "Kyoto Cabinet", "kcdbget"),
+        accept: symbol!(library, "Kyoto Cabinet", "kcdbaccept"),
+        iterate: symbol!(library, "Kyoto Cabinet", "kcdbiterate"),
         set: symbol!(library, "Kyoto Cabinet", "kcdbset"),
         remove: symbol!(library, "Kyoto Cabinet", "kcdbremove"),
         sync: symbol!(library, "Kyoto Cabinet", "kcdbsync"),
         emsg: symbol!(library, "Kyoto Cabinet", "kcdbemsg"),
-        ecode: symbol!(library, "Kyoto Cabinet", "kcdbecode"),
-        cursor: symbol!(library, "Kyoto Cabinet", "kcdbcursor"),
-        cursor_del: symbol!(library, "Kyoto Cabinet", "kccurdel"),
-        cursor_jump: symbol!(library, "Kyoto Cabinet", "kccurjump"),
-        cursor_key: symbol!(library, "Kyoto Cabinet", "kccurgetkey"),
-        free: symbol!(library, "Kyoto Cabinet", "kcfree"),
+        no_change: {
+            let place: *const *const c_char = symbol!(library, "Kyoto Cabinet", "KCVISNOP");
+            // SAFETY: the library's constant, set before it was loaded and never changed.
+            unsafe { *place as usize }
+        },
         _library: library,
     })
 }
@@ -77,6 +85,8 @@ fn load() -> Result<Api, String> {
 pub struct File {
     api: &'static Api,
     db: *mut Db,
+    /// The size of each value, as the listing found it and this handle's writes changed it.
+    sizes: HashMap<Vec<u8>, u64>,
 }
 
 // SAFETY: a database object may move between threads; it is used by one at a time (not Sync).
@@ -89,7 +99,7 @@ impl File {
         let api = api()?;
         let name = CString::new(path).map_err(|e| e.to_string())?;
         // SAFETY: a new object, deleted on drop (or here when the open fails).
-        let file = File { api, db: unsafe { (api.new)() } };
+        let file = File { api, db: unsafe { (api.new)() }, sizes: HashMap::new() };
         let mode = if writer { WRITER } else { READER } | TRY_LOCK;
         if unsafe { (api.open)(file.db, name.as_ptr(), mode) } == 0 {
             return Err(file.error());
@@ -107,12 +117,6 @@ impl File {
         }
     }
 
-    /// Takes the bytes the library allocated at `pointer`, `len` of them; `None` for none.
-    fn take(&self, pointer: *mut c_char, len: usize) -> Option<Allocated> {
-        // SAFETY: the library allocated len bytes there for the caller, freed with kcfree.
-        unsafe { Allocated::new(pointer.cast(), len, self.api.free) }
-    }
-
     /// Synced to the device (`hard`), not only to the file system.
     fn sync(&mut self) -> Result<(), String> {
         // SAFETY: no callback.
@@ -125,14 +129,22 @@ impl File {
 
 impl LockedFile for File {
     fn fetch(&mut self, key: &[u8]) -> Result<Option<Bytes>, String> {
-        let mut len = 0;
-        // SAFETY: the key outlives the call.
-        let value = unsafe { (self.api.get)(self.db, key.as_ptr().cast(), key.len(), &mut len) };
-        match self.take(value, len) {
-            Some(value) => Ok(Some(Bytes::from_owner(value))),
-            // SAFETY: an open handle. No value is an error unless the record is missing.
-            None if unsafe { (self.api.ecode)(self.db) } == NO_RECORD => Ok(None),
-            None => Err(self.error()),
+        let mut found = Found { value: None, no_change: self.api.no_change };
+        // SAFETY: the key and `found` outlive the call, which calls one of the visitors with
+        // `found` as their `opq`, read-only (writable 0).
+        let accepted = unsafe {
+            (self.api.accept)(self.db, key.as_ptr().cast(), key.len(), copy_value, missing, (&raw mut found).cast(), 0)
+        };
+        if accepted == 0 {
+            return Err(self.error());
+        }
+        Ok(found.value.map(Buffer::into_bytes))
+    }
+
+    fn measure(&mut self, key: &[u8]) -> Result<Option<Measured>, String> {
+        match self.sizes.get(key) {
+            Some(size) => Ok(Some(Measured::Size(*size))),
+            None => Ok(self.fetch(key)?.map(Measured::Value)),
         }
     }
 
@@ -143,34 +155,88 @@ impl LockedFile for File {
         if set == 0 {
             return Err(self.error());
         }
+        self.sizes.insert(key.to_vec(), value.len() as u64);
         self.sync()
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<(), String> {
         // SAFETY: as for fetch. 0 is also "no record", which is no error here.
         let _ = unsafe { (self.api.remove)(self.db, key.as_ptr().cast(), key.len()) };
+        self.sizes.remove(key);
         self.sync()
     }
 
     fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
-        let mut keys = Vec::new();
-        // SAFETY: the cursor is deleted below; each key is taken (freed) once.
-        unsafe {
-            let cursor = (self.api.cursor)(self.db);
-            if (self.api.cursor_jump)(cursor) != 0 {
-                loop {
-                    let mut len = 0;
-                    let key = (self.api.cursor_key)(cursor, &mut len, 1);
-                    match self.take(key, len) {
-                        Some(key) => keys.push(key.as_ref().to_vec()),
-                        None => break,
-                    }
-                }
-            }
-            (self.api.cursor_del)(cursor);
+        let mut listed = Listed { sizes: HashMap::new(), no_change: self.api.no_change };
+        // SAFETY: `listed` outlives the call, which passes it to the visitor as `opq`, read-only.
+        if unsafe { (self.api.iterate)(self.db, list_record, (&raw mut listed).cast(), 0) } == 0 {
+            return Err(self.error());
         }
-        Ok(keys)
+        self.sizes = listed.sizes;
+        Ok(self.sizes.keys().cloned().collect())
     }
+}
+
+/// What [`copy_value`] found.
+struct Found {
+    value: Option<Buffer>,
+    no_change: usize,
+}
+
+/// Copies the value visited into a [`Buffer`] of [`Found`] (`opq`).
+unsafe extern "C" fn copy_value(
+    _key: *const c_char,
+    _key_len: usize,
+    value: *const c_char,
+    len: usize,
+    _new_len: *mut usize,
+    found: *mut c_void,
+) -> *const c_char {
+    // SAFETY: `fetch` passes its `Found`; the library's value is `len` bytes, valid during the call.
+    let found = unsafe { &mut *found.cast::<Found>() };
+    let mut buffer = Buffer::of(len);
+    if len > 0 {
+        buffer.copy_from_slice(unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) });
+    }
+    found.value = Some(buffer);
+    found.no_change as *const c_char
+}
+
+/// A key with no record: [`Found`] stays empty.
+unsafe extern "C" fn missing(
+    _key: *const c_char,
+    _len: usize,
+    _new_len: *mut usize,
+    found: *mut c_void,
+) -> *const c_char {
+    // SAFETY: `fetch` passes its `Found`.
+    unsafe { &*found.cast::<Found>() }.no_change as *const c_char
+}
+
+/// The keys and value sizes [`list_record`] saw.
+struct Listed {
+    sizes: HashMap<Vec<u8>, u64>,
+    no_change: usize,
+}
+
+/// Notes the record visited, its key and its value's size, in [`Listed`] (`opq`).
+unsafe extern "C" fn list_record(
+    key: *const c_char,
+    key_len: usize,
+    _value: *const c_char,
+    len: usize,
+    _new_len: *mut usize,
+    listed: *mut c_void,
+) -> *const c_char {
+    // SAFETY: `keys` passes its `Listed`; the key is `key_len` bytes, valid during the call.
+    let listed = unsafe { &mut *listed.cast::<Listed>() };
+    let key = if key_len == 0 {
+        Vec::new()
+    } else {
+        unsafe { std::slice::from_raw_parts(key.cast::<u8>(), key_len) }.to_vec()
+    };
+    listed.sizes.insert(key, len as u64);
+    listed.no_change as *const c_char
 }
 
 impl Drop for File {
