@@ -1,5 +1,5 @@
 //! The checks every [`Store`] implementation passes, run by each implementation's tests on an
-//! empty store: reading what was written, versions that change with every write, conditional
+//! empty store: reading what was written (empty files too), versions that change with every write, conditional
 //! whole-file writes, listings, renames, deletions, files taken whole, directories, in-place
 //! writes where the store can append, and locks. A failed check panics with what differed.
 
@@ -9,6 +9,7 @@ use super::{Error, Kind, OpenHow, PutMode, Store, lock};
 pub fn check(store: &dyn Store) {
     missing_keys_are_not_found(store);
     whole_files_read_back_as_written(store);
+    empty_files_are_kept(store);
     versions_change_with_every_write(store);
     conditional_writes_refuse_a_changed_key(store);
     listings_show_entries_and_change_version(store);
@@ -42,6 +43,16 @@ fn whole_files_read_back_as_written(store: &dyn Store) {
     assert_eq!(object.read_at(&mut tail, whole.len() as u64 - 3).unwrap(), 3, "short only at the end");
     assert!(object.read_exact_at(whole.len() as u64 - 2, 4).is_err());
     assert_eq!(store.attr("conformance/a").unwrap().kind, Kind::Dir, "directories above were made");
+}
+
+/// An empty file is a file (`touch`): Kyoto Cabinet's library took an empty value's address, 1,
+/// for "remove the record".
+fn empty_files_are_kept(store: &dyn Store) {
+    store.put("conformance/e/empty", &[], PutMode::Overwrite).unwrap();
+    assert_eq!(store.read("conformance/e/empty").unwrap(), b"");
+    assert_eq!(store.attr("conformance/e/empty").unwrap().size, 0);
+    store.put("conformance/e/empty", &[b"", b""], PutMode::Overwrite).unwrap();
+    assert_eq!(store.read("conformance/e/empty").unwrap(), b"");
 }
 
 fn versions_change_with_every_write(store: &dyn Store) {

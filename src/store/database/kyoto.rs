@@ -4,6 +4,7 @@
 //! under Kyoto Cabinet's lock (a writable mount its one writer, a read-only mount a reader).
 //! Each write is synced to the device before it returns.
 
+mod layout;
 mod library;
 
 use std::path::Path;
@@ -41,7 +42,7 @@ pub fn open(path: &Path, kind: &str, read_only: bool) -> Result<Kyoto, String> {
     }
     // The kind from the header, not the name's suffix, which Kyoto Cabinet would go by.
     let file = || {
-        library::File::open(&format!("{name}#type={kind}"), !read_only).map_err(|why| {
+        library::File::open(path, kind, !read_only).map_err(|why| {
             if why.contains("lock") {
                 format!("{name}: held by another process ({why}: Kyoto Cabinet lets one writer, or only readers, open a file)")
             } else {
@@ -62,10 +63,15 @@ mod tests {
     /// dropped; `None` (said loudly) where the tools are missing, unless
     /// `SHARDFS_REQUIRE_KYOTO=1` (`.ci/run`) makes that a failure.
     fn temp_file(label: &str, kind: &str) -> Option<(Removed, std::path::PathBuf)> {
+        tuned_file(label, kind, &[])
+    }
+
+    /// [`temp_file`], made with `tuning` (the tool's `create` options).
+    fn tuned_file(label: &str, kind: &str, tuning: &[&str]) -> Option<(Removed, std::path::PathBuf)> {
         let path = std::env::temp_dir().join(format!("shardfs-{label}-{}.{kind}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let tool = if kind == "kch" { "kchashmgr" } else { "kctreemgr" };
-        match std::process::Command::new(tool).arg("create").arg(&path).status() {
+        match std::process::Command::new(tool).arg("create").args(tuning).arg(&path).status() {
             Ok(status) => assert!(status.success(), "{tool} create failed"),
             Err(e) if std::env::var("SHARDFS_REQUIRE_KYOTO").as_deref() != Ok("1") => {
                 eprintln!("*** SKIPPED: {tool}: {e} (apt-get install kyotocabinet-utils) ***");
@@ -114,5 +120,86 @@ mod tests {
         drop(database);
         let listed = std::process::Command::new("kctreemgr").arg("get").arg(&path).arg("a").output().unwrap();
         assert_eq!(listed.stdout, b"two\n");
+    }
+
+    /// Values of the sizes that take each form of a record's header and padding.
+    fn values() -> Vec<(String, Vec<u8>)> {
+        [0usize, 1, 7, 300, 4095, 70_000, (1 << 20) + 3]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (format!("a/c/{i}"), (0..len).map(|b| (b * 31 + i) as u8).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_read_only_hash_files_values_are_read_where_its_records_place_them_in_every_layout() {
+        let tunings: [&[&str]; 7] = [
+            &[],
+            &["-ts"],
+            &["-tl"],
+            &["-ts", "-tl"],
+            &["-apow", "0", "-fpow", "0"],
+            &["-apow", "10", "-fpow", "2", "-bnum", "3"],
+            &["-tc"],
+        ];
+        for tuning in tunings {
+            let Some((_file, path)) = tuned_file("kyoto-layout", "kch", tuning) else { return };
+            let mut expected: std::collections::BTreeMap<String, Vec<u8>> = values().into_iter().collect();
+            let database = open(&path, "kch", false).unwrap();
+            for (key, value) in &expected {
+                database.write(key, &PutPayload::from(value.clone()), &Condition::Any).unwrap();
+            }
+            // A value grown (its record moved, a free block left), one removed, one new in the
+            // space freed.
+            let grown = vec![9; 100_000];
+            database.write("a/c/3", &PutPayload::from(grown.clone()), &Condition::Any).unwrap();
+            expected.insert("a/c/3".into(), grown);
+            database.delete("a/c/5").unwrap();
+            expected.remove("a/c/5");
+            database.write("a/c/new", &PutPayload::from_static(b"after"), &Condition::Any).unwrap();
+            expected.insert("a/c/new".into(), b"after".to_vec());
+            drop(database);
+
+            let database = open(&path, "kch", true).unwrap();
+            let placed = if tuning == ["-tc"] { 0 } else { expected.len() };
+            assert_eq!(database.placed(), placed, "{tuning:?}");
+            for (key, value) in &expected {
+                let (entry, _, got) = database.read(key, None, &|_| Ok(())).unwrap().unwrap();
+                assert_eq!((entry.size, &got[..]), (value.len() as u64, &value[..]), "{key} of {tuning:?}");
+            }
+            let listed: Vec<String> = database.list_all("").unwrap().into_iter().map(|(key, _)| key).collect();
+            assert_eq!(listed, expected.keys().cloned().collect::<Vec<_>>(), "{tuning:?}");
+        }
+    }
+
+    #[test]
+    fn a_hash_file_whose_records_are_not_as_its_header_says_is_read_through_the_library() {
+        let Some((_file, path)) = temp_file("kyoto-layout-damaged", "kch") else { return };
+        let database = open(&path, "kch", false).unwrap();
+        for (key, value) in values() {
+            database.write(&key, &PutPayload::from(value), &Condition::Any).unwrap();
+        }
+        drop(database);
+        let file = std::fs::File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        assert_eq!(layout::places(&file, len).unwrap().len(), values().len());
+        // The header's count one more than the records, and its size past the file's end.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[39] += 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = layout::places(&std::fs::File::open(&path).unwrap(), len).unwrap_err();
+        assert!(error.contains("records, where its header counts"), "{error}");
+        bytes[39] -= 1;
+        let size = u64::from_be_bytes(bytes[40..48].try_into().unwrap());
+        bytes[40..48].copy_from_slice(&(size + 8).to_be_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(layout::places(&std::fs::File::open(&path).unwrap(), len).is_err());
+        bytes[40..48].copy_from_slice(&size.to_be_bytes());
+        // A record's padding magic changed: refused.
+        let pad = bytes.windows(3).rposition(|w| w == [0xee, 0, 0]).unwrap();
+        bytes[pad] = 0xef;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = layout::places(&std::fs::File::open(&path).unwrap(), len).unwrap_err();
+        assert!(error.contains("padding"), "{error}");
     }
 }

@@ -12,12 +12,14 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_void};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 
 use crate::store::database::buffers::Buffer;
-use crate::store::database::keyed_file::{LockedFile, Measured};
+use crate::store::database::keyed_file::{LockedFile, Measured, Places};
 use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names, newest soname first.
@@ -27,6 +29,8 @@ const READER: u32 = 1 << 0;
 const WRITER: u32 = 1 << 1;
 /// Fail at once, rather than wait, when another process holds the file's lock.
 const TRY_LOCK: u32 = 1 << 7;
+/// A byte whose address stands for an empty value's.
+static NOTHING: [u8; 1] = [0];
 
 #[repr(C)]
 struct Db(c_void);
@@ -87,22 +91,31 @@ pub struct File {
     db: *mut Db,
     /// The size of each value, as the listing found it and this handle's writes changed it.
     sizes: HashMap<Vec<u8>, u64>,
+    /// A hash file opened as a reader: a descriptor of its own to read values where
+    /// [`super::layout`] places them, kept open as long as the library's (closing any descriptor
+    /// of a file gives up this process's fcntl locks on it).
+    own: Option<std::fs::File>,
+    /// The places found by the listing, until [`LockedFile::places`] takes them.
+    places: Option<Places>,
 }
 
 // SAFETY: a database object may move between threads; it is used by one at a time (not Sync).
 unsafe impl Send for File {}
 
 impl File {
-    /// Opens the file named by `path` (Kyoto Cabinet's path syntax: `FILE#type=kct` says its
-    /// kind) as its writer or a reader, failing at once when another process holds it.
-    pub fn open(path: &str, writer: bool) -> Result<File, String> {
+    /// Opens the file at `path` of `kind` (`kch` or `kct`, given to the library as
+    /// `FILE#type=KIND`) as its writer or a reader, failing at once when another process holds it.
+    pub fn open(path: &Path, kind: &str, writer: bool) -> Result<File, String> {
         let api = api()?;
-        let name = CString::new(path).map_err(|e| e.to_string())?;
+        let name = CString::new(format!("{}#type={kind}", path.display())).map_err(|e| e.to_string())?;
         // SAFETY: a new object, deleted on drop (or here when the open fails).
-        let file = File { api, db: unsafe { (api.new)() }, sizes: HashMap::new() };
+        let mut file = File { api, db: unsafe { (api.new)() }, sizes: HashMap::new(), own: None, places: None };
         let mode = if writer { WRITER } else { READER } | TRY_LOCK;
         if unsafe { (api.open)(file.db, name.as_ptr(), mode) } == 0 {
             return Err(file.error());
+        }
+        if !writer && kind == "kch" {
+            file.own = std::fs::File::open(path).ok();
         }
         Ok(file)
     }
@@ -149,9 +162,12 @@ impl LockedFile for File {
     }
 
     fn store(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        // SAFETY: both slices outlive the call; the library copies them.
-        let set =
-            unsafe { (self.api.set)(self.db, key.as_ptr().cast(), key.len(), value.as_ptr().cast(), value.len()) };
+        // The library stores a value through a visitor, which returns the address 1 to remove the
+        // record (`Visitor::REMOVE`): an empty slice's address is 1, and storing it removed the key.
+        let at = if value.is_empty() { NOTHING.as_ptr() } else { value.as_ptr() };
+        // SAFETY: both slices outlive the call (`at` is `value`'s, or a static's for none); the
+        // library copies them.
+        let set = unsafe { (self.api.set)(self.db, key.as_ptr().cast(), key.len(), at.cast(), value.len()) };
         if set == 0 {
             return Err(self.error());
         }
@@ -167,6 +183,17 @@ impl LockedFile for File {
     }
 
     fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        if let Some(own) = &self.own {
+            match own.metadata().map_err(|e| e.to_string()).and_then(|meta| super::layout::places(own, meta.len())) {
+                Ok(places) => {
+                    self.sizes = places.iter().map(|(key, place)| (key.clone(), place.end - place.start)).collect();
+                    let keys = places.keys().cloned().collect();
+                    self.places = Some(places);
+                    return Ok(keys);
+                }
+                Err(why) => log::info!("Kyoto Cabinet: values read through the library, whole: {why}"),
+            }
+        }
         let mut listed = Listed { sizes: HashMap::new(), no_change: self.api.no_change };
         // SAFETY: `listed` outlives the call, which passes it to the visitor as `opq`, read-only.
         if unsafe { (self.api.iterate)(self.db, list_record, (&raw mut listed).cast(), 0) } == 0 {
@@ -174,6 +201,20 @@ impl LockedFile for File {
         }
         self.sizes = listed.sizes;
         Ok(self.sizes.keys().cloned().collect())
+    }
+
+    /// A read-only hash file's, from its records ([`super::layout`]) when the listing found them
+    /// all: the library lists keys only by reading every value, so its listing is not asked for
+    /// these (the layout checks the records' count against the header's instead).
+    fn places(&mut self) -> Option<Places> {
+        self.places.take()
+    }
+
+    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        match &self.own {
+            Some(own) => own.read_exact_at(buf, at),
+            None => Err(std::io::ErrorKind::Unsupported.into()),
+        }
     }
 }
 
