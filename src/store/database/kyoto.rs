@@ -132,20 +132,26 @@ mod tests {
     }
 
     #[test]
-    fn a_read_only_hash_files_values_are_read_where_its_records_place_them_in_every_layout() {
-        let tunings: [&[&str]; 7] = [
-            &[],
-            &["-ts"],
-            &["-tl"],
-            &["-ts", "-tl"],
-            &["-apow", "0", "-fpow", "0"],
-            &["-apow", "10", "-fpow", "2", "-bnum", "3"],
-            &["-tc"],
+    fn a_read_only_files_values_are_read_where_its_records_place_them_in_every_layout() {
+        let tunings: [(&str, &[&str]); 11] = [
+            ("kch", &[]),
+            ("kch", &["-ts"]),
+            ("kch", &["-tl"]),
+            ("kch", &["-ts", "-tl"]),
+            ("kch", &["-apow", "0", "-fpow", "0"]),
+            ("kch", &["-apow", "10", "-fpow", "2", "-bnum", "3"]),
+            ("kch", &["-tc"]),
+            ("kct", &[]),
+            ("kct", &["-psiz", "256", "-bnum", "5"]),
+            ("kct", &["-ts", "-tl", "-apow", "0"]),
+            ("kct", &["-tc"]),
         ];
-        for tuning in tunings {
-            let Some((_file, path)) = tuned_file("kyoto-layout", "kch", tuning) else { return };
+        for (kind, tuning) in tunings {
+            let Some((_file, path)) = tuned_file("kyoto-layout", kind, tuning) else { return };
             let mut expected: std::collections::BTreeMap<String, Vec<u8>> = values().into_iter().collect();
-            let database = open(&path, "kch", false).unwrap();
+            // Small values too, many to a tree's leaf, and leaves enough to split.
+            expected.extend((0..200).map(|i| (format!("b/c/{i}"), format!("small {i}").into_bytes())));
+            let database = open(&path, kind, false).unwrap();
             for (key, value) in &expected {
                 database.write(key, &PutPayload::from(value.clone()), &Condition::Any).unwrap();
             }
@@ -160,15 +166,15 @@ mod tests {
             expected.insert("a/c/new".into(), b"after".to_vec());
             drop(database);
 
-            let database = open(&path, "kch", true).unwrap();
+            let database = open(&path, kind, true).unwrap();
             let placed = if tuning == ["-tc"] { 0 } else { expected.len() };
-            assert_eq!(database.placed(), placed, "{tuning:?}");
+            assert_eq!(database.placed(), placed, "{kind} {tuning:?}");
             for (key, value) in &expected {
                 let (entry, _, got) = database.read(key, None, &|_| Ok(())).unwrap().unwrap();
-                assert_eq!((entry.size, &got[..]), (value.len() as u64, &value[..]), "{key} of {tuning:?}");
+                assert_eq!((entry.size, &got[..]), (value.len() as u64, &value[..]), "{key} of {kind} {tuning:?}");
             }
             let listed: Vec<String> = database.list_all("").unwrap().into_iter().map(|(key, _)| key).collect();
-            assert_eq!(listed, expected.keys().cloned().collect::<Vec<_>>(), "{tuning:?}");
+            assert_eq!(listed, expected.keys().cloned().collect::<Vec<_>>(), "{kind} {tuning:?}");
         }
     }
 
@@ -182,24 +188,46 @@ mod tests {
         drop(database);
         let file = std::fs::File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
-        assert_eq!(layout::places(&file, len).unwrap().len(), values().len());
+        assert_eq!(layout::places(&file, len, false).unwrap().len(), values().len());
         // The header's count one more than the records, and its size past the file's end.
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[39] += 1;
         std::fs::write(&path, &bytes).unwrap();
-        let error = layout::places(&std::fs::File::open(&path).unwrap(), len).unwrap_err();
+        let error = layout::places(&std::fs::File::open(&path).unwrap(), len, false).unwrap_err();
         assert!(error.contains("records, where its header counts"), "{error}");
         bytes[39] -= 1;
         let size = u64::from_be_bytes(bytes[40..48].try_into().unwrap());
         bytes[40..48].copy_from_slice(&(size + 8).to_be_bytes());
         std::fs::write(&path, &bytes).unwrap();
-        assert!(layout::places(&std::fs::File::open(&path).unwrap(), len).is_err());
+        assert!(layout::places(&std::fs::File::open(&path).unwrap(), len, false).is_err());
         bytes[40..48].copy_from_slice(&size.to_be_bytes());
         // A record's padding magic changed: refused.
         let pad = bytes.windows(3).rposition(|w| w == [0xee, 0, 0]).unwrap();
         bytes[pad] = 0xef;
         std::fs::write(&path, &bytes).unwrap();
-        let error = layout::places(&std::fs::File::open(&path).unwrap(), len).unwrap_err();
+        let error = layout::places(&std::fs::File::open(&path).unwrap(), len, false).unwrap_err();
         assert!(error.contains("padding"), "{error}");
+    }
+
+    #[test]
+    fn a_tree_file_whose_leaves_are_not_as_its_meta_data_says_is_read_through_the_library() {
+        let Some((_file, path)) = temp_file("kyoto-layout-tree", "kct") else { return };
+        let database = open(&path, "kct", false).unwrap();
+        for (key, value) in values() {
+            database.write(&key, &PutPayload::from(value), &Condition::Any).unwrap();
+        }
+        drop(database);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let places = |path: &std::path::Path| layout::places(&std::fs::File::open(path).unwrap(), len, true);
+        assert_eq!(places(&path).unwrap().len(), values().len());
+        assert!(layout::places(&std::fs::File::open(&path).unwrap(), len, false).is_err(), "not a hash file");
+        // The meta data's count of records (16 bytes before its closing magic) one more.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let magic = bytes.windows(8).position(|w| w == b"\nBoofy!\n").unwrap();
+        bytes[magic - 9] += 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = places(&path).unwrap_err();
+        assert!(error.contains("records, where its header counts"), "{error}");
+        drop(open(&path, "kct", true).map(|database| assert_eq!(database.placed(), 0)));
     }
 }

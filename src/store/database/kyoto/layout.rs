@@ -1,16 +1,21 @@
-//! Where a Kyoto Cabinet hash file (`.kch`) keeps each value, read from its records in the order
-//! they lie (the format of `kchashdb.h`): after the 64-byte header, the free-block pool and the
-//! bucket array, records follow one another up to the size the header gives, each a header (its
-//! padding's size, the offsets of its neighbours in the bucket's tree, the key's and the value's
-//! sizes), the key, the value and its padding; a free block says only its size. The library reads
-//! a record's whole body into new memory even to give its key, so a listing through it reads
-//! every value; with each value's place known, a listing reads no value and a read takes only the
-//! bytes asked for.
+//! Where a Kyoto Cabinet file keeps each value, read from its records in the order they lie. A
+//! hash file (`.kch`, the format of `kchashdb.h`): after the 64-byte header, the free-block pool
+//! and the bucket array, records follow one another up to the size the header gives, each a
+//! header (its padding's size, the offsets of its neighbours in the bucket's tree, the key's and
+//! the value's sizes), the key, the value and its padding; a free block says only its size. A
+//! tree file (`.kct`, `kcplantdb.h`) is a hash file whose records are the tree's nodes: `@` its
+//! meta data (the count of records at 56), `L` and an id in hex each leaf, whose value is the ids
+//! of its neighbours and then its records, each the key's and the value's sizes, the key and the
+//! value (`I` the inner nodes, which hold keys only). The library reads a record's whole body
+//! into new memory even to give its key (a tree's leaf, then each of its records, copied once
+//! more), so a listing through it reads every value; with each value's place known, a listing
+//! reads no value and a read takes only the bytes asked for.
 //!
 //! Only for files the header says were closed cleanly (not open, no fatal error: else the
 //! library repairs them at its next writer), with records not compressed, and only when every
-//! record and free block is in its place, padded as the format pads it, and the records are as
-//! many as the header counts; anything else is an error, and values are read through the library.
+//! record and free block is in its place, padded as the format pads it, every leaf read to its
+//! end, and the records are as many as the header counts; anything else is an error, and values
+//! are read through the library.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Seek};
@@ -19,6 +24,12 @@ use std::ops::Range;
 /// The header's magic bytes, and its type byte for a hash file.
 const MAGIC: &[u8; 4] = b"KC\n\0";
 const HASH_FILE: u8 = 0x30;
+const TREE_FILE: u8 = 0x31;
+/// The tree's meta data record (`@`): its length, and where it counts the records.
+const TREE_META_LEN: u64 = 80;
+const TREE_COUNT_AT: u64 = 56;
+/// The most bytes a number of variable length takes.
+const VARNUM_MAX: usize = 10;
 const HEADER_LEN: usize = 64;
 /// Header offsets (`MOFF*`): the type, the alignment's power of 2, the free-block pool's, the
 /// options, the bucket count, the flags, the record count, the file's logical size.
@@ -46,12 +57,87 @@ const FREE_POOL_WIDTH: u64 = 6;
 /// The most a record's header takes: 2 + two offsets of 6 + two numbers of at most 10.
 const RECORD_HEADER_MAX: usize = 34;
 
-/// The place of each key's value in the hash file `file` of `len` bytes, by key.
-pub fn places(file: &std::fs::File, len: u64) -> Result<HashMap<Vec<u8>, Range<u64>>, String> {
+/// The place of each key's value in the Kyoto Cabinet file `file` of `len` bytes, a hash file
+/// (`tree` false) or a tree file, by key.
+pub fn places(file: &std::fs::File, len: u64, tree: bool) -> Result<HashMap<Vec<u8>, Range<u64>>, String> {
+    let mut places = HashMap::new();
+    let mut add = |key: Vec<u8>, place: Range<u64>| match places.insert(key, place.clone()) {
+        Some(_) => Err(format!("a key twice (its value at {})", place.start)),
+        None => Ok(()),
+    };
+    let mut counted = None;
+    let records = scan(file, len, if tree { TREE_FILE } else { HASH_FILE }, |reader, key, value| {
+        if !tree {
+            return add(key, value);
+        }
+        match key.first() {
+            Some(b'L') if key.len() > 1 && key[1..].iter().all(u8::is_ascii_hexdigit) => leaf(reader, value, &mut add),
+            Some(b'I') if key.len() > 1 && key[1..].iter().all(u8::is_ascii_hexdigit) => Ok(()),
+            _ if key == b"@" => {
+                if value.end - value.start != TREE_META_LEN {
+                    return Err(format!(
+                        "the tree's meta data at {} is {} bytes",
+                        value.start,
+                        value.end - value.start
+                    ));
+                }
+                let meta = reader.bytes(value.start + TREE_COUNT_AT, 8)?;
+                counted = Some(u64::from_be_bytes(meta.try_into().expect("8 bytes")));
+                Ok(())
+            }
+            _ => Err(format!("a node of the tree named {:?}", String::from_utf8_lossy(&key))),
+        }
+    })?;
+    let count = if tree { counted.ok_or("no meta data of the tree")? } else { records };
+    if places.len() as u64 != count {
+        return Err(format!("{} records, where its header counts {count}", places.len()));
+    }
+    Ok(places)
+}
+
+/// The records of the leaf whose value is at `value`: the ids of its neighbours, then each
+/// record, given to `add`; every byte of the value is one of them.
+fn leaf(
+    reader: &mut Reader,
+    value: Range<u64>,
+    add: &mut impl FnMut(Vec<u8>, Range<u64>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut at = value.start;
+    let varnum = |reader: &mut Reader, at: &mut u64| -> Result<u64, String> {
+        let head = reader.bytes(*at, VARNUM_MAX.min((value.end - *at) as usize))?;
+        let (n, read) = read_varnum(&head).ok_or_else(|| format!("a leaf's number cut short at {at}"))?;
+        *at += read as u64;
+        Ok(n)
+    };
+    // The ids of the leaves before and after.
+    varnum(reader, &mut at)?;
+    varnum(reader, &mut at)?;
+    while value.end - at > 1 {
+        let (key_len, value_len) = (varnum(reader, &mut at)?, varnum(reader, &mut at)?);
+        let start = at.checked_add(key_len).ok_or("a key out of range")?;
+        let end = start.checked_add(value_len).filter(|end| *end <= value.end);
+        let end = end.ok_or_else(|| format!("a record of a leaf at {at} past the leaf's end"))?;
+        add(reader.bytes(at, key_len as usize)?, start..end)?;
+        at = end;
+    }
+    if at != value.end {
+        return Err(format!("a leaf ending at {} with a byte over", value.end));
+    }
+    Ok(())
+}
+
+/// Walks the records of the hash file `file` of `len` bytes, whose type byte is `kind`, giving
+/// `visit` each one's key and where its value lies; returns how many records its header counts.
+fn scan(
+    file: &std::fs::File,
+    len: u64,
+    kind: u8,
+    mut visit: impl FnMut(&mut Reader, Vec<u8>, Range<u64>) -> Result<(), String>,
+) -> Result<u64, String> {
     let mut reader = Reader { inner: BufReader::with_capacity(16 << 10, file), at: 0, len };
     let header = reader.bytes(0, HEADER_LEN)?;
-    if &header[..4] != MAGIC || header[TYPE_AT] != HASH_FILE {
-        return Err("not a hash file".into());
+    if &header[..4] != MAGIC || header[TYPE_AT] != kind {
+        return Err(format!("not a file of type {kind:#x}"));
     }
     let number = |at: usize| u64::from_be_bytes(header[at..at + 8].try_into().expect("8 bytes"));
     let (alignment, free_pool, options, flags) =
@@ -81,7 +167,7 @@ pub fn places(file: &std::fs::File, len: u64) -> Result<HashMap<Vec<u8>, Range<u
     if size > len || at > size {
         return Err(format!("records from {at} to {size}, in a file of {len} bytes"));
     }
-    let mut places = HashMap::new();
+    let mut seen = 0;
     while at < size {
         let head = reader.bytes(at, RECORD_HEADER_MAX.min((size - at) as usize))?;
         let fixnum = |bytes: &[u8]| bytes.iter().fold(0u64, |n, b| n << 8 | u64::from(*b));
@@ -97,21 +183,12 @@ pub fn places(file: &std::fs::File, len: u64) -> Result<HashMap<Vec<u8>, Range<u
                 0x01..0x80 => u64::from(u16::from_be_bytes([head[0], head[1]])),
                 _ => return Err(format!("no record or free block at {at}")),
             };
-            let mut read = 2 + width as usize * if linear { 1 } else { 2 };
-            let mut varnum = || -> Result<u64, String> {
-                let mut n = 0u64;
-                loop {
-                    let byte = *head.get(read).ok_or_else(|| format!("a record's header cut short at {at}"))?;
-                    read += 1;
-                    n = n.checked_mul(128).ok_or_else(|| format!("a size out of range at {at}"))?
-                        + u64::from(byte & 0x7f);
-                    if byte < 0x80 {
-                        return Ok(n);
-                    }
-                }
-            };
-            let (key_len, value_len) = (varnum()?, varnum()?);
-            let body = at + read as u64;
+            let sizes_at = 2 + width as usize * if linear { 1 } else { 2 };
+            let (key_len, read) = read_varnum(&head[sizes_at.min(head.len())..])
+                .ok_or_else(|| format!("a record's header cut short at {at}"))?;
+            let (value_len, read_too) = read_varnum(&head[(sizes_at + read).min(head.len())..])
+                .ok_or_else(|| format!("a record's header cut short at {at}"))?;
+            let body = at + (sizes_at + read + read_too) as u64;
             let value = body.checked_add(key_len).ok_or("a key out of range")?;
             let end = value.checked_add(value_len).ok_or("a value out of range")?;
             let record_end = end.checked_add(padding).ok_or("padding out of range")?;
@@ -120,13 +197,12 @@ pub fn places(file: &std::fs::File, len: u64) -> Result<HashMap<Vec<u8>, Range<u
                     "a record at {at} ending at {record_end}, in records up to {size} aligned to {align}"
                 ));
             }
+            let key = reader.bytes(body, key_len as usize)?;
+            visit(&mut reader, key, value..end)?;
             if padding > 0 && reader.bytes(end, 1)?[0] != PAD_MAGIC {
                 return Err(format!("a record at {at} whose padding is damaged"));
             }
-            let key = reader.bytes(body, key_len as usize)?;
-            if places.insert(key, value..end).is_some() {
-                return Err(format!("a key twice (the record at {at})"));
-            }
+            seen += 1;
             record_end - at
         };
         if record_len == 0 {
@@ -134,10 +210,23 @@ pub fn places(file: &std::fs::File, len: u64) -> Result<HashMap<Vec<u8>, Range<u
         }
         at += record_len;
     }
-    if places.len() as u64 != count {
-        return Err(format!("{} records, where its header counts {count}", places.len()));
+    if seen != count {
+        return Err(format!("{seen} records, where its header counts {count}"));
     }
-    Ok(places)
+    Ok(count)
+}
+
+/// A number in Kyoto Cabinet's variable length (7 bits a byte, most significant first, the high
+/// bit set on all but the last) at the start of `bytes`, and how many bytes it took.
+fn read_varnum(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut n = 0u64;
+    for (i, byte) in bytes.iter().take(VARNUM_MAX).enumerate() {
+        n = n.checked_mul(128)? + u64::from(byte & 0x7f);
+        if *byte < 0x80 {
+            return Some((n, i + 1));
+        }
+    }
+    None
 }
 
 /// Reads a file's bytes at increasing places, through one buffer, so that the headers of small

@@ -91,10 +91,10 @@ pub struct File {
     db: *mut Db,
     /// The size of each value, as the listing found it and this handle's writes changed it.
     sizes: HashMap<Vec<u8>, u64>,
-    /// A hash file opened as a reader: a descriptor of its own to read values where
-    /// [`super::layout`] places them, kept open as long as the library's (closing any descriptor
-    /// of a file gives up this process's fcntl locks on it).
-    own: Option<std::fs::File>,
+    /// A file opened as a reader: a descriptor of its own to read values where [`super::layout`]
+    /// places them, kept open as long as the library's (closing any descriptor of a file gives up
+    /// this process's fcntl locks on it), and whether it is a tree file.
+    own: Option<(std::fs::File, bool)>,
     /// The places found by the listing, until [`LockedFile::places`] takes them.
     places: Option<Places>,
 }
@@ -114,8 +114,8 @@ impl File {
         if unsafe { (api.open)(file.db, name.as_ptr(), mode) } == 0 {
             return Err(file.error());
         }
-        if !writer && kind == "kch" {
-            file.own = std::fs::File::open(path).ok();
+        if !writer {
+            file.own = std::fs::File::open(path).ok().map(|own| (own, kind == "kct"));
         }
         Ok(file)
     }
@@ -183,8 +183,9 @@ impl LockedFile for File {
     }
 
     fn keys(&mut self) -> Result<Vec<Vec<u8>>, String> {
-        if let Some(own) = &self.own {
-            match own.metadata().map_err(|e| e.to_string()).and_then(|meta| super::layout::places(own, meta.len())) {
+        if let Some((own, tree)) = &self.own {
+            let len = own.metadata().map_err(|e| e.to_string());
+            match len.and_then(|meta| super::layout::places(own, meta.len(), *tree)) {
                 Ok(places) => {
                     self.sizes = places.iter().map(|(key, place)| (key.clone(), place.end - place.start)).collect();
                     let keys = places.keys().cloned().collect();
@@ -203,7 +204,7 @@ impl LockedFile for File {
         Ok(self.sizes.keys().cloned().collect())
     }
 
-    /// A read-only hash file's, from its records ([`super::layout`]) when the listing found them
+    /// A read-only file's, from its records ([`super::layout`]) when the listing found them
     /// all: the library lists keys only by reading every value, so its listing is not asked for
     /// these (the layout checks the records' count against the header's instead).
     fn places(&mut self) -> Option<Places> {
@@ -212,7 +213,7 @@ impl LockedFile for File {
 
     fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
         match &self.own {
-            Some(own) => own.read_exact_at(buf, at),
+            Some((own, _)) => own.read_exact_at(buf, at),
             None => Err(std::io::ErrorKind::Unsupported.into()),
         }
     }
