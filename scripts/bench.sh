@@ -6,9 +6,10 @@
 #
 #   scripts/bench.sh [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|db|huge] [--runs N] [--out FILE] [--quick]
 #
-# Profiles: db = scripts/bench_db.py (zarr-python 2.18 reading 256 MiB through a mount of an SQLite
-# file, an LMDB environment and a Redis database against its own SQLiteStore, LMDBStore and
-# RedisStore; its table goes to target/bench-db.md unless --out names a file; --quick: 64 MiB, one
+# Profiles: db = scripts/bench_db.py (zarr-python 2.18 reading 256 MiB through a mount of each
+# database: SQLite, LMDB, LevelDB, GNU dbm, Berkeley DB, Redis, PostgreSQL, Kyoto Cabinet, against
+# its own store where it has one, and each mount paired with a mount of the same chunks as plain
+# files; its table goes to target/bench-db.md unless --out names a file; --quick: 64 MiB, one
 # run); dirs = scripts/bench_dirs.sh (a warm find over 256 chunk directories of 256 files against
 # plain files; its table goes to target/bench-dirs.md unless --out names a file); icechunk = scripts/bench_icechunk.py (an Icechunk repository read through a mount, and new
 # arrays written through a mount of its branch, commits included, against Icechunk's own Python
