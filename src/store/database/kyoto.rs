@@ -230,4 +230,53 @@ mod tests {
         assert!(error.contains("records, where its header counts"), "{error}");
         drop(open(&path, "kct", true).map(|database| assert_eq!(database.placed(), 0)));
     }
+
+    /// Review: a header whose size ends one byte into a record (or a free block whose size ends
+    /// one byte short of the records' end, with 1-byte alignment) must be refused, not panicked on:
+    /// `scan` reads `head[1]` of a 1-byte head (layout.rs, `RECORD_MAGIC => head[1]`).
+    #[test]
+    fn review_a_record_head_of_one_byte_is_refused_not_panicked_on() {
+        let Some((_file, path)) = tuned_file("kyoto-review-short", "kch", &["-bnum", "1", "-fpow", "0"]) else { return };
+        let database = open(&path, "kch", false).unwrap();
+        database.write("a/c/0", &PutPayload::from_static(b"value"), &Condition::Any).unwrap();
+        drop(database);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let bnum = u64::from_be_bytes(bytes[16..24].try_into().unwrap());
+        let records = (64 + 6 * bnum).div_ceil(8) * 8;
+        assert_eq!(bytes[records as usize], 0xcc, "a record at {records}");
+        // One byte of the header's size changed: the records end one byte into the first.
+        bytes[40..48].copy_from_slice(&(records + 1).to_be_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        // The mount itself: the library opens it (trimming the file to that size), then lists.
+        let mounted = std::panic::catch_unwind(|| open(&path, "kch", true).map(|d| d.placed()));
+        assert!(mounted.is_ok(), "a read-only mount panicked");
+        let file = std::fs::File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        let parsed = std::panic::catch_unwind(|| layout::places(&file, len, false).map(|p| p.len()));
+        assert!(matches!(parsed, Ok(Err(_))), "places: {:?}", parsed.map_err(|_| "panicked"));
+    }
+
+    #[test]
+    fn review_a_free_block_ending_at_the_last_byte_is_refused_not_panicked_on() {
+        let Some((_file, path)) = tuned_file("kyoto-review-free", "kch", &["-bnum", "1", "-fpow", "0", "-apow", "0"])
+        else {
+            return;
+        };
+        let database = open(&path, "kch", false).unwrap();
+        database.write("a/c/0", &PutPayload::from_static(b"1234567890"), &Condition::Any).unwrap();
+        database.write("a/c/1", &PutPayload::from_static(b"xyz"), &Condition::Any).unwrap();
+        database.delete("a/c/0").unwrap();
+        drop(database);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let bnum = u64::from_be_bytes(bytes[16..24].try_into().unwrap());
+        let size = u64::from_be_bytes(bytes[40..48].try_into().unwrap());
+        let records = 64 + 6 * bnum;
+        assert_eq!(&bytes[records as usize..records as usize + 2], &[0xdd, 0xdd], "a free block at {records}");
+        // The free block's size field: it now ends at the file's last byte ('z').
+        bytes[records as usize + 2..records as usize + 8].copy_from_slice(&(size - 1 - records).to_be_bytes()[2..]);
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let parsed = std::panic::catch_unwind(|| layout::places(&file, bytes.len() as u64, false).map(|p| p.len()));
+        assert!(matches!(parsed, Ok(Err(_))), "places: {:?}", parsed.map_err(|_| "panicked"));
+    }
 }
