@@ -236,7 +236,9 @@ mod tests {
     /// `scan` reads `head[1]` of a 1-byte head (layout.rs, `RECORD_MAGIC => head[1]`).
     #[test]
     fn review_a_record_head_of_one_byte_is_refused_not_panicked_on() {
-        let Some((_file, path)) = tuned_file("kyoto-review-short", "kch", &["-bnum", "1", "-fpow", "0"]) else { return };
+        let Some((_file, path)) = tuned_file("kyoto-review-short", "kch", &["-bnum", "1", "-fpow", "0"]) else {
+            return;
+        };
         let database = open(&path, "kch", false).unwrap();
         database.write("a/c/0", &PutPayload::from_static(b"value"), &Condition::Any).unwrap();
         drop(database);

@@ -171,12 +171,21 @@ fn scan(
     while at < size {
         let head = reader.bytes(at, RECORD_HEADER_MAX.min((size - at) as usize))?;
         let fixnum = |bytes: &[u8]| bytes.iter().fold(0u64, |n, b| n << 8 | u64::from(*b));
+        // The least a record's header takes (two numbers of one byte), and a free block's.
+        let shortest = 2 + width as usize * if linear { 1 } else { 2 } + 2;
+        if head.len() < shortest.min(4 + width as usize) {
+            return Err(format!("a record or free block at {at} cut short by the end of the records, {size}"));
+        }
         let record_len = if head[0] == FREE_MAGIC {
             let w = width as usize;
             if head.len() < 4 + w || head[1] != FREE_MAGIC || head[2 + w] != PAD_MAGIC || head[3 + w] != PAD_MAGIC {
                 return Err(format!("a damaged free block at {at}"));
             }
-            fixnum(&head[2..2 + w]) << alignment
+            let free = fixnum(&head[2..2 + w]) << alignment;
+            if free < (4 + w) as u64 || free > size - at {
+                return Err(format!("a free block at {at} of {free} bytes, in records up to {size}"));
+            }
+            free
         } else {
             let padding = match head[0] {
                 RECORD_MAGIC => u64::from(head[1]),

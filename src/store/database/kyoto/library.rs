@@ -110,13 +110,19 @@ impl File {
         let name = CString::new(format!("{}#type={kind}", path.display())).map_err(|e| e.to_string())?;
         // SAFETY: a new object, deleted on drop (or here when the open fails).
         let mut file = File { api, db: unsafe { (api.new)() }, sizes: HashMap::new(), own: None, places: None };
+        // Opened before the library opens the path, and kept only if the path still names the
+        // same file after: then the library's lock is on the file this descriptor reads.
+        let own = if writer { None } else { std::fs::File::open(path).ok() };
         let mode = if writer { WRITER } else { READER } | TRY_LOCK;
         if unsafe { (api.open)(file.db, name.as_ptr(), mode) } == 0 {
             return Err(file.error());
         }
-        if !writer {
-            file.own = std::fs::File::open(path).ok().map(|own| (own, kind == "kct"));
-        }
+        let same = |own: &std::fs::File| {
+            use std::os::unix::fs::MetadataExt;
+            let (Ok(held), Ok(named)) = (own.metadata(), std::fs::metadata(path)) else { return false };
+            (held.dev(), held.ino()) == (named.dev(), named.ino())
+        };
+        file.own = own.filter(same).map(|own| (own, kind == "kct"));
         Ok(file)
     }
 
