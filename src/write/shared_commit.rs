@@ -18,6 +18,10 @@
 //!   the version it saw, so that one waiter does. Over a shard the store extends by copy
 //!   ([`super::extend`]), a committer that finds the lease held **queues** instead: it uploads
 //!   nothing until it holds the lease, so that its chunks cross the network once.
+//! - **queued**: a queued committer says so with an empty `queued-<holder>` marker, removed when
+//!   it leaves the queue. A committer that finds [`QUEUE_LENGTH`] waiting already (queued, or as
+//!   deltas) waits as a delta at once: queued committers ask for the lease often, and a queue
+//!   longer than a few turns is mostly given up on anyway.
 //! - **rejected**: a delta its holder cannot read (damaged, made for another layout), or one that
 //!   waited past its [`lifetime`] by the server's clock (its writer is gone), is left out, and a
 //!   `rejected-<delta>` marker saying why makes its waiter's commit fail rather than succeed.
@@ -60,6 +64,8 @@ use crate::store::{self, Store, join, lock};
 const DELTA: &str = "delta-";
 /// How the name of the marker of a rejected delta starts (then the delta's name).
 const REJECTED: &str = "rejected-";
+/// How the name of a queued committer's marker starts (then its holder's name).
+const QUEUED: &str = "queued-";
 /// A lease whose version has not changed for this long is taken over: its holder died or stalled.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a round reads a shard replaced under it before the commit fails.
@@ -85,6 +91,12 @@ const QUEUE_PATIENCE: Duration = Duration::from_secs(2);
 /// How many turns a queued committer sees others take before it waits as a delta instead: where
 /// that many are ahead of it, its chunks folded in a holder's round cost less than its own turn.
 const QUEUE_TURNS: u32 = 4;
+/// How many committers may wait for a shard's lease (queued, or as deltas) where one more still
+/// queues; past it, it waits as a delta at once. Queued committers ask for the lease every 20
+/// ms at first: a thousand arriving at a shard within a second, all queued, asked more than S3
+/// serves a prefix (5,500 reads a second) and met SlowDown. Eight: each of eight machines
+/// writing one shard at once still queues.
+const QUEUE_LENGTH: usize = 8;
 /// The most delta names a shard version's note holds (44 bytes each: S3 keeps at most 2 KiB of
 /// user metadata, with [`HOLDERS_NOTED`] holders' names): those it takes in, and those it held
 /// before that are still there. More deltas wait for the holder's next round.
@@ -126,10 +138,13 @@ pub fn commit(
             turns.hold_changes(lease, &holder, changes, Some(seen))
         }
         None => match seen {
-            Ok((_, _, Some(current))) if turns.extends(&current) => turns.queue(changes),
-            Ok((_, listed, _)) => {
-                let ahead = listed.iter().filter(|l| l.name.starts_with(DELTA)).count() as u32;
-                turns.wait(changes, PER_DELTA * ahead)
+            Ok((_, listed, current)) => {
+                let ahead = listed.iter().filter(|l| l.name.starts_with(DELTA)).count();
+                let queued = listed.iter().filter(|l| l.name.starts_with(QUEUED) && !expired(l, &listed)).count();
+                match current {
+                    Some(current) if ahead + queued < QUEUE_LENGTH && turns.extends(&current) => turns.queue(changes),
+                    _ => turns.wait(changes, PER_DELTA * ahead as u32),
+                }
             }
             Err(_) => turns.wait(changes, Duration::ZERO),
         },
@@ -268,26 +283,45 @@ impl Turns<'_> {
         log::info!("{}: its lease is held; waiting for its turn", self.store.describe(self.key));
         metrics::lease_wait("queue");
         let holder = self.unique_name(HOLDER);
+        let marker = join(&self.dir, &format!("{QUEUED}{holder}"));
         let mut seen: Option<(String, Duration)> = None;
         let (mut polls, since, mut missed) = (0u32, self.world.now(), 0u32);
+        // Marked while it waits for its first question: unmarked, it is only not counted, and
+        // a marker left behind goes with a delta's lifetime.
+        let (marked, ()) = both(
+            self.world,
+            || self.exchange.create(&marker, b""),
+            || self.world.sleep(self.poll(1, 2, Duration::ZERO)),
+        );
+        if let Err(e) = marked {
+            log::debug!("{e}; queued unmarked");
+        }
+        let unmark = || {
+            if let Err(e) = self.exchange.remove(&marker) {
+                log::debug!("{e}; left for a holder to sweep");
+            }
+        };
         loop {
             polls += 1;
             // Each turn is taken soon after the last: asked after 20 ms, twice as long every
             // other question (a thousand machines queued at once asking every 20 ms were most of
             // S3's 5,500 reads a second of a prefix, and met SlowDown).
-            self.world.sleep(self.poll(polls, 2, Duration::ZERO));
+            if polls > 1 {
+                self.world.sleep(self.poll(polls, 2, Duration::ZERO));
+            }
             let before = seen.as_ref().map(|(tag, _)| tag.clone());
-            if let Some(lease) = self.take_turn(&holder, &mut seen)? {
-                self.exchange.forget(self.key);
-                return self.hold_changes(lease, &holder, changes, None);
-            }
-            // Another took a turn: many are queued.
-            if before.is_some() && seen.as_ref().map(|(tag, _)| tag) != before.as_ref() {
-                missed += 1;
-            }
-            if self.since(since) > QUEUE_PATIENCE || missed >= QUEUE_TURNS {
-                return self.wait(changes, Duration::ZERO);
-            }
+            let Some(lease) = self.take_turn(&holder, &mut seen).inspect_err(|_| unmark())? else {
+                // Another took a turn: many are queued.
+                if before.is_some() && seen.as_ref().map(|(tag, _)| tag) != before.as_ref() {
+                    missed += 1;
+                }
+                if self.since(since) > QUEUE_PATIENCE || missed >= QUEUE_TURNS {
+                    return both(self.world, unmark, || self.wait(changes, Duration::ZERO)).1;
+                }
+                continue;
+            };
+            self.exchange.forget(self.key);
+            return both(self.world, unmark, || self.hold_changes(lease, &holder, changes, None)).1;
         }
     }
 
@@ -678,7 +712,9 @@ impl Turns<'_> {
             // A marker no waiter (or holder) read within a delta's lifetime is a dead writer's.
             let unread: Vec<&str> = listed
                 .iter()
-                .filter(|l| [REJECTED, STORED, DOUBT].iter().any(|p| l.name.starts_with(p)) && expired(l, &listed))
+                .filter(|l| {
+                    [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| l.name.starts_with(p)) && expired(l, &listed)
+                })
                 .map(|l| l.name.as_str())
                 .collect();
             // Held by the version just written (or the one read): one left is removed by the next
@@ -836,7 +872,7 @@ impl Turns<'_> {
 
 /// Whether `file` waits for a holder: a delta, or a marker to be read (or swept).
 fn waits(file: &Listed) -> bool {
-    [DELTA, REJECTED, STORED, DOUBT].iter().any(|p| file.name.starts_with(p))
+    [DELTA, REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| file.name.starts_with(p))
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer

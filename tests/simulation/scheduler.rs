@@ -178,6 +178,13 @@ pub struct Sim {
     state: Mutex<State>,
 }
 
+impl State {
+    /// How many machines were added.
+    pub fn machine_count(&self) -> usize {
+        self.machines.len()
+    }
+}
+
 impl Sim {
     pub fn new(seed: u64, server: Server, faults: Faults) -> Sim {
         let state = State {
