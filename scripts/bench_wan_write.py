@@ -131,7 +131,7 @@ class Local:
         return [os.path.join(self.root, prefix)]
 
     def counts(self):
-        return {"requests": 0, "bytes_up": 0}
+        return {"requests": 0, "bytes_up": 0, "bytes_down": 0}
 
     def sync(self, prefix):
         """fsync of every file and directory, as a commit of the mount is durable."""
@@ -444,10 +444,11 @@ def main():
                             continue
                         requests = after["requests"] - before["requests"]
                         up = (after["bytes_up"] - before["bytes_up"]) / MIB
+                        down = (after["bytes_down"] - before["bytes_down"]) / MIB
                         peak = max((m.peak for m in mounts), default=0) / MIB
-                        results.setdefault((kind, writer, where), []).append((elapsed, requests, up, peak))
+                        results.setdefault((kind, writer, where), []).append((elapsed, requests, up, peak, down))
                         print(f"run {run + 1} {where}: {kind} / {writer}: {elapsed:.2f} s, {requests} requests,"
-                              f" {up:.0f} MiB up" + (f", peak RSS {peak:.0f} MiB" if peak else ""), flush=True)
+                              f" {up:.0f} MiB up, {down:.0f} MiB down" + (f", peak RSS {peak:.0f} MiB" if peak else ""), flush=True)
     finally:
         for m in live:
             subprocess.run(["umount", "-l", m.path], check=False)
@@ -499,7 +500,7 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
     lines = ["s3s-fs behind scripts/latency_proxy.py"
              + (f", each connection paced to {args.connection_mbs:g} MB/s" if args.connection_mbs else ", unpaced")
              + f"; median of {args.runs} run(s), each on a fresh mount and prefix, verified by reading the "
-             "array back; times include the unmount; (requests, MiB sent to the server"
+             "array back; times include the unmount; (requests, MiB sent to the server, MiB received"
              + ", shardfs's peak RSS)." + (f" shardfs mounted with `{args.mount_args}`." if args.mount_args else ""),
              "", "| workload | writer | " + " | ".join(wheres) + " |",
              "|---|---|" + "---|" * len(wheres)]
@@ -517,7 +518,7 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
                     cells.append("-" if why is None else why if why.startswith("unsupported") else f"failed ({why})")
                     continue
                 extra = f", {m[3]:.0f} MiB RSS" if m[3] else ""
-                cells.append(f"{m[0]:.2f} s ({m[1]}, {m[2]:.0f} MiB{extra})")
+                cells.append(f"{m[0]:.2f} s ({m[1]}, {m[2]:.0f} MiB, {m[4]:.0f} MiB{extra})")
             lines.append(f"| {what[kind]} | {names[writer]} | " + " | ".join(cells) + " |")
     lines.append("")
     for where in wheres:

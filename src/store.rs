@@ -259,8 +259,9 @@ pub enum Need {
     /// Perhaps more in order (a reader of an array's chunks, one after another): once such reads
     /// follow each other, the rest of the object may be fetched ahead of them.
     InOrder,
-    /// That range alone (a writer reading the chunk it is about to change): its next reads are
-    /// no sign of a reader going on in order.
+    /// That range alone (a writer reading the chunk it is about to change, a commit reading the
+    /// index of a shard it extends): its next reads are no sign of a reader going on in order,
+    /// and nothing around it is fetched with it.
     Alone,
 }
 

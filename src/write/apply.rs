@@ -19,7 +19,7 @@ use super::rewrite::Note;
 use super::shard::{Changes, Committed, Current, NestedChanges, Outcome};
 use super::{append, extend, rewrite};
 use crate::format::shard_index::{IndexLocation, IndexSpec, ShardIndex};
-use crate::store::{self, Store};
+use crate::store::{self, Need, Object, Store};
 
 /// Reads the shard at `key` laid out as `spec`: `None` when there is none; damage is
 /// [`CommitError::Damaged`] with the reason followed by `refusal` ("not writing over it").
@@ -29,22 +29,42 @@ pub(super) fn read_current(
     spec: &IndexSpec,
     refusal: &str,
 ) -> Result<Option<Current>, CommitError> {
-    let file = match store.open(key) {
-        Ok(file) => file,
-        Err(store::Error::NotFound(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
+    open_shard(store, key)?.map(|file| read_index(store, key, spec, file, refusal)).transpose()
+}
+
+/// The shard at `key` opened, nothing of it read yet: `None` when there is none.
+pub(super) fn open_shard(store: &dyn Store, key: &str) -> Result<Option<Box<dyn Object>>, CommitError> {
+    match store.open(key) {
+        Ok(file) => Ok(Some(file)),
+        Err(store::Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `file`, the shard at `key` as [`open_shard`] opened it, with its index read (laid out as
+/// `spec` says); damage as [`read_current`] says.
+pub(super) fn read_index(
+    store: &dyn Store,
+    key: &str,
+    spec: &IndexSpec,
+    file: Box<dyn Object>,
+    refusal: &str,
+) -> Result<Current, CommitError> {
     let damaged = |reason: String| CommitError::Damaged(format!("{}: {reason}; {refusal}", store.describe(key)));
     if file.attr().kind != store::Kind::File {
         return Err(damaged("shard is not a regular file".into()));
     }
     let len = file.attr().size;
     let range = spec.index_range(len).map_err(|e| damaged(e.to_string()))?;
+    // A shard the commit extends is copied by the store: its chunks need not cross the network.
+    if extend::kept(store, spec, len).is_some() {
+        file.will_need(range.clone(), Need::Alone);
+    }
     let bytes = file.read_exact_at(range.start, range.end - range.start)?;
     let index = ShardIndex::decode(spec, &bytes, len, 0).map_err(|e| damaged(e.to_string()))?;
     let entries =
         (0..spec.entries).map(|i| index.chunk(i)).collect::<Result<_, _>>().map_err(|e| damaged(e.to_string()))?;
-    Ok(Some(Current { file, entries }))
+    Ok(Current { file, entries })
 }
 
 /// What a commit over no shard stores when its changes leave no chunk in it.

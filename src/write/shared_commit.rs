@@ -48,7 +48,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::apply::{WhenEmpty, apply_levels, read_current};
+use super::apply::{WhenEmpty, apply_levels, open_shard, read_index};
 use super::delta;
 use super::error::CommitError;
 use super::lease::{self, DOUBT, HOLDER, LEASE, Lease, STORED, WAITER};
@@ -58,7 +58,7 @@ use crate::format::shard_index::IndexSpec;
 use crate::metrics;
 use crate::store::exchange::{EXCHANGE_DIR, Exchange, Listed, Noted, Version};
 use crate::store::world::{World, both, each_at_once};
-use crate::store::{self, Store, join, lock};
+use crate::store::{self, Object, Store, join, lock};
 
 /// How a delta's name starts.
 const DELTA: &str = "delta-";
@@ -119,35 +119,72 @@ pub fn commit(
     let turns = Turns { store, exchange, world, key, specs, dir: join(EXCHANGE_DIR, key) };
     let (lease, holder) = (turns.lease(), turns.unique_name(HOLDER));
     let body = lease::body(&holder, world.random(), &[]);
-    // The lease is asked for while the shard is read: uncontended, it costs no round trip.
     let asked = world.now();
-    let (taken, seen) = both(world, || exchange.create(&lease, &body), || turns.read());
+    // The lease is asked for while the shard is opened, and its note and exchange directory
+    // read: uncontended, it costs no round trip. Only a committer that took it reads the shard's
+    // index (and, where it rewrites the shard, its chunks): one that waits needs its size alone.
+    let (noted, (taken, found)) = both(
+        world,
+        || turns.noted(),
+        || {
+            let (taken, opened) = both(world, || exchange.create(&lease, &body), || open_shard(store, key));
+            let found = match (&taken, opened) {
+                (Ok(Some(_)), Ok(file)) => turns.current(file).map(Found::Read),
+                (_, opened) => opened.map(Found::Opened),
+            };
+            (taken, found)
+        },
+    );
+    let seen = |noted: Result<_, store::Error>, current: Result<_, CommitError>| -> Result<Seen, CommitError> {
+        let (note, listed) = noted?;
+        Ok((note, listed, current?))
+    };
     match taken? {
         Some(tag) => {
             // Renewed as of the asking: the answer may have come long after the server stored it.
             let lease = Lease { tag, renewed: asked, doubts: Vec::new() };
+            let seen = seen(noted, found.and_then(|found| turns.read_found(found)));
             turns.hold_changes(lease, &holder, changes, Some(seen))
         }
         // Given up where leases are not removed: free, taken at once. What was listed before
         // holds the free lease, whose time is too old to tell what waited too long by.
         None if let Some(lease) = turns.take_free(&holder)? => {
-            let seen = seen.and_then(|(note, listed, current)| match listed.iter().any(waits) {
-                true => Ok((note, turns.patiently(|| exchange.list(&turns.dir))?, current)),
-                false => Ok((note, listed, current)),
-            });
+            let seen =
+                seen(noted, found.and_then(|found| turns.read_found(found))).and_then(|(note, listed, current)| {
+                    match listed.iter().any(waits) {
+                        true => Ok((note, turns.patiently(|| exchange.list(&turns.dir))?, current)),
+                        false => Ok((note, listed, current)),
+                    }
+                });
             turns.hold_changes(lease, &holder, changes, Some(seen))
         }
-        None => match seen {
-            Ok((_, listed, current)) => {
+        None => match (noted, found) {
+            (Ok((_, listed)), Ok(found)) => {
                 let ahead = listed.iter().filter(|l| l.name.starts_with(DELTA)).count();
                 let queued = listed.iter().filter(|l| l.name.starts_with(QUEUED) && !expired(l, &listed)).count();
-                match current {
-                    Some(current) if ahead + queued < QUEUE_LENGTH && turns.extends(&current) => turns.queue(changes),
+                match found.len() {
+                    Some(len) if ahead + queued < QUEUE_LENGTH && turns.extends(len) => turns.queue(changes),
                     _ => turns.wait(changes, PER_DELTA * ahead as u32),
                 }
             }
-            Err(_) => turns.wait(changes, Duration::ZERO),
+            _ => turns.wait(changes, Duration::ZERO),
         },
+    }
+}
+
+/// The shard as a committer arriving found it: read (its index), where it took the lease; opened
+/// alone, where it waits. `None`: there is none.
+enum Found {
+    Read(Option<Current>),
+    Opened(Option<Box<dyn Object>>),
+}
+
+impl Found {
+    fn len(&self) -> Option<u64> {
+        match self {
+            Found::Read(current) => current.as_ref().map(Current::len),
+            Found::Opened(file) => file.as_ref().map(|file| file.attr().size),
+        }
     }
 }
 
@@ -270,10 +307,10 @@ impl Turns<'_> {
         result
     }
 
-    /// True when a commit over `current` sends only its own chunks ([`super::extend`]): the
-    /// store copies what it keeps, and the shard is big enough for it.
-    fn extends(&self, current: &Current) -> bool {
-        super::extend::kept(self.store, &self.specs[0], current.len()).is_some()
+    /// True when a commit over the shard, `len` bytes long, sends only its own chunks
+    /// ([`super::extend`]): the store copies what it keeps, and the shard is big enough for it.
+    fn extends(&self, len: u64) -> bool {
+        super::extend::kept(self.store, &self.specs[0], len).is_some()
     }
 
     /// Waits for the lease and commits `changes` under it: where the shard is extended, a
@@ -842,16 +879,28 @@ impl Turns<'_> {
     /// note before the listing, so that every delta the note names and the listing does not is
     /// gone for good.
     fn read(&self) -> Result<Seen, CommitError> {
-        let (noted, current) = both(
-            self.world,
-            || -> Result<_, store::Error> {
-                let note = self.exchange.note(self.key)?;
-                Ok((note, self.exchange.list(&self.dir)?))
-            },
-            || read_current(self.store, self.key, &self.specs[0], "not writing over it"),
-        );
+        let (noted, current) = both(self.world, || self.noted(), || self.current(open_shard(self.store, self.key)?));
         let (note, listed) = noted?;
         Ok((note, listed, current?))
+    }
+
+    /// The shard's note, then the exchange directory's names ([`Turns::read`]'s order).
+    fn noted(&self) -> Result<(Option<Noted>, Vec<Listed>), store::Error> {
+        let note = self.exchange.note(self.key)?;
+        Ok((note, self.exchange.list(&self.dir)?))
+    }
+
+    /// The shard `file` (as opened; `None`: there is none) with its index read.
+    fn current(&self, file: Option<Box<dyn Object>>) -> Result<Option<Current>, CommitError> {
+        file.map(|file| read_index(self.store, self.key, &self.specs[0], file, "not writing over it")).transpose()
+    }
+
+    /// The shard as `found` by a committer arriving, with its index read.
+    fn read_found(&self, found: Found) -> Result<Option<Current>, CommitError> {
+        match found {
+            Found::Read(current) => Ok(current),
+            Found::Opened(file) => self.current(file),
+        }
     }
 
     /// The bytes of the deltas named, read at once; `None` when one is gone (a holder that

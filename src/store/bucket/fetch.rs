@@ -10,10 +10,11 @@
 //!   making anybody wait for its end; bytes are kept by version, so another version's bytes are
 //!   never served, and two readers of one range cost one GET;
 //! - what a read fetches: an object of at most [`SMALL_OBJECT`] whole at its first read (a shard of
-//!   small chunks: index and chunks in one GET); the whole chunk of a chunk file, whose range the
-//!   view tells ([`Fetcher::will_need`]), a few GETs at once when it is large and requests are
-//!   free (a quarter of them stay free for other reads); once readers go on
-//!   in order (reads following each other, or the next chunks of a shard, a thread pool's few at
+//!   small chunks: index and chunks in one GET), unless it reads a range [`Need::Alone`] (a commit
+//!   that reads the index of a shard it extends: the store copies the rest); the whole chunk of a
+//!   chunk file, whose range the view tells ([`Fetcher::will_need`]), a few GETs at once when it
+//!   is large and requests are free (a quarter of them stay free for other reads); once readers
+//!   go on in order (reads following each other, or the next chunks of a shard, a thread pool's few at
 //!   once in any order) the rest of the object as [`LANES`] GETs at once; a read further behind
 //!   them than bytes are kept for them (a pool's slow thread) a GET of its own, a window ahead of
 //!   it alone;
@@ -581,7 +582,9 @@ impl Fetcher {
                             Some(rest) => (Some(rest), None),
                             None => (hint.as_ref(), run),
                         };
-                        let mut plans = self.plan(version, reader, at, &wanted, hint, run).into_iter();
+                        let need = need.filter(|_| again.is_none()).unwrap_or(Need::InOrder);
+                        let mut plans =
+                            self.plan(version, reader, at, &wanted, hint.map(|h| (h, need)), run).into_iter();
                         let first = plans.next().expect("a plan for the read's own bytes");
                         let segment = self.start(version, reader, first);
                         for other in plans {

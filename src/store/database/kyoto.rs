@@ -123,6 +123,16 @@ mod tests {
     }
 
     /// Values of the sizes that take each form of a record's header and padding.
+    /// A fresh file of `kind` (as [`temp_file`]) holding [`values`], closed.
+    fn written(label: &str, kind: &str) -> Option<(Removed, std::path::PathBuf)> {
+        let (file, path) = temp_file(label, kind)?;
+        let database = open(&path, kind, false).unwrap();
+        for (key, value) in values() {
+            database.write(&key, &PutPayload::from(value), &Condition::Any).unwrap();
+        }
+        Some((file, path))
+    }
+
     fn values() -> Vec<(String, Vec<u8>)> {
         [0usize, 1, 7, 300, 4095, 70_000, (1 << 20) + 3]
             .iter()
@@ -180,12 +190,7 @@ mod tests {
 
     #[test]
     fn a_hash_file_whose_records_are_not_as_its_header_says_is_read_through_the_library() {
-        let Some((_file, path)) = temp_file("kyoto-layout-damaged", "kch") else { return };
-        let database = open(&path, "kch", false).unwrap();
-        for (key, value) in values() {
-            database.write(&key, &PutPayload::from(value), &Condition::Any).unwrap();
-        }
-        drop(database);
+        let Some((_file, path)) = written("kyoto-layout-damaged", "kch") else { return };
         let file = std::fs::File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
         assert_eq!(layout::places(&file, len, false).unwrap().len(), values().len());
@@ -211,12 +216,7 @@ mod tests {
 
     #[test]
     fn a_tree_file_whose_leaves_are_not_as_its_meta_data_says_is_read_through_the_library() {
-        let Some((_file, path)) = temp_file("kyoto-layout-tree", "kct") else { return };
-        let database = open(&path, "kct", false).unwrap();
-        for (key, value) in values() {
-            database.write(&key, &PutPayload::from(value), &Condition::Any).unwrap();
-        }
-        drop(database);
+        let Some((_file, path)) = written("kyoto-layout-tree", "kct") else { return };
         let len = std::fs::metadata(&path).unwrap().len();
         let places = |path: &std::path::Path| layout::places(&std::fs::File::open(path).unwrap(), len, true);
         assert_eq!(places(&path).unwrap().len(), values().len());

@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::segment::{Follow, Group};
 use super::{Fetcher, Kind, LANE, LANES, NEAR, PIECE, PIECES, POOL, Reader, SMALL_OBJECT, TAIL_FIRST, Version};
+use crate::store::Need;
 
 /// Which bytes a new segment is to fetch.
 pub(super) struct Plan {
@@ -30,7 +31,8 @@ pub(super) struct Plan {
 
 impl Fetcher {
     /// What to fetch for a read of `wanted` finding nothing at `at`: a small object up to its
-    /// first bytes fetched, when nothing before `at` was ([`small_object`]); when the readers go
+    /// first bytes fetched, when nothing before `at` was ([`small_object`]) and the range hinted
+    /// is not one read [`Need::Alone`] (that range, and nothing else); when the readers go
     /// on in order, the rest of the object (from the first byte not fetched yet of their run) as
     /// [`LANES`] GETs at once, the first for the read; else the range hinted, or the read's own
     /// bytes, in [`Fetcher::pieces`] (for a read far behind its run: onwards, in one GET).
@@ -40,11 +42,13 @@ impl Fetcher {
         reader: &Reader,
         at: u64,
         wanted: &Range<u64>,
-        hint: Option<&Range<u64>>,
+        hint: Option<(&Range<u64>, Need)>,
         run: Option<(u64, Arc<Follow>)>,
     ) -> Vec<Plan> {
         let size = reader.size;
-        if size <= SMALL_OBJECT && version.segments.range(..=at).next().is_none() {
+        let alone = matches!(hint, Some((_, Need::Alone)));
+        let hint = hint.map(|(range, _)| range);
+        if size <= SMALL_OBJECT && !alone && version.segments.range(..=at).next().is_none() {
             return small_object(version, size, &(at..wanted.end), true);
         }
         // A chunk larger than a window comes a window at a time: a read's own bytes come room or

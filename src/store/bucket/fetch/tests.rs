@@ -761,6 +761,23 @@ fn a_small_object_is_fetched_whole_at_its_first_read() {
     assert_eq!(fake.calls(), [0..100_000]);
 }
 
+#[test]
+fn a_range_read_alone_of_a_small_object_fetches_that_range_and_nothing_around_it() {
+    let rt = runtime();
+    let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+    let fake = Arc::new(Fake::default());
+    // A commit reads the index of a 6 MiB shard it extends: the store copies its chunks.
+    let size = 6 << 20;
+    let index = size - 1028..size;
+    let reader = fake.reader(1, size);
+    fetcher.will_need(&reader, index.clone(), Need::Alone);
+    read(&fetcher, &reader, 1, index.clone()).unwrap();
+    assert_eq!(fake.calls(), std::slice::from_ref(&index));
+    // Rewritten whole after all, its chunks come as a read of them asks.
+    read(&fetcher, &reader, 1, 1000..5000).unwrap();
+    assert_eq!(sorted(fake.calls()), [0..index.start, index]);
+}
+
 /// A fetcher whose source's replies all stall after their first MiB, for 5 s: a shard of
 /// 4 MiB fetched whole would never bring its index, at its end.
 fn stalling_after_a_mib(rt: &tokio::runtime::Runtime) -> (Fetcher, Arc<Fake>) {
