@@ -778,6 +778,26 @@ fn a_range_read_alone_of_a_small_object_fetches_that_range_and_nothing_around_it
     assert_eq!(sorted(fake.calls()), [0..index.start, index]);
 }
 
+/// A writer reading the chunks of a small shard it is about to change (`Need::Alone`, as
+/// `Namespace::open_to_rewrite` hints), the shard's index known already (as after this mount's
+/// own commit, `Shards::remember_index`): the shard comes whole at the first read, in one GET,
+/// not one GET per chunk read.
+#[test]
+fn a_writer_reading_chunks_of_a_small_shard_alone_fetches_the_shard_in_one_get() {
+    let rt = runtime();
+    let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
+    let fake = Arc::new(Fake::default());
+    let size = 4 << 20;
+    for i in 0..4u64 {
+        // Each chunk opened by the writer afresh: a reader of its own, hinted alone.
+        let reader = fake.reader(1, size);
+        let chunk = i << 20..(i << 20) + (1 << 20) - 2000;
+        fetcher.will_need(&reader, chunk.clone(), Need::Alone);
+        read(&fetcher, &reader, 1, chunk).unwrap();
+    }
+    assert_eq!(fake.calls(), [0..size], "one GET of the whole small shard");
+}
+
 /// A fetcher whose source's replies all stall after their first MiB, for 5 s: a shard of
 /// 4 MiB fetched whole would never bring its index, at its end.
 fn stalling_after_a_mib(rt: &tokio::runtime::Runtime) -> (Fetcher, Arc<Fake>) {
