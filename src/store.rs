@@ -259,10 +259,13 @@ pub enum Need {
     /// Perhaps more in order (a reader of an array's chunks, one after another): once such reads
     /// follow each other, the rest of the object may be fetched ahead of them.
     InOrder,
-    /// That range alone (a writer reading the chunk it is about to change, a commit reading the
-    /// index of a shard it extends): its next reads are no sign of a reader going on in order,
-    /// and nothing around it is fetched with it.
+    /// That range alone (a writer reading the chunk it is about to change): its next reads are
+    /// no sign of a reader going on in order.
     Alone,
+    /// That range and nothing else, not even the rest of a small object fetched whole at its
+    /// first read (a commit reading the index of a shard it extends by copy: the store keeps its
+    /// chunks, which never cross the network).
+    Only,
 }
 
 /// One version of a file, opened for reading: every read comes from that version.

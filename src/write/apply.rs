@@ -23,13 +23,17 @@ use crate::store::{self, Need, Object, Store};
 
 /// Reads the shard at `key` laid out as `spec`: `None` when there is none; damage is
 /// [`CommitError::Damaged`] with the reason followed by `refusal` ("not writing over it").
+/// `extending`: the commit extends the shard where the store copies its chunks (they are not
+/// read then), rather than read them (to compact it, or to rebuild the inner shards of a nested
+/// one).
 pub(super) fn read_current(
     store: &dyn Store,
     key: &str,
     spec: &IndexSpec,
     refusal: &str,
+    extending: bool,
 ) -> Result<Option<Current>, CommitError> {
-    open_shard(store, key)?.map(|file| read_index(store, key, spec, file, refusal)).transpose()
+    open_shard(store, key)?.map(|file| read_index(store, key, spec, file, refusal, extending)).transpose()
 }
 
 /// The shard at `key` opened, nothing of it read yet: `None` when there is none.
@@ -42,13 +46,14 @@ pub(super) fn open_shard(store: &dyn Store, key: &str) -> Result<Option<Box<dyn 
 }
 
 /// `file`, the shard at `key` as [`open_shard`] opened it, with its index read (laid out as
-/// `spec` says); damage as [`read_current`] says.
+/// `spec` says); damage and `extending` as [`read_current`] says.
 pub(super) fn read_index(
     store: &dyn Store,
     key: &str,
     spec: &IndexSpec,
     file: Box<dyn Object>,
     refusal: &str,
+    extending: bool,
 ) -> Result<Current, CommitError> {
     let damaged = |reason: String| CommitError::Damaged(format!("{}: {reason}; {refusal}", store.describe(key)));
     if file.attr().kind != store::Kind::File {
@@ -56,9 +61,10 @@ pub(super) fn read_index(
     }
     let len = file.attr().size;
     let range = spec.index_range(len).map_err(|e| damaged(e.to_string()))?;
-    // A shard the commit extends is copied by the store: its chunks need not cross the network.
-    if extend::kept(store, spec, len).is_some() {
-        file.will_need(range.clone(), Need::Alone);
+    // A shard the commit extends is copied by the store: its chunks need not cross the network
+    // (unless it turns out to be too little used, and is rewritten whole after all).
+    if extending && extend::kept(store, spec, len).is_some() {
+        file.will_need(range.clone(), Need::Only);
     }
     let bytes = file.read_exact_at(range.start, range.end - range.start)?;
     let index = ShardIndex::decode(spec, &bytes, len, 0).map_err(|e| damaged(e.to_string()))?;

@@ -17,7 +17,7 @@ use crate::store::{self, PutMode, Store, lock};
 pub fn commit(store: &dyn Store, key: &str, spec: &IndexSpec, changes: &Changes) -> Result<Committed, CommitError> {
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
-        let current = read_current(store, key, spec, "not writing over it")?;
+        let current = read_current(store, key, spec, "not writing over it", true)?;
         commit_over(store, key, spec, current, changes, None, WhenEmpty::StoreNothing)
     })
 }
@@ -38,7 +38,7 @@ pub fn commit_levels(
     // Each attempt rebuilds the inner shards from the very version it then writes over.
     retrying(|| {
         let _lock = store.lock(lock::slot(key))?;
-        let current = read_current(store, key, outer_spec, "not writing over it")?;
+        let current = read_current(store, key, outer_spec, "not writing over it", specs.len() == 1)?;
         apply_levels(store, key, specs, current, changes, None, WhenEmpty::StoreNothing)
     })
 }
@@ -88,7 +88,9 @@ fn retrying(mut commit_once: impl FnMut() -> Result<Committed, CommitError>) -> 
 /// appends), atomically: readers see the old shard or the new one, never a mix.
 pub fn compact(store: &dyn Store, key: &str, spec: &IndexSpec) -> Result<Outcome, CommitError> {
     let _lock = store.lock(lock::slot(key))?;
-    let Some(current) = read_current(store, key, spec, "not compacting it")? else { return Ok(Outcome::Unchanged) };
+    let Some(current) = read_current(store, key, spec, "not compacting it", false)? else {
+        return Ok(Outcome::Unchanged);
+    };
     // Where machines take turns, the version written keeps the note of the one read: it holds the
     // same chunks, so the deltas named there are held still, never to be folded again.
     let note = match store.exchange() {

@@ -121,18 +121,27 @@ pub fn commit(
     let body = lease::body(&holder, world.random(), &[]);
     let asked = world.now();
     // The lease is asked for while the shard is opened, and its note and exchange directory
-    // read: uncontended, it costs no round trip. Only a committer that took it reads the shard's
-    // index (and, where it rewrites the shard, its chunks): one that waits needs its size alone.
+    // read: uncontended, it costs no round trip. The shard's index (and, where the shard is
+    // rewritten, its chunks) is read on unless the lease was refused by then: a committer that
+    // waits needs the shard's size alone. Where leases are given up by emptying them, a free
+    // lease is the rule and its create fails: the index is read all the same.
+    let refused = std::sync::OnceLock::new();
     let (noted, (taken, found)) = both(
         world,
         || turns.noted(),
         || {
-            let (taken, opened) = both(world, || exchange.create(&lease, &body), || open_shard(store, key));
-            let found = match (&taken, opened) {
-                (Ok(Some(_)), Ok(file)) => turns.current(file).map(Found::Read),
-                (_, opened) => opened.map(Found::Opened),
-            };
-            (taken, found)
+            both(
+                world,
+                || {
+                    let taken = exchange.create(&lease, &body);
+                    let _ = refused.set(!matches!(taken, Ok(Some(_))));
+                    taken
+                },
+                || match open_shard(store, key)? {
+                    file if refused.get() == Some(&true) && exchange.removes_at() => Ok(Found::Opened(file)),
+                    file => turns.current(file).map(Found::Read),
+                },
+            )
         },
     );
     let seen = |noted: Result<_, store::Error>, current: Result<_, CommitError>| -> Result<Seen, CommitError> {
@@ -892,7 +901,9 @@ impl Turns<'_> {
 
     /// The shard `file` (as opened; `None`: there is none) with its index read.
     fn current(&self, file: Option<Box<dyn Object>>) -> Result<Option<Current>, CommitError> {
-        file.map(|file| read_index(self.store, self.key, &self.specs[0], file, "not writing over it")).transpose()
+        let extending = self.specs.len() == 1;
+        file.map(|file| read_index(self.store, self.key, &self.specs[0], file, "not writing over it", extending))
+            .transpose()
     }
 
     /// The shard as `found` by a committer arriving, with its index read.

@@ -10,7 +10,7 @@
 //!   making anybody wait for its end; bytes are kept by version, so another version's bytes are
 //!   never served, and two readers of one range cost one GET;
 //! - what a read fetches: an object of at most [`SMALL_OBJECT`] whole at its first read (a shard of
-//!   small chunks: index and chunks in one GET), unless it reads a range [`Need::Alone`] (a commit
+//!   small chunks: index and chunks in one GET), unless it reads a range [`Need::Only`] (a commit
 //!   that reads the index of a shard it extends: the store copies the rest); the whole chunk of a
 //!   chunk file, whose range the view tells ([`Fetcher::will_need`]), a few GETs at once when it
 //!   is large and requests are free (a quarter of them stay free for other reads); once readers
@@ -503,9 +503,9 @@ impl Fetcher {
     }
 
     /// Takes note that `reader` will read `range`: its first read there fetches all of it, and
-    /// goes on a run of reads in order unless the reader reads it [`Need::Alone`]. Not fetched at
-    /// the hint itself: a file opened again while the kernel still holds its pages is opened but
-    /// not read, and would cost a GET for nothing.
+    /// goes on a run of reads in order unless the reader reads it [`Need::Alone`] or
+    /// [`Need::Only`]. Not fetched at the hint itself: a file opened again while the kernel still
+    /// holds its pages is opened but not read, and would cost a GET for nothing.
     pub fn will_need(&self, reader: &Reader, range: Range<u64>, need: Need) {
         let range = range.start..range.end.min(reader.size);
         if !range.is_empty() {
@@ -566,7 +566,7 @@ impl Fetcher {
                 let (version, gone) = remembered(&mut versions, &reader.version);
                 let run = in_order
                     .get_or_insert_with(|| match need {
-                        Some(Need::Alone) => None,
+                        Some(Need::Alone | Need::Only) => None,
                         _ => version.advance(hint.as_ref().unwrap_or(&wanted)),
                     })
                     .clone();

@@ -32,7 +32,7 @@ pub(super) struct Plan {
 impl Fetcher {
     /// What to fetch for a read of `wanted` finding nothing at `at`: a small object up to its
     /// first bytes fetched, when nothing before `at` was ([`small_object`]) and the range hinted
-    /// is not one read [`Need::Alone`] (that range, and nothing else); when the readers go
+    /// is not one read [`Need::Only`]; when the readers go
     /// on in order, the rest of the object (from the first byte not fetched yet of their run) as
     /// [`LANES`] GETs at once, the first for the read; else the range hinted, or the read's own
     /// bytes, in [`Fetcher::pieces`] (for a read far behind its run: onwards, in one GET).
@@ -46,9 +46,9 @@ impl Fetcher {
         run: Option<(u64, Arc<Follow>)>,
     ) -> Vec<Plan> {
         let size = reader.size;
-        let alone = matches!(hint, Some((_, Need::Alone)));
+        let only = matches!(hint, Some((_, Need::Only)));
         let hint = hint.map(|(range, _)| range);
-        if size <= SMALL_OBJECT && !alone && version.segments.range(..=at).next().is_none() {
+        if size <= SMALL_OBJECT && !only && version.segments.range(..=at).next().is_none() {
             return small_object(version, size, &(at..wanted.end), true);
         }
         // A chunk larger than a window comes a window at a time: a read's own bytes come room or

@@ -762,7 +762,7 @@ fn a_small_object_is_fetched_whole_at_its_first_read() {
 }
 
 #[test]
-fn a_range_read_alone_of_a_small_object_fetches_that_range_and_nothing_around_it() {
+fn a_range_read_only_of_a_small_object_fetches_that_range_and_nothing_around_it() {
     let rt = runtime();
     let fetcher = Fetcher::new(64 << 20, 16, rt.handle().clone());
     let fake = Arc::new(Fake::default());
@@ -770,7 +770,7 @@ fn a_range_read_alone_of_a_small_object_fetches_that_range_and_nothing_around_it
     let size = 6 << 20;
     let index = size - 1028..size;
     let reader = fake.reader(1, size);
-    fetcher.will_need(&reader, index.clone(), Need::Alone);
+    fetcher.will_need(&reader, index.clone(), Need::Only);
     read(&fetcher, &reader, 1, index.clone()).unwrap();
     assert_eq!(fake.calls(), std::slice::from_ref(&index));
     // Rewritten whole after all, its chunks come as a read of them asks.
