@@ -582,9 +582,9 @@ impl Fetcher {
                             Some(rest) => (Some(rest), None),
                             None => (hint.as_ref(), run),
                         };
-                        let need = need.filter(|_| again.is_none()).unwrap_or(Need::InOrder);
-                        let mut plans =
-                            self.plan(version, reader, at, &wanted, hint.map(|h| (h, need)), run).into_iter();
+                        // `again` comes only for a read with no hint of its own: its need is none.
+                        let hint = hint.map(|h| (h, need.unwrap_or(Need::InOrder)));
+                        let mut plans = self.plan(version, reader, at, &wanted, hint, run).into_iter();
                         let first = plans.next().expect("a plan for the read's own bytes");
                         let segment = self.start(version, reader, first);
                         for other in plans {
