@@ -80,6 +80,41 @@ const POLL: Duration = Duration::from_millis(20);
 /// about two thousand times a second, under what an object store serves a prefix (S3: 5,500
 /// reads a second), while a short wait is noticed within tens of milliseconds.
 const LONGEST_POLL: Duration = Duration::from_secs(1);
+/// How the pauses between a waiter's questions grow.
+#[derive(Clone, Copy)]
+struct Pace {
+    /// The pause doubles every this many questions.
+    doubling: u32,
+    /// The longest pause.
+    longest: Duration,
+}
+
+/// The pace of a waiter among many: its pause doubles with each question, up to
+/// [`LONGEST_POLL`].
+const CROWD: Pace = Pace { doubling: 1, longest: LONGEST_POLL };
+
+/// The pace of a waiter among fewer than [`QUEUE_LENGTH`] (queued, or as deltas): its pause
+/// doubles every other question, up to 320 ms, so that a delta folded is seen within tens of
+/// milliseconds to a few hundred, where a waiter among many may take up to a second (eight
+/// mounts writing one array waited on their last deltas for 0.4 s on average that way).
+const FEW: Pace = Pace { doubling: 2, longest: Duration::from_millis(320) };
+
+impl Pace {
+    /// The pace of a waiter that found `waiting` others waiting for the lease (queued, or as
+    /// deltas): among few, [`FEW`]; among more, its pause doubles with each question, up to 40
+    /// ms for each waiter (at least [`FEW`]'s, at most [`LONGEST_POLL`]), so that the waiters
+    /// of one shard ask (twice a question) about fifty times a second in all, a thousand at most.
+    fn of(waiting: usize) -> Pace {
+        match waiting < QUEUE_LENGTH {
+            true => FEW,
+            false => {
+                let longest = (POLL * 2 * waiting as u32).clamp(FEW.longest, LONGEST_POLL);
+                Pace { doubling: 1, longest }
+            }
+        }
+    }
+}
+
 /// How long a holder takes to fold each delta, about (forty to a round of a few round trips): a
 /// waiter that found N deltas waiting asks no more often than every N times this, so that many
 /// waiters do not ask in vain.
@@ -173,10 +208,10 @@ pub fn commit(
                 let queued = listed.iter().filter(|l| l.name.starts_with(QUEUED) && !expired(l, &listed)).count();
                 match found.len() {
                     Some(len) if ahead + queued < QUEUE_LENGTH && turns.extends(len) => turns.queue(changes),
-                    _ => turns.wait(changes, PER_DELTA * ahead as u32),
+                    _ => turns.wait(changes, PER_DELTA * ahead as u32, Pace::of(ahead + queued)),
                 }
             }
-            _ => turns.wait(changes, Duration::ZERO),
+            _ => turns.wait(changes, Duration::ZERO, CROWD),
         },
     }
 }
@@ -200,6 +235,10 @@ impl Found {
 /// What a holder reads before folding: the shard's note and the version it is of, the names in
 /// the shard's exchange directory, and the shard.
 type Seen = (Option<Noted>, Vec<Listed>, Option<Current>);
+
+/// A lease taken, with what its holder's first round reads where that was read while it was
+/// taken.
+type Turn = (Lease, Option<Result<Seen, CommitError>>);
 
 /// Deltas read: their bytes by name, in the order they are folded.
 type Deltas = std::collections::BTreeMap<String, Vec<u8>>;
@@ -245,12 +284,12 @@ impl Turns<'_> {
         }
     }
 
-    /// The pause before question `polls` of a waiter that doubles it every `doubling` questions:
-    /// [`POLL`] doubled so, at least `least`, at most [`LONGEST_POLL`], give or take half, so
+    /// The pause before question `polls` of a waiter at `pace`: [`POLL`] doubled every
+    /// `pace.doubling` questions, at least `least`, at most `pace.longest`, give or take half, so
     /// that waiters fall out of step.
-    fn poll(&self, polls: u32, doubling: u32, least: Duration) -> Duration {
-        let doubled = POLL * 2u32.pow(((polls - 1) / doubling).min(8));
-        let mean = doubled.max(least).min(LONGEST_POLL).as_millis() as u64;
+    fn poll(&self, polls: u32, pace: Pace, least: Duration) -> Duration {
+        let doubled = POLL * 2u32.pow(((polls - 1) / pace.doubling).min(8));
+        let mean = doubled.max(least).min(pace.longest).as_millis() as u64;
         Duration::from_millis(mean / 2 + self.world.random() % (mean + 1))
     }
 
@@ -278,7 +317,7 @@ impl Turns<'_> {
             Some(committed) => Ok(committed),
             None => {
                 log::info!("{}: its commit lease was taken over; waiting as a delta", self.store.describe(self.key));
-                self.wait(changes, Duration::ZERO)
+                self.wait(changes, Duration::ZERO, CROWD)
             }
         }
     }
@@ -337,7 +376,7 @@ impl Turns<'_> {
         let (marked, ()) = both(
             self.world,
             || self.exchange.create(&marker, b""),
-            || self.world.sleep(self.poll(1, 2, Duration::ZERO)),
+            || self.world.sleep(self.poll(1, FEW, Duration::ZERO)),
         );
         if let Err(e) = marked {
             log::debug!("{e}; queued unmarked");
@@ -353,27 +392,31 @@ impl Turns<'_> {
             // other question (a thousand machines queued at once asking every 20 ms were most of
             // S3's 5,500 reads a second of a prefix, and met SlowDown).
             if polls > 1 {
-                self.world.sleep(self.poll(polls, 2, Duration::ZERO));
+                self.world.sleep(self.poll(polls, FEW, Duration::ZERO));
             }
             let before = seen.as_ref().map(|(tag, _)| tag.clone());
-            let Some(lease) = self.take_turn(&holder, &mut seen).inspect_err(|_| unmark())? else {
+            let Some((lease, read)) = self.take_turn(&holder, &mut seen).inspect_err(|_| unmark())? else {
                 // Another took a turn: many are queued.
                 if before.is_some() && seen.as_ref().map(|(tag, _)| tag) != before.as_ref() {
                     missed += 1;
                 }
                 if self.since(since) > QUEUE_PATIENCE || missed >= QUEUE_TURNS {
-                    return both(self.world, unmark, || self.wait(changes, Duration::ZERO)).1;
+                    // It queued where few waited: as a delta it is one of few still.
+                    return both(self.world, unmark, || self.wait(changes, Duration::ZERO, FEW)).1;
                 }
                 continue;
             };
-            self.exchange.forget(self.key);
-            return both(self.world, unmark, || self.hold_changes(lease, &holder, changes, None)).1;
+            if read.is_none() {
+                self.exchange.forget(self.key);
+            }
+            return both(self.world, unmark, || self.hold_changes(lease, &holder, changes, read)).1;
         }
     }
 
     /// Uploads `changes` as a delta and waits until a stored shard version holds it, taking the
-    /// lease when it is free or expired. `least`: the shortest pause between its questions.
-    fn wait(&self, changes: &NestedChanges, least: Duration) -> Result<Committed, CommitError> {
+    /// lease when it is free or expired. `least`: the shortest pause between its questions;
+    /// `pace`: how they are spaced.
+    fn wait(&self, changes: &NestedChanges, least: Duration, pace: Pace) -> Result<Committed, CommitError> {
         let name = self.unique_name(DELTA);
         let delta_key = join(&self.dir, &name);
         log::info!("{}: its lease is held; waiting as {name}", self.store.describe(self.key));
@@ -392,13 +435,13 @@ impl Turns<'_> {
         let (mut polls, mut failed) = (0u32, 0u32);
         loop {
             polls += 1;
-            self.world.sleep(self.poll(polls, 1, least));
+            self.world.sleep(self.poll(polls, pace, least));
             if self.patiently(|| self.exchange.head(&delta_key))?.is_none() {
                 self.exchange.forget(self.key);
                 return self.folded(&name);
             }
-            if let Some(lease) = self.take_turn(&holder, &mut seen)? {
-                let held = self.hold(lease, &holder, Mine::Delta(&name), None);
+            if let Some((lease, read)) = self.take_turn(&holder, &mut seen)? {
+                let held = self.hold(lease, &holder, Mine::Delta(&name), read);
                 self.exchange.forget(self.key);
                 // Done only once the delta is gone, whatever the rounds said: a holder taken over
                 // mid-fold may not have reached it, and one that failed may have folded it.
@@ -418,16 +461,37 @@ impl Turns<'_> {
 
     /// Takes the lease for `holder` when there is none or it is free, or when it has not changed
     /// for [`LEASE_TIMEOUT`] since first `seen` (its holder died or stalled), with that holder
-    /// and its doubts as this one's doubts; `None` when another holds it.
-    fn take_turn(&self, holder: &str, seen: &mut Option<(String, Duration)>) -> Result<Option<Lease>, CommitError> {
+    /// and its doubts as this one's doubts; `None` when another holds it. Where there was none,
+    /// with what its first round reads, read while the lease was asked for.
+    fn take_turn(&self, holder: &str, seen: &mut Option<(String, Duration)>) -> Result<Option<Turn>, CommitError> {
         let lease = self.lease();
+        let taken = |lease: Option<Lease>| lease.map(|lease| (lease, None));
         Ok(match self.patiently(|| self.exchange.head(&lease))? {
             None => {
+                // Its last holder gave it up after storing its version: the shard is opened,
+                // and its note and exchange directory read, while the lease is created, and the
+                // index read once it is (a round trip saved at each turn of a queue; where
+                // another committer creates it first, a HEAD and a listing made in vain).
                 let (body, asked) = (lease::body(holder, self.world.random(), &[]), self.world.now());
-                let created = self.patiently(|| self.exchange.create(&lease, &body))?;
-                created.map(|tag| Lease { tag, renewed: asked, doubts: Vec::new() })
+                self.exchange.forget(self.key);
+                let (noted, taken) = both(
+                    self.world,
+                    || self.noted(),
+                    || {
+                        let (created, opened) = both(
+                            self.world,
+                            || self.patiently(|| self.exchange.create(&lease, &body)),
+                            || open_shard(self.store, self.key),
+                        );
+                        created.map(|tag| tag.map(|tag| (tag, opened.and_then(|file| self.current(file)))))
+                    },
+                );
+                taken?.map(|(tag, current)| {
+                    let read = noted.map_err(CommitError::from).and_then(|(note, listed)| Ok((note, listed, current?)));
+                    (Lease { tag, renewed: asked, doubts: Vec::new() }, Some(read))
+                })
             }
-            Some(free) if lease::free(&free) => self.take(holder, &free.tag, Vec::new())?,
+            Some(free) if lease::free(&free) => taken(self.take(holder, &free.tag, Vec::new())?),
             Some(Version { tag, .. }) => match seen {
                 Some((old, since)) if *old == tag && self.since(*since) >= LEASE_TIMEOUT => {
                     log::warn!("{}: its commit lease expired; taking it over", self.store.describe(self.key));
@@ -435,7 +499,7 @@ impl Turns<'_> {
                     // Read after its tag: a body of a later version only makes the replacement
                     // below fail.
                     let Some(was) = self.patiently(|| self.exchange.read(&lease))? else { return Ok(None) };
-                    self.take(holder, &tag, lease::inherited(&was))?
+                    taken(self.take(holder, &tag, lease::inherited(&was))?)
                 }
                 Some((old, _)) if *old == tag => None,
                 _ => {
@@ -566,9 +630,13 @@ impl Turns<'_> {
                 self.world.sleep(self.world.backoff(attempt.min(6)));
                 continue;
             }
-            // The lease, listed, tells the server's time (see `expired`): when the listing made
-            // while it was being taken lacks it, and something waits, the holder lists again.
-            if listed.iter().any(waits) && !listed.iter().any(|l| l.name == LEASE) {
+            // What waited too long is told by the server's time, the newest name listed (see
+            // `expired`): the lease, listed after it was taken, or this holder's own queued
+            // marker, made at most a queue's patience before. Where the listing was made while
+            // the lease was being taken, lacks both, and something waits, the holder lists
+            // again: a dead writer's delta listed alone would look fresh.
+            let recent = |l: &Listed| l.name == LEASE || l.name.strip_prefix(QUEUED) == Some(me);
+            if !listed.iter().any(recent) && listed.iter().any(waits) {
                 listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
             let held: HashSet<String> =
@@ -949,12 +1017,14 @@ pub fn set_lifetime(lifetime: Duration) {
     LIFETIME_MS.store(lifetime.as_millis() as u64, Ordering::Relaxed);
 }
 
-/// True when `file` was stored more than [`lifetime`] before the lease of `listed` (the server's
-/// clock as of its holder's last renewal); false where the lease is not listed.
+/// True when `file` was stored more than [`lifetime`] before the newest name of `listed` (the
+/// server's clock as of that name's writing, at the latest; a lease listed after it was taken
+/// or renewed is that recent).
 fn expired(file: &Listed, listed: &[Listed]) -> bool {
     listed
         .iter()
-        .find(|l| l.name == LEASE)
-        .and_then(|lease| lease.stored.duration_since(file.stored).ok())
+        .map(|l| l.stored)
+        .max()
+        .and_then(|newest| newest.duration_since(file.stored).ok())
         .is_some_and(|age| age > lifetime())
 }
