@@ -94,10 +94,21 @@ struct Pace {
 const CROWD: Pace = Pace { doubling: 1, longest: LONGEST_POLL };
 
 /// The pace of a waiter among fewer than [`QUEUE_LENGTH`] (queued, or as deltas): its pause
-/// doubles every other question, up to 320 ms, so that a delta folded is seen within tens of
+/// doubles with each question, up to 320 ms, so that a delta folded is seen within tens of
 /// milliseconds to a few hundred, where a waiter among many may take up to a second (eight
 /// mounts writing one array waited on their last deltas for 0.4 s on average that way).
-const FEW: Pace = Pace { doubling: 2, longest: Duration::from_millis(320) };
+const FEW: Pace = Pace { doubling: 1, longest: Duration::from_millis(320) };
+
+/// The pace of a queued committer: up to [`FEW`]'s longest pause, doubled every other question
+/// (its turn is taken soon after the last; at most [`QUEUE_LENGTH`] queue).
+const IN_QUEUE: Pace = Pace { doubling: 2, ..FEW };
+
+/// How many turns a waiter among few sees others take, its delta still there, before it asks at
+/// [`CROWD`]'s pace: each holder folds every delta it listed (up to [`MOST_NOTED`]), so a delta
+/// that waits through two turns waits behind many (a thousand machines that all found few
+/// waiting, arriving at once, would otherwise go on asking about 6,000 times a second: two
+/// requests every 320 ms each).
+const CROWDED_TURNS: u32 = 2;
 
 impl Pace {
     /// The pace of a waiter that found `waiting` others waiting for the lease (queued, or as
@@ -376,7 +387,7 @@ impl Turns<'_> {
         let (marked, ()) = both(
             self.world,
             || self.exchange.create(&marker, b""),
-            || self.world.sleep(self.poll(1, FEW, Duration::ZERO)),
+            || self.world.sleep(self.poll(1, IN_QUEUE, Duration::ZERO)),
         );
         if let Err(e) = marked {
             log::debug!("{e}; queued unmarked");
@@ -392,7 +403,7 @@ impl Turns<'_> {
             // other question (a thousand machines queued at once asking every 20 ms were most of
             // S3's 5,500 reads a second of a prefix, and met SlowDown).
             if polls > 1 {
-                self.world.sleep(self.poll(polls, FEW, Duration::ZERO));
+                self.world.sleep(self.poll(polls, IN_QUEUE, Duration::ZERO));
             }
             let before = seen.as_ref().map(|(tag, _)| tag.clone());
             let Some((lease, read)) = self.take_turn(&holder, &mut seen).inspect_err(|_| unmark())? else {
@@ -401,7 +412,8 @@ impl Turns<'_> {
                     missed += 1;
                 }
                 if self.since(since) > QUEUE_PATIENCE || missed >= QUEUE_TURNS {
-                    // It queued where few waited: as a delta it is one of few still.
+                    // It queued where few waited: as a delta it asks as one of few until it sees
+                    // the lease change hands [`CROWDED_TURNS`] times more.
                     return both(self.world, unmark, || self.wait(changes, Duration::ZERO, FEW)).1;
                 }
                 continue;
@@ -431,30 +443,36 @@ impl Turns<'_> {
         }
         // Not a holder's name: a waiter's own changes are in its delta, never in doubt.
         let holder = self.unique_name(WAITER);
-        let mut seen = None;
-        let (mut polls, mut failed) = (0u32, 0u32);
+        let mut seen: Option<(String, Duration)> = None;
+        let (mut polls, mut failed, mut turns) = (0u32, 0u32, 0u32);
         loop {
             polls += 1;
+            let pace = if turns >= CROWDED_TURNS { CROWD } else { pace };
             self.world.sleep(self.poll(polls, pace, least));
             if self.patiently(|| self.exchange.head(&delta_key))?.is_none() {
                 self.exchange.forget(self.key);
                 return self.folded(&name);
             }
-            if let Some((lease, read)) = self.take_turn(&holder, &mut seen)? {
-                let held = self.hold(lease, &holder, Mine::Delta(&name), read);
-                self.exchange.forget(self.key);
-                // Done only once the delta is gone, whatever the rounds said: a holder taken over
-                // mid-fold may not have reached it, and one that failed may have folded it.
-                if self.patiently(|| self.exchange.head(&delta_key))?.is_none() {
-                    return self.folded(&name);
+            let before = seen.as_ref().map(|(tag, _)| tag.clone());
+            let Some((lease, read)) = self.take_turn(&holder, &mut seen)? else {
+                if before.is_some() && seen.as_ref().map(|(tag, _)| tag) != before.as_ref() {
+                    turns += 1;
                 }
-                if let Err(e) = held {
-                    failed += 1;
-                    if failed >= HOLDS {
-                        return Err(e);
-                    }
-                    log::warn!("{}: {e}; its delta waits on", self.store.describe(self.key));
+                continue;
+            };
+            let held = self.hold(lease, &holder, Mine::Delta(&name), read);
+            self.exchange.forget(self.key);
+            // Done only once the delta is gone, whatever the rounds said: a holder taken over
+            // mid-fold may not have reached it, and one that failed may have folded it.
+            if self.patiently(|| self.exchange.head(&delta_key))?.is_none() {
+                return self.folded(&name);
+            }
+            if let Err(e) = held {
+                failed += 1;
+                if failed >= HOLDS {
+                    return Err(e);
                 }
+                log::warn!("{}: {e}; its delta waits on", self.store.describe(self.key));
             }
         }
     }

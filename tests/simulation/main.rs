@@ -1209,29 +1209,47 @@ fn a_lone_machine_taking_a_free_lease_reads_the_shard_while_it_asks() {
 }
 
 /// Eight machines committing one chunk at a time into one shard, three commits each, all
-/// arriving at once at a shard machine 0 made: each commit's latency, mean over the seeds 0..40;
-/// with `copies_from`, over a server that extends the shard by copy (where a committer that finds
-/// the lease held queues for its turn), else as deltas.
-fn eight_mean_latency(copies_from: Option<u64>) -> Duration {
+/// arriving at once at a shard machine 0 made, over a server that extends the shard by copy
+/// (where a committer that finds the lease held queues for its turn): each commit's latency,
+/// mean over the seeds 0..40.
+fn queued_mean_latency() -> Duration {
     let mut all = Vec::new();
     for seed in 0..40 {
-        let config = Config { think_ms: 200, ..scale_config(8, copies_from, Some(at_a_made_shard)) };
+        let config = Config { think_ms: 200, ..scale_config(8, Some(64), Some(at_a_made_shard)) };
         let report = run(seed, config).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         all.extend(report.latencies);
     }
     all.iter().sum::<Duration>() / all.len() as u32
 }
 
-/// Eight machines writing one shard wait for each other's rounds: a queued committer reads the
-/// shard while it creates the lease when it finds it gone (a round trip less at each turn), and
-/// a waiter among few asks every 320 ms at most where it asked up to once a second (a delta
-/// folded was seen 0.4 s later on average). Requests take 5 to 40 ms. Deterministic (but any
+/// Eight machines queued for one shard's lease take their turns sooner: one that finds the lease
+/// gone reads the shard while it creates the lease (a round trip less at each turn), and asks
+/// every 320 ms at most where up to 640 ms. Requests take 5 to 40 ms. Deterministic (but any
 /// change to the commit's requests draws other numbers): at 1b0ad16 the mean commit took 422.7
-/// ms queued (with copies) and 277.5 ms as deltas; since, 389.8 and 258.8 ms.
+/// ms, since 372.3 ms.
 #[test]
-fn eight_machines_at_one_shard_see_their_turn_and_their_folded_deltas_soon() {
-    let (queued, deltas) = (eight_mean_latency(Some(64)), eight_mean_latency(None));
-    eprintln!("mean commit latency: queued {queued:?}, deltas {deltas:?}");
-    assert!(queued < Duration::from_millis(406), "queued: {queued:?}");
-    assert!(deltas < Duration::from_millis(268), "deltas: {deltas:?}");
+fn eight_machines_queued_for_one_shard_take_their_turns_soon() {
+    let queued = queued_mean_latency();
+    eprintln!("mean commit latency: {queued:?}");
+    assert!(queued < Duration::from_millis(397), "{queued:?}");
+}
+
+/// A thousand machines arriving at one shard within `window_ms`, one commit each.
+fn burst_config(window_ms: u64) -> Config {
+    Config { commits: 1, think_ms: window_ms, ..scale_config(1000, None, Some(at_a_made_shard)) }
+}
+
+/// review-81: a thousand machines arriving at one shard within 300 ms, each one commit, as
+/// deltas: each found few others waiting (the deltas before it not yet listed), and asks at
+/// the pace of one among few until it sees the lease change hands twice; together they ask no
+/// more than S3 serves a prefix. Within 100 or 200 ms they meet SlowDown in their first second
+/// (at 1b0ad16 too), which costs them time, not an error.
+/// (`SHARDFS_SIM_WINDOW_MS=N`: another window, with its peak rates printed)
+#[test]
+fn a_thousand_machines_arriving_within_300_ms_ask_no_more_than_s3_serves() {
+    let window = std::env::var("SHARDFS_SIM_WINDOW_MS").ok().and_then(|n| n.parse().ok()).unwrap_or(300);
+    let report = run(1, burst_config(window)).unwrap();
+    eprintln!("within {window} ms: peak reads and writes a second {:?}, SlowDown {}", report.peak, report.slow_downs);
+    assert_eq!(report.latencies.len(), 1000, "every commit done");
+    assert_eq!(report.slow_downs, 0, "peak reads and writes a second: {:?}", report.peak);
 }
