@@ -1161,32 +1161,31 @@ fn b5c_hunt_seeds(seeds: impl Iterator<Item = u64>) {
     b5_hunt_seeds("b5c hunt", b5c_hunt_setup, seeds);
 }
 
+/// Each commit's latency, mean over `seeds`, of runs of `config`, the first `skip` commits of
+/// each run left out.
+fn mean_latency(seeds: std::ops::Range<u64>, skip: usize, config: impl Fn() -> Config) -> Duration {
+    let mut all = Vec::new();
+    for seed in seeds {
+        let report = run(seed, config()).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        all.extend(report.latencies.into_iter().skip(skip));
+    }
+    all.iter().sum::<Duration>() / all.len() as u32
+}
+
 /// One machine committing alone into one shard, again and again: each commit's latency, mean
 /// over the seeds 0..10, on a server without a conditional DELETE (`deletes_at` false: every
 /// lease is given up by emptying it, so each commit's create fails and it takes the free lease)
-/// and on one with.
+/// and on one with. The first commit creates the shard and the lease: only the later ones find
+/// a free one.
 fn lone_mean_latency(deletes_at: bool) -> Duration {
-    let mut all = Vec::new();
-    for seed in 0..10 {
-        let config = Config {
-            machines: 1,
-            commits: 20,
-            entries: 16,
-            most_chunks: 1,
-            faults: Faults::default(),
-            skewed: false,
-            copies_from: None,
-            deletes_at,
-            limits: None,
-            think_ms: 200,
-            doubt: false,
-            setup: None,
-        };
-        let report = run(seed, config).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        // The first commit creates the shard and the lease: only the later ones find a free one.
-        all.extend(report.latencies.into_iter().skip(1));
-    }
-    all.iter().sum::<Duration>() / all.len() as u32
+    mean_latency(0..10, 1, || Config {
+        commits: 20,
+        entries: 16,
+        deletes_at,
+        limits: None,
+        think_ms: 200,
+        ..scale_config(1, None, None)
+    })
 }
 
 /// review-80: a lone machine on a server without a conditional DELETE finds its shard's lease
@@ -1213,13 +1212,7 @@ fn a_lone_machine_taking_a_free_lease_reads_the_shard_while_it_asks() {
 /// (where a committer that finds the lease held queues for its turn): each commit's latency,
 /// mean over the seeds 0..40.
 fn queued_mean_latency() -> Duration {
-    let mut all = Vec::new();
-    for seed in 0..40 {
-        let config = Config { think_ms: 200, ..scale_config(8, Some(64), Some(at_a_made_shard)) };
-        let report = run(seed, config).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        all.extend(report.latencies);
-    }
-    all.iter().sum::<Duration>() / all.len() as u32
+    mean_latency(0..40, 0, || Config { think_ms: 200, ..scale_config(8, Some(64), Some(at_a_made_shard)) })
 }
 
 /// Eight machines queued for one shard's lease take their turns sooner: one that finds the lease
