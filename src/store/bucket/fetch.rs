@@ -309,7 +309,7 @@ impl Inner {
             .iter()
             .flat_map(|(v, version)| version.segments.values().map(move |s| (v.clone(), s.clone())))
             .collect();
-        all.sort_by_key(|(_, s)| s.last_read());
+        oldest_first(&mut all, |(_, s)| s.last_read());
         for (version, segment) in all {
             if fits() {
                 break;
@@ -713,6 +713,13 @@ fn remembered<'a>(
         gone = versions.push(id.clone(), Version { segments: BTreeMap::new(), runs: Vec::new() }).map(|(_, v)| v);
     }
     (versions.get_mut(id).expect("just made"), gone)
+}
+
+/// Orders `items` by `key`, the oldest first, looking at each item's key once: the times segments
+/// were last read move on while they are ordered, and a sort looking at them at each comparison
+/// sees no order, which `slice::sort` answers with a panic.
+fn oldest_first<T, K: Ord>(items: &mut [T], key: impl FnMut(&T) -> K) {
+    items.sort_by_cached_key(key);
 }
 
 #[cfg(test)]

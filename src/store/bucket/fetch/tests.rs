@@ -1153,3 +1153,17 @@ fn a_chunk_read_in_pieces_leaves_a_request_to_another_reader() {
         assert!(matches!(got, Ok(Ok(()))), "another read waited for a chunk's pieces {asked:?}: {got:?}");
     });
 }
+
+#[test]
+fn segments_are_ordered_by_times_read_once_each_though_readers_move_them_meanwhile() {
+    // Room is made going through the segments least recently read first, by a time their
+    // readers move on while the segments are ordered. Read at each comparison, the times gave no
+    // order, and the sort panicked in the task fetching bytes a reader waited on (a mount of a
+    // local database reading values ahead, one run in three). Here each look at a key finds
+    // it later than the last, as a segment read at every look would be.
+    let looks = AtomicU64::new(0);
+    let mut segments: Vec<u64> = (0..40).collect();
+    oldest_first(&mut segments, |_| looks.fetch_add(1, Ordering::SeqCst));
+    assert_eq!(looks.load(Ordering::SeqCst), 40, "each time read once");
+    assert_eq!(segments, (0..40).collect::<Vec<_>>(), "in the order their times were read");
+}
