@@ -190,16 +190,19 @@ fn open_sqlite(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, St
     let database = Sqlite::open(path)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = local_database_caching(address);
+    let caching = local_database_caching(address, &database);
     Ok(Arc::new(Objects::mount(database, "SQLite", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
 /// How a local database is cached: what another process changes is asked for each time (a look
 /// costs no round trip), and values are read ahead of readers as from an object store (a value
 /// read in one go costs one transaction, not one per read of the kernel's), within
-/// [`LOCAL_READ_AHEAD`].
-fn local_database_caching(address: &StoreAddress) -> Caching {
-    let read_ahead_bytes = address.caching.read_ahead_bytes.min(LOCAL_READ_AHEAD);
+/// [`LOCAL_READ_AHEAD`]; not at all where the database reads a range in place, as a local file is
+/// read. Read ahead there, 256 MiB of GNU dbm values took 18,000 page faults of fresh memory and
+/// 0.29 s of the daemon's CPU; read as asked, 6,600 and 0.19 s (plain files: 900 and 0.10 s).
+fn local_database_caching(address: &StoreAddress, database: &dyn Database) -> Caching {
+    let read_ahead_bytes =
+        if database.reads_in_place() { 0 } else { address.caching.read_ahead_bytes.min(LOCAL_READ_AHEAD) };
     Caching { metadata_ttl: Duration::ZERO, disk: None, read_ahead_bytes, ..address.caching.clone() }
 }
 
@@ -218,8 +221,8 @@ const LOCAL_READ_AHEAD: usize = 32 << 20;
 /// this mount changes is written into what it keeps, so nothing kept goes stale; `--metadata-ttl`,
 /// which bounds how long another writer's changes go unseen, has nothing to bound here. Asked at
 /// each look, a LevelDB listing decompressed every value under its prefix.
-fn sole_database_caching(address: &StoreAddress) -> Caching {
-    Caching { metadata_ttl: SOLE_DATABASE_TTL, ..local_database_caching(address) }
+fn sole_database_caching(address: &StoreAddress, database: &dyn Database) -> Caching {
+    Caching { metadata_ttl: SOLE_DATABASE_TTL, ..local_database_caching(address, database) }
 }
 
 /// What a mount learns of a database only it can change is kept this long: a mount's lifetime,
@@ -231,7 +234,7 @@ fn open_lmdb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
     let database = Lmdb::open(dir)?;
     let url = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = local_database_caching(address);
+    let caching = local_database_caching(address, &database);
     Ok(Arc::new(Objects::mount(database, "LMDB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
@@ -241,7 +244,7 @@ fn open_gdbm(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Stri
     let database = gdbm::open(path, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = sole_database_caching(address);
+    let caching = sole_database_caching(address, &database);
     Ok(Arc::new(Objects::mount(database, "GNU dbm", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
@@ -251,7 +254,7 @@ fn open_kyoto(path: &Path, kind: &str, address: &StoreAddress) -> Result<Arc<dyn
     let database = kyoto::open(path, kind, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = sole_database_caching(address);
+    let caching = sole_database_caching(address, &database);
     Ok(Arc::new(
         Objects::mount(database, "Kyoto Cabinet", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?,
     ))
@@ -264,7 +267,7 @@ fn open_bdb(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
     let database = bdb::open(path, !address.repository.writable)?;
     let url = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     let read_only = database.read_only();
-    let caching = sole_database_caching(address);
+    let caching = sole_database_caching(address, &database);
     Ok(Arc::new(Objects::mount(database, "Berkeley DB", &url, read_only, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 
@@ -273,7 +276,7 @@ fn open_bdb(path: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, Strin
 fn open_leveldb(dir: &Path, address: &StoreAddress) -> Result<Arc<dyn Store>, String> {
     let database = LevelDb::open(dir)?;
     let url = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
-    let caching = sole_database_caching(address);
+    let caching = sole_database_caching(address, &database);
     Ok(Arc::new(Objects::mount(database, "LevelDB", &url, false, caching).map_err(|e| format!("{url}: {e}"))?))
 }
 

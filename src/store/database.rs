@@ -116,6 +116,13 @@ pub trait Database: Send + Sync + std::fmt::Debug + 'static {
 
     /// Every key starting with `prefix`, with its entry.
     fn list_all(&self, prefix: &str) -> Result<Vec<(String, Entry)>>;
+
+    /// True when a byte range of a value is read from where the value lies, for what a read of a
+    /// local file costs: values fetched ahead of readers would then only be copied once more, into
+    /// memory the kernel must first fault in. False by default: a value is better read in one go.
+    fn reads_in_place(&self) -> bool {
+        false
+    }
 }
 
 /// The error of a database that failed at `what`.

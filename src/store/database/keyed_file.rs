@@ -319,6 +319,12 @@ impl<F: LockedFile> Database for KeyedFile<F> {
     fn list_all(&self, prefix: &str) -> Result<Vec<(String, Entry)>> {
         self.listed(prefix, None)
     }
+
+    /// Where the file's own structures place the values: each is then read with `pread`, only as
+    /// far as asked.
+    fn reads_in_place(&self) -> bool {
+        !self.state.lock().places.is_empty()
+    }
 }
 
 #[cfg(test)]

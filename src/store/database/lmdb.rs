@@ -308,6 +308,11 @@ impl Database for Lmdb {
             Ok(found)
         })
     }
+
+    /// A range is copied out of the environment's map, which is the file's pages.
+    fn reads_in_place(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
