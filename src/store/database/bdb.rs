@@ -15,6 +15,7 @@
 //! Python writers be from each other); it writes it when nothing is mounted, or takes the same
 //! `flock` itself.
 
+mod layout;
 mod library;
 mod verified;
 
@@ -168,7 +169,7 @@ fn take_lock(path: &Path, read_only: bool) -> std::io::Result<std::fs::File> {
 mod tests {
     use super::*;
     use crate::store::database::{Condition, Database, Objects};
-    use object_store::PutPayload;
+    use object_store::{GetRange, PutPayload};
 
     /// A new empty file of `kind`, made with the library, removed when the guard is dropped;
     /// `None` (said loudly) where the library is missing, unless `SHARDFS_REQUIRE_BDB=1`
@@ -239,13 +240,61 @@ mod tests {
                 writer.write(key, &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
             }
             drop(writer);
-            // Read-only, the file is mapped (pages read where they are, not through the cache).
+            // Read-only, a btree file is mapped (pages read where they are, not through the
+            // cache), and a hash file's values are read from its pages by the mount itself.
             let reader = reader(&path);
+            assert_eq!(reader.placed(), if kind == Kind::Hash { written.len() } else { 0 }, "{kind:?}");
             for (key, bytes) in &written {
                 let (entry, _, whole) = reader.read(key, None, &|_| Ok(())).unwrap().unwrap();
                 assert_eq!((entry.size, &whole[..]), (bytes.len() as u64, &bytes[..]), "{kind:?} {key}");
+                for range in [0..1, 4000..9000, 70_000..400_000] {
+                    let want = bytes.get(range.start as usize..(range.end as usize).min(bytes.len()));
+                    let Some(want) = want.filter(|w| !w.is_empty()) else { continue };
+                    let asked = GetRange::Bounded(range.start..range.start + want.len() as u64);
+                    let (_, _, got) = reader.read(key, Some(&asked), &|_| Ok(())).unwrap().unwrap();
+                    assert_eq!(&got[..], want, "{kind:?} {key} {range:?}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn a_hash_file_whose_freed_pages_were_used_again_reads_every_value_exactly() {
+        let Some((_file, path)) = temp_file("bdb-reused", Kind::Hash) else { return };
+        let value = |n: usize, seed: usize| (0..n).map(|i| (i * 13 + seed) as u8).collect::<Vec<u8>>();
+        let writer = open(&path, false).unwrap();
+        let mut written = std::collections::BTreeMap::new();
+        for i in 0..30 {
+            written.insert(format!("a/{i}"), value(20_000, i));
+        }
+        for (key, bytes) in &written {
+            writer.write(key, &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
+        }
+        // Every other value removed, its pages freed, and longer ones written over them: their
+        // chains run through pages freed here and there.
+        for i in (0..30).step_by(2) {
+            writer.delete(&format!("a/{i}")).unwrap();
+            written.remove(&format!("a/{i}"));
+        }
+        for i in 30..45 {
+            let bytes = value(50_000, i);
+            writer.write(&format!("a/{i}"), &PutPayload::from(bytes.clone()), &Condition::Any).unwrap();
+            written.insert(format!("a/{i}"), bytes);
+        }
+        drop(writer);
+        let reader = reader(&path);
+        assert_eq!(reader.placed(), written.len());
+        // A value's middle first, before any page in front of it was read.
+        for (key, bytes) in &written {
+            let middle = GetRange::Bounded(15_000..15_100);
+            let (_, _, got) = reader.read(key, Some(&middle), &|_| Ok(())).unwrap().unwrap();
+            assert_eq!(&got[..], &bytes[15_000..15_100], "{key}");
+        }
+        for (key, bytes) in &written {
+            let (entry, _, whole) = reader.read(key, None, &|_| Ok(())).unwrap().unwrap();
+            assert_eq!((entry.size, &whole[..]), (bytes.len() as u64, &bytes[..]), "{key}");
+        }
+        assert!(reader.placed() < written.len(), "some chains do not follow each other: read through the library");
     }
 
     #[test]

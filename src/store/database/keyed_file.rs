@@ -64,9 +64,12 @@ pub trait LockedFile: Send + 'static {
     fn places(&mut self) -> Option<Places> {
         None
     }
-    /// Fills `buf` with the file's bytes at `at` (where [`Self::places`] names them).
-    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
-        let _ = (buf, at);
+    /// Fills `buf` with the bytes of the value [`Self::places`] placed at `place`, from its byte
+    /// `from` on: by default the file's bytes at `place.start + from`. `InvalidData`: the file's
+    /// structures do not hold the value where its place said, and it is read through
+    /// [`Self::fetch`] instead.
+    fn read_placed(&mut self, place: &Range<u64>, from: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let _ = (place, from, buf);
         Err(std::io::ErrorKind::Unsupported.into())
     }
 }
@@ -262,14 +265,19 @@ impl<F: LockedFile> Database for KeyedFile<F> {
         }
         // Read where the file places it, only as far as asked; the state's lock is held
         // meanwhile, so that no write of the key frees those bytes under the read.
-        if let Some(place) = state.places.get(key) {
+        if let Some(place) = state.places.get(key).cloned() {
             let entry = Entry { size: place.end - place.start, version: state.versions.of(key.as_bytes()) };
             admit(&entry)?;
             let range = resolve(self.store, range, entry.size)?;
             let mut bytes = Buffer::of((range.end - range.start) as usize);
-            let at = place.start + range.start;
-            state.file.read_at(&mut bytes, at).map_err(|e| self.fail(format!("{key}: {e}")))?;
-            return Ok(Some((entry, range, bytes.into_bytes())));
+            match state.file.read_placed(&place, range.start, &mut bytes) {
+                Ok(()) => return Ok(Some((entry, range, bytes.into_bytes()))),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    log::debug!("{}: {key}: read through the library: {e}", self.name);
+                    state.places.remove(key);
+                }
+                Err(e) => return Err(self.fail(format!("{key}: {e}"))),
+            }
         }
         let Some(value) = state.value(key).map_err(|e| self.fail(format!("{key}: {e}")))? else {
             return Ok(None);

@@ -24,12 +24,15 @@
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 
+use super::layout;
 use crate::store::database::buffers::Buffer;
-use crate::store::database::keyed_file::{LockedFile, Measured};
+use crate::store::database::keyed_file::{LockedFile, Measured, Places};
 use crate::store::database::loaded::{self, symbol};
 
 /// The library's file names: the symbols called are Berkeley DB 5.3's.
@@ -204,8 +207,13 @@ pub struct File {
     env: *mut Env,
     /// Null until opened.
     db: *mut Db,
-    /// The lock this mount holds on the file ([`super`]), given up after the file is closed.
-    _lock: std::fs::File,
+    /// The lock this mount holds on the file ([`super`]), given up after the file is closed; a
+    /// descriptor of the file, which a read-only hash file's values are read through.
+    lock: std::fs::File,
+    /// Read-only, and a hash file: its values are read from its pages ([`super::layout`]).
+    placeable: bool,
+    /// The pages of a file whose values were placed.
+    pages: Option<layout::Pages>,
 }
 
 // SAFETY: the handles may move between threads; they are used by one at a time (not Sync).
@@ -233,12 +241,14 @@ impl File {
         // below when it does not open), the database too.
         unsafe {
             api.check((api.env_create)(&mut env, 0))?;
-            let mut file = File { api, env, db: std::ptr::null_mut(), _lock: lock };
+            let placeable = read_only && kind == HASH;
+            let mut file = File { api, env, db: std::ptr::null_mut(), lock, placeable, pages: None };
             (api.env_set_errcall)(env, keep);
             api.check((api.env_set_cachesize)(env, 0, CACHE_BYTES, 1))?;
             if read_only {
-                // A file opened read-only is mapped and its pages read where they are, not
-                // copied through the cache, up to this size (the library's default: 10 MB).
+                // A btree file opened read-only is mapped and its pages read where they are, not
+                // copied through the cache, up to this size (the library's default: 10 MB). A
+                // hash file never is: its pages are converted as they are read.
                 api.check((api.env_set_mmapsize)(env, MAPPED_BYTES))?;
             }
             api.check((api.env_open)(env, std::ptr::null(), CREATE | INIT_MPOOL | PRIVATE, 0))?;
@@ -297,6 +307,30 @@ impl File {
 }
 
 impl LockedFile for File {
+    /// A read-only hash file's, from its pages.
+    fn places(&mut self) -> Option<Places> {
+        if !self.placeable {
+            return None;
+        }
+        let len = self.lock.metadata().map(|m| m.len()).map_err(|e| e.to_string());
+        match len.and_then(|len| layout::places(len, |buf, at| self.lock.read_exact_at(buf, at))) {
+            Ok((pages, places)) => {
+                self.pages = Some(pages);
+                Some(places)
+            }
+            Err(why) => {
+                log::info!("Berkeley DB: values read through the library, whole: {why}");
+                None
+            }
+        }
+    }
+
+    fn read_placed(&mut self, place: &Range<u64>, from: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let pages = self.pages.as_mut().ok_or(std::io::ErrorKind::Unsupported)?;
+        let lock = &self.lock;
+        pages.read_value(place, from, buf, |buf, at| lock.read_exact_at(buf, at))
+    }
+
     fn fetch(&mut self, key: &[u8]) -> Result<Option<Bytes>, String> {
         // First the size, then the value, into memory of that size.
         let Some(size) = self.size(key)? else { return Ok(None) };

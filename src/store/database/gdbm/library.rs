@@ -6,6 +6,7 @@
 //! `Sync`, and the store keeps it behind a lock.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
@@ -214,7 +215,7 @@ impl LockedFile for File {
 
     /// From the file's buckets ([`super::layout`]), where its format is the one known there.
     fn places(&mut self) -> Option<Places> {
-        let read = |buf: &mut [u8], at: u64| self.read_at(buf, at);
+        let read = |buf: &mut [u8], at: u64| self.descriptor()?.read_exact_at(buf, at);
         match self.len().map_err(|e| e.to_string()).and_then(|len| super::layout::places(len, read)) {
             Ok(places) => Some(places),
             Err(why) => {
@@ -226,8 +227,8 @@ impl LockedFile for File {
 
     /// With `pread` on the library's own descriptor of the file (a descriptor of this process's
     /// own would, closed, give up the library's lock where that is an fcntl lock).
-    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
-        self.descriptor()?.read_exact_at(buf, at)
+    fn read_placed(&mut self, place: &Range<u64>, from: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.descriptor()?.read_exact_at(buf, place.start + from)
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_void};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -217,9 +218,9 @@ impl LockedFile for File {
         self.places.take()
     }
 
-    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    fn read_placed(&mut self, place: &Range<u64>, from: u64, buf: &mut [u8]) -> std::io::Result<()> {
         match &self.own {
-            Some((own, _)) => own.read_exact_at(buf, at),
+            Some((own, _)) => own.read_exact_at(buf, place.start + from),
             None => Err(std::io::ErrorKind::Unsupported.into()),
         }
     }

@@ -1,0 +1,375 @@
+//! Where a Berkeley DB hash file places its values, read from its pages (db 5.3's `db_page.h`
+//! and `hash.h`), so that a read-only mount reads a value with `pread`, only as far as asked. The
+//! library reads every page of a hash file through its cache (a hash file is never mapped: its
+//! pages are converted as they are read) and then copies each value whole into memory of its own:
+//! 256 MiB of 1 MiB values took 0.37 s of the daemon's CPU that way, against 0.11 s for plain
+//! files through a mount.
+//!
+//! The buckets are found as the library finds them (`BUCKET_TO_PAGE`: a bucket's page is its
+//! number plus the spare pages before its doubling), each with its chain of hash pages, whose
+//! items are key and value pairs. A value on its page is a run of that page's bytes. A larger one
+//! is on a chain of overflow pages, each holding a page's worth after its header: its place is
+//! its first page's, as long as the value, and its pages are taken to follow each other in the
+//! file, as the library writes a value to a file that had no pages to reuse. A read checks that
+//! the headers of the pages it read say so (number, kind, neighbours, bytes held), and fails
+//! otherwise ([`std::io::ErrorKind::InvalidData`]: the value is then read through the library).
+//! The keys found are checked against the library's own listing before any is used
+//! ([`super::super::keyed_file`]).
+
+use std::collections::HashMap;
+use std::io;
+use std::ops::Range;
+
+use crate::store::database::buffers::Buffer;
+use crate::store::database::keyed_file::Places;
+
+/// `DBMETA.magic` of a hash file.
+const HASH_MAGIC: u32 = 0x061561;
+/// The header every page begins with (`PAGE`, `SIZEOF_PAGE`), in a file without checksums.
+const HEADER: u64 = 26;
+/// Page kinds (`PAGE.type`).
+const HASH_UNSORTED: u8 = 2;
+const OVERFLOW: u8 = 7;
+const HASH: u8 = 13;
+/// Hash item kinds (the first byte of an item).
+const KEYDATA: u8 = 1;
+const OFFPAGE: u8 = 3;
+/// `DBMETA.metaflags`: the pages carry checksums, and a larger header.
+const CHECKSUMS: u8 = 0x01;
+
+/// A hash file's pages: their size and byte order, and how far each overflow chain read so far
+/// was found to run on consecutive pages.
+#[derive(Debug)]
+pub struct Pages {
+    size: u64,
+    big: bool,
+    /// By a chain's first page: how many of its pages from the first were checked to follow
+    /// each other. A page is only read as a value's once every page before it was: each page's
+    /// header names the one before it, and only the chain's first has none.
+    followed: HashMap<u64, u64>,
+}
+
+impl Pages {
+    fn u16(&self, bytes: &[u8], at: usize) -> u16 {
+        let b = [bytes[at], bytes[at + 1]];
+        if self.big { u16::from_be_bytes(b) } else { u16::from_le_bytes(b) }
+    }
+
+    fn u32(&self, bytes: &[u8], at: usize) -> u32 {
+        let b = [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
+        if self.big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) }
+    }
+
+    /// The bytes a page of an overflow chain holds after its header.
+    fn held(&self) -> u64 {
+        self.size - HEADER
+    }
+
+    /// Fills `buf` with the bytes of the value at `place` from its byte `from` on, read with
+    /// `read_at`: where they lie on a hash page, or from the overflow pages that follow its first,
+    /// each page's header checked, and the headers of the pages before them too the first time.
+    pub fn read_value(
+        &mut self,
+        place: &Range<u64>,
+        from: u64,
+        buf: &mut [u8],
+        read_at: impl Fn(&mut [u8], u64) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if !place.start.is_multiple_of(self.size) {
+            return read_at(buf, place.start + from);
+        }
+        let chain = Chain { first: place.start / self.size, len: place.end - place.start };
+        if from + buf.len() as u64 > chain.len {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a read past the value's end"));
+        }
+        let (low, high) = (from / self.held(), (from + buf.len() as u64 - 1) / self.held());
+        let followed = self.followed.get(&chain.first).copied().unwrap_or(0);
+        for k in followed..low {
+            let mut header = [0; HEADER as usize];
+            read_at(&mut header, (chain.first + k) * self.size)?;
+            self.check(&chain, k, &header)?;
+        }
+        // The pages from `low` to `high`, headers and all, in one read.
+        let start = (chain.first + low) * self.size;
+        let end = (chain.first + high) * self.size + HEADER + self.on_page(&chain, high);
+        let mut pages = Buffer::of((end - start) as usize);
+        read_at(&mut pages, start)?;
+        let mut filled = 0;
+        for k in low..=high {
+            let at = ((k - low) * self.size) as usize;
+            let held = self.check(&chain, k, &pages[at..at + HEADER as usize])?;
+            let skip = if k == low { from - low * self.held() } else { 0 };
+            let n = (held - skip).min((buf.len() - filled) as u64) as usize;
+            let data = at + (HEADER + skip) as usize;
+            buf[filled..filled + n].copy_from_slice(&pages[data..data + n]);
+            filled += n;
+        }
+        self.followed.insert(chain.first, followed.max(high + 1));
+        Ok(())
+    }
+
+    /// Checks that `header` is of page `k` of `chain`, following page `k - 1` and followed by
+    /// page `k + 1` (none for the last): how many bytes of the value it holds.
+    fn check(&self, chain: &Chain, k: u64, header: &[u8]) -> io::Result<u64> {
+        let count = chain.len.div_ceil(self.held());
+        let held = self.on_page(chain, k);
+        let number = chain.first + k;
+        let (prev, next) = (if k == 0 { 0 } else { number - 1 }, if k + 1 == count { 0 } else { number + 1 });
+        if u64::from(self.u32(header, 8)) != number
+            || header[25] != OVERFLOW
+            || u64::from(self.u32(header, 12)) != prev
+            || u64::from(self.u32(header, 16)) != next
+            || u64::from(self.u16(header, 22)) != held
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("overflow page {number} is not page {k} of the value whose first is {}", chain.first),
+            ));
+        }
+        Ok(held)
+    }
+
+    /// The bytes page `k` of `chain` holds of its value.
+    fn on_page(&self, chain: &Chain, k: u64) -> u64 {
+        (chain.len - k * self.held()).min(self.held())
+    }
+}
+
+/// The overflow pages of a value, taken to follow each other from the first.
+struct Chain {
+    first: u64,
+    len: u64,
+}
+
+/// The pages of the hash file of `len` bytes read with `read_at`, and where its values lie: for
+/// a value on its page, the run of the file's bytes it is; for one on overflow pages, the
+/// offset of its first page, as long as the value ([`Pages::read_value`] reads either).
+pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> Result<(Pages, Places), String> {
+    let read = |at: u64, n: u64| -> Result<Vec<u8>, String> {
+        if at.checked_add(n).is_none_or(|end| end > len) {
+            return Err(format!("{n} bytes at {at}: past the end of the file"));
+        }
+        let mut bytes = vec![0; n as usize];
+        read_at(&mut bytes, at).map_err(|e| format!("{n} bytes at {at}: {e}"))?;
+        Ok(bytes)
+    };
+    let meta = read(0, 224)?;
+    // A file in either byte order: the library reads both.
+    let magic: [u8; 4] = meta[12..16].try_into().expect("4 bytes");
+    let big = match (u32::from_le_bytes(magic), u32::from_be_bytes(magic)) {
+        (HASH_MAGIC, _) => false,
+        (_, HASH_MAGIC) => true,
+        _ => return Err("not a hash file".into()),
+    };
+    let probe = Pages { size: 0, big, followed: HashMap::new() };
+    let size = u64::from(probe.u32(&meta, 20));
+    if !size.is_power_of_two() || !(512..=65536).contains(&size) {
+        return Err(format!("a page size of {size}"));
+    }
+    if meta[24] != 0 || meta[26] & CHECKSUMS != 0 {
+        return Err("its pages are encrypted or carry checksums".into());
+    }
+    let pages = Pages { size, big, followed: HashMap::new() };
+    let last = u64::from(pages.u32(&meta, 32));
+    if (last + 1) * size > len {
+        return Err(format!("its last page, {last}, is past the end of the file"));
+    }
+    let max_bucket = u64::from(pages.u32(&meta, 72));
+    let mut places = Places::new();
+    let mut add = |key: Vec<u8>, place: Range<u64>| match places.insert(key, place) {
+        Some(_) => Err("a key on two pages".to_string()),
+        None => Ok(()),
+    };
+    let mut visited = 0;
+    for bucket in 0..=max_bucket {
+        // `__db_log2(bucket + 1)`: the doubling the bucket was made in.
+        let doubling = (bucket + 1).next_power_of_two().trailing_zeros() as usize;
+        let spare = meta.get(96 + 4 * doubling..100 + 4 * doubling).ok_or("a bucket past the spares")?;
+        let mut number = bucket + u64::from(pages.u32(spare, 0));
+        while number != 0 {
+            visited += 1;
+            if number > last || visited > last {
+                return Err(format!("bucket {bucket}'s pages run past the file's or loop"));
+            }
+            let page = read(number * size, size)?;
+            hash_page(&pages, &page, number, &mut add, |at| read(at, HEADER))?;
+            number = u64::from(pages.u32(&page, 16));
+        }
+    }
+    Ok((pages, places))
+}
+
+/// Reads the key and value pairs of hash page `number` into `add`, each value's first overflow
+/// page header read with `header` and checked.
+fn hash_page(
+    pages: &Pages,
+    page: &[u8],
+    number: u64,
+    add: &mut impl FnMut(Vec<u8>, Range<u64>) -> Result<(), String>,
+    header: impl Fn(u64) -> Result<Vec<u8>, String>,
+) -> Result<(), String> {
+    let at = number * pages.size;
+    if u64::from(pages.u32(page, 8)) != number || ![HASH, HASH_UNSORTED].contains(&page[25]) {
+        return Err(format!("page {number} is not a hash page"));
+    }
+    let entries = usize::from(pages.u16(page, 20));
+    let table_end = HEADER as usize + 2 * entries;
+    if !entries.is_multiple_of(2) || table_end > page.len() {
+        return Err(format!("page {number}: {entries} items"));
+    }
+    let offset = |i: usize| usize::from(pages.u16(page, HEADER as usize + 2 * i));
+    // An item runs from its offset to the one before it, or to the page's end (`LEN_HITEM`).
+    let item = |i: usize| -> Result<Range<usize>, String> {
+        let end = if i == 0 { page.len() } else { offset(i - 1) };
+        let start = offset(i);
+        if start < table_end || start >= end || end > page.len() {
+            return Err(format!("page {number}: item {i} at {start}..{end}"));
+        }
+        Ok(start..end)
+    };
+    for pair in (0..entries).step_by(2) {
+        let (key, value) = (item(pair)?, item(pair + 1)?);
+        if page[key.start] != KEYDATA {
+            return Err(format!("page {number}: a key of kind {} (a long key, on pages of its own)", page[key.start]));
+        }
+        let place = match page[value.start] {
+            KEYDATA => at + value.start as u64 + 1..at + value.end as u64,
+            OFFPAGE if value.len() >= 12 => {
+                let first = u64::from(pages.u32(page, value.start + 4));
+                let len = u64::from(pages.u32(page, value.start + 8));
+                let head = header(first * pages.size)?;
+                if len == 0
+                    || u64::from(pages.u32(&head, 8)) != first
+                    || head[25] != OVERFLOW
+                    || pages.u32(&head, 12) != 0
+                {
+                    return Err(format!("page {number}: a value's overflow page {first} does not begin one"));
+                }
+                first * pages.size..first * pages.size + len
+            }
+            kind => return Err(format!("page {number}: a value of kind {kind} (duplicates)")),
+        };
+        add(page[key.start + 1..key.end].to_vec(), place)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hash file of one bucket page (page 1) of `pairs`, whose values from `long` bytes on are
+    /// on overflow pages from page 2 on, as the library lays one out.
+    fn file(pairs: &[(&[u8], Vec<u8>)], long: usize) -> Vec<u8> {
+        let size = 4096usize;
+        let mut file = vec![0u8; 2 * size];
+        let put32 = |f: &mut Vec<u8>, at: usize, v: u32| f[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        put32(&mut file, 12, HASH_MAGIC);
+        put32(&mut file, 20, size as u32);
+        // max_bucket 0; spares[0] 1: bucket 0 is page 1.
+        put32(&mut file, 96, 1);
+        let mut page = vec![0u8; size];
+        page[8..12].copy_from_slice(&1u32.to_le_bytes());
+        page[25] = HASH;
+        page[20..22].copy_from_slice(&((2 * pairs.len()) as u16).to_le_bytes());
+        let mut top = size;
+        let mut next_page = 2u32;
+        let mut overflow = Vec::new();
+        for (i, (key, value)) in pairs.iter().enumerate() {
+            let mut items = vec![[&[KEYDATA][..], key].concat()];
+            if value.len() >= long {
+                let mut item = vec![OFFPAGE, 0, 0, 0];
+                item.extend(next_page.to_le_bytes());
+                item.extend((value.len() as u32).to_le_bytes());
+                items.push(item);
+                let pieces: Vec<&[u8]> = value.chunks(size - HEADER as usize).collect();
+                for (k, piece) in pieces.iter().enumerate() {
+                    let number = next_page + k as u32;
+                    let mut p = vec![0u8; size];
+                    p[8..12].copy_from_slice(&number.to_le_bytes());
+                    p[12..16].copy_from_slice(&(if k == 0 { 0 } else { number - 1 }).to_le_bytes());
+                    p[16..20].copy_from_slice(&(if k + 1 == pieces.len() { 0 } else { number + 1 }).to_le_bytes());
+                    p[22..24].copy_from_slice(&(piece.len() as u16).to_le_bytes());
+                    p[25] = OVERFLOW;
+                    p[HEADER as usize..HEADER as usize + piece.len()].copy_from_slice(piece);
+                    overflow.extend(p);
+                }
+                next_page += pieces.len() as u32;
+            } else {
+                items.push([&[KEYDATA][..], value].concat());
+            }
+            for (j, item) in items.iter().enumerate() {
+                top -= item.len();
+                page[top..top + item.len()].copy_from_slice(item);
+                let slot = HEADER as usize + 2 * (2 * i + j);
+                page[slot..slot + 2].copy_from_slice(&(top as u16).to_le_bytes());
+            }
+        }
+        put32(&mut file, 32, next_page - 1);
+        file[size..].copy_from_slice(&page);
+        file.extend(overflow);
+        file
+    }
+
+    fn read_in(file: &[u8]) -> impl Fn(&mut [u8], u64) -> io::Result<()> + '_ {
+        |buf, at| {
+            let at = at as usize;
+            buf.copy_from_slice(file.get(at..at + buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn values_on_their_page_and_on_overflow_pages_are_read_from_any_byte() {
+        let long: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+        let pairs: Vec<(&[u8], Vec<u8>)> = vec![(b"a/.zarray", b"{}".to_vec()), (b"a/0", long.clone()), (b"e", vec![])];
+        let file = file(&pairs, 1000);
+        let (mut pages, places) = places(file.len() as u64, read_in(&file)).unwrap();
+        assert_eq!(places.len(), 3);
+        for (key, value) in &pairs {
+            let place = &places[*key];
+            assert_eq!(place.end - place.start, value.len() as u64);
+            for from in [0, 1, 4069, 4070, 4071, 8140, 19_999].into_iter().filter(|f| *f < value.len()) {
+                for n in [1, 100, 4070, 9000, 20_000] {
+                    let n = n.min(value.len() - from);
+                    let mut buf = vec![0; n];
+                    pages.read_value(place, from as u64, &mut buf, read_in(&file)).unwrap();
+                    assert!(buf == value[from..from + n], "{key:?} {from}+{n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_whose_pages_do_not_follow_each_other_is_not_read_from_them() {
+        let long: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut file = file(&[(b"k", long)], 1000);
+        // The chain's second page links elsewhere, as a page reused after a delete would.
+        file[3 * 4096 + 16..3 * 4096 + 20].copy_from_slice(&9u32.to_le_bytes());
+        let (mut pages, places) = places(file.len() as u64, read_in(&file)).unwrap();
+        let place = &places[&b"k"[..]];
+        let mut buf = vec![0; 10_000];
+        // Its third page is not read as the value's: the second, before it, was not followed.
+        let err = pages.read_value(place, 9000, &mut buf[..100], read_in(&file)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let err = pages.read_value(place, 0, &mut buf, read_in(&file)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        // The first page alone still reads.
+        pages.read_value(place, 0, &mut buf[..100], read_in(&file)).unwrap();
+        assert!(buf[..100].iter().enumerate().all(|(i, b)| *b == i as u8));
+    }
+
+    #[test]
+    fn a_file_of_other_pages_or_items_is_refused_not_panicked_on() {
+        let file = file(&[(b"k", b"v".to_vec())], 1000);
+        for (at, byte) in [(12, 0u8), (20, 3), (26, CHECKSUMS), (4096 + 25, OVERFLOW), (4096 + 20, 3), (4096 + 26, 0)] {
+            let mut damaged = file.clone();
+            damaged[at] = byte;
+            assert!(places(damaged.len() as u64, read_in(&damaged)).is_err(), "byte {at} set to {byte}");
+        }
+        assert!(places(100, read_in(&file[..100])).is_err(), "cut short");
+    }
+}
