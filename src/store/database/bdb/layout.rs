@@ -23,17 +23,23 @@ use std::ops::Range;
 use crate::store::database::buffers::Buffer;
 use crate::store::database::keyed_file::Places;
 
-/// `DBMETA.magic` of a hash file.
+/// `DBMETA.magic` of a hash file and of a btree file.
 const HASH_MAGIC: u32 = 0x061561;
+const BTREE_MAGIC: u32 = 0x053162;
 /// The header every page begins with (`PAGE`, `SIZEOF_PAGE`), in a file without checksums.
 const HEADER: u64 = 26;
 /// Page kinds (`PAGE.type`).
 const HASH_UNSORTED: u8 = 2;
+const BTREE_INTERNAL: u8 = 3;
+const BTREE_LEAF: u8 = 5;
 const OVERFLOW: u8 = 7;
 const HASH: u8 = 13;
-/// Hash item kinds (the first byte of an item).
+/// Item kinds (a hash item's first byte, a btree item's third): bytes on the page, or a value on
+/// overflow pages.
 const KEYDATA: u8 = 1;
 const OFFPAGE: u8 = 3;
+/// How deep a btree may be before its descent is taken for a loop.
+const DEEPEST: usize = 64;
 /// `DBMETA.metaflags`: the pages carry checksums, and a larger header.
 const CHECKSUMS: u8 = 0x01;
 
@@ -144,8 +150,8 @@ struct Chain {
     len: u64,
 }
 
-/// The pages of the hash file of `len` bytes read with `read_at`, and where its values lie: for
-/// a value on its page, the run of the file's bytes it is; for one on overflow pages, the
+/// The pages of the hash or btree file of `len` bytes read with `read_at`, and where its values
+/// lie: for a value on its page, the run of the file's bytes it is; for one on overflow pages, the
 /// offset of its first page, as long as the value ([`Pages::read_value`] reads either).
 pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> Result<(Pages, Places), String> {
     let read = |at: u64, n: u64| -> Result<Vec<u8>, String> {
@@ -159,10 +165,12 @@ pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> R
     let meta = read(0, 224)?;
     // A file in either byte order: the library reads both.
     let magic: [u8; 4] = meta[12..16].try_into().expect("4 bytes");
-    let big = match (u32::from_le_bytes(magic), u32::from_be_bytes(magic)) {
-        (HASH_MAGIC, _) => false,
-        (_, HASH_MAGIC) => true,
-        _ => return Err("not a hash file".into()),
+    let (hash, big) = match (u32::from_le_bytes(magic), u32::from_be_bytes(magic)) {
+        (HASH_MAGIC, _) => (true, false),
+        (_, HASH_MAGIC) => (true, true),
+        (BTREE_MAGIC, _) => (false, false),
+        (_, BTREE_MAGIC) => (false, true),
+        _ => return Err("neither a hash nor a btree file".into()),
     };
     let probe = Pages { size: 0, big, followed: HashMap::new() };
     let size = u64::from(probe.u32(&meta, 20));
@@ -177,33 +185,107 @@ pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> R
     if (last + 1) * size > len {
         return Err(format!("its last page, {last}, is past the end of the file"));
     }
-    let max_bucket = u64::from(pages.u32(&meta, 72));
     let mut places = Places::new();
     let mut add = |key: Vec<u8>, place: Range<u64>| match places.insert(key, place) {
         Some(_) => Err("a key on two pages".to_string()),
         None => Ok(()),
     };
+    let page = |number: u64| -> Result<Vec<u8>, String> {
+        if number == 0 || number > last {
+            return Err(format!("page {number}: past the file's last, {last}"));
+        }
+        let page = read(number * size, size)?;
+        if u64::from(pages.u32(&page, 8)) != number {
+            return Err(format!("page {number} says it is page {}", pages.u32(&page, 8)));
+        }
+        Ok(page)
+    };
+    let header = |at: u64| read(at, HEADER);
+    // Each page is visited once at most: more visits are a loop.
     let mut visited = 0;
-    for bucket in 0..=max_bucket {
-        // `__db_log2(bucket + 1)`: the doubling the bucket was made in.
-        let doubling = (bucket + 1).next_power_of_two().trailing_zeros() as usize;
-        let spare = meta.get(96 + 4 * doubling..100 + 4 * doubling).ok_or("a bucket past the spares")?;
-        let mut number = bucket + u64::from(pages.u32(spare, 0));
-        while number != 0 {
-            visited += 1;
-            if number > last || visited > last {
-                return Err(format!("bucket {bucket}'s pages run past the file's or loop"));
+    let mut visit = |number: u64| {
+        visited += 1;
+        if visited > last { Err(format!("page {number}: its pages loop")) } else { Ok(()) }
+    };
+    if hash {
+        for bucket in 0..=u64::from(pages.u32(&meta, 72)) {
+            // `BUCKET_TO_PAGE`: the bucket's number and the spare pages before its doubling,
+            // `__db_log2(bucket + 1)`.
+            let doubling = (bucket + 1).next_power_of_two().trailing_zeros() as usize;
+            let spare = meta.get(96 + 4 * doubling..100 + 4 * doubling).ok_or("a bucket past the spares")?;
+            let mut number = bucket + u64::from(pages.u32(spare, 0));
+            while number != 0 {
+                visit(number)?;
+                let found = page(number)?;
+                hash_page(&pages, &found, number, &mut add, header)?;
+                number = u64::from(pages.u32(&found, 16));
             }
-            let page = read(number * size, size)?;
-            hash_page(&pages, &page, number, &mut add, |at| read(at, HEADER))?;
-            number = u64::from(pages.u32(&page, 16));
+        }
+    } else {
+        // Down the first items to the first leaf, then along the leaves.
+        let mut number = u64::from(pages.u32(&meta, 88));
+        let mut found = page(number)?;
+        for _ in 0..DEEPEST {
+            if found[25] != BTREE_INTERNAL {
+                break;
+            }
+            // `BINTERNAL`: a length, a kind, a byte unused, the child's page number.
+            let first = pages.items(&found, number, false)?.first().ok_or(format!("page {number}: no items"))?.start;
+            if first + 8 > found.len() {
+                return Err(format!("page {number}: an item at {first}"));
+            }
+            number = u64::from(pages.u32(&found, first + 4));
+            found = page(number)?;
+        }
+        loop {
+            visit(number)?;
+            btree_leaf(&pages, &found, number, &mut add, header)?;
+            number = u64::from(pages.u32(&found, 16));
+            if number == 0 {
+                break;
+            }
+            found = page(number)?;
         }
     }
     Ok((pages, places))
 }
 
+impl Pages {
+    /// Where the items of `page` (page `number`) lie: on a hash page (`packed`), each from its
+    /// offset to the one before it, or to the page's end (`LEN_HITEM`); on a btree page, whose
+    /// items are not in the order of their offsets, from its offset to the page's end (the item
+    /// says its length).
+    fn items(&self, page: &[u8], number: u64, packed: bool) -> Result<Vec<Range<usize>>, String> {
+        let entries = usize::from(self.u16(page, 20));
+        let table_end = HEADER as usize + 2 * entries;
+        if table_end > page.len() {
+            return Err(format!("page {number}: {entries} items"));
+        }
+        let offset = |i: usize| usize::from(self.u16(page, HEADER as usize + 2 * i));
+        (0..entries)
+            .map(|i| {
+                let end = if i == 0 || !packed { page.len() } else { offset(i - 1) };
+                let start = offset(i);
+                if start < table_end || start >= end || end > page.len() {
+                    return Err(format!("page {number}: item {i} at {start}..{end}"));
+                }
+                Ok(start..end)
+            })
+            .collect()
+    }
+
+    /// The place of a value on overflow pages from `first`, `len` bytes long, its first page's
+    /// `header` checked.
+    fn overflow(&self, first: u64, len: u64, header: &[u8]) -> Result<Range<u64>, String> {
+        if len == 0 || u64::from(self.u32(header, 8)) != first || header[25] != OVERFLOW || self.u32(header, 12) != 0 {
+            return Err(format!("a value's overflow page {first} does not begin one"));
+        }
+        Ok(first * self.size..first * self.size + len)
+    }
+}
+
 /// Reads the key and value pairs of hash page `number` into `add`, each value's first overflow
-/// page header read with `header` and checked.
+/// page header read with `header`.
 fn hash_page(
     pages: &Pages,
     page: &[u8],
@@ -212,26 +294,15 @@ fn hash_page(
     header: impl Fn(u64) -> Result<Vec<u8>, String>,
 ) -> Result<(), String> {
     let at = number * pages.size;
-    if u64::from(pages.u32(page, 8)) != number || ![HASH, HASH_UNSORTED].contains(&page[25]) {
+    if ![HASH, HASH_UNSORTED].contains(&page[25]) {
         return Err(format!("page {number} is not a hash page"));
     }
-    let entries = usize::from(pages.u16(page, 20));
-    let table_end = HEADER as usize + 2 * entries;
-    if !entries.is_multiple_of(2) || table_end > page.len() {
-        return Err(format!("page {number}: {entries} items"));
+    let items = pages.items(page, number, true)?;
+    if !items.len().is_multiple_of(2) {
+        return Err(format!("page {number}: {} items, not pairs", items.len()));
     }
-    let offset = |i: usize| usize::from(pages.u16(page, HEADER as usize + 2 * i));
-    // An item runs from its offset to the one before it, or to the page's end (`LEN_HITEM`).
-    let item = |i: usize| -> Result<Range<usize>, String> {
-        let end = if i == 0 { page.len() } else { offset(i - 1) };
-        let start = offset(i);
-        if start < table_end || start >= end || end > page.len() {
-            return Err(format!("page {number}: item {i} at {start}..{end}"));
-        }
-        Ok(start..end)
-    };
-    for pair in (0..entries).step_by(2) {
-        let (key, value) = (item(pair)?, item(pair + 1)?);
+    for pair in items.chunks(2) {
+        let (key, value) = (&pair[0], &pair[1]);
         if page[key.start] != KEYDATA {
             return Err(format!("page {number}: a key of kind {} (a long key, on pages of its own)", page[key.start]));
         }
@@ -239,20 +310,60 @@ fn hash_page(
             KEYDATA => at + value.start as u64 + 1..at + value.end as u64,
             OFFPAGE if value.len() >= 12 => {
                 let first = u64::from(pages.u32(page, value.start + 4));
-                let len = u64::from(pages.u32(page, value.start + 8));
-                let head = header(first * pages.size)?;
-                if len == 0
-                    || u64::from(pages.u32(&head, 8)) != first
-                    || head[25] != OVERFLOW
-                    || pages.u32(&head, 12) != 0
-                {
-                    return Err(format!("page {number}: a value's overflow page {first} does not begin one"));
-                }
-                first * pages.size..first * pages.size + len
+                pages.overflow(first, u64::from(pages.u32(page, value.start + 8)), &header(first * pages.size)?)?
             }
             kind => return Err(format!("page {number}: a value of kind {kind} (duplicates)")),
         };
         add(page[key.start + 1..key.end].to_vec(), place)?;
+    }
+    Ok(())
+}
+
+/// Reads the key and value pairs of btree leaf page `number` into `add`, as [`hash_page`] does.
+fn btree_leaf(
+    pages: &Pages,
+    page: &[u8],
+    number: u64,
+    add: &mut impl FnMut(Vec<u8>, Range<u64>) -> Result<(), String>,
+    header: impl Fn(u64) -> Result<Vec<u8>, String>,
+) -> Result<(), String> {
+    let at = number * pages.size;
+    if page[25] != BTREE_LEAF {
+        return Err(format!("page {number} is not a btree leaf"));
+    }
+    let items = pages.items(page, number, false)?;
+    if !items.len().is_multiple_of(2) {
+        return Err(format!("page {number}: {} items, not pairs", items.len()));
+    }
+    // `BKEYDATA`: a length, a kind (a deleted item's with its high bit set), the bytes.
+    let bytes = |item: &Range<usize>| -> Result<Range<usize>, String> {
+        if item.len() < 3 {
+            return Err(format!("page {number}: an item at {}", item.start));
+        }
+        let end = item.start + 3 + usize::from(pages.u16(page, item.start));
+        if end > item.end {
+            return Err(format!("page {number}: an item of {} bytes at {}", end - item.start, item.start));
+        }
+        Ok(item.start + 3..end)
+    };
+    for pair in items.chunks(2) {
+        let (key, value) = (&pair[0], &pair[1]);
+        if key.len() < 3 || page[key.start + 2] != KEYDATA {
+            return Err(format!("page {number}: a key of kind {} (deleted, or long)", page[key.start + 2]));
+        }
+        let key = bytes(key)?;
+        let place = match page.get(value.start + 2) {
+            Some(&KEYDATA) => {
+                let value = bytes(value)?;
+                at + value.start as u64..at + value.end as u64
+            }
+            Some(&OFFPAGE) if value.len() >= 12 => {
+                let first = u64::from(pages.u32(page, value.start + 4));
+                pages.overflow(first, u64::from(pages.u32(page, value.start + 8)), &header(first * pages.size)?)?
+            }
+            kind => return Err(format!("page {number}: a value of kind {kind:?} (deleted, or duplicates)")),
+        };
+        add(page[key].to_vec(), place)?;
     }
     Ok(())
 }

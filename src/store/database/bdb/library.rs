@@ -210,7 +210,7 @@ pub struct File {
     /// The lock this mount holds on the file ([`super`]), given up after the file is closed; a
     /// descriptor of the file, which a read-only hash file's values are read through.
     lock: std::fs::File,
-    /// Read-only, and a hash file: its values are read from its pages ([`super::layout`]).
+    /// Read-only: its values are read from its pages ([`super::layout`]).
     placeable: bool,
     /// The pages of a file whose values were placed.
     pages: Option<layout::Pages>,
@@ -241,7 +241,7 @@ impl File {
         // below when it does not open), the database too.
         unsafe {
             api.check((api.env_create)(&mut env, 0))?;
-            let placeable = read_only && kind == HASH;
+            let placeable = read_only;
             let mut file = File { api, env, db: std::ptr::null_mut(), lock, placeable, pages: None };
             (api.env_set_errcall)(env, keep);
             api.check((api.env_set_cachesize)(env, 0, CACHE_BYTES, 1))?;
@@ -307,7 +307,7 @@ impl File {
 }
 
 impl LockedFile for File {
-    /// A read-only hash file's, from its pages.
+    /// A read-only file's, from its pages.
     fn places(&mut self) -> Option<Places> {
         if !self.placeable {
             return None;
