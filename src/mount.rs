@@ -152,9 +152,11 @@ fn give_large_blocks_back() {
     }
 }
 
-/// Free bytes a heap keeps at its top before giving them back: room for a reply to the largest
-/// read the kernel sends (`fuse::adapter`'s 1 MiB) and then some.
-const HEAP_TOP_KEPT: libc::c_int = 2 << 20;
+/// Free bytes a heap keeps at its top before giving them back: room for a few blocks under the
+/// mapping threshold (a reply to a read of up to 256 KiB), what glibc keeps on its own beside a
+/// threshold of 256 KiB. Each heap keeps that much at most, one per allocating thread up to eight
+/// per core: 8 MiB on 2 cores.
+const HEAP_TOP_KEPT: libc::c_int = 512 << 10;
 
 /// The store whose `__shardfs/` a clean unmount tidies: a writable mount's. A read-only mount
 /// never creates it, and must not change the store, not even by removing what others left.

@@ -328,10 +328,12 @@ impl<F: LockedFile> Database for KeyedFile<F> {
         self.listed(prefix, None)
     }
 
-    /// Where the file's own structures place the values: each is then read with `pread`, only as
-    /// far as asked.
+    /// Where the file's own structures place the values, read-only: each is then read with
+    /// `pread`, only as far as asked. A writable mount's values lose their places as it writes
+    /// them, and are then read whole through the library: those are better read ahead, as a
+    /// 128 KiB read of one that was let go of reads it whole again.
     fn reads_in_place(&self) -> bool {
-        !self.state.lock().places.is_empty()
+        self.read_only && !self.state.lock().places.is_empty()
     }
 }
 

@@ -217,7 +217,7 @@ pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> R
             while number != 0 {
                 visit(number)?;
                 let found = page(number)?;
-                hash_page(&pages, &found, number, &mut add, header)?;
+                pairs(&pages, &found, number, true, &mut add, header)?;
                 number = u64::from(pages.u32(&found, 16));
             }
         }
@@ -239,7 +239,7 @@ pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> R
         }
         loop {
             visit(number)?;
-            btree_leaf(&pages, &found, number, &mut add, header)?;
+            pairs(&pages, &found, number, false, &mut add, header)?;
             number = u64::from(pages.u32(&found, 16));
             if number == 0 {
                 break;
@@ -284,84 +284,72 @@ impl Pages {
     }
 }
 
-/// Reads the key and value pairs of hash page `number` into `add`, each value's first overflow
-/// page header read with `header`.
-fn hash_page(
-    pages: &Pages,
-    page: &[u8],
-    number: u64,
-    add: &mut impl FnMut(Vec<u8>, Range<u64>) -> Result<(), String>,
-    header: impl Fn(u64) -> Result<Vec<u8>, String>,
-) -> Result<(), String> {
-    let at = number * pages.size;
-    if ![HASH, HASH_UNSORTED].contains(&page[25]) {
-        return Err(format!("page {number} is not a hash page"));
-    }
-    let items = pages.items(page, number, true)?;
-    if !items.len().is_multiple_of(2) {
-        return Err(format!("page {number}: {} items, not pairs", items.len()));
-    }
-    for pair in items.chunks(2) {
-        let (key, value) = (&pair[0], &pair[1]);
-        if page[key.start] != KEYDATA {
-            return Err(format!("page {number}: a key of kind {} (a long key, on pages of its own)", page[key.start]));
-        }
-        let place = match page[value.start] {
-            KEYDATA => at + value.start as u64 + 1..at + value.end as u64,
-            OFFPAGE if value.len() >= 12 => {
-                let first = u64::from(pages.u32(page, value.start + 4));
-                pages.overflow(first, u64::from(pages.u32(page, value.start + 8)), &header(first * pages.size)?)?
-            }
-            kind => return Err(format!("page {number}: a value of kind {kind} (duplicates)")),
-        };
-        add(page[key.start + 1..key.end].to_vec(), place)?;
-    }
-    Ok(())
+/// What an item of a page holds.
+enum Item {
+    /// These bytes of the page.
+    Bytes(Range<usize>),
+    /// A value on overflow pages, from `first` on, `len` bytes long.
+    Overflow { first: u64, len: u64 },
+    /// Another kind (a duplicate set, an item deleted).
+    Other(u8),
 }
 
-/// Reads the key and value pairs of btree leaf page `number` into `add`, as [`hash_page`] does.
-fn btree_leaf(
+impl Pages {
+    /// The item of `page` at `item`: a hash item's kind is its first byte, its bytes the rest
+    /// (`HKEYDATA`); a btree item's kind its third, after its length (`BKEYDATA`). An item of a
+    /// value on overflow pages (`HOFFPAGE`, `BOVERFLOW`) names the first and the length at the
+    /// same places in both.
+    fn item(&self, page: &[u8], item: &Range<usize>, hash: bool) -> Option<Item> {
+        let kind = *page.get(if hash { item.start } else { item.start + 2 })?;
+        match kind {
+            KEYDATA if hash => Some(Item::Bytes(item.start + 1..item.end)),
+            KEYDATA => {
+                let end = item.start + 3 + usize::from(self.u16(page, item.start));
+                (end <= item.end).then_some(Item::Bytes(item.start + 3..end))
+            }
+            OFFPAGE if item.len() >= 12 => Some(Item::Overflow {
+                first: u64::from(self.u32(page, item.start + 4)),
+                len: u64::from(self.u32(page, item.start + 8)),
+            }),
+            kind => Some(Item::Other(kind)),
+        }
+    }
+}
+
+/// Reads the key and value pairs of page `number`, a hash page or a btree leaf, into `add`,
+/// each value's first overflow page header read with `header`.
+fn pairs(
     pages: &Pages,
     page: &[u8],
     number: u64,
+    hash: bool,
     add: &mut impl FnMut(Vec<u8>, Range<u64>) -> Result<(), String>,
     header: impl Fn(u64) -> Result<Vec<u8>, String>,
 ) -> Result<(), String> {
-    let at = number * pages.size;
-    if page[25] != BTREE_LEAF {
-        return Err(format!("page {number} is not a btree leaf"));
+    let fits = if hash { [HASH, HASH_UNSORTED].contains(&page[25]) } else { page[25] == BTREE_LEAF };
+    if !fits {
+        return Err(format!(
+            "page {number} is of kind {}, not a {}",
+            page[25],
+            if hash { "hash page" } else { "btree leaf" }
+        ));
     }
-    let items = pages.items(page, number, false)?;
+    let items = pages.items(page, number, hash)?;
     if !items.len().is_multiple_of(2) {
         return Err(format!("page {number}: {} items, not pairs", items.len()));
     }
-    // `BKEYDATA`: a length, a kind (a deleted item's with its high bit set), the bytes.
-    let bytes = |item: &Range<usize>| -> Result<Range<usize>, String> {
-        if item.len() < 3 {
-            return Err(format!("page {number}: an item at {}", item.start));
-        }
-        let end = item.start + 3 + usize::from(pages.u16(page, item.start));
-        if end > item.end {
-            return Err(format!("page {number}: an item of {} bytes at {}", end - item.start, item.start));
-        }
-        Ok(item.start + 3..end)
-    };
+    let at = number * pages.size;
+    let item =
+        |item: &Range<usize>| pages.item(page, item, hash).ok_or(format!("page {number}: an item at {}", item.start));
     for pair in items.chunks(2) {
-        let (key, value) = (&pair[0], &pair[1]);
-        if key.len() < 3 || page[key.start + 2] != KEYDATA {
-            return Err(format!("page {number}: a key of kind {} (deleted, or long)", page[key.start + 2]));
-        }
-        let key = bytes(key)?;
-        let place = match page.get(value.start + 2) {
-            Some(&KEYDATA) => {
-                let value = bytes(value)?;
-                at + value.start as u64..at + value.end as u64
-            }
-            Some(&OFFPAGE) if value.len() >= 12 => {
-                let first = u64::from(pages.u32(page, value.start + 4));
-                pages.overflow(first, u64::from(pages.u32(page, value.start + 8)), &header(first * pages.size)?)?
-            }
-            kind => return Err(format!("page {number}: a value of kind {kind:?} (deleted, or duplicates)")),
+        let key = match item(&pair[0])? {
+            Item::Bytes(key) => key,
+            _ => return Err(format!("page {number}: a key not on its page (a long key, or deleted)")),
+        };
+        let place = match item(&pair[1])? {
+            Item::Bytes(value) => at + value.start as u64..at + value.end as u64,
+            Item::Overflow { first, len } => pages.overflow(first, len, &header(first * pages.size)?)?,
+            Item::Other(kind) => return Err(format!("page {number}: a value of kind {kind} (duplicates, or deleted)")),
         };
         add(page[key].to_vec(), place)?;
     }
