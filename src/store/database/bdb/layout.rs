@@ -42,6 +42,8 @@ const OFFPAGE: u8 = 3;
 const DEEPEST: usize = 64;
 /// `DBMETA.metaflags`: the pages carry checksums, and a larger header.
 const CHECKSUMS: u8 = 0x01;
+/// `BTM_RECNUM`: a btree that counts records under each internal item, whose leaves are as any.
+const RECORD_NUMBERS: u32 = 0x04;
 
 /// A hash file's pages: their size and byte order, and how far each overflow chain read so far
 /// was found to run on consecutive pages.
@@ -49,6 +51,8 @@ const CHECKSUMS: u8 = 0x01;
 pub struct Pages {
     size: u64,
     big: bool,
+    /// The file's last page (`DBMETA.last_pgno`).
+    last: u64,
     /// By a chain's first page: how many of its pages from the first were checked to follow
     /// each other. A page is only read as a value's once every page before it was: each page's
     /// header names the one before it, and only the chain's first has none.
@@ -92,6 +96,16 @@ impl Pages {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a read past the value's end"));
         }
         let (low, high) = (from / self.held(), (from + buf.len() as u64 - 1) / self.held());
+        if chain.first + high > self.last {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "a value's pages would run past the file's last"));
+        }
+        // A file cut short since it was opened: read through the library, which says so.
+        let read_at = |buf: &mut [u8], at: u64| {
+            read_at(buf, at).map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => io::Error::new(io::ErrorKind::InvalidData, e),
+                _ => e,
+            })
+        };
         let followed = self.followed.get(&chain.first).copied().unwrap_or(0);
         for k in followed..low {
             let mut header = [0; HEADER as usize];
@@ -172,7 +186,7 @@ pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> R
         (_, BTREE_MAGIC) => (false, true),
         _ => return Err("neither a hash nor a btree file".into()),
     };
-    let probe = Pages { size: 0, big, followed: HashMap::new() };
+    let probe = Pages { size: 0, big, last: 0, followed: HashMap::new() };
     let size = u64::from(probe.u32(&meta, 20));
     if !size.is_power_of_two() || !(512..=65536).contains(&size) {
         return Err(format!("a page size of {size}"));
@@ -180,8 +194,16 @@ pub fn places(len: u64, read_at: impl Fn(&mut [u8], u64) -> io::Result<()>) -> R
     if meta[24] != 0 || meta[26] & CHECKSUMS != 0 {
         return Err("its pages are encrypted or carry checksums".into());
     }
-    let pages = Pages { size, big, followed: HashMap::new() };
-    let last = u64::from(pages.u32(&meta, 32));
+    // The access method's flags (`DBMETA.flags`): only those of files whose items are as read
+    // here. A compressed btree's leaves hold lengths before the bytes, and the library reads it
+    // without being told.
+    let flags = probe.u32(&meta, 48);
+    let known = if hash { 0 } else { RECORD_NUMBERS };
+    if flags & !known != 0 {
+        return Err(format!("its flags are {flags:#x} (compressed, or duplicates)"));
+    }
+    let last = u64::from(probe.u32(&meta, 32));
+    let pages = Pages { size, big, last, followed: HashMap::new() };
     if (last + 1) * size > len {
         return Err(format!("its last page, {last}, is past the end of the file"));
     }
@@ -459,6 +481,40 @@ mod tests {
         // The first page alone still reads.
         pages.read_value(place, 0, &mut buf[..100], read_in(&file)).unwrap();
         assert!(buf[..100].iter().enumerate().all(|(i, b)| *b == i as u8));
+    }
+
+    #[test]
+    fn a_value_whose_pages_would_run_past_the_last_is_read_through_the_library() {
+        // Pages 2 and 3 swapped: the value's first page is the file's last, and its second the
+        // one before, as a chain through pages freed and used again downwards runs.
+        let long: Vec<u8> = (0..6000u32).map(|i| i as u8).collect();
+        let mut file = file(&[(b"k", long)], 1000);
+        let (two, three) = (file[2 * 4096..3 * 4096].to_vec(), file[3 * 4096..4 * 4096].to_vec());
+        file[2 * 4096..3 * 4096].copy_from_slice(&three);
+        file[3 * 4096..4 * 4096].copy_from_slice(&two);
+        let put = |f: &mut Vec<u8>, at: usize, v: u32| f[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        // The first (now page 3): itself, no previous, next page 2; the second: page 2 after 3.
+        put(&mut file, 3 * 4096 + 8, 3);
+        put(&mut file, 3 * 4096 + 16, 2);
+        put(&mut file, 2 * 4096 + 8, 2);
+        put(&mut file, 2 * 4096 + 12, 3);
+        // The value's item (the page's second) names page 3 as its first.
+        let value_item = 4096 + usize::from(u16::from_le_bytes([file[4096 + 28], file[4096 + 29]]));
+        put(&mut file, value_item + 4, 3);
+        let (mut pages, places) = places(file.len() as u64, read_in(&file)).unwrap();
+        let mut buf = vec![0; 6000];
+        let err = pages.read_value(&places[&b"k"[..]], 0, &mut buf, read_in(&file)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    }
+
+    #[test]
+    fn a_compressed_btree_is_not_placed() {
+        let mut meta = vec![0u8; 4096];
+        meta[12..16].copy_from_slice(&BTREE_MAGIC.to_le_bytes());
+        meta[20..24].copy_from_slice(&4096u32.to_le_bytes());
+        meta[48..52].copy_from_slice(&0x80u32.to_le_bytes());
+        let err = places(meta.len() as u64, read_in(&meta)).unwrap_err();
+        assert!(err.contains("flags are 0x80"), "{err}");
     }
 
     #[test]
