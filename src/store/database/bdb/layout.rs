@@ -1,20 +1,22 @@
-//! Where a Berkeley DB hash file places its values, read from its pages (db 5.3's `db_page.h`
-//! and `hash.h`), so that a read-only mount reads a value with `pread`, only as far as asked. The
-//! library reads every page of a hash file through its cache (a hash file is never mapped: its
-//! pages are converted as they are read) and then copies each value whole into memory of its own:
-//! 256 MiB of 1 MiB values took 0.37 s of the daemon's CPU that way, against 0.11 s for plain
-//! files through a mount.
+//! Where a Berkeley DB hash or btree file places its values, read from its pages (db 5.3's
+//! `db_page.h`, `hash.h`, `btree.h`), so that a read-only mount reads a value with `pread`, only
+//! as far as asked. The library reads every page of a hash file through its cache (a hash file is
+//! never mapped: its pages are converted as they are read) and then copies each value whole into
+//! memory of its own: 256 MiB of 1 MiB values took 0.59 s of the daemon's CPU that way, 0.19 s
+//! read from the pages (plain files through a mount: 0.11 s).
 //!
-//! The buckets are found as the library finds them (`BUCKET_TO_PAGE`: a bucket's page is its
-//! number plus the spare pages before its doubling), each with its chain of hash pages, whose
-//! items are key and value pairs. A value on its page is a run of that page's bytes. A larger one
-//! is on a chain of overflow pages, each holding a page's worth after its header: its place is
-//! its first page's, as long as the value, and its pages are taken to follow each other in the
-//! file, as the library writes a value to a file that had no pages to reuse. A read checks that
-//! the headers of the pages it read say so (number, kind, neighbours, bytes held), and fails
-//! otherwise ([`std::io::ErrorKind::InvalidData`]: the value is then read through the library).
-//! The keys found are checked against the library's own listing before any is used
-//! ([`super::super::keyed_file`]).
+//! A hash file's buckets are found as the library finds them (`BUCKET_TO_PAGE`: a bucket's page
+//! is its number plus the spare pages before its doubling), each with its chain of hash pages; a
+//! btree's leaves from the first (down the first items of its internal pages), along their
+//! chain. Their items are key and value pairs. A value on its page is a run of that page's bytes.
+//! A larger one is on a chain of overflow pages, each holding a page's worth after its header:
+//! its place is its first page's, as long as the value, and its pages are taken to follow each
+//! other in the file, as the library writes a value to a file that had no pages to reuse. A read
+//! checks the headers of the pages it reads, and once those of every page before them (number,
+//! kind, neighbours, bytes held), and fails otherwise ([`std::io::ErrorKind::InvalidData`]: the
+//! value is then read through the library). Only files whose flags the reader knows are placed
+//! (not a compressed btree, whose leaves hold lengths before the bytes), and the keys found are
+//! checked against the library's own listing before any is used ([`super::super::keyed_file`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -45,7 +47,7 @@ const CHECKSUMS: u8 = 0x01;
 /// `BTM_RECNUM`: a btree that counts records under each internal item, whose leaves are as any.
 const RECORD_NUMBERS: u32 = 0x04;
 
-/// A hash file's pages: their size and byte order, and how far each overflow chain read so far
+/// A file's pages: their size, byte order and last, and how far each overflow chain read so far
 /// was found to run on consecutive pages.
 #[derive(Debug)]
 pub struct Pages {
