@@ -25,6 +25,7 @@
 pub mod array;
 pub mod arrays;
 pub mod consolidated;
+pub mod dir_guesses;
 pub mod documents;
 pub mod error;
 pub mod index_cache;

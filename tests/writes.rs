@@ -130,22 +130,31 @@ fn atomic_rename_writers_and_new_chunk_directories() {
 }
 
 #[test]
-fn a_chunk_directory_mkdir_found_already_there_is_still_there_when_looked_up() {
+fn a_chunk_directory_taken_to_be_there_stays_there_until_removed() {
     // Row 0 of shard (0, 0) holds no chunk. A lookup of `c/0` that waits more than its grace for
     // the shard's index takes the shard file for a chunk below it, so mkdir answers EEXIST; the
     // exact answer that follows must not say the directory is not there (`os.makedirs(...,
     // exist_ok=True)` then raises FileExistsError, as eight SQLite mounts once saw).
     let dir = sharded_copy();
     let shard = "zp/big_endian_index/c/0/0";
-    let store = Hooked::new(LocalStore::open(dir.path()).unwrap())
-        .after_opening(shard, || std::thread::sleep(Duration::from_millis(600)));
+    let (release, stalled) = std::sync::mpsc::channel::<()>();
+    let store = Hooked::new(LocalStore::open(dir.path()).unwrap()).after_opening(shard, move || {
+        let _ = stalled.recv();
+    });
     let options = shardfs::fs::WriteOptions { policy: manual(), shard_new: None };
     let cache = shardfs::view::index_cache::IndexCache::new(1 << 20);
     let fs = shardfs::mount::filesystem(std::sync::Arc::new(store), cache, Some(options)).unwrap();
     let c = ino(&fs, "zp/big_endian_index/c").unwrap();
     assert!(matches!(fs.mkdir(c, "0", 0o755), Err(Error::Exists)));
+    release.send(()).unwrap();
+    // The shard's index now comes at once: the exact answer would be "not there".
     let (row, attr) = fs.lookup(c, "0").expect("the directory mkdir found is there");
     assert_eq!(attr.kind, shardfs::store::Kind::Dir);
+    assert!(shardfs::view::dir_guesses::GUESS_HELD >= CACHE_TTL, "held as long as the kernel holds the entry");
+    // Removed, it is gone at once (`rm -r` of a directory only guessed must not fail).
+    fs.rmdir(c, "0").unwrap();
+    assert!(matches!(fs.lookup(c, "0"), Err(Error::NotFound)));
+    fs.mkdir(c, "0", 0o755).unwrap();
     write_file(&fs, "zp/big_endian_index/c/0/1", b"first row");
     assert!(fs.lookup(row, "1").is_ok());
     fs.commit_all().unwrap();

@@ -367,14 +367,10 @@ impl ShardFs {
         let parent_node = self.node(parent)?;
         let node = match self.target(&parent_node, name)? {
             Target::ChunkDir(array, dir, prefix) => {
-                let there = self.ns.child(&parent_node, name).is_ok();
-                // Kept as made even when it was there: a lookup that waited too long for a
-                // shard's index took the shard for a chunk below, and the exact answer after
-                // this EEXIST must not say the directory is not there (`mkdir -p` then fails).
-                pending.add_dir(&array, &dir);
-                if there {
+                if self.ns.child(&parent_node, name).is_ok() {
                     return Err(Error::Exists);
                 }
+                pending.add_dir(&array, &dir);
                 Node::ChunkDir { array: array.path(), dir, prefix }
             }
             Target::Stored(key) => {
@@ -407,6 +403,7 @@ impl ShardFs {
                     return Err(Error::NotEmpty);
                 }
                 pending.remove_dir(&array, &dir);
+                self.ns.forget_dir_guess(&array, &dir);
                 Ok(())
             }
             Target::Stored(key) => {

@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::array::{ArrayPath, ShardPlace, ShardedArray};
 use super::consolidated::Consolidated;
+use super::dir_guesses::DirGuesses;
 use super::documents::{ArrayState, Documents, source_of};
 use super::error::{Error, Result};
 use super::index_cache::IndexCache;
@@ -315,6 +316,7 @@ pub struct Namespace {
     plain_arrays: PlainArrays,
     overlay: Arc<dyn Overlay>,
     consolidated: Consolidated,
+    dir_guesses: DirGuesses,
 }
 
 impl Namespace {
@@ -333,6 +335,7 @@ impl Namespace {
             plain_arrays: PlainArrays::default(),
             overlay,
             consolidated: Consolidated::default(),
+            dir_guesses: DirGuesses::default(),
         }
     }
 
@@ -547,7 +550,8 @@ impl Namespace {
     /// every other lookup of the same name wait for this one). The exact walk goes on by itself.
     fn dir_exists(&self, array: &ShardedArray, dir: &str, prefix: &[u64]) -> Result<bool> {
         let below = format!("{dir}/");
-        if self.overlay.dirs(array).iter().any(|d| d == dir || d.starts_with(&below)) {
+        let path = join(&array.dir, dir);
+        if self.dir_guesses.holds(&path) || self.overlay.dirs(array).iter().any(|d| d == dir || d.starts_with(&below)) {
             return Ok(true);
         }
         let (store, shards, overlay) = (self.store.clone(), self.shards.clone(), self.overlay.clone());
@@ -564,9 +568,17 @@ impl Namespace {
             Ok(found) => found,
             Err(_) => {
                 let shards = shards_on_disk(&*self.store, array, &shard_prefix(array, prefix), &Sources::default())?;
+                if !shards.is_empty() {
+                    self.dir_guesses.keep(&path);
+                }
                 Ok(!shards.is_empty())
             }
         }
+    }
+
+    /// Forgets that the chunk directory `dir` of `array` was taken to be there: it was removed.
+    pub fn forget_dir_guess(&self, array: &ShardedArray, dir: &str) {
+        self.dir_guesses.forget(&join(&array.dir, dir));
     }
 
     fn any_chunk(&self, array: &ShardedArray, prefix: &[u64], sources: &Sources) -> Result<bool> {
