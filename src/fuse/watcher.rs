@@ -80,11 +80,24 @@ impl Watcher {
     }
 }
 
+/// How long stopping the watcher waits for a pass under way to end. A pass waiting on a server that
+/// does not answer (a listing's tries take up to 80 s) is not waited for: the daemon ends, and the
+/// thread with it, as `shardfs unmount` waits for it. What a pass does is only looking and telling
+/// the kernel, which an ended session no longer needs.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
+        let Some(thread) = self.thread.take() else { return };
+        let deadline = Instant::now() + STOP_WAIT;
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
             let _ = thread.join();
+        } else {
+            log::info!("the watcher's pass is waiting on the store: not waited for");
         }
     }
 }

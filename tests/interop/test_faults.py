@@ -18,7 +18,8 @@ of every chunk file on three fresh mounts succeeds, exactly. With one shard's GE
 30 s, a read of a chunk of another shard takes < 1 s and the stalled read is served, tried again,
 within 10 s; so does a read of another shard in the stalled shard's own chunk directory, on a fresh
 mount that reads nothing ahead (the directory's lookup does not wait for the stalled index). While another client PUTs new versions of the shards every 50 ms, every read through
-a read-only mount is one version's chunk, whole. A 16 MiB shard whose multipart completion's
+a read-only mount is one version's chunk, whole. With every listing stalled while the daemon's
+watcher waits on one, `shardfs unmount` returns within seconds. A 16 MiB shard whose multipart completion's
 answer is lost, and whose upload is gone when it is sent again, is found stored by its parts'
 ETags, every byte.
 
@@ -310,6 +311,21 @@ def test_a_stalled_get_of_a_shard_delays_no_read_that_does_not_need_its_bytes(bu
         assert exact and took < 1, f"chunk {other}: {took:.2f} s"
     assert stalled.get("got") == expected[stalled_chunk]
     assert stalled["took"] < 10, f"{stalled['took']:.1f} s"
+
+
+def test_an_unmount_waits_for_no_listing_the_server_never_answers(bucket, faults, tmp_path):
+    """Every listing stalled (a network gone quiet) while the daemon's watcher looks whether what
+    the kernel holds changed: `shardfs unmount` returns within seconds and the daemon is gone,
+    where the daemon waited out the listing's tries (80 s) and the unmount failed after 60 s."""
+    with shardfs.mount(f"s3://{BUCKET}/data", tmp_path, endpoint_url=faults.endpoint, read_only=True) as mnt:
+        # A directory the kernel holds, which the watcher looks at again every pass.
+        assert os.listdir(os.path.join(mnt, "c"))
+        faults.control([{"method": "GET", "query": "list-type", "fault": "stall", "seconds": 300}])
+        faults.wait_applied(0, timeout=20)
+        start = time.monotonic()
+    took = time.monotonic() - start
+    faults.control([])
+    assert took < 10, f"unmounted in {took:.1f} s"
 
 
 def test_every_read_while_shards_are_overwritten_every_50_ms_is_one_versions_chunk(bucket, tmp_path, seconds=20):
