@@ -27,7 +27,9 @@ told), and counts the requests. Readers:
   threads, one zarr-python selection each (one inner chunk);
 - zarr-python reading the same arrays unsharded, as plain chunk files on the local disk (no
   network, warm): what reading per-chunk files costs zarr-python itself, the floor of any view
-  that shows them (the RTT does not apply to it; it is measured at each, like the others).
+  that shows them (the RTT does not apply to it; it is measured at each, like the others);
+- zarr-python through a shardfs mount of the same shards on the local disk (`local`: no network,
+  warm): the floor of the view itself, what FUSE and the daemon add to reading chunk files.
 
 Each measurement is on a fresh mount (or a fresh client), and runs are interleaved: run 1 of every
 reader at every RTT, then run 2. The table gives medians of R runs and the requests of the median
@@ -61,8 +63,9 @@ class Mounts:
     """Mounts of the bucket's `ds` prefix through one proxy, by shardfs, s3fs-fuse, rclone or
     mountpoint-s3 (`read_only=False`: writable, as far as each tool writes)."""
 
-    def __init__(self, work, binary, mount_args, read_only=True):
+    def __init__(self, work, binary, mount_args, read_only=True, local=None):
         self.work, self.binary, self.mount_args, self.read_only = work, binary, mount_args, read_only
+        self.local = local  # the directory a `local` mount shows
         self.foreground = {}  # mount point -> mount-s3's process (it runs in the foreground here)
         self.passwd = os.path.join(work, "passwd-s3fs")
         with open(self.passwd, "w") as f:
@@ -82,6 +85,8 @@ class Mounts:
         elif tool == "shardfs":
             subprocess.run([self.binary, "mount", "--read-only", f"s3://{BUCKET}/ds", mnt,
                             "--endpoint-url", proxy.endpoint, *self.mount_args], check=True)
+        elif tool == "local":
+            subprocess.run([self.binary, "mount", "--read-only", self.local, mnt], check=True)
         elif tool == "s3fs":
             subprocess.run(["s3fs", f"{BUCKET}:/ds", mnt, "-o", f"url={proxy.endpoint}", "-o", "use_path_request_style",
                             "-o", f"passwd_file={self.passwd}", "-o", "ro"], check=True)
@@ -150,7 +155,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="`big` is SCALE x 512 MiB")
     parser.add_argument("--quick", action="store_true", help="--scale 0.25 --runs 1 --rtts 0,20 (for iteration)")
-    parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,mountpoint,boto3,plain")
+    parser.add_argument("--readers", default="direct,shardfs,s3fs,rclone,mountpoint,boto3,plain,local")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="",
                         help="more flags for the shardfs mount, one string (\"--part-size 64M\")")
@@ -171,17 +176,21 @@ def main():
     binary = shardfs_binary(args.binary)
     work = tempfile.mkdtemp(prefix="shardfs-bench-wan.")
     server, port = start_s3s_fs(work)
-    proxies, mounts = {}, Mounts(work, binary, args.mount_args.split())
+    local = os.path.join(work, "local")
+    proxies, mounts = {}, Mounts(work, binary, args.mount_args.split(), local=local)
     try:
         endpoint = f"http://127.0.0.1:{port}"
         start = time.perf_counter()
         store = write_arrays(endpoint, args.scale)
         want = {name: zarr.open_array(store, path=name, mode="r")[...] for name in ("big", "tiles")}
         plain = os.path.join(work, "plain")
+        zarr.open_group(local, mode="w")
         for name, source in want.items():
-            chunks = zarr.open_array(store, path=name, mode="r").chunks
-            zarr.create_array(os.path.join(plain, name), shape=source.shape, chunks=chunks, dtype=source.dtype,
-                              compressors=None)[...] = source
+            sharded = zarr.open_array(store, path=name, mode="r")
+            zarr.create_array(os.path.join(plain, name), shape=source.shape, chunks=sharded.chunks,
+                              dtype=source.dtype, compressors=None)[...] = source
+            zarr.create_array(os.path.join(local, name), shape=source.shape, chunks=sharded.chunks,
+                              shards=sharded.shards, dtype=source.dtype, compressors=None)[...] = source
         listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=BUCKET, Prefix="ds/big/c/")
         shards = sorted(o["Key"] for o in listing["Contents"])
         shard_bytes = sum(o["Size"] for o in listing["Contents"])  # the chunks and the shards' indexes
@@ -248,6 +257,7 @@ def main():
             for tool in PEERS:
                 workloads.append((what, tool, zarr_mounted(tool, name)))
             workloads.append((what, "plain", zarr_plain(name)))
+            workloads.append((what, "local", zarr_mounted("local", name)))
         what = f"cat of every chunk of `big` ({big_mib:.0f} MiB)"
         workloads.append((what, "shardfs", cat("shardfs")))
         workloads.append((what, "s3fs", cat("s3fs")))
@@ -296,7 +306,8 @@ def main():
 
     names = {"direct": "zarr-python direct (obstore)", "shardfs": "shardfs mount", "s3fs": "s3fs-fuse",
              "rclone": "rclone mount", "mountpoint": "mountpoint-s3 (mountpoint-s3-fs 0.11)", "boto3": "boto3 download_fileobj of the shards",
-             "plain": "plain chunk files, local disk (unsharded)"}
+             "plain": "plain chunk files, local disk (unsharded)",
+             "local": "shardfs mount of the shards on the local disk"}
     median = {}
     for key, runs in results.items():
         t = statistics.median(r[0] for r in runs)
@@ -325,6 +336,8 @@ def main():
                              f"{s[1] / max(d[1], 1):.2f}x the requests (targets: 1.3x, 2x)")
                 if (what, "plain", rtt) in median:
                     lines.append(f"  (plain local chunk files / direct = {median[(what, 'plain', rtt)][0] / d[0]:.2f}x)")
+                if (what, "local", rtt) in median:
+                    lines.append(f"  (a mount of the local shards / direct = {median[(what, 'local', rtt)][0] / d[0]:.2f}x)")
         for what in [w for w, r in seen if r == "mountpoint"]:
             if (what, "shardfs", rtt) in median and (what, "mountpoint", rtt) in median:
                 s, m = median[(what, "shardfs", rtt)], median[(what, "mountpoint", rtt)]

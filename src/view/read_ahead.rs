@@ -1,4 +1,4 @@
-//! Files asked for ahead of a reader going through an array in order. A Zarr reader reads a
+//! Files asked for ahead of a reader going through an array. A Zarr reader reads a
 //! selection chunk by chunk in C order of the chunk grid (a thread pool a few at once, in any
 //! order among them), and so do `cat`, `cp` and `tar` of a chunk directory. Once three chunks a
 //! reader opens follow each other (lookups do not count, nor a writer's opens: a writer looks
@@ -10,10 +10,18 @@
 //! database) brings each in a read of its own, several at once, while the reader is still at
 //! the ones before. How much of them is fetched ahead is the store's to bound (its read-ahead
 //! memory). Where reads are local the store ignores the hint, and this costs a lookup per chunk.
+//!
+//! A small array is asked for whole: once one reader's opens, close together in time and in any
+//! order (zarr-python's first reads may jump between rows of shards), reach the chunks of
+//! [`SCATTERED`] shards of an array of at most [`FEW_SHARDS`], the other shards are asked for at
+//! once, as zarr-python reading the array's own keys asks for its whole selection. Without it
+//! each shard was fetched at its first read or two rows of shards ahead of it, a few at a time
+//! over half a second (docs/benchmarks.md, `tiles` at 20 ms).
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -43,10 +51,26 @@ const ARRAYS: usize = 1024;
 const ASKED: usize = 4096;
 /// Runs of chunks walked at most per chunk opened, to find the shards ahead.
 const MOST_STEPS: u32 = 4096;
+/// Shards a reader opens chunks of, in any order, before the rest of a small array is asked for:
+/// two could be a viewer's neighbouring tiles across a shard's edge.
+const SCATTERED: usize = 3;
+/// The most shards an array may have to be asked for whole: a few hundred MiB at most of small
+/// shards (of a larger shard, only its first lane is fetched ahead, `store::bucket::fetch`).
+const FEW_SHARDS: u64 = 64;
+/// Opens this close after each other are one reader's; after a pause as long, opens are a new
+/// reader's (a viewer's next look at a few tiles is no reader of the whole array).
+const BURST_GAP: Duration = Duration::from_secs(1);
 
 /// Where the readers of one array have got to.
 #[derive(Debug)]
 struct Progress {
+    run: Run,
+    burst: Burst,
+}
+
+/// Readers going on in order through an array.
+#[derive(Debug)]
+struct Run {
     /// The furthest chunk opened, as its place in C order of the chunk grid.
     last: u64,
     /// Chunks opened in order so far.
@@ -55,6 +79,37 @@ struct Progress {
     asked_until: u64,
     /// The files asked for (places in C order of the file grid).
     asked: HashSet<u64>,
+}
+
+/// Opens of an array close together in time, in any order.
+#[derive(Debug)]
+struct Burst {
+    last_open: Instant,
+    /// The files opened (places in C order of the file grid), up to [`SCATTERED`].
+    opened: HashSet<u64>,
+    /// Whether this burst's reader had the whole array asked for.
+    whole_asked: bool,
+}
+
+impl Burst {
+    fn starting_at(now: Instant) -> Self {
+        Burst { last_open: now, opened: HashSet::new(), whole_asked: false }
+    }
+
+    /// Takes note of an open of the file at `file` at `now`: whether the array is now to be asked
+    /// for whole.
+    fn opened(&mut self, file: u64, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_open) > BURST_GAP {
+            *self = Burst::starting_at(now);
+        }
+        self.last_open = now;
+        if self.whole_asked || self.opened.len() >= SCATTERED {
+            return false;
+        }
+        self.opened.insert(file);
+        self.whole_asked = self.opened.len() >= SCATTERED;
+        self.whole_asked
+    }
 }
 
 /// What a reader is followed through: an array's chunk grid, and the files its chunks are
@@ -68,6 +123,8 @@ struct Layout<'a> {
     file_grid: &'a [u64],
     /// How many files' worth of chunks are asked for ahead, at least and at most.
     ahead: (u64, u64),
+    /// The most files an array may have to be asked for whole.
+    few_files: u64,
 }
 
 impl<'a> Layout<'a> {
@@ -79,6 +136,7 @@ impl<'a> Layout<'a> {
             per_file,
             file_grid: &array.shard_grid,
             ahead: (FILES_AHEAD, MOST_AHEAD),
+            few_files: FEW_SHARDS,
         }
     }
 
@@ -90,6 +148,8 @@ impl<'a> Layout<'a> {
             per_file: vec![1; array.grid.len()],
             file_grid: &array.grid,
             ahead,
+            // Not measured yet: an array shown as stored is followed in order only.
+            few_files: 0,
         }
     }
 
@@ -113,9 +173,10 @@ impl Default for ReadAhead {
 
 impl ReadAhead {
     /// Takes note that a reader opened the chunk at grid coordinates `chunk` of `array`, and
-    /// asks `store` for the shards of the chunks after it when the reader goes on in order.
+    /// asks `store` for the shards of the chunks after it when the reader goes on in order, or for
+    /// the rest of a small array's shards when the reader's opens are scattered over them.
     pub fn reached(&self, store: &dyn Store, array: &ShardedArray, chunk: &[u64]) {
-        let shards = self.files_ahead(&Layout::of_sharded(array), chunk);
+        let shards = self.files_ahead(&Layout::of_sharded(array), chunk, Instant::now());
         let Some(outer) = array.meta.sharding.levels.first().map(|level| level.index) else { return };
         for shard in shards {
             store.prefetch(
@@ -135,7 +196,7 @@ impl ReadAhead {
     /// array shown as stored, and asks `store` for the chunk files after it when the reader goes
     /// on in order.
     pub fn reached_plain(&self, store: &dyn Store, array: &PlainArray, chunk: &[u64]) {
-        for file in self.files_ahead(&Layout::of_plain(array), chunk) {
+        for file in self.files_ahead(&Layout::of_plain(array), chunk, Instant::now()) {
             store.prefetch(
                 &array.chunk_key(&file),
                 Box::new(|file| {
@@ -146,34 +207,63 @@ impl ReadAhead {
         }
     }
 
-    /// Takes note that a reader opened the chunk at grid coordinates `chunk` of `layout`: the
-    /// files to ask for now (each once while the reader goes on in order).
-    fn files_ahead(&self, layout: &Layout, chunk: &[u64]) -> Vec<Vec<u64>> {
+    /// Takes note that a reader opened the chunk at grid coordinates `chunk` of `layout` at `now`:
+    /// the files to ask for now (each once while the reader goes on).
+    fn files_ahead(&self, layout: &Layout, chunk: &[u64], now: Instant) -> Vec<Vec<u64>> {
         let Some(place) = c_order(chunk, layout.grid) else { return Vec::new() };
         // Grids come from documents on disk: too many chunks to count are no order to follow.
         let count = |shape: &[u64]| shape.iter().try_fold(1u64, |n, s| n.checked_mul(*s));
-        let (Some(chunks), Some(per_file)) = (count(layout.grid), count(&layout.per_file)) else {
+        let (Some(chunks), Some(per_file), Some(files)) =
+            (count(layout.grid), count(&layout.per_file), count(layout.file_grid))
+        else {
             return Vec::new();
         };
         let mut arrays = self.arrays.lock();
-        let fresh = || Progress { last: place, in_order: 1, asked_until: place, asked: HashSet::new() };
-        let progress = arrays.get_or_insert_mut(layout.dir.clone(), fresh);
-        if place <= progress.last {
+        let fresh = || Progress { run: Run::starting_at(place), burst: Burst::starting_at(now) };
+        let Progress { run, burst } = arrays.get_or_insert_mut(layout.dir.clone(), fresh);
+        let mut asked = run.went_on(layout, place, chunks, per_file);
+        if files <= layout.few_files
+            && let Some(file) = c_order(&layout.file_of(chunk), layout.file_grid)
+            && burst.opened(file, now)
+        {
+            for at in 0..files {
+                if !burst.opened.contains(&at) && run.asked.insert(at) {
+                    asked.push(coords_of(at, layout.file_grid));
+                }
+            }
+        }
+        if run.asked.len() > ASKED {
+            run.asked.clear();
+        }
+        asked
+    }
+}
+
+impl Run {
+    fn starting_at(place: u64) -> Self {
+        Run { last: place, in_order: 1, asked_until: place, asked: HashSet::new() }
+    }
+
+    /// Takes note that a reader opened the chunk at `place` (in C order of `layout`'s grid of
+    /// `chunks` chunks, `per_file` to a file): the files ahead to ask for now, when readers go on
+    /// in order.
+    fn went_on(&mut self, layout: &Layout, place: u64, chunks: u64, per_file: u64) -> Vec<Vec<u64>> {
+        if place <= self.last {
             // Reads of chunks opened before (a pool's slower threads, the kernel reading a file
             // it opened long ago) are no step back; only a new pass from further back than the
             // files asked for starts over.
-            if place.saturating_add(layout.ahead.0.saturating_mul(per_file)) < progress.last {
-                *progress = fresh();
+            if place.saturating_add(layout.ahead.0.saturating_mul(per_file)) < self.last {
+                *self = Run::starting_at(place);
             }
             return Vec::new();
         }
-        if place > progress.last + SLACK {
-            *progress = fresh();
+        if place > self.last + SLACK {
+            *self = Run::starting_at(place);
             return Vec::new();
         }
-        progress.last = place;
-        progress.in_order += 1;
-        if progress.in_order < IN_ORDER {
+        self.last = place;
+        self.in_order += 1;
+        if self.in_order < IN_ORDER {
             return Vec::new();
         }
         // Two rows of files ahead (a 2-D reader entering a row of files has the next one under
@@ -185,13 +275,13 @@ impl ReadAhead {
         let per_file_along_last = layout.per_file.last().copied().unwrap_or(1).max(1);
         let row = layout.grid.last().copied().unwrap_or(1).max(1);
         let mut files = Vec::new();
-        let mut next = progress.asked_until.max(place);
+        let mut next = self.asked_until.max(place);
         let mut steps = 0;
         while next <= until && steps < MOST_STEPS {
             let coords = coords_of(next, layout.grid);
             let file = layout.file_of(&coords);
             if let Some(at) = c_order(&file, layout.file_grid)
-                && progress.asked.insert(at)
+                && self.asked.insert(at)
             {
                 files.push(file);
             }
@@ -201,10 +291,7 @@ impl ReadAhead {
             next += edge - along;
             steps += 1;
         }
-        progress.asked_until = next.min(until + 1);
-        if progress.asked.len() > ASKED {
-            progress.asked.clear();
-        }
+        self.asked_until = next.min(until + 1);
         files
     }
 }
@@ -232,32 +319,35 @@ mod tests {
     use super::*;
     use crate::view::array::test_array as array;
 
+    /// The files asked for when a reader opens `chunk` of `a`, all opens at one moment.
+    fn opened(ahead: &ReadAhead, a: &ShardedArray, chunk: &[u64]) -> Vec<Vec<u64>> {
+        opened_at(ahead, a, chunk, Duration::ZERO)
+    }
+
+    /// The same, `after` a moment fixed for every test.
+    fn opened_at(ahead: &ReadAhead, a: &ShardedArray, chunk: &[u64], after: Duration) -> Vec<Vec<u64>> {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        ahead.files_ahead(&Layout::of_sharded(a), chunk, *START.get_or_init(Instant::now) + after)
+    }
+
     #[test]
     fn a_reader_going_on_in_order_has_the_next_shards_asked_for_once() {
         // 1-D: 16 chunks in 4 shards.
         let a = array(&[16], &[1], &[4]);
         let ahead = ReadAhead::default();
-        assert!(ahead.files_ahead(&Layout::of_sharded(&a), &[0]).is_empty());
-        assert!(ahead.files_ahead(&Layout::of_sharded(&a), &[1]).is_empty(), "two in order could be a coincidence");
-        assert_eq!(
-            ahead.files_ahead(&Layout::of_sharded(&a), &[2]),
-            [[0], [1], [2], [3]],
-            "the shard entered and three more"
-        );
-        assert!(
-            ahead.files_ahead(&Layout::of_sharded(&a), &[3]).is_empty()
-                && ahead.files_ahead(&Layout::of_sharded(&a), &[5]).is_empty(),
-            "once"
-        );
-        assert!(ahead.files_ahead(&Layout::of_sharded(&a), &[4]).is_empty(), "a pool's slower thread is no step back");
+        assert!(opened(&ahead, &a, &[0]).is_empty());
+        assert!(opened(&ahead, &a, &[1]).is_empty(), "two in order could be a coincidence");
+        assert_eq!(opened(&ahead, &a, &[2]), [[0], [1], [2], [3]], "the shard entered and three more");
+        assert!(opened(&ahead, &a, &[3]).is_empty() && opened(&ahead, &a, &[5]).is_empty(), "once");
+        assert!(opened(&ahead, &a, &[4]).is_empty(), "a pool's slower thread is no step back");
     }
 
     #[test]
     fn chunks_far_apart_are_no_order() {
-        let a = array(&[64], &[1], &[4]);
+        let a = array(&[1024], &[1], &[4]);
         let ahead = ReadAhead::default();
-        for place in [0, 20, 40, 60, 3] {
-            assert!(ahead.files_ahead(&Layout::of_sharded(&a), &[place]).is_empty(), "{place}");
+        for place in [0, 200, 400, 600, 3] {
+            assert!(opened(&ahead, &a, &[place]).is_empty(), "{place}");
         }
     }
 
@@ -269,10 +359,48 @@ mod tests {
         let ahead = ReadAhead::default();
         let mut asked = Vec::new();
         for j in 0..3 {
-            asked.extend(ahead.files_ahead(&Layout::of_sharded(&a), &[0, j]));
+            asked.extend(opened(&ahead, &a, &[0, j]));
         }
         asked.sort();
         assert_eq!(asked, [[0, 0], [0, 1], [1, 0], [1, 1]]);
+    }
+
+    #[test]
+    fn a_reader_opening_shards_of_a_small_array_out_of_order_has_the_rest_asked_for_at_once() {
+        // 32x32 chunks in 4x4 shards of 8x8 chunks (`tiles` of the wan benchmark): zarr-python's
+        // first opens jumping between rows of shards.
+        let a = array(&[32, 32], &[1, 1], &[8, 8]);
+        let ahead = ReadAhead::default();
+        assert!(opened(&ahead, &a, &[0, 0]).is_empty());
+        assert!(opened(&ahead, &a, &[24, 0]).is_empty(), "two could be a viewer's neighbouring tiles");
+        let mut asked = opened(&ahead, &a, &[16, 1]);
+        asked.sort();
+        let rest: Vec<Vec<u64>> = (0..4)
+            .flat_map(|i| (0..4).map(move |j| vec![i, j]))
+            .filter(|s| ![[0, 0], [3, 0], [2, 0]].contains(&[s[0], s[1]]))
+            .collect();
+        assert_eq!(asked, rest, "every shard not opened yet");
+        assert!(opened(&ahead, &a, &[8, 0]).is_empty() && opened(&ahead, &a, &[31, 31]).is_empty(), "once");
+    }
+
+    #[test]
+    fn opens_far_apart_in_time_are_no_reader_of_the_whole_array() {
+        let a = array(&[32, 32], &[1, 1], &[8, 8]);
+        let ahead = ReadAhead::default();
+        for (n, chunk) in [[0, 0], [24, 0], [16, 0], [8, 8]].iter().enumerate() {
+            let after = (BURST_GAP + Duration::from_millis(1)) * n as u32;
+            assert!(opened_at(&ahead, &a, chunk, after).is_empty(), "{chunk:?}");
+        }
+    }
+
+    #[test]
+    fn a_reader_going_on_in_order_through_many_shards_is_followed_in_order_only() {
+        // 16x16 shards of 2x2 chunks, more than are asked for whole: row 0 read in order enters
+        // a shard every two chunks, and the shards of the next rows are asked for, not all.
+        let a = array(&[32, 32], &[1, 1], &[2, 2]);
+        let ahead = ReadAhead::default();
+        let asked: usize = (0..12).map(|j| opened(&ahead, &a, &[0, j]).len()).sum();
+        assert!(asked > 0 && asked <= 2 * MOST_AHEAD as usize, "{asked} shards asked for");
     }
 
     #[test]
@@ -280,7 +408,7 @@ mod tests {
         let a = array(&[1 << 40, 1 << 40], &[1, 1], &[1, 2]);
         let ahead = ReadAhead::default();
         for j in 0..4 {
-            assert!(ahead.files_ahead(&Layout::of_sharded(&a), &[0, j]).is_empty());
+            assert!(opened(&ahead, &a, &[0, j]).is_empty());
         }
     }
 
