@@ -11,10 +11,10 @@
 //! the ones before. How much of them is fetched ahead is the store's to bound (its read-ahead
 //! memory). Where reads are local the store ignores the hint, and this costs a lookup per chunk.
 //!
-//! A small array is asked for whole: once one reader's opens, close together in time and in any
-//! order (zarr-python's first reads may jump between rows of shards), reach the chunks of
-//! [`SCATTERED`] shards of an array of at most [`FEW_SHARDS`], the other shards are asked for at
-//! once, as zarr-python reading the array's own keys asks for its whole selection. Without it
+//! A small array is asked for whole: once its opens, close together in time and in any order
+//! (zarr-python's first reads may jump between rows of shards), reach the chunks of [`SCATTERED`]
+//! shards of an array of at most [`FEW_SHARDS`], the other shards are asked for at once (and not
+//! again for [`ASK_AGAIN`]), as zarr-python reading the array's own keys asks for its whole selection. Without it
 //! each shard was fetched at its first read or two rows of shards ahead of it, a few at a time
 //! over half a second (docs/benchmarks.md, `tiles` at 20 ms).
 
@@ -60,6 +60,10 @@ const FEW_SHARDS: u64 = 64;
 /// Opens this close after each other are one reader's; after a pause as long, opens are a new
 /// reader's (a viewer's next look at a few tiles is no reader of the whole array).
 const BURST_GAP: Duration = Duration::from_secs(1);
+/// An array asked for whole is not asked for whole again this soon: a reader that reads a plane,
+/// computes for a few seconds and reads the next would otherwise have it asked for at every plane,
+/// and what was fetched and then dropped to make room fetched again each time.
+const ASK_AGAIN: Duration = Duration::from_secs(30);
 
 /// Where the readers of one array have got to.
 #[derive(Debug)]
@@ -87,28 +91,36 @@ struct Burst {
     last_open: Instant,
     /// The files opened (places in C order of the file grid), up to [`SCATTERED`].
     opened: HashSet<u64>,
-    /// Whether this burst's reader had the whole array asked for.
-    whole_asked: bool,
+    /// When the array was last asked for whole.
+    whole_asked: Option<Instant>,
 }
 
 impl Burst {
     fn starting_at(now: Instant) -> Self {
-        Burst { last_open: now, opened: HashSet::new(), whole_asked: false }
+        Burst { last_open: now, opened: HashSet::new(), whole_asked: None }
     }
 
     /// Takes note of an open of the file at `file` at `now`: whether the array is now to be asked
     /// for whole.
     fn opened(&mut self, file: u64, now: Instant) -> bool {
         if now.saturating_duration_since(self.last_open) > BURST_GAP {
-            *self = Burst::starting_at(now);
+            self.opened.clear();
         }
         self.last_open = now;
-        if self.whole_asked || self.opened.len() >= SCATTERED {
-            return false;
+        match self.whole_asked {
+            Some(at) if now.saturating_duration_since(at) < ASK_AGAIN => return false,
+            Some(_) => {
+                self.whole_asked = None;
+                self.opened.clear();
+            }
+            None => {}
         }
         self.opened.insert(file);
-        self.whole_asked = self.opened.len() >= SCATTERED;
-        self.whole_asked
+        if self.opened.len() < SCATTERED {
+            return false;
+        }
+        self.whole_asked = Some(now);
+        true
     }
 }
 
@@ -381,6 +393,28 @@ mod tests {
             .collect();
         assert_eq!(asked, rest, "every shard not opened yet");
         assert!(opened(&ahead, &a, &[8, 0]).is_empty() && opened(&ahead, &a, &[31, 31]).is_empty(), "once");
+    }
+
+    #[test]
+    fn an_array_of_more_than_few_shards_is_not_asked_for_whole() {
+        let asked = |shards: u64| {
+            let (a, ahead) = (array(&[shards], &[1], &[1]), ReadAhead::default());
+            [0, 20, 40].iter().map(|&c| opened(&ahead, &a, &[c]).len()).collect::<Vec<_>>()
+        };
+        assert_eq!(asked(FEW_SHARDS), [0, 0, FEW_SHARDS as usize - 3]);
+        assert_eq!(asked(FEW_SHARDS + 1), [0, 0, 0]);
+    }
+
+    #[test]
+    fn an_array_asked_for_whole_is_not_asked_again_before_a_while() {
+        let a = array(&[32, 32], &[1, 1], &[8, 8]);
+        let ahead = ReadAhead::default();
+        let burst = |after: Duration| {
+            [[0, 0], [24, 0], [16, 8]].iter().map(|c| opened_at(&ahead, &a, c, after).len()).sum::<usize>()
+        };
+        assert_eq!(burst(Duration::ZERO), 13);
+        assert_eq!(burst(BURST_GAP * 2), 0, "a reader back after a pause");
+        assert_eq!(burst(ASK_AGAIN + BURST_GAP * 4), 13, "and once more a while later");
     }
 
     #[test]
