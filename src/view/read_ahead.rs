@@ -60,6 +60,11 @@ const FEW_SHARDS: u64 = 64;
 /// Opens this close after each other are one reader's; after a pause as long, opens are a new
 /// reader's (a viewer's next look at a few tiles is no reader of the whole array).
 const BURST_GAP: Duration = Duration::from_secs(1);
+/// A shard of an array asked for whole is fetched ahead whole when at most this large (a store
+/// fetches a shard of small chunks whole at its first read anyway); of a larger one, only its index:
+/// its bytes come as readers reach them, rather than a first lane of each of 64 large shards, far
+/// more than a store keeps for bytes nobody asked for yet.
+const WHOLE_SHARD: u64 = 8 << 20;
 /// An array asked for whole is not asked for whole again this soon: a reader that reads a plane,
 /// computes for a few seconds and reads the next would otherwise have it asked for at every plane,
 /// and what was fetched and then dropped to make room fetched again each time.
@@ -171,6 +176,14 @@ impl<'a> Layout<'a> {
     }
 }
 
+/// The files a reader's open has asked for: those ahead of a reader going on in order, and the
+/// rest of a small array asked for whole.
+#[derive(Debug, Default)]
+struct Asked {
+    ahead: Vec<Vec<u64>>,
+    whole: Vec<Vec<u64>>,
+}
+
 /// The readers' progress through every array, by array directory.
 #[derive(Debug)]
 pub struct ReadAhead {
@@ -188,9 +201,10 @@ impl ReadAhead {
     /// asks `store` for the shards of the chunks after it when the reader goes on in order, or for
     /// the rest of a small array's shards when the reader's opens are scattered over them.
     pub fn reached(&self, store: &dyn Store, array: &ShardedArray, chunk: &[u64]) {
-        let shards = self.files_ahead(&Layout::of_sharded(array), chunk, Instant::now());
+        let asked = self.files_ahead(&Layout::of_sharded(array), chunk, Instant::now());
         let Some(outer) = array.meta.sharding.levels.first().map(|level| level.index) else { return };
-        for shard in shards {
+        let ahead = asked.ahead.into_iter().map(|shard| (shard, false));
+        for (shard, whole) in ahead.chain(asked.whole.into_iter().map(|shard| (shard, true))) {
             store.prefetch(
                 &array.shard_key(&shard),
                 Box::new(move |file| {
@@ -198,7 +212,9 @@ impl ReadAhead {
                     if let Ok(index) = outer.index_range(size) {
                         file.prefetch(index);
                     }
-                    file.prefetch(0..size);
+                    if !whole || size <= WHOLE_SHARD {
+                        file.prefetch(0..size);
+                    }
                 }),
             );
         }
@@ -208,7 +224,8 @@ impl ReadAhead {
     /// array shown as stored, and asks `store` for the chunk files after it when the reader goes
     /// on in order.
     pub fn reached_plain(&self, store: &dyn Store, array: &PlainArray, chunk: &[u64]) {
-        for file in self.files_ahead(&Layout::of_plain(array), chunk, Instant::now()) {
+        let asked = self.files_ahead(&Layout::of_plain(array), chunk, Instant::now());
+        for file in asked.ahead.into_iter().chain(asked.whole) {
             store.prefetch(
                 &array.chunk_key(&file),
                 Box::new(|file| {
@@ -221,26 +238,26 @@ impl ReadAhead {
 
     /// Takes note that a reader opened the chunk at grid coordinates `chunk` of `layout` at `now`:
     /// the files to ask for now (each once while the reader goes on).
-    fn files_ahead(&self, layout: &Layout, chunk: &[u64], now: Instant) -> Vec<Vec<u64>> {
-        let Some(place) = c_order(chunk, layout.grid) else { return Vec::new() };
+    fn files_ahead(&self, layout: &Layout, chunk: &[u64], now: Instant) -> Asked {
+        let Some(place) = c_order(chunk, layout.grid) else { return Asked::default() };
         // Grids come from documents on disk: too many chunks to count are no order to follow.
         let count = |shape: &[u64]| shape.iter().try_fold(1u64, |n, s| n.checked_mul(*s));
         let (Some(chunks), Some(per_file), Some(files)) =
             (count(layout.grid), count(&layout.per_file), count(layout.file_grid))
         else {
-            return Vec::new();
+            return Asked::default();
         };
         let mut arrays = self.arrays.lock();
         let fresh = || Progress { run: Run::starting_at(place), burst: Burst::starting_at(now) };
         let Progress { run, burst } = arrays.get_or_insert_mut(layout.dir.clone(), fresh);
-        let mut asked = run.went_on(layout, place, chunks, per_file);
+        let mut asked = Asked { ahead: run.went_on(layout, place, chunks, per_file), whole: Vec::new() };
         if files <= layout.few_files
             && let Some(file) = c_order(&layout.file_of(chunk), layout.file_grid)
             && burst.opened(file, now)
         {
             for at in 0..files {
                 if !burst.opened.contains(&at) && run.asked.insert(at) {
-                    asked.push(coords_of(at, layout.file_grid));
+                    asked.whole.push(coords_of(at, layout.file_grid));
                 }
             }
         }
@@ -339,7 +356,8 @@ mod tests {
     /// The same, `after` a moment fixed for every test.
     fn opened_at(ahead: &ReadAhead, a: &ShardedArray, chunk: &[u64], after: Duration) -> Vec<Vec<u64>> {
         static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        ahead.files_ahead(&Layout::of_sharded(a), chunk, *START.get_or_init(Instant::now) + after)
+        let asked = ahead.files_ahead(&Layout::of_sharded(a), chunk, *START.get_or_init(Instant::now) + after);
+        asked.ahead.into_iter().chain(asked.whole).collect()
     }
 
     #[test]
