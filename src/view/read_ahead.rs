@@ -14,9 +14,11 @@
 //! A small array is asked for whole: once its opens, close together in time and in any order
 //! (zarr-python's first reads may jump between rows of shards), reach the chunks of [`SCATTERED`]
 //! shards of an array of at most [`FEW_SHARDS`], the other shards are asked for at once (and not
-//! again for [`ASK_AGAIN`]), as zarr-python reading the array's own keys asks for its whole selection. Without it
-//! each shard was fetched at its first read or two rows of shards ahead of it, a few at a time
-//! over half a second (docs/benchmarks.md, `tiles` at 20 ms).
+//! again for [`ASK_AGAIN`]), as zarr-python reading the array's own keys asks for its whole
+//! selection. Without it each shard was fetched at its first read or two rows of shards ahead of
+//! it, a few at a time over half a second (docs/benchmarks.md, `tiles` at 20 ms). Of a shard larger
+//! than [`WHOLE_SHARD`] only the index is asked for so, and a reader going on in order still has
+//! its bytes asked for ahead.
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
@@ -55,7 +57,7 @@ const MOST_STEPS: u32 = 4096;
 /// two could be a viewer's neighbouring tiles across a shard's edge.
 const SCATTERED: usize = 3;
 /// The most shards an array may have to be asked for whole: a few hundred MiB at most of small
-/// shards (of a larger shard, only its first lane is fetched ahead, `store::bucket::fetch`).
+/// shards (of a larger shard, only its index, [`WHOLE_SHARD`]).
 const FEW_SHARDS: u64 = 64;
 /// Opens this close after each other are one reader's; after a pause as long, opens are a new
 /// reader's (a viewer's next look at a few tiles is no reader of the whole array).
@@ -255,8 +257,10 @@ impl ReadAhead {
             && let Some(file) = c_order(&layout.file_of(chunk), layout.file_grid)
             && burst.opened(file, now)
         {
+            // Not taken for asked ahead: of a large shard only the index is, and a reader going on
+            // in order still wants its first bytes asked for when it comes near.
             for at in 0..files {
-                if !burst.opened.contains(&at) && run.asked.insert(at) {
+                if !burst.opened.contains(&at) && !run.asked.contains(&at) {
                     asked.whole.push(coords_of(at, layout.file_grid));
                 }
             }
@@ -355,9 +359,35 @@ mod tests {
 
     /// The same, `after` a moment fixed for every test.
     fn opened_at(ahead: &ReadAhead, a: &ShardedArray, chunk: &[u64], after: Duration) -> Vec<Vec<u64>> {
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        let asked = ahead.files_ahead(&Layout::of_sharded(a), chunk, *START.get_or_init(Instant::now) + after);
+        let asked = asked_at(ahead, a, chunk, after);
         asked.ahead.into_iter().chain(asked.whole).collect()
+    }
+
+    fn asked_at(ahead: &ReadAhead, a: &ShardedArray, chunk: &[u64], after: Duration) -> Asked {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        ahead.files_ahead(&Layout::of_sharded(a), chunk, *START.get_or_init(Instant::now) + after)
+    }
+
+    #[test]
+    fn shards_asked_for_whole_are_still_asked_ahead_of_a_reader_going_on_in_order() {
+        // Row 0 read in order enters its third shard at [0, 16], where the array is asked for
+        // whole: of a large shard that is its index alone, so the reader going on still has each
+        // shard not asked ahead yet asked ahead when it comes near.
+        let a = array(&[32, 32], &[1, 1], &[8, 8]);
+        let ahead = ReadAhead::default();
+        let (mut whole, mut later) = (Vec::new(), Vec::new());
+        for i in 0..32 {
+            for j in 0..32 {
+                let asked = asked_at(&ahead, &a, &[i, j], Duration::ZERO);
+                if whole.is_empty() {
+                    whole = asked.whole;
+                } else {
+                    assert!(asked.whole.is_empty(), "asked for whole once");
+                    later.extend(asked.ahead);
+                }
+            }
+        }
+        assert!(!whole.is_empty() && whole.iter().all(|shard| later.contains(shard)), "{whole:?} ahead: {later:?}");
     }
 
     #[test]
