@@ -86,7 +86,7 @@ class Mounts:
             subprocess.run([self.binary, "mount", "--read-only", f"s3://{BUCKET}/ds", mnt,
                             "--endpoint-url", proxy.endpoint, *self.mount_args], check=True)
         elif tool == "local":
-            subprocess.run([self.binary, "mount", "--read-only", self.local, mnt], check=True)
+            subprocess.run([self.binary, "mount", "--read-only", self.local, mnt, *self.mount_args], check=True)
         elif tool == "s3fs":
             subprocess.run(["s3fs", f"{BUCKET}:/ds", mnt, "-o", f"url={proxy.endpoint}", "-o", "use_path_request_style",
                             "-o", f"passwd_file={self.passwd}", "-o", "ro"], check=True)

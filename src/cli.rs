@@ -67,6 +67,11 @@ pub enum Command {
         /// Worker threads serving the kernel's requests.
         #[arg(long, default_value_t = default_threads())]
         threads: usize,
+        /// Take the kernel's requests over io_uring (FUSE over io_uring: Linux 6.14 and later,
+        /// with the fuse module's enable_uring on), one ring per thread; /dev/fuse where the
+        /// kernel does not offer it.
+        #[arg(long)]
+        io_uring: bool,
         /// Memory for decoded shard indexes, in bytes (suffixes K, M, G); default: a sixteenth of
         /// --memory-limit.
         #[arg(long, value_parser = parse_size, value_name = "BYTES")]
@@ -440,6 +445,7 @@ impl Command {
             read_only,
             options,
             threads,
+            io_uring,
             cache_size,
             max_index_size,
             commit_bytes,
@@ -465,6 +471,7 @@ impl Command {
                 options: with_source(options, &store.store),
                 threads: *threads,
                 read_only: *read_only,
+                io_uring: *io_uring,
             },
             cache_bytes: cache_size.unwrap_or(store.memory().indexes()),
             max_index_bytes: *max_index_size as u64,

@@ -168,7 +168,7 @@ pub fn run(dir: &Path, verbosity: u8) -> Result<(), String> {
         store: (&store).into(),
         mountpoint: view,
         foreground: true,
-        settings: MountSettings { options: Vec::new(), threads: 2, read_only: false },
+        settings: MountSettings { options: Vec::new(), threads: 2, read_only: false, io_uring: false },
         cache_bytes: DEFAULT_BUDGET,
         max_index_bytes: DEFAULT_MAX_INDEX_BYTES,
         writes: WriteOptions::default(),

@@ -16,7 +16,7 @@ use shardfs::fuse::{self, MountSettings};
 use shardfs::write::pending::Policy;
 
 fn writable() -> MountSettings {
-    MountSettings { options: Vec::new(), threads: 4, read_only: false }
+    MountSettings { options: Vec::new(), threads: 4, read_only: false, io_uring: false }
 }
 
 fn policy() -> Policy {

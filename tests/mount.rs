@@ -11,7 +11,7 @@ use common::*;
 use shardfs::fuse::{self, MountSettings};
 
 fn settings() -> MountSettings {
-    MountSettings { options: Vec::new(), threads: 4, read_only: true }
+    MountSettings { options: Vec::new(), threads: 4, read_only: true, io_uring: false }
 }
 
 fn shardfs(args: &[&str]) -> Output {
@@ -516,4 +516,100 @@ fn listings_give_attributes_to_readers_that_stat() {
     // Directories say 1 MiB blocks, so that readers list them in requests of 1 MiB (adapter.rs).
     assert_eq!(run("stat -c %o a/c"), "1048576\n");
     drop(mounted);
+}
+
+/// The `fuse` module's switch for FUSE over io_uring (Linux 6.14+), set to `on` for as long as this
+/// lives and then put back; None where the kernel has no such switch or it cannot be set.
+struct EnableUring(String);
+
+impl EnableUring {
+    const PATH: &str = "/sys/module/fuse/parameters/enable_uring";
+
+    fn set(on: bool) -> Option<Self> {
+        let before = std::fs::read_to_string(Self::PATH).ok()?;
+        std::fs::write(Self::PATH, if on { "Y" } else { "N" }).ok()?;
+        Some(Self(before.trim().to_string()))
+    }
+}
+
+impl Drop for EnableUring {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.0);
+    }
+}
+
+/// The ring workers of daemon `pid` (threads `fuser-ring-N`) and how often they have woken.
+fn ring_workers(pid: i32) -> (usize, u64) {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let rings = tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("fuser-ring-")));
+    rings.fold((0, 0), |(n, woken), t| {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let switches = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"));
+        (n + 1, woken + switches.map_or(0, |s| s.trim().parse().unwrap()))
+    })
+}
+
+/// `--io-uring` where the kernel offers FUSE over io_uring: the view is exact, its requests are
+/// served from the rings, fsync'd writes survive kill -9, and the killed daemon's mount ends.
+/// Where the kernel does not offer it, the same mount serves through /dev/fuse.
+#[test]
+fn io_uring_mounts_serve_exactly_and_fall_back_to_dev_fuse() {
+    let Some(mnt) = mount_point() else { return };
+    let (s, m) = (golden().join("sharded"), mnt.path().to_str().unwrap().to_string());
+    let (twin, _) = walk_dir(&golden().join("unsharded"));
+    let Some(off) = EnableUring::set(false) else {
+        eprintln!("SKIPPED: no FUSE over io_uring here ({} cannot be set)", EnableUring::PATH);
+        return;
+    };
+    let out = shardfs(&["mount", "--read-only", "--io-uring", s.to_str().unwrap(), &m]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    assert_eq!(ring_workers(daemon_pid(mnt.path())).0, 0, "rings made where the kernel offers none");
+    assert_same_tree(&walk_dir(mnt.path()).0, &twin);
+    assert!(shardfs(&["unmount", &m]).status.success());
+    drop(off);
+
+    let _on = EnableUring::set(true).unwrap();
+    let store = sharded_copy();
+    let s = store.path().to_str().unwrap();
+    let mut child = Command::new(BIN).args(["mount", "-f", "--io-uring", "--threads", "4", s, &m]).spawn().unwrap();
+    wait_for("the mount", || is_mounted(mnt.path()));
+    let pid = daemon_pid(mnt.path());
+    let (rings, woken) = ring_workers(pid);
+    assert!(rings >= 4, "{rings} ring workers for 4 threads");
+    let (view, _) = walk_dir(mnt.path());
+    assert_same_tree(&view, &twin);
+    let mut durable = Vec::new();
+    for (k, path) in ["zp/raw_nocrc/c/3", "zp/gzip_crc_end/c/2/0", "zp/zstd_start/c/1/0/0"].iter().enumerate() {
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + k as u32) as u8).collect();
+        let mut file = std::fs::File::create(mnt.path().join(path)).unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        file.sync_all().unwrap();
+        assert_eq!(std::fs::read(mnt.path().join(path)).unwrap(), bytes, "{path} read back");
+        durable.push((path.to_string(), bytes));
+    }
+    // Each request wakes a ring worker (unless one is already awake), and no other thread.
+    let served = view.len() as u64;
+    assert!(
+        ring_workers(pid).1 - woken >= served,
+        "ring workers woke {} times for {served} files",
+        ring_workers(pid).1 - woken
+    );
+    // SAFETY: killing our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let err = std::fs::read_dir(mnt.path()).and_then(|mut d| d.next().transpose()).unwrap_err();
+    // ENOTCONN, or ECONNABORTED once the daemon's guard has aborted the connection.
+    assert!(matches!(err.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)), "{err}");
+    assert!(shardfs(&["unmount", &m]).status.success());
+    let fs = fs_of(store.path());
+    for (path, bytes) in durable {
+        let mut ino = shardfs::fs::ROOT_INO;
+        for name in path.split('/') {
+            ino = fs.lookup(ino, name).unwrap().0;
+        }
+        assert_eq!(read_all(&fs, ino), bytes, "{path} was fsync'd before the kill");
+    }
 }

@@ -8,6 +8,8 @@ pub struct MountSettings {
     pub threads: usize,
     /// Mount read-only (also set by `-o ro`).
     pub read_only: bool,
+    /// Take the kernel's requests over io_uring where it offers that (`--io-uring`).
+    pub io_uring: bool,
 }
 
 impl MountSettings {
@@ -68,6 +70,7 @@ pub(super) fn config(settings: &MountSettings) -> Result<fuser::Config, String> 
     }
     config.n_threads = Some(settings.threads.max(1));
     config.clone_fd = settings.threads > 1;
+    config.io_uring = settings.io_uring;
     Ok(config)
 }
 
@@ -112,7 +115,12 @@ mod tests {
     use super::*;
 
     fn settings(options: &[&str]) -> MountSettings {
-        MountSettings { options: options.iter().map(|s| s.to_string()).collect(), threads: 2, read_only: false }
+        MountSettings {
+            options: options.iter().map(|s| s.to_string()).collect(),
+            threads: 2,
+            read_only: false,
+            io_uring: false,
+        }
     }
 
     #[test]

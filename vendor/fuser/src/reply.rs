@@ -35,9 +35,12 @@ use crate::ll::{self};
 use crate::passthrough::BackingId;
 
 /// Generic reply callback to send data
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    /// Into the ring entry the request came in (FUSE over io_uring).
+    #[cfg(target_os = "linux")]
+    Uring(crate::uring::Slot),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -49,6 +52,8 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(slot) => slot.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +68,8 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(slot) => slot.device().open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +81,8 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(slot) => unsafe { slot.device().wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -83,7 +92,7 @@ impl ReplySender {
 }
 
 #[cfg(test)]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct AssertSender {
     expected: Vec<u8>,
 }

@@ -15,7 +15,6 @@ use crate::Filesystem;
 use crate::PollNotifier;
 use crate::RenameFlags;
 use crate::Request;
-use crate::channel::ChannelSender;
 use crate::forget_one::ForgetOne;
 use crate::ll;
 use crate::ll::Errno;
@@ -32,15 +31,15 @@ use crate::session::SessionEventLoop;
 /// Request data structure
 #[derive(Debug)]
 pub(crate) struct RequestWithSender<'a> {
-    /// Channel sender for sending the reply
-    ch: ChannelSender,
+    /// Where the reply goes
+    sender: ReplySender,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
 
 impl<'a> RequestWithSender<'a> {
     /// Create a new request from the given data
-    pub(crate) fn new(ch: ChannelSender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
+    pub(crate) fn new(sender: ReplySender, data: &'a [u8]) -> Option<RequestWithSender<'a>> {
         let request = match ll::AnyRequest::try_from(data) {
             Ok(request) => request,
             Err(err) => {
@@ -49,7 +48,7 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self { sender, request })
     }
 
     /// Dispatch request to the given filesystem.
@@ -304,7 +303,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender.clone(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +478,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender.clone(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +551,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender.clone())
     }
 
     /// Returns a Request reference for this request

@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The rings requests come in once the INIT reply turned FUSE over io_uring on.
+    #[cfg(target_os = "linux")]
+    rings: Option<crate::uring::Rings>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            rings: None,
         };
 
         session.handshake()?;
@@ -214,6 +219,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            rings: None,
         };
 
         session.handshake()?;
@@ -252,7 +259,14 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            rings,
         } = self;
+
+        #[cfg(target_os = "linux")]
+        if let Some(rings) = rings {
+            return run_rings(filesystem, ch, rings, allowed, session_owner);
+        }
 
         let n_threads = config.n_threads.unwrap_or(1);
 
@@ -429,6 +443,22 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            #[cfg(target_os = "linux")]
+            if self.config.io_uring && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+                let workers = self.config.n_threads.unwrap_or(1);
+                let max_payload = (config.max_write as usize)
+                    .max(usize::from(config.max_pages()) * page_size::get());
+                match crate::uring::Rings::prepare(&self.ch, workers, max_payload) {
+                    Ok(rings) => {
+                        config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                        self.rings = Some(rings);
+                    }
+                    Err(e) => warn!(
+                        "FUSE over io_uring is offered, but its rings cannot be made ({e}): /dev/fuse it is"
+                    ),
+                }
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -539,7 +569,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(
+                    ReplySender::Channel(self.ch.sender()),
+                    &buf[..size],
+                ) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
@@ -562,6 +595,65 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             }
         }
     }
+}
+
+/// Runs a session whose requests come in rings: a worker per ring, and one loop on `/dev/fuse`
+/// for what still comes through it (FORGETs, INTERRUPTs). Once that loop ends (the connection
+/// is gone), the workers still waiting are told to end too.
+#[cfg(target_os = "linux")]
+fn run_rings<FS: Filesystem>(
+    filesystem: FilesystemHolder<FS>,
+    ch: Channel,
+    rings: crate::uring::Rings,
+    allowed: SessionACL,
+    session_owner: Uid,
+) -> io::Result<()> {
+    let mut filesystem = Arc::new(filesystem);
+    let event_loop = |thread_name: String, ch: Channel| SessionEventLoop {
+        thread_name,
+        filesystem: filesystem.clone(),
+        ch,
+        allowed,
+        session_owner,
+    };
+    let stop = rings.stop_fd();
+    let mut workers = Vec::with_capacity(rings.rings.len());
+    for (i, ring) in rings.rings.iter().enumerate() {
+        let (ring, se) = (
+            ring.clone(),
+            event_loop(format!("fuser-ring-{i}"), ch.clone()),
+        );
+        let worker = thread::Builder::new()
+            .name(se.thread_name.clone())
+            .spawn(move || ring.serve(&se, stop));
+        match worker {
+            Ok(worker) => workers.push(worker),
+            Err(e) => {
+                rings.stop();
+                return Err(e);
+            }
+        }
+    }
+    let device = event_loop("fuser-0".to_string(), ch).event_loop();
+    rings.stop();
+    let mut result = device;
+    for worker in workers {
+        let ended = worker
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("a ring worker panicked")));
+        if let Err(e) = ended {
+            error!("FUSE over io_uring: {e}");
+            result = result.and(Err(e));
+        }
+    }
+    drop(rings);
+    let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
+        return Err(io::Error::other(
+            "BUG: must have one refcount for filesystem",
+        ));
+    };
+    filesystem.destroy();
+    result
 }
 
 /// The background session data structure

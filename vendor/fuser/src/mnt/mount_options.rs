@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Take requests over io_uring where the kernel offers it (`FUSE_OVER_IO_URING`, Linux 6.14+
+    /// with the `fuse` module's `enable_uring` on), with `n_threads` workers (at least one per
+    /// possible CPU); `/dev/fuse` otherwise.
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
