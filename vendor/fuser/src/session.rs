@@ -599,12 +599,14 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
 
 /// Runs a session whose requests come in rings: a worker per ring, and one loop on `/dev/fuse`
 /// for what still comes through it (FORGETs, INTERRUPTs). Once that loop ends (the connection
-/// is gone), the workers still waiting are told to end too.
+/// is gone), the workers are told to end too. A worker that fails ends the session at once with
+/// its error (the kernel may go on queueing requests for its entry, which nothing would answer):
+/// the process that ran it exits, which ends the connection and answers its callers.
 #[cfg(target_os = "linux")]
 fn run_rings<FS: Filesystem>(
     filesystem: FilesystemHolder<FS>,
     ch: Channel,
-    rings: crate::uring::Rings,
+    mut rings: crate::uring::Rings,
     allowed: SessionACL,
     session_owner: Uid,
 ) -> io::Result<()> {
@@ -616,36 +618,53 @@ fn run_rings<FS: Filesystem>(
         allowed,
         session_owner,
     };
+    // Each thread says when it ends: a worker with its ring's number, `/dev/fuse` with None.
+    let (ended, endings) = std::sync::mpsc::channel::<(Option<usize>, io::Result<()>)>();
     let stop = rings.stop_fd();
-    let mut workers = Vec::with_capacity(rings.rings.len());
-    for (i, ring) in rings.rings.iter().enumerate() {
-        let (ring, se) = (
+    let mut threads = Vec::new();
+    let urings = std::mem::take(&mut rings.urings);
+    for (i, (ring, uring)) in rings.rings.iter().zip(urings).enumerate() {
+        let (ring, se, ended) = (
             ring.clone(),
             event_loop(format!("fuser-ring-{i}"), ch.clone()),
+            ended.clone(),
         );
+        let name = se.thread_name.clone();
         let worker = thread::Builder::new()
-            .name(se.thread_name.clone())
-            .spawn(move || ring.serve(&se, stop));
+            .name(name)
+            .spawn(move || ended.send((Some(i), ring.serve(uring, &se, stop))));
         match worker {
-            Ok(worker) => workers.push(worker),
+            Ok(worker) => threads.push(worker),
             Err(e) => {
                 rings.stop();
                 return Err(e);
             }
         }
     }
-    let device = event_loop("fuser-0".to_string(), ch).event_loop();
-    rings.stop();
-    let mut result = device;
-    for worker in workers {
-        let ended = worker
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("a ring worker panicked")));
-        if let Err(e) = ended {
-            error!("FUSE over io_uring: {e}");
-            result = result.and(Err(e));
+    let se = event_loop("fuser-0".to_string(), ch);
+    let device = thread::Builder::new()
+        .name(se.thread_name.clone())
+        .spawn(move || ended.send((None, se.event_loop())))?;
+    let mut result = Ok(());
+    for _ in 0..=threads.len() {
+        match endings.recv() {
+            Ok((None, ended)) => {
+                rings.stop();
+                result = result.and(ended);
+            }
+            Ok((Some(i), Err(e))) => {
+                rings.stop();
+                error!("FUSE over io_uring: ring {i}: {e}");
+                return Err(e);
+            }
+            Ok((Some(_), Ok(()))) => {}
+            Err(_) => return Err(io::Error::other("a ring worker panicked")),
         }
     }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let _ = device.join();
     drop(rings);
     let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
         return Err(io::Error::other(

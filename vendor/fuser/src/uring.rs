@@ -21,6 +21,7 @@ use std::os::fd::AsRawFd;
 use std::os::fd::FromRawFd;
 use std::sync::Arc;
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::thread::ThreadId;
@@ -64,53 +65,100 @@ const OUT_HEADER_LEN: usize = size_of::<ll::fuse_abi::fuse_out_header>();
 /// The kernel's minimum payload buffer (`FUSE_MIN_READ_BUFFER`).
 const MIN_PAYLOAD: usize = 8192;
 
-/// Completion tags: the ring entry's command, or the poll of the stop descriptor.
+/// Completion tags: the ring entry's command, the poll of the stop descriptor, and the poll of
+/// the ring's wake descriptor.
 const ENTRY: u64 = 1;
 const STOP: u64 = 2;
+const WAKE: u64 = 3;
+
+/// Each CPU's queue gets at least this many entries: a request waits for an entry of its caller's
+/// CPU's queue even while other queues' entries are free, so one slow request (a GET of a far
+/// object store) must not hold up every other call from that CPU.
+const MIN_ENTRIES_PER_QUEUE: usize = 4;
 
 /// The rings of a session, made before the INIT reply that turns them on: once the kernel is told
 /// `FUSE_OVER_IO_URING`, its requests wait until every queue has an entry, so a ring that could
 /// not be made then would hang the mount. Made first, a failure leaves `/dev/fuse` in use.
-#[derive(Debug)]
 pub(crate) struct Rings {
+    /// Each worker's entry, kept until every worker has ended: the kernel writes into them.
     pub(crate) rings: Vec<Arc<Ring>>,
+    /// Each worker's io_uring, taken by the worker.
+    pub(crate) urings: Vec<Uring>,
     /// An eventfd each ring polls, written to end the workers once `/dev/fuse` has ended.
     stop: File,
 }
 
+impl std::fmt::Debug for Rings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rings")
+            .field("rings", &self.rings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An io_uring with room for 128-byte entries (`IORING_SETUP_SQE128`), as `URING_CMD` needs.
+pub(crate) type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
+
 impl Rings {
-    /// Rings for at least `workers` workers (one per queue at least), each with buffers for
-    /// requests and replies of up to `max_payload` bytes beside their headers.
+    /// Rings for at least `workers` workers (at least `MIN_ENTRIES_PER_QUEUE` per queue), each
+    /// with buffers for requests and replies of up to `max_payload` bytes beside their headers.
     pub(crate) fn prepare(
         device: &Channel,
         workers: usize,
         max_payload: usize,
     ) -> io::Result<Self> {
         let queues = possible_cpus()?;
-        // SAFETY: eventfd takes no pointers; its result is checked before it is owned.
-        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if stop < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `stop` is a new descriptor nothing else owns.
-        let stop = unsafe { File::from_raw_fd(stop) };
+        let stop = eventfd()?;
         let payload = max_payload.max(MIN_PAYLOAD);
-        let rings = (0..workers.max(queues))
-            .map(|i| Ring::new(device.clone(), (i % queues) as u16, payload).map(Arc::new))
-            .collect::<io::Result<_>>()?;
-        Ok(Self { rings, stop })
+        let workers = workers.max(queues * MIN_ENTRIES_PER_QUEUE);
+        let mut rings = Vec::with_capacity(workers);
+        let mut urings = Vec::with_capacity(workers);
+        for i in 0..workers {
+            // The entry's command and the two polls.
+            urings.push(Uring::builder().build(4)?);
+            rings.push(Arc::new(Ring::new(
+                device.clone(),
+                (i % queues) as u16,
+                payload,
+            )?));
+        }
+        Ok(Self {
+            rings,
+            urings,
+            stop,
+        })
     }
 
-    /// Ends the workers still waiting on their rings (the connection has ended).
+    /// Ends the workers still waiting on their rings.
     pub(crate) fn stop(&self) {
-        // SAFETY: writes 8 bytes from a local to a descriptor this owns.
-        let one = 1u64;
-        unsafe { libc::write(self.stop.as_raw_fd(), (&raw const one).cast(), 8) };
+        signal(&self.stop);
     }
 
     pub(crate) fn stop_fd(&self) -> i32 {
         self.stop.as_raw_fd()
     }
+}
+
+fn eventfd() -> io::Result<File> {
+    // SAFETY: eventfd takes no pointers; its result is checked before it is owned.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+fn signal(eventfd: &File) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a local to an open eventfd.
+    unsafe { libc::write(eventfd.as_raw_fd(), (&raw const one).cast(), 8) };
+}
+
+fn drain(eventfd: &File) {
+    let mut count = 0u64;
+    // SAFETY: reads 8 bytes into a local from an open eventfd (which has a count: its poll fired).
+    unsafe { libc::read(eventfd.as_raw_fd(), (&raw mut count).cast(), 8) };
 }
 
 /// The number of queues the kernel makes: one per possible CPU (`num_possible_cpus()`).
@@ -158,12 +206,16 @@ struct Buffers {
 // SAFETY: the iovecs point into the boxes beside them, which move with them.
 unsafe impl Send for Buffers {}
 
-/// One worker's io_uring and its ring entry.
+/// One worker's ring entry, and what a reply from any thread needs to reach it. Only the worker
+/// touches its io_uring: a reply from another thread is handed over (`replied`, then `wake`), so
+/// that every command is submitted by the worker's task, in whose context the kernel later copies
+/// the entry's next request (a command submitted by a thread that has since exited is cancelled).
 pub(crate) struct Ring {
-    uring: IoUring<squeue::Entry128, cqueue::Entry>,
-    /// Replies come from any thread; one at a time may hold the submission queue.
-    submissions: Mutex<()>,
     buffers: Mutex<Buffers>,
+    /// A reply is in the buffers, to be committed by the worker.
+    replied: AtomicBool,
+    /// Written by a reply from another thread than the worker, to wake it.
+    wake: File,
     device: Channel,
     qid: u16,
     /// The request being answered (its unique id), or 0 before the first.
@@ -181,8 +233,6 @@ impl std::fmt::Debug for Ring {
 
 impl Ring {
     fn new(device: Channel, qid: u16, payload: usize) -> io::Result<Self> {
-        // The entry's command, the stop poll, and room for a resubmission.
-        let uring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4)?;
         let mut header = Box::new([0u8; HEADER_LEN]);
         let mut payload = vec![0u8; payload].into_boxed_slice();
         let iov = Box::new([
@@ -196,13 +246,13 @@ impl Ring {
             },
         ]);
         Ok(Self {
-            uring,
-            submissions: Mutex::new(()),
             buffers: Mutex::new(Buffers {
                 header,
                 payload,
                 iov,
             }),
+            replied: AtomicBool::new(false),
+            wake: eventfd()?,
             device,
             qid,
             commit_id: AtomicU64::new(0),
@@ -210,23 +260,23 @@ impl Ring {
         })
     }
 
-    /// Serves requests from this ring until the connection ends or `stop` is written.
+    /// Serves requests from this ring until the connection ends or `stop` is written; an error is
+    /// a command the kernel refused, after which this entry serves nothing more.
     pub(crate) fn serve<FS: Filesystem>(
-        self: Arc<Self>,
+        self: &Arc<Self>,
+        mut uring: Uring,
         se: &SessionEventLoop<FS>,
         stop: i32,
     ) -> io::Result<()> {
         let _ = self.worker.set(std::thread::current().id());
         pin_to_cpu(usize::from(self.qid));
-        let poll = opcode::PollAdd::new(types::Fd(stop), libc::POLLIN as u32)
-            .build()
-            .user_data(STOP);
-        self.push(&poll.into())?;
-        self.push(&self.command())?;
+        push(&mut uring, &poll(stop, STOP))?;
+        push(&mut uring, &poll(self.wake.as_raw_fd(), WAKE))?;
+        push(&mut uring, &self.command())?;
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
-            match self.uring.submitter().submit_and_wait(1) {
+            match uring.submitter().submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e)
                     if matches!(
@@ -238,19 +288,31 @@ impl Ring {
                 }
                 Err(e) => return Err(e),
             }
-            // SAFETY: only this worker reads the completion queue.
-            let done: Vec<(u64, i32)> = unsafe { self.uring.completion_shared() }
+            let done: Vec<(u64, i32)> = uring
+                .completion()
                 .map(|c| (c.user_data(), c.result()))
                 .collect();
+            let mut stopped = false;
             for (tag, result) in done {
                 match (tag, -result) {
-                    (STOP, _) => return Ok(()),
+                    (STOP, _) => stopped = true,
+                    (WAKE, _) => {
+                        drain(&self.wake);
+                        push(&mut uring, &poll(self.wake.as_raw_fd(), WAKE))?;
+                    }
                     (_, 0) => self.handle(se, buf),
-                    (_, libc::EAGAIN | libc::EINTR) => self.push(&self.command())?,
+                    (_, libc::EAGAIN | libc::EINTR) => push(&mut uring, &self.command())?,
                     // The connection ended: unmounted or aborted.
                     (_, libc::ENOTCONN | libc::ENODEV | libc::ECONNABORTED) => return Ok(()),
                     (_, errno) => return Err(io::Error::from_raw_os_error(errno)),
                 }
+                if self.replied.swap(false, Ordering::AcqRel) {
+                    push(&mut uring, &self.command())?;
+                }
+            }
+            // After the batch, so that a request that came with the stop is still answered.
+            if stopped {
+                return Ok(());
             }
         }
     }
@@ -280,46 +342,48 @@ impl Ring {
         }
     }
 
-    fn push(&self, entry: &squeue::Entry128) -> io::Result<()> {
-        let _held = self.submissions.lock();
-        // SAFETY: `submissions` makes this the only handle on the submission queue, and what the
-        // entry points to (the iovecs) lives as long as the ring.
-        let mut queue = unsafe { self.uring.submission_shared() };
-        // SAFETY: as above.
-        unsafe { queue.push(entry) }
-            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
-        queue.sync();
-        drop(queue);
-        // The worker submits with its next wait; anyone else has to now.
-        if self.worker.get() != Some(&std::thread::current().id()) {
-            self.uring.submitter().submit()?;
-        }
-        Ok(())
-    }
-
     /// Dispatches the request in the entry, copied into `buf` as `/dev/fuse` would have read it.
+    /// A filesystem method that panics has its request answered with EIO (its reply is dropped)
+    /// and the worker goes on, as a thread reading `/dev/fuse` would leave others to.
     fn handle<FS: Filesystem>(self: &Arc<Self>, se: &SessionEventLoop<FS>, buf: &mut [u8]) {
         let assembled = assemble(&self.buffers.lock(), buf);
-        let (unique, len) = match assembled {
-            Ok(request) => request,
-            Err((unique, e)) => {
-                error!("FUSE over io_uring: {e}");
-                self.commit_id.store(unique, Ordering::Release);
-                let sender = ReplySender::Uring(Slot { ring: self.clone() });
-                return <ReplyRaw as Reply>::new(ll::RequestId(unique), sender)
-                    .error(ll::Errno::EIO);
-            }
-        };
+        let (unique, len) = assembled.unwrap_or_else(|(unique, e)| {
+            error!("FUSE over io_uring: {e}");
+            (unique, 0)
+        });
         self.commit_id.store(unique, Ordering::Release);
         let sender = ReplySender::Uring(Slot { ring: self.clone() });
-        match RequestWithSender::new(sender.clone(), &buf[..len]) {
-            Some(req) if matches!(req.request.operation(), Ok(Operation::Destroy(_))) => {
+        let request = (len > 0)
+            .then(|| RequestWithSender::new(sender.clone(), &buf[..len]))
+            .flatten();
+        let Some(req) = request else {
+            return <ReplyRaw as Reply>::new(ll::RequestId(unique), sender).error(ll::Errno::EIO);
+        };
+        let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if matches!(req.request.operation(), Ok(Operation::Destroy(_))) {
                 req.reply::<ReplyEmpty>().ok();
+            } else {
+                req.dispatch(se);
             }
-            Some(req) => req.dispatch(se),
-            None => <ReplyRaw as Reply>::new(ll::RequestId(unique), sender).error(ll::Errno::EIO),
+        }));
+        if dispatched.is_err() {
+            error!("FUSE over io_uring: a filesystem method panicked; its request gets EIO");
         }
     }
+}
+
+fn poll(fd: i32, tag: u64) -> squeue::Entry128 {
+    opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+        .build()
+        .user_data(tag)
+        .into()
+}
+
+/// Queues `entry`; the worker's next wait submits it.
+fn push(uring: &mut Uring, entry: &squeue::Entry128) -> io::Result<()> {
+    // SAFETY: what the entry points to (the registration's iovecs) lives as long as the ring.
+    unsafe { uring.submission().push(entry) }
+        .map_err(|_| io::Error::other("io_uring submission queue full"))
 }
 
 /// Copies the request in an entry into `out` as one message (header, first argument, payload), as
@@ -347,7 +411,8 @@ fn assemble(b: &Buffers, out: &mut [u8]) -> Result<(u64, usize), (u64, String)> 
     Ok((unique, len))
 }
 
-/// Where the reply to a request that came in a ring entry goes: into that entry, then committed.
+/// Where the reply to a request that came in a ring entry goes: into that entry, then committed
+/// by the entry's worker.
 #[derive(Clone, Debug)]
 pub(crate) struct Slot {
     ring: Arc<Ring>,
@@ -360,10 +425,13 @@ impl Slot {
     }
 
     /// Writes a reply (`fuse_out_header` and its arguments, as for `/dev/fuse`) into the entry and
-    /// commits it.
+    /// hands it to the worker to commit: at once if this is the worker, by waking it otherwise.
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         let written = write_reply(&mut self.ring.buffers.lock(), data);
-        self.ring.push(&self.ring.command())?;
+        self.ring.replied.store(true, Ordering::Release);
+        if self.ring.worker.get() != Some(&std::thread::current().id()) {
+            signal(&self.ring.wake);
+        }
         written
     }
 }
