@@ -564,7 +564,7 @@ mod tests {
                        write_buffer_size=3M,memory_limit=2G,\
                        shard_new=4:2,max_index_size=1M,log_file=/tmp/l,foreground,read_only,verbose,allow_other,\
                        cache=/var/cache/shardfs,max_cache_size=2G,branch=dev,allow_virtual=file:///d/,key_prefix=arrays,table=chunks,\
-                       metrics_address=127.0.0.1:9100,message=from a test";
+                       metrics_address=127.0.0.1:9100,io_uring,message=from a test";
         let cli = Cli::try_parse_from(helper(&["shardfs", "s3://b/p", "/mnt", "-o", options])).unwrap();
         assert_eq!(cli.verbose, 1);
         let config = cli.command.mount_config(cli.verbose).unwrap();
@@ -587,7 +587,7 @@ mod tests {
         assert_eq!(config.max_index_bytes, 1 << 20);
         assert_eq!(config.store.memory.limit, 2 << 30);
         assert_eq!(config.log_file, Some(PathBuf::from("/tmp/l")));
-        assert!(config.foreground && config.settings.read_only);
+        assert!(config.foreground && config.settings.read_only && config.settings.io_uring);
         assert_eq!(config.settings.options, ["fsname=s3://b/p", "allow_other"]);
         assert_eq!(config.store.repository.version, Some(Version::Branch("dev".into())));
         assert_eq!(config.store.repository.allow_virtual, ["file:///d/"]);
