@@ -21,6 +21,7 @@ timed scripts/setup.sh
 # The crate as the Rust package registry would take it (packaged and built, not uploaded), with
 # our fork of fuser (vendor/fuser) packaged first, as a publish would upload it first: the crate's
 # build is verified against the fork as packaged.
+scripts/check_fork_version.sh
 timed cargo publish --dry-run --locked --allow-dirty --workspace
 # The fork's own tests (upstream's and ours, vendor/fuser/CHANGES.md; about 20 s).
 timed cargo test --locked -p shardfs-fuser
