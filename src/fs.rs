@@ -272,7 +272,7 @@ impl ShardFs {
             // now, so that it can still be read if it is replaced before they come. One replaced
             // between the answer and the open is looked up again.
             let held = match (self.is_read_only(), answer.attr.kind, answer.content) {
-                (true, Kind::File, Some(stamp)) => match Reading::open(&self.ns, node.clone(), true) {
+                (true, Kind::File, Some(stamp)) => match Reading::held(&self.ns, node.clone()) {
                     Ok(reading) if reading.version() == Some(stamp) => Some(reading),
                     Ok(_) if attempt < LOOKUP_ATTEMPTS => {
                         attempt += 1;

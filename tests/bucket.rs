@@ -265,6 +265,17 @@ fn mib_chunk(i: u8) -> Vec<u8> {
 /// whole at its first read), each chunk ending in its crc32c when `checksummed`; its store and
 /// chunks (without checksums).
 fn mib_array(endpoint: &str, name: &str, shards: usize, checksummed: bool) -> (BucketStore, Vec<Vec<u8>>) {
+    mib_chunks_array(endpoint, name, shards, 12, checksummed)
+}
+
+/// [`mib_array`] with `per_shard` chunks of 1 MiB in each shard.
+fn mib_chunks_array(
+    endpoint: &str,
+    name: &str,
+    shards: usize,
+    per_shard: usize,
+    checksummed: bool,
+) -> (BucketStore, Vec<Vec<u8>>) {
     let name = format!("{name}-{}", std::process::id());
     make_bucket(endpoint, &name);
     let options = S3Options { endpoint_url: Some(endpoint.to_string()), ..Default::default() };
@@ -274,23 +285,23 @@ fn mib_array(endpoint: &str, name: &str, shards: usize, checksummed: bool) -> (B
         false => serde_json::json!([{"name": "bytes"}]),
     };
     let doc = serde_json::json!({
-        "zarr_format": 3, "node_type": "array", "shape": [shards * (12 << 20)], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [12 << 20]}},
+        "zarr_format": 3, "node_type": "array", "shape": [shards * (per_shard << 20)], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [per_shard << 20]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}}, "fill_value": 0,
         "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1 << 20],
             "codecs": codecs,
             "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
             "index_location": "end"}}]
     });
-    let chunks: Vec<Vec<u8>> = (0..shards * 12).map(|i| mib_chunk(i as u8)).collect();
+    let chunks: Vec<Vec<u8>> = (0..shards * per_shard).map(|i| mib_chunk(i as u8)).collect();
     store.put("zarr.json", &[br#"{"zarr_format": 3, "node_type": "group"}"#], PutMode::Overwrite).unwrap();
     store.put("a/zarr.json", &[&serde_json::to_vec(&doc).unwrap()], PutMode::Overwrite).unwrap();
     let stored: Vec<Vec<u8>> = match checksummed {
         true => chunks.iter().map(|c| [c.as_slice(), &crc32c::crc32c(c).to_le_bytes()].concat()).collect(),
         false => chunks.clone(),
     };
-    for (shard, of) in stored.chunks(12).enumerate() {
-        let bytes = assemble_shard(&spec(12), &of.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
+    for (shard, of) in stored.chunks(per_shard).enumerate() {
+        let bytes = assemble_shard(&spec(per_shard as u64), &of.iter().map(|c| Some(c.as_slice())).collect::<Vec<_>>());
         store.put(&format!("a/c/{shard}"), &[&bytes], PutMode::Overwrite).unwrap();
     }
     (store, chunks)
@@ -366,11 +377,22 @@ fn an_array_read_in_order_costs_a_get_or_two_per_shard_and_its_index() {
 #[test]
 fn the_chunk_files_of_an_array_shown_as_stored_read_in_order_are_fetched_ahead() {
     // A Zarr v2 array (its chunk files shown as they are): a reader going through them in order
-    // has the next ones fetched while it reads, each in a GET of its own, several at once.
-    for (zarray, key) in [
-        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "."}"#, "0."),
-        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "/"}"#, "0/"),
+    // has the next ones fetched while it reads, each in a GET of its own, several at once; so does
+    // one that reads with no open, as the kernel does on a read-only mount (the file opened at its
+    // lookup, the reader followed from its first read).
+    let read_without_open = |fs: &ShardFs, path: &str| {
+        let ino = lookup(fs, path)?;
+        fs.read_unopened(ino, 0, 1 << 20)
+    };
+    for (zarray, key, opened) in [
+        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "."}"#, "0.", true),
+        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "/"}"#, "0/", true),
+        (r#"{"shape": [1, 1024], "chunks": [1, 16], "dimension_separator": "."}"#, "0.", false),
     ] {
+        let read_path = |fs: &ShardFs, path: &str| match opened {
+            true => read_path(fs, path),
+            false => read_without_open(fs, path),
+        };
         let objects = Arc::new(InMemory::new());
         // Written through a store of their own: one keeps what it wrote whole, and reads it free.
         let writer = bucket(&objects);
@@ -464,6 +486,35 @@ fn a_listing_asks_for_the_indexes_of_the_shards_ahead_of_the_one_it_reads() {
     .unwrap();
     assert_eq!(rest, 47, "the other chunk files");
     assert_eq!(store.gets_sent() - before, 3, "the indexes fetched ahead are the ones the listing reads");
+}
+
+#[test]
+fn ls_l_of_a_read_only_mount_fetches_the_shards_indexes_and_no_chunk() {
+    let Some(endpoint) = s3_endpoint("the GETs of ls -l") else { return };
+    // Shards of 12 MiB, fetched in lanes once a reader goes on in order through them, and of 4 MiB,
+    // fetched whole with the index at a reader's first read.
+    for (name, per_shard) in [("ls-large", 12), ("ls-small", 4)] {
+        let (store, _) = mib_chunks_array(&endpoint, name, 4, per_shard, false);
+        let fs = filesystem(Arc::new(store.clone()), IndexCache::new(1 << 20), None).unwrap();
+        // The lookup of the directory reads the first shard's index (is there a chunk?).
+        let dir = lookup(&fs, "a/c").unwrap();
+        let before = store.gets_sent();
+        // `ls -l`: the listing, then a lookup of each file listed, in order. A read-only mount
+        // opens each file it looks up (src/fs/unopened.rs): lookups in order once had the shards
+        // ahead fetched as for a reader, and a listing's read of an index the rest of a small shard.
+        let mut names = Vec::new();
+        fs.readdir(dir, 2, |entry, _| {
+            names.push(entry.name.clone());
+            false
+        })
+        .unwrap();
+        assert_eq!(names.len(), 4 * per_shard, "{name}");
+        for file in &names {
+            fs.lookup(dir, file).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(store.gets_sent() - before, 3, "the other three shards' indexes alone ({name})");
+    }
 }
 
 #[test]

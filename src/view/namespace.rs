@@ -874,13 +874,36 @@ impl Namespace {
         self.open_for(node, Purpose::Rewrite)
     }
 
+    /// Opens `node` at a read-only mount's lookup, for the reads that may follow: as
+    /// [`Namespace::open`], but the reader is followed only once it reads
+    /// ([`Namespace::reader_at`], [`Purpose::Held`]).
+    pub fn open_held(&self, node: &Node) -> Result<Content> {
+        self.open_for(node, Purpose::Held)
+    }
+
+    /// Takes note that a reader is at `node`, a chunk file: once its reads go on in order through
+    /// an array (or scatter over a small one), the files ahead are asked for ([`super::read_ahead::ReadAhead`]).
+    pub fn reader_at(&self, node: &Node) {
+        match node {
+            Node::Stored(key) => {
+                if let Some((array, coords)) = self.plain_arrays.chunk_of(&*self.store, key) {
+                    self.shards.read_ahead().reached_plain(&*self.store, &array, &coords);
+                }
+            }
+            Node::Chunk { array, coords } => {
+                if let Ok(array) = self.array_of_chunk(array, coords) {
+                    self.shards.read_ahead().reached(&*self.store, &array, coords);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn open_for(&self, node: &Node, purpose: Purpose) -> Result<Content> {
         match node {
             Node::Stored(key) => {
-                if purpose == Purpose::Read
-                    && let Some((array, coords)) = self.plain_arrays.chunk_of(&*self.store, key)
-                {
-                    self.shards.read_ahead().reached_plain(&*self.store, &array, &coords);
+                if purpose == Purpose::Read {
+                    self.reader_at(node);
                 }
                 Ok(Content::Stored(self.store.open(key)?))
             }
@@ -906,6 +929,9 @@ impl Namespace {
                     }
                     Some(PendingChunk::Deleted) => return Err(Error::NotFound),
                     None => {}
+                }
+                if purpose == Purpose::Read {
+                    self.shards.read_ahead().reached(&*self.store, array, coords);
                 }
                 let found = self.shards.locate(&*self.store, array, coords, purpose)?.ok_or(Error::NotFound)?;
                 let file = found.file.expect("opened on request");

@@ -25,12 +25,33 @@ pub struct Reading {
     generation: AtomicU64,
     /// Read from the version opened or not at all.
     pinned: bool,
+    /// Opened at a lookup ([`Reading::held`]), and not read since: its first read is where a
+    /// reader is.
+    unread_since_lookup: AtomicBool,
 }
 
 impl Reading {
     pub fn open(ns: &Namespace, node: Node, pinned: bool) -> Result<Self> {
-        let content = RwLock::new(ns.open(&node)?);
-        Ok(Reading { node, content, served: AtomicBool::new(false), generation: AtomicU64::new(0), pinned })
+        let content = ns.open(&node)?;
+        Ok(Self::of(node, content, pinned, false))
+    }
+
+    /// Opened, pinned, at a read-only mount's lookup for the reads that may follow with no open
+    /// ([`Namespace::open_held`]): the reader is followed at its first read.
+    pub fn held(ns: &Namespace, node: Node) -> Result<Self> {
+        let content = ns.open_held(&node)?;
+        Ok(Self::of(node, content, true, true))
+    }
+
+    fn of(node: Node, content: Content, pinned: bool, held: bool) -> Self {
+        Reading {
+            node,
+            content: RwLock::new(content),
+            served: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            pinned,
+            unread_since_lookup: AtomicBool::new(held),
+        }
     }
 
     /// The version of the store file read, as [`Content::version`] says.
@@ -45,6 +66,9 @@ impl Reading {
 
     /// Up to `size` bytes from `offset`; fewer only at the end of the file.
     pub fn read(&self, ns: &Namespace, offset: u64, size: u32) -> Result<Vec<u8>> {
+        if self.unread_since_lookup.swap(false, Ordering::Relaxed) {
+            ns.reader_at(&self.node);
+        }
         let mut retries = Retries::default();
         loop {
             let content = self.content.read();

@@ -13,7 +13,7 @@ use super::retries::Retries;
 use super::sources::Sources;
 use crate::format::shard_index::ShardIndex;
 use crate::format::sharding::Level;
-use crate::store::{self, Attr, Kind, Object, Stamp, Store, join, lock};
+use crate::store::{self, Attr, Kind, Need, Object, Stamp, Store, join, lock};
 
 /// Why a chunk is located, which decides what it costs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +23,11 @@ pub enum Purpose {
     /// A reader's open: the shard opened, and the reader's way through the array followed, so
     /// that the shards ahead of it are asked for.
     Read,
+    /// A read-only mount's lookup, which opens the file for the reads that may come with no
+    /// open (`fs/unopened.rs`): the shard opened as for a reader, but the reader's way through
+    /// the array followed at its first read, not here. `ls -l` looks up every file it lists, in
+    /// order, and reads none: taken for a reader, it had the shards ahead of it fetched.
+    Held,
     /// A writer's read of the chunk it is about to change (an open without `O_TRUNC`): the shard
     /// opened, nothing asked for ahead. A writer goes through the chunks in order too (and looks
     /// them up in order), and would fetch whole the shards it is replacing.
@@ -198,7 +203,7 @@ impl Shards {
 
     /// Finds the inner chunk at grid coordinates `coords`: `Ok(None)` when it is not stored.
     /// Unless `purpose` is a stat, the shard file comes back open and the range is valid for that
-    /// file.
+    /// file. A reader's way through the array is the caller's to report ([`ReadAhead::reached`]).
     pub fn locate(
         &self,
         store: &dyn Store,
@@ -206,9 +211,6 @@ impl Shards {
         coords: &[u64],
         purpose: Purpose,
     ) -> Result<Option<Located>> {
-        if purpose == Purpose::Read {
-            self.read_ahead.reached(store, array, coords);
-        }
         let open = purpose != Purpose::Stat;
         let location = array.meta.sharding.locate(coords);
         let key = array.shard_key(&location.shard);
@@ -236,7 +238,7 @@ impl Shards {
     fn walk(&self, shard: &mut OpenShard, array: &ShardedArray, entries: &[u64]) -> Result<Option<Range<u64>>> {
         let mut blob = 0..shard.attr.size;
         for (level, &entry) in array.meta.sharding.levels.iter().zip(entries) {
-            let index = self.index(shard, level, &blob)?;
+            let index = self.index(shard, level, &blob, None)?;
             if shard.changed {
                 return Ok(None);
             }
@@ -249,8 +251,16 @@ impl Shards {
         Ok(Some(blob))
     }
 
-    /// The decoded index of the blob `blob` of `shard` at `level`, from cache or from the file.
-    fn index(&self, shard: &mut OpenShard, level: &Level, blob: &Range<u64>) -> Result<Arc<ShardIndex>> {
+    /// The decoded index of the blob `blob` of `shard` at `level`, from cache or from the file,
+    /// read as `need` says (a listing's: [`Need::Only`], not the rest of a small shard with it;
+    /// none for a chunk's lookup or open, whose reader likely reads chunks of it next).
+    fn index(
+        &self,
+        shard: &mut OpenShard,
+        level: &Level,
+        blob: &Range<u64>,
+        need: Option<Need>,
+    ) -> Result<Arc<ShardIndex>> {
         let key = (shard.key.clone(), blob.start, blob.end);
         if let Some(decoded) = self.cache.get(&key, &shard.attr.stamp) {
             return decoded.map_err(|e| shard.damaged(e));
@@ -268,7 +278,11 @@ impl Shards {
                     return Err(store::Error::Changed(shard.store.describe(&shard.key)).into());
                 }
                 let at = blob.start + range.start;
-                let bytes = match shard.file()?.read_exact_at(at, range.end - range.start) {
+                let len = range.end - range.start;
+                if let Some(need) = need {
+                    shard.file()?.will_need(at..at + len, need);
+                }
+                let bytes = match shard.file()?.read_exact_at(at, len) {
                     Ok(bytes) => bytes,
                     // The caller opens the shard again, after a wait: opened at once, the version
                     // found would likely be gone as well by the time it is read.
@@ -546,7 +560,7 @@ impl ShardWalk<'_, '_> {
             // locates the chunk afresh) rather than from a mix of two versions.
             (Some(shard), Some(_)) if shard.changed => None,
             (Some(shard), Some(blob)) => {
-                self.shards.index(shard, &levels[depth], &blob).ok().filter(|_| !shard.changed)
+                self.shards.index(shard, &levels[depth], &blob, Some(Need::Only)).ok().filter(|_| !shard.changed)
             }
             _ => None,
         };
