@@ -438,10 +438,15 @@ impl Namespace {
         shards.sort();
         for shard in shards {
             let key = array.shard_key(&shard);
-            let walked =
-                self.shards.for_each_chunk_of(&*self.store, array, &shard, &[], &sources, |coords, state, attr| {
-                    visit(ChunkInShard { shard: &key, shard_attr: attr, coords, state })
-                });
+            let walked = self.shards.for_each_chunk_of(
+                &*self.store,
+                array,
+                &shard,
+                &[],
+                &sources,
+                false,
+                |coords, state, attr| visit(ChunkInShard { shard: &key, shard_attr: attr, coords, state }),
+            );
             if walked.is_break() {
                 break;
             }
@@ -835,6 +840,7 @@ impl Namespace {
                 shard,
                 &files.prefix,
                 sources,
+                true,
                 |coords: &[u64], state, shard_attr: Option<&Attr>| {
                     passed += 1;
                     if passed <= skip || files.pending.contains(coords) {

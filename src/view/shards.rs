@@ -252,8 +252,8 @@ impl Shards {
     }
 
     /// The decoded index of the blob `blob` of `shard` at `level`, from cache or from the file,
-    /// read as `need` says (a listing's: [`Need::Only`], not the rest of a small shard with it;
-    /// none for a chunk's lookup or open, whose reader likely reads chunks of it next).
+    /// read as `need` says (a listing's outer index: [`Need::Only`], not the rest of a small shard
+    /// with it; none for a lookup or open, whose reader likely reads chunks of it next).
     fn index(
         &self,
         shard: &mut OpenShard,
@@ -327,14 +327,17 @@ impl Shards {
             // (is there any?) lists no more than it needs.
             Walk::First => {
                 walk_shards_on_disk(store, array, &shard_prefix, sources, &mut |shard| {
-                    self.for_each_chunk_of(store, array, shard, prefix, sources, |c, s, _| visit(c, s))
+                    self.for_each_chunk_of(store, array, shard, prefix, sources, false, |c, s, _| visit(c, s))
                 })?;
             }
             Walk::Every => {
                 let shards = shards_on_disk(store, array, &shard_prefix, sources)?;
                 for (position, shard) in shards.iter().enumerate() {
                     self.walk_at(store, array, &shards, position, position == 0);
-                    if self.for_each_chunk_of(store, array, shard, prefix, sources, |c, s, _| visit(c, s)).is_break() {
+                    if self
+                        .for_each_chunk_of(store, array, shard, prefix, sources, true, |c, s, _| visit(c, s))
+                        .is_break()
+                    {
                         break;
                     }
                 }
@@ -344,7 +347,10 @@ impl Shards {
     }
 
     /// [`Shards::for_each_chunk`] for the one shard at shard coordinates `shard`, in index order;
-    /// `visit` also gets the shard file's attributes when it could be read.
+    /// `visit` also gets the shard file's attributes when it could be read. A `listing` reads the
+    /// shard's outer index alone: a lookup (is there a chunk?) may be a reader's, who then likely
+    /// reads chunks of a small shard fetched whole with its index.
+    #[expect(clippy::too_many_arguments, reason = "the walk's place and purpose, each its own")]
     pub fn for_each_chunk_of(
         &self,
         store: &dyn Store,
@@ -352,10 +358,11 @@ impl Shards {
         shard: &[u64],
         prefix: &[u64],
         sources: &Sources,
+        listing: bool,
         mut visit: impl FnMut(&[u64], ChunkState, Option<&Attr>) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
         let key = array.shard_key(shard);
-        let opened = match self.read_indexes(store, array, &key, shard) {
+        let opened = match self.read_indexes(store, array, &key, shard, listing) {
             Ok(Some(opened)) => {
                 sources.record(&key, Some(opened.attr.stamp));
                 Some(opened)
@@ -373,11 +380,8 @@ impl Shards {
         let attr = opened.as_ref().map(|s| s.attr);
         let blob = attr.map(|a| 0..a.size);
         let visit = &mut |c: &[u64], s| visit(c, s, attr.as_ref());
-        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit, indexes_only: false }.level(
-            0,
-            blob,
-            &mut Vec::new(),
-        )
+        ShardWalk { shards: self, array, shard: opened, coords: shard, prefix, visit, indexes_only: false, listing }
+            .level(0, blob, &mut Vec::new())
     }
 
     /// The shard at `key` (shard coordinates `coords`), opened, with every index of one version
@@ -390,6 +394,7 @@ impl Shards {
         array: &ShardedArray,
         key: &str,
         coords: &[u64],
+        listing: bool,
     ) -> Result<Option<OpenShard<'s>>> {
         let mut retries = Retries::default();
         loop {
@@ -403,6 +408,7 @@ impl Shards {
                 prefix: &[],
                 visit: &mut |_, _| ControlFlow::Continue(()),
                 indexes_only: true,
+                listing,
             };
             let _ = read.level(0, blob, &mut Vec::new());
             opened = read.shard.take().expect("the walk keeps its shard");
@@ -532,6 +538,10 @@ struct ShardWalk<'w, 's> {
     /// Reads the indexes of every level into the cache and visits no chunk: the innermost
     /// level's entries are not gone through ([`Shards::read_indexes`]).
     indexes_only: bool,
+    /// A listing's walk: the outer index is read alone ([`Need::Only`]), not with the rest of a
+    /// small shard. Inner indexes are read as a reader's would be: a small shard's come whole
+    /// at the first, where each alone would cost a round trip.
+    listing: bool,
 }
 
 #[cfg(test)]
@@ -560,7 +570,8 @@ impl ShardWalk<'_, '_> {
             // locates the chunk afresh) rather than from a mix of two versions.
             (Some(shard), Some(_)) if shard.changed => None,
             (Some(shard), Some(blob)) => {
-                self.shards.index(shard, &levels[depth], &blob, Some(Need::Only)).ok().filter(|_| !shard.changed)
+                let need = (self.listing && depth == 0).then_some(Need::Only);
+                self.shards.index(shard, &levels[depth], &blob, need).ok().filter(|_| !shard.changed)
             }
             _ => None,
         };
@@ -641,7 +652,7 @@ mod tests {
         let shards = Shards::new(IndexCache::new(1 << 20));
         let mut visited = 0;
         LEAF_ENTRIES.with(|n| n.set(0));
-        let _ = shards.for_each_chunk_of(&store, &array, &[0], &[], &Sources::default(), |_, _, _| {
+        let _ = shards.for_each_chunk_of(&store, &array, &[0], &[], &Sources::default(), true, |_, _, _| {
             visited += 1;
             ControlFlow::Continue(())
         });
