@@ -5,6 +5,10 @@
 # ratios against plain files and writes it, with the machine and the versions, to target/bench-PROFILE.md (or --out FILE).
 #
 #   scripts/bench.sh [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|db|huge] [--runs N] [--out FILE] [--quick]
+#   scripts/bench.sh --profile tiny|small|large --vs OTHER/shardfs [--runs N]
+#
+# --vs: this build against another build's binary (an older commit's release build), both beside
+# plain files in every hyperfine run, without the peers: an A/B of two builds in one run.
 #
 # Profiles: db = scripts/bench_db.py (zarr-python 2.18 reading 256 MiB through a mount of each
 # database: SQLite, LMDB, LevelDB, GNU dbm, Berkeley DB, Redis, PostgreSQL, Kyoto Cabinet, against
@@ -38,14 +42,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-profile=small runs=5 out= quick=()
+profile=small runs=5 out= quick=() vs=
 while [ $# -gt 0 ]; do
   case $1 in
     --profile) profile=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=(--quick); shift ;;
-    *) echo "usage: $0 [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|db|huge] [--runs N] [--out FILE] [--quick]" >&2; exit 2 ;;
+    --vs) vs=$(realpath "$2"); shift 2 ;;
+    *) echo "usage: $0 [--profile tiny|small|large|dirs|s3|azure|gcs|blz|zip|wan|wan-write|icechunk|db|huge] [--runs N] [--out FILE] [--quick] [--vs OTHER/shardfs]" >&2; exit 2 ;;
   esac
 done
 source scripts/lib.sh
@@ -114,7 +119,12 @@ case $profile in
   *) echo "unknown profile $profile" >&2; exit 2 ;;
 esac
 total=$((shards * per))
-install_peers
+if [ -n "$vs" ]; then
+  [ -x "$vs" ] || { echo "bench: --vs $vs: no such binary" >&2; exit 2; }
+  need_tools hyperfine:hyperfine
+else
+  install_peers
+fi
 
 cargo build --profile "$build" --locked -q --bins --examples
 out_dir=$PWD/target/$([ "$build" = dev ] && echo debug || echo release)
@@ -125,9 +135,11 @@ scratch bench
 
 echo "bench: profile $profile: $total chunks of $bytes bytes in $shards shards"
 python3 scripts/bench_store.py "$work/gen" --shards "$shards" --chunks-per-shard "$per" --chunk-bytes "$bytes"
-mksquashfs "$work/gen/plain" "$work/store.sqfs" -noappend -quiet -no-progress -no-duplicates >/dev/null
-(cd "$work/gen/plain" && zip -qr0 "$work/store.zip" .)
-tar -C "$work/gen/plain" -cf "$work/store.tar" .
+if [ -z "$vs" ]; then
+  mksquashfs "$work/gen/plain" "$work/store.sqfs" -noappend -quiet -no-progress -no-duplicates >/dev/null
+  (cd "$work/gen/plain" && zip -qr0 "$work/store.zip" .)
+  tar -C "$work/gen/plain" -cf "$work/store.tar" .
+fi
 
 declare -A dir chunks
 dir[plain]=$work/gen/plain
@@ -136,16 +148,18 @@ serve() {
   case $1 in
     shardfs) "$bin" mount --read-only "$work/gen/sharded" "${dir[$1]}" ;;
     shardfs-v2) "$bin" mount --read-only --zarr-format 2 "$work/gen/sharded" "${dir[$1]}" ;;
+    shardfs-vs) "$vs" mount --read-only "$work/gen/sharded" "${dir[$1]}" ;;
     squashfuse) squashfuse "$work/store.sqfs" "${dir[$1]}" ;;
     fuse-zip) fuse-zip -r "$work/store.zip" "${dir[$1]}" ;;
     ratarmount) "$venv/bin/ratarmount" "$work/store.tar" "${dir[$1]}" >/dev/null ;;
   esac
 }
 systems=(plain shardfs shardfs-v2 squashfuse fuse-zip ratarmount)
+[ -n "$vs" ] && systems=(plain shardfs shardfs-vs)
 for s in "${systems[@]:1}"; do mkmnt "m-$s"; dir[$s]=$m; serve "$s"; done
 # Where each system shows chunk n (the v2 view names it without the v3 "c/" prefix).
 for s in "${systems[@]}"; do chunks[$s]=${dir[$s]}/a/c; done
-chunks[shardfs-v2]=${dir[shardfs-v2]}/a
+[ -n "$vs" ] || chunks[shardfs-v2]=${dir[shardfs-v2]}/a
 
 results=$work/results.md
 : > "$results"
@@ -177,8 +191,13 @@ cold_cat_row "cat of every chunk, cold (fresh mount, caches dropped)" "" >>"$res
 # Writes: cp -r of new chunk files into a writable view (committed by shardfs unmount) and into
 # plain files (then sync), three fresh runs each; then the index and unused bytes cp -r left.
 python3 scripts/bench_store.py "$work/src" --shards 1 --chunks-per-shard "$copies" --chunk-bytes "$bytes"
+# builds: each shardfs binary of the run, by the name of its column.
+declare -A builds=([shardfs]=$bin)
+[ -n "$vs" ] && builds[shardfs-vs]=$vs
+writers=(plain shardfs)
+[ -n "$vs" ] && writers+=(shardfs-vs)
 cp_times=()
-for target in plain shardfs; do
+for target in "${writers[@]}"; do
   times=()
   for run in 1 2 3; do
     rm -rf "$work/w"; mkdir -p "$work/w/store/b"
@@ -189,42 +208,58 @@ doc = json.load(open(sys.argv[1]))
 doc["shape"] = [int(sys.argv[3]) * int(sys.argv[4])]
 json.dump(doc, open(sys.argv[2], "w"))
 PY
-    if [ "$target" = shardfs ]; then
-      mkmnt m-write; "$bin" mount "$work/w/store" "$m"
-      start=$(date +%s.%N); cp -r "$work/src/plain/a/c" "$m/b/"; "$bin" unmount "$m"; end=$(date +%s.%N)
-    else
+    if [ "$target" = plain ]; then
       start=$(date +%s.%N); cp -r "$work/src/plain/a/c" "$work/w/store/b/"; sync; end=$(date +%s.%N)
+    else
+      mkmnt m-write; "${builds[$target]}" mount "$work/w/store" "$m"
+      start=$(date +%s.%N); cp -r "$work/src/plain/a/c" "$m/b/"; "$bin" unmount "$m"; end=$(date +%s.%N)
     fi
     times+=("$(python3 -c "print($end - $start)")")
   done
   cp_times+=("$(printf '%s\n' "${times[@]}" | sort -g | sed -n 2p)")
 done
 overhead=$("$bin" info "$work/w/store" | awk '$1 == "b" { printf "%.2f%% (index %d + unused %d bytes for %d data bytes)", 100 * ($5 + $6) / $4, $6, $5, $4 }')
-python3 - "${cp_times[0]}" "${cp_times[1]}" "$copies" >>"$results" <<'PY'
+python3 - "$copies" "$((${#systems[@]} - ${#writers[@]}))" "${cp_times[@]}" >>"$results" <<'PY'
 import sys
-plain, shardfs, n = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-print(f"| cp -r of {int(n):,} new chunks (+ commit) | {plain*1000:.1f} ms (1.00x) | {shardfs*1000:.1f} ms ({shardfs/plain:.2f}x) | - | - | - | - |")
+n, blanks, times = int(sys.argv[1]), int(sys.argv[2]), [float(t) for t in sys.argv[3:]]
+cells = [f"{t*1000:.1f} ms ({t/times[0]:.2f}x)" for t in times] + ["-"] * blanks
+print(f"| cp -r of {n:,} new chunks (+ commit) | " + " | ".join(cells) + " |")
 PY
 
-# Memory: the daemon's peak RSS after a full find on an index-only store.
+# Memory: each build's peak RSS after a full find on an index-only store.
 python3 scripts/bench_store.py "$work/rss" --shards "$rss_shards" --chunks-per-shard 4096 --chunk-bytes 1 --index-only
-mkmnt m-rss; "$bin" mount -f --read-only "$work/rss/sharded" "$m" & pid=$!
-until mountpoint -q "$m"; do kill -0 "$pid"; sleep 0.05; done
-found=$(find "$m" -type f | wc -l)
-rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-"$bin" unmount "$m"
+declare -A rss
+for build in "${!builds[@]}"; do
+  mkmnt "m-rss-$build"; "${builds[$build]}" mount -f --read-only "$work/rss/sharded" "$m" & pid=$!
+  until mountpoint -q "$m"; do kill -0 "$pid"; sleep 0.05; done
+  found=$(find "$m" -type f | wc -l)
+  rss[$build]=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  "$bin" unmount "$m"
+done
 
 # Mount time for 100 and 100,000 shards.
-mount_ms() {
-  python3 scripts/bench_store.py "$work/mt$1" --shards "$1" --chunks-per-shard 1 --chunk-bytes 1 --index-only
-  mkmnt "m-mt$1"
-  local start end; start=$(date +%s%N); "$bin" mount --read-only "$work/mt$1/sharded" "$m"; end=$(date +%s%N)
+mount_ms() { # mount_ms BUILD SHARDS
+  [ -d "$work/mt$2" ] || python3 scripts/bench_store.py "$work/mt$2" --shards "$2" --chunks-per-shard 1 --chunk-bytes 1 --index-only
+  mkmnt "m-mt$2-$1"
+  local start end; start=$(date +%s%N); "${builds[$1]}" mount --read-only "$work/mt$2/sharded" "$m"; end=$(date +%s%N)
   "$bin" unmount "$m"
   mount_time=$(((end - start) / 1000000))
 }
 big=100000; [ "$profile" = tiny ] && big=1000
-mount_ms 100; mt100=$mount_time
-mount_ms "$big"; mt100k=$mount_time
+memory_lines=()
+for build in "${!builds[@]}"; do
+  mount_ms "$build" 100; mt100=$mount_time
+  mount_ms "$build" "$big"; mt100k=$mount_time
+  memory_lines+=("- $build: daemon peak RSS after \`find\` over $found files (index-only shards): $((rss[$build] / 1024)) MiB; mount time $mt100 ms for 100 shards, $mt100k ms for $big shards.")
+done
+header="| operation | plain files | shardfs | shardfs (v2 view) | squashfuse | fuse-zip | ratarmount |"
+versions="$("$bin" --version), squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null), fuse-zip $(dpkg-query -W -f='${Version}' fuse-zip 2>/dev/null), $("$venv/bin/ratarmount" --version 2>/dev/null | head -1)"
+reproduce="scripts/bench.sh --profile $profile --runs $runs"
+if [ -n "$vs" ]; then
+  header="| operation | plain files | shardfs (this tree, $(git rev-parse --short HEAD)) | shardfs-vs ($vs) |"
+  versions="shardfs-vs = $vs"
+  reproduce+=" --vs $vs"
+fi
 
 {
   echo "# Benchmarks"
@@ -232,18 +267,17 @@ mount_ms "$big"; mt100k=$mount_time
   echo "Profile \`$profile\`: $total chunks of $bytes bytes in $shards shards; medians of $runs runs"
   echo "after one warm-up (hyperfine); ratios against plain files on the same disk, all in one run."
   echo
-  echo "Reproduce: \`scripts/bench.sh --profile $profile --runs $runs\`"
+  echo "Reproduce: \`$reproduce\`"
   echo
-  echo "| operation | plain files | shardfs | shardfs (v2 view) | squashfuse | fuse-zip | ratarmount |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "$header"
+  echo "|---|$(printf -- '---|%.0s' "${systems[@]}")"
   cat "$results"
   echo
   echo "- cp -r into the view leaves index + unused space of $overhead."
-  echo "- Daemon peak RSS after \`find\` over $found files (index-only shards): $((rss / 1024)) MiB."
-  echo "- Mount time: $mt100 ms for 100 shards, $mt100k ms for $big shards."
+  printf '%s\n' "${memory_lines[@]}"
   echo
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r)."
-  echo "Versions: $("$bin" --version), squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null), fuse-zip $(dpkg-query -W -f='${Version}' fuse-zip 2>/dev/null), $("$venv/bin/ratarmount" --version 2>/dev/null | head -1), $(hyperfine --version)."
+  echo "Versions: $versions, $(hyperfine --version)."
 } > "$work/report.md"
 cat "$work/report.md"
 cp "$work/report.md" "${out:-target/bench-$profile.md}"

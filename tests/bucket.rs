@@ -221,6 +221,24 @@ fn e_tag_of(endpoint: &str, bucket: &str, key: &str) -> String {
     meta.e_tag.expect("an ETag").trim_matches('"').to_string()
 }
 
+/// A commit in doubt measures its stall by the server's clock too: the `Date` of moto's answers
+/// about the bucket (the same machine's clock, here).
+#[test]
+fn an_s3_servers_answers_tell_the_exchange_its_time() {
+    let Some(endpoint) = s3_endpoint("the server's clock") else { return };
+    let name = format!("clock-{}", std::process::id());
+    make_bucket(&endpoint, &name);
+    let options = S3Options { endpoint_url: Some(endpoint.clone()), ..Default::default() };
+    let store = s3::open(&format!("s3://{name}/p"), &options, Caching::default()).unwrap();
+    let exchange = store.exchange().expect("S3 keeps notes");
+    store.put("k", &[b"one"], PutMode::Create).unwrap();
+    exchange.head("k").unwrap();
+    let told = exchange.server_time().expect("a Date from the server");
+    let now = std::time::SystemTime::now();
+    let off = now.duration_since(told).unwrap_or_else(|e| e.duration());
+    assert!(off < Duration::from_secs(5), "the server's Date {told:?} is {off:?} from now");
+}
+
 #[test]
 fn a_large_shard_goes_up_in_parts_under_the_conditions_the_server_honours_there() {
     let Some(endpoint) = s3_endpoint("multipart uploads") else { return };

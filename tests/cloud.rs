@@ -67,6 +67,21 @@ fn azurite_passes_the_store_conformance_checks() {
     }
 }
 
+/// A commit in doubt measures its stall by the server's clock too: the `Date` of Azurite's answers
+/// (the same machine's clock, here), none before the first.
+#[test]
+fn azurites_answers_tell_the_exchange_the_servers_time() {
+    let Some((endpoint, container)) = azurite("the Azure server-clock check") else { return };
+    let store = open(&endpoint, &format!("az://{container}/clock-{}", std::process::id()), Caching::default());
+    let exchange = store.exchange().expect("Azure keeps notes");
+    store.put("k", &[b"one"], PutMode::Create).unwrap();
+    exchange.head("k").unwrap();
+    let told = exchange.server_time().expect("a Date from Azurite");
+    let now = std::time::SystemTime::now();
+    let off = now.duration_since(told).unwrap_or_else(|e| e.duration());
+    assert!(off < Duration::from_secs(5), "Azurite's Date {told:?} is {off:?} from now");
+}
+
 #[test]
 fn azurite_refuses_conditional_writes_that_do_not_hold() {
     let Some((endpoint, container)) = azurite("the Azure conditional-write checks") else { return };

@@ -58,6 +58,7 @@ mod requests;
 mod resend;
 mod revalidate;
 pub mod s3;
+pub mod server_clock;
 pub mod staged;
 
 use std::io;
@@ -241,6 +242,8 @@ struct Shared {
     /// The server refuses a DELETE whose `If-Match` names another version; true once
     /// [`Store::check_writes`] found it does (see [`exchange`]).
     deletes_at: std::sync::atomic::AtomicBool,
+    /// The server's time as its answers tell it (`None`: a client that does not say).
+    server_clock: Option<Arc<server_clock::ServerClock>>,
     /// Last, so that it is dropped after everything that may hold its tasks' handles.
     runtime: Runtime,
 }
@@ -296,6 +299,7 @@ impl BucketStore {
             owner,
             keeps_notes: true.into(),
             deletes_at: false.into(),
+            server_clock: None,
             runtime: Runtime(Some(runtime)),
         })))
     }
@@ -308,6 +312,13 @@ impl BucketStore {
         shared.multipart = Some(multipart.clone());
         shared.extender = Some(multipart.clone());
         shared.deleter = Some(multipart);
+        self
+    }
+
+    /// The same store, telling the server's time by the `Date` of the answers `clock` is given
+    /// (by its client's [`server_clock::DatedConnector`]).
+    pub fn with_server_clock(mut self, clock: Arc<server_clock::ServerClock>) -> Self {
+        Arc::get_mut(&mut self.0).expect("not shared yet").server_clock = Some(clock);
         self
     }
 

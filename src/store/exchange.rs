@@ -82,6 +82,13 @@ pub trait Exchange: Send + Sync {
     /// Forgets what this process knows of the file at `key`: another machine changed it.
     fn forget(&self, key: &str);
 
+    /// The server's clock as of its newest answer to this process (its `Date`), where it tells
+    /// it: no later than the server's time at any request sent after, no earlier (to the second)
+    /// than at any answer taken before. The clock [`Listed::stored`] is told by.
+    fn server_time(&self) -> Option<SystemTime> {
+        None
+    }
+
     /// The clock, pauses and threads its users take turns by: the machine's own, or a
     /// simulation's.
     fn world(&self) -> &dyn World {

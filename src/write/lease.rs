@@ -32,12 +32,14 @@
 //! removes the marker. One no note named is swept once a delta's lifetime is past.
 //!
 //! A holder in doubt that finds neither its name in the note nor its marker, stalled past a
-//! quarter of a delta's lifetime by its own clock (CLOCK_BOOTTIME, which counts a suspended
-//! machine's sleep), fails (EIO) rather than guess. Left: a VM paused with its clock stopped
-//! (no clock of its own counts that) may outlive its marker's sweep, or PUT its first changes
-//! after a takeover without renewing its lease, unknowing. The server's time, read from the
-//! stamps of what a round read, is no better: it bounds the read from below only, so after a
-//! shard stood idle it takes any refused PUT for a long stall (found by review).
+//! quarter of a delta's lifetime, fails (EIO) rather than guess. The stall is the longer of two
+//! measures: its own clock (CLOCK_BOOTTIME, which counts a suspended machine's sleep) and the
+//! server's, as the `Date` of its answers tells it (the newest seen before the PUT, and after the
+//! looks), which also counts a VM paused with its clocks stopped. The stamps of what a round read
+//! would not do: they bound the read from below only, so after a shard stood idle they take any
+//! refused PUT for a long stall (found by review); a `Date` is the server's time at an answer.
+//! Left: a VM paused between its last answer and its PUT may PUT its first changes after a
+//! takeover without renewing its lease, unknowing (no clock tells a pause before a request).
 //!
 //! A lease is given up by removing it only where the server decides a DELETE's condition: a
 //! removal made unconditionally by a stale holder could drop a later holder's lease, and with it

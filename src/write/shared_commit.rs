@@ -46,7 +46,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::apply::{WhenEmpty, apply_levels, open_shard, read_index};
 use super::delta;
@@ -770,7 +770,7 @@ impl Turns<'_> {
                         renewing = stale(lease);
                     }
                     tried_own |= own.is_some();
-                    let put_at = self.world.now();
+                    let put_at = (self.world.now(), self.exchange.server_time());
                     // A holder in doubt is settled only by a version stored: changes that leave a
                     // shard that is gone without chunks store one of empty entries then.
                     let when_empty = match settles {
@@ -943,13 +943,14 @@ impl Turns<'_> {
         Ok(())
     }
 
-    /// After a PUT of this holder's own changes, begun at `put_at`, was refused: whether a try of
-    /// it whose answer was lost stored them after all. The version's note names holder `me`, as
-    /// do the notes of the next [`HOLDERS_NOTED`] versions; the holder that took the lease over
-    /// left a [`STORED`] marker before that name left the note (read after the note, so that one
-    /// of the two is found). A marker no one read is removed once a delta's [`lifetime`] is past:
-    /// a holder stalled near that long cannot tell, and fails rather than apply its changes twice.
-    fn stored_own(&self, me: &str, put_at: Duration) -> Result<bool, CommitError> {
+    /// After a PUT of this holder's own changes, begun at `put_at` (by its clock, and by the
+    /// server's as far as it had heard), was refused: whether a try of it whose answer was lost
+    /// stored them after all. The version's note names holder `me`, as do the notes of the next
+    /// [`HOLDERS_NOTED`] versions; the holder that took the lease over left a [`STORED`] marker
+    /// before that name left the note (read after the note, so that one of the two is found). A
+    /// marker no one read is removed once a delta's [`lifetime`] is past by the server's clock: a
+    /// holder stalled near that long cannot tell, and fails rather than apply its changes twice.
+    fn stored_own(&self, me: &str, put_at: (Duration, Option<SystemTime>)) -> Result<bool, CommitError> {
         let note = self.patiently(|| self.exchange.note(self.key))?;
         if note.is_some_and(|noted| noted.note.split(' ').any(|n| n == me)) {
             return Ok(true);
@@ -961,7 +962,15 @@ impl Turns<'_> {
             }
             return Ok(true);
         }
-        let stalled = self.since(put_at);
+        // By the longer of its own clock and the server's: a VM paused with its clock stopped
+        // wakes to a clock that tells no stall, and the server's went on. Its `Date` is whole
+        // seconds, rounded down: a second more.
+        let (local, server) = put_at;
+        let by_server = server
+            .zip(self.exchange.server_time())
+            .and_then(|(sent, answered)| answered.duration_since(sent).ok())
+            .map_or(Duration::ZERO, |d| d + Duration::from_secs(1));
+        let stalled = self.since(local).max(by_server);
         if stalled > lifetime() / 4 {
             let why = format!("stalled {stalled:?} since its PUT, it cannot tell whether it was stored");
             let source = std::io::Error::new(std::io::ErrorKind::TimedOut, why);

@@ -352,6 +352,10 @@ impl Exchange for Machine {
 
     fn forget(&self, _key: &str) {}
 
+    fn server_time(&self) -> Option<SystemTime> {
+        Some(SystemTime::UNIX_EPOCH + self.sim.heard(self.id))
+    }
+
     fn world(&self) -> &dyn World {
         self
     }

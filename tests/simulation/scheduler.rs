@@ -101,6 +101,11 @@ struct Machine {
     rng: Rng,
     /// Calls of its wall clock so far (each later than the one before).
     walls: u64,
+    /// Whether its clocks stop while it stalls (a VM paused), and how long they stood so far.
+    pauses: bool,
+    paused: Duration,
+    /// The server's time at its newest answer: what the `Date` of that answer told.
+    heard: Duration,
     /// Told when the turn is its own (a condition of its own: a thousand machines are not all
     /// woken at every turn).
     turned: Arc<Condvar>,
@@ -224,14 +229,31 @@ impl Sim {
         };
         let clock = st.now;
         let turned = Arc::new(Condvar::new());
-        st.machines.push(Machine { clock, status: Status::Arriving, rate, offset, rng, walls: 0, turned });
+        st.machines.push(Machine {
+            clock,
+            status: Status::Arriving,
+            rate,
+            offset,
+            rng,
+            walls: 0,
+            pauses: false,
+            paused: Duration::ZERO,
+            heard: Duration::ZERO,
+            turned,
+        });
         id
     }
 
     /// Machine `m`'s clock as it reads it: its time since the run began.
     pub fn local_now(&self, m: usize) -> Duration {
         let st = self.state();
-        st.machines[m].clock.mul_f64(st.machines[m].rate)
+        let machine = &st.machines[m];
+        (machine.clock - machine.paused).mul_f64(machine.rate)
+    }
+
+    /// The server's time as machine `m` last heard it (the `Date` of its newest answer).
+    pub fn heard(&self, m: usize) -> Duration {
+        self.state().machines[m].heard
     }
 
     /// The global time machine `m` has reached (for when its commits start and end).
@@ -249,7 +271,7 @@ impl Sim {
         let mut st = self.state();
         let machine = &mut st.machines[m];
         machine.walls += 1;
-        let local = machine.clock.mul_f64(machine.rate).as_nanos() as i64;
+        let local = (machine.clock - machine.paused).mul_f64(machine.rate).as_nanos() as i64;
         (1_800_000_000_000_000_000i64 + machine.offset + local) as u64 + machine.walls
     }
 
@@ -317,6 +339,9 @@ impl Sim {
                 true => Answer::Done(op(&mut st.server, now)),
             }
         };
+        if !matches!(answer, Answer::Lost) {
+            st.machines[m].heard = now;
+        }
         let latency = match st.rng.chance(faults.stall) {
             true => st.rng.millis(11_000, 30_000),
             false => st.rng.millis(5, 40),
@@ -342,7 +367,17 @@ impl Sim {
 
     /// Machine `m` stalls `d` (review61).
     pub fn stall(&self, m: usize, d: Duration) {
-        self.state().machines[m].clock += d;
+        let mut st = self.state();
+        let machine = &mut st.machines[m];
+        machine.clock += d;
+        if machine.pauses {
+            machine.paused += d;
+        }
+    }
+
+    /// Machine `m` is a VM whose stalls are pauses: its clocks stop meanwhile.
+    pub fn pauses(&self, m: usize) {
+        self.state().machines[m].pauses = true;
     }
 
     /// Sets machine `m`'s clock rate (review61).
@@ -369,7 +404,9 @@ impl Sim {
         let now = st.now;
         op(&mut st.server, now);
         let again = op(&mut st.server, now);
-        st.machines[m].clock += stall;
+        st.machines[m].heard = now;
+        drop(st);
+        self.stall(m, stall);
         again
     }
 

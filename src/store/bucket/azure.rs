@@ -15,6 +15,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::{ClientConfigKey, ObjectStoreScheme};
 
 use super::azure_blocks::Blocks;
+use super::server_clock::{DatedConnector, ServerClock};
 use super::{Abilities, BucketStore, Caching, Service};
 
 /// Azurite's account and its key, published by Microsoft for every emulator install.
@@ -76,7 +77,9 @@ pub fn open(url: &str, options: &AzureOptions, caching: Caching) -> Result<Bucke
         disk.server = format!("{account}@{}", options.endpoint_url.as_deref().unwrap_or("azure"));
     }
     let account_and_container = container_url(&builder, url, &container, options, emulator);
+    let clock = Arc::new(ServerClock::default());
     let objects = builder
+        .with_http_connector(DatedConnector { clock: clock.clone(), bucket: container.clone() })
         .with_retry(super::retry())
         .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), "30s")
         .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
@@ -85,7 +88,8 @@ pub fn open(url: &str, options: &AzureOptions, caching: Caching) -> Result<Bucke
     let store_url = format!("az://{container}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
     let objects = Arc::new(objects);
     let mut store = BucketStore::of_service(SERVICE, objects.clone(), &prefix, &store_url, caching)
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(|e| format!("{url}: {e}"))?
+        .with_server_clock(clock);
     if let Some((account, container_url)) = account_and_container {
         store = store.with_blocks(Blocks::new(objects, &account, &container_url).map_err(|e| format!("{url}: {e}"))?);
     }

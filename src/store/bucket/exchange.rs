@@ -45,6 +45,10 @@ impl BucketStore {
 }
 
 impl Exchange for BucketStore {
+    fn server_time(&self) -> Option<std::time::SystemTime> {
+        self.0.server_clock.as_ref().and_then(|clock| clock.now())
+    }
+
     fn create(&self, key: &str, bytes: &[u8]) -> Result<Option<String>> {
         self.put_small(key, bytes, ObjectPutMode::Create)
     }

@@ -19,6 +19,7 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsCredential};
 use object_store::{ClientConfigKey, CredentialProvider};
 
 use super::multipart::Multipart;
+use super::server_clock::{DatedConnector, ServerClock};
 use super::{BucketStore, Caching};
 
 /// Settings given on the command line.
@@ -132,7 +133,9 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
     builder = builder.with_unsigned_payload(!signs_payload(resolved.endpoint.as_deref()));
     let bucket_url = bucket_url(&builder, bucket);
     let region = builder.get_config_value(&AmazonS3ConfigKey::Region).unwrap_or_default();
+    let clock = Arc::new(ServerClock::default());
     let objects = builder
+        .with_http_connector(DatedConnector { clock: clock.clone(), bucket: bucket.to_string() })
         .with_retry(super::retry())
         .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "30s")
         .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
@@ -143,7 +146,7 @@ pub fn open(url: &str, options: &S3Options, caching: Caching) -> Result<BucketSt
         .map_err(|e| format!("{url}: {e}"))?;
     let store_url = format!("s3://{bucket}{}{prefix}", if prefix.is_empty() { "" } else { "/" });
     let store = BucketStore::new(objects, prefix, &store_url, caching).map_err(|e| format!("{url}: {e}"))?;
-    let store = store.with_multipart(multipart);
+    let store = store.with_multipart(multipart).with_server_clock(clock);
     store.check_bucket().map_err(|e| match (no_credentials, resolved.metadata_disabled) {
         (false, _) => format!("{store_url}: {e}"),
         (true, true) => format!(
