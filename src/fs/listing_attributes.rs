@@ -15,11 +15,12 @@
 //!   files it had been given without: a lookup of a file in a directory it listed. `du` and `ls
 //!   -l` are caught by the first files they stat (du's first 100,000, ls's first batch); `find
 //!   -type f`, `ls` and `rsync`'s listing never are;
-//! - files of a directory come with attributes once a file it gave without was looked up by any
-//!   reader, as the kernel's own rule has it: a listing that feeds another process (`find |
-//!   xargs cat`, whose listing goes on as `cat` reads) would otherwise cost that process a
-//!   LOOKUP per file, and it makes their inodes anyway (a cold `cat` of 262,144 chunk files of
-//!   one directory took 15% longer without);
+//! - files of a directory come with attributes in the one reply after a file it gave without was
+//!   looked up by any reader, as the kernel's own rule has it (one lookup, one batch): a listing
+//!   that feeds another process (`find | xargs cat`, whose listing goes on as `cat` reads) would
+//!   otherwise cost that process a LOOKUP per file, and it makes their inodes anyway (a cold
+//!   `cat` of 262,144 chunk files of one directory took 15-20% longer without). A stray lookup
+//!   while a walk lists a huge directory costs one batch, not the rest of it;
 //! - and only while the daemon holds fewer than [`MAX_INODES`] inodes (a bound on what a wrong
 //!   guess costs: a reader that stopped stat'ing, or a thread id reused).
 //!
@@ -44,8 +45,8 @@ const READERS: usize = 1024;
 /// stat of: a walker stats what it listed last.
 const RECENT_DIRS: usize = 4;
 
-/// The directories listed without files' attributes that a lookup of one of their files still
-/// makes carry them: those being listed now, with room to spare.
+/// The directories listed without files' attributes lately, whose next reply a lookup of one of
+/// their files makes carry them: those being listed now, with room to spare.
 const BARE_DIRS: usize = 64;
 
 /// The attributes a listing carries.
@@ -70,7 +71,7 @@ struct Reader {
 pub struct ListingAttributes {
     readers: Mutex<LruCache<u32, Reader>>,
     /// Directories listed lately without their files' attributes, and whether a file of theirs
-    /// was looked up since.
+    /// was looked up since their last reply.
     bare_dirs: Mutex<LruCache<u64, bool>>,
 }
 
@@ -90,7 +91,9 @@ impl ListingAttributes {
         if reader == 0 || held >= MAX_INODES {
             return Attributes::DirectoriesOnly;
         }
-        if self.bare_dirs.lock().get(&dir) == Some(&true) {
+        if let Some(looked_up) = self.bare_dirs.lock().get_mut(&dir)
+            && std::mem::take(looked_up)
+        {
             return Attributes::All;
         }
         let mut readers = self.readers.lock();
@@ -115,7 +118,8 @@ impl ListingAttributes {
         if reader == 0 {
             return;
         }
-        if let Some(looked_up) = self.bare_dirs.lock().get_mut(&parent) {
+        // Not made the latest by it: only listings keep a directory among those being listed.
+        if let Some(looked_up) = self.bare_dirs.lock().peek_mut(&parent) {
             *looked_up = true;
         }
         let mut readers = self.readers.lock();
@@ -153,19 +157,29 @@ mod tests {
         assert_eq!(policy.for_listing(100, 8, 0), Attributes::DirectoriesOnly);
         // find | xargs cat: cat (another thread) opens what find listed of directory 7.
         policy.looked_up(200, 7);
-        assert_eq!(policy.for_listing(100, 7, 0), Attributes::All, "the rest of 7");
+        assert_eq!(policy.for_listing(100, 7, 0), Attributes::All, "the next batch of 7");
+        assert_eq!(policy.for_listing(100, 7, 0), Attributes::DirectoriesOnly, "one lookup, one batch");
+        policy.looked_up(200, 7);
         assert_eq!(policy.for_listing(300, 7, 0), Attributes::All, "whoever lists it");
         assert_eq!(policy.for_listing(100, 8, 0), Attributes::DirectoriesOnly, "not the others");
         assert_eq!(policy.for_listing(100, 9, 0), Attributes::DirectoriesOnly);
-        // A directory listed long ago, or never, is not taken for one being listed.
-        for dir in 10..10 + BARE_DIRS as u64 {
+        policy.looked_up(0, 7);
+        assert_eq!(policy.for_listing(100, 7, 0), Attributes::DirectoriesOnly, "not the kernel's own");
+        policy.looked_up(200, 7);
+        assert_eq!(policy.for_listing(100, 7, MAX_INODES), Attributes::DirectoriesOnly, "within the bound");
+        assert_eq!(policy.for_listing(100, 7, 0), Attributes::All, "kept past the bound's reply");
+        // A directory listed long ago, or never, is not taken for one being listed; lookups alone
+        // do not keep one among those.
+        policy.for_listing(100, 8, 0);
+        for dir in 10..10 + BARE_DIRS as u64 - 1 {
+            policy.looked_up(200, 8);
             policy.for_listing(100, dir, 0);
         }
+        policy.for_listing(100, 9, 0);
         policy.looked_up(200, 8);
         policy.looked_up(200, 1);
         assert_eq!(policy.for_listing(100, 8, 0), Attributes::DirectoriesOnly);
         assert_eq!(policy.for_listing(100, 1, 0), Attributes::DirectoriesOnly);
-        assert_eq!(policy.for_listing(100, 7, MAX_INODES), Attributes::DirectoriesOnly, "within the bound");
     }
 
     #[test]
