@@ -253,7 +253,9 @@ for build in "${!builds[@]}"; do
   memory_lines+=("- $build: daemon peak RSS after \`find\` over $found files (index-only shards): $((rss[$build] / 1024)) MiB; mount time $mt100 ms for 100 shards, $mt100k ms for $big shards.")
 done
 header="| operation | plain files | shardfs | shardfs (v2 view) | squashfuse | fuse-zip | ratarmount |"
-versions="$("$bin" --version), squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null), fuse-zip $(dpkg-query -W -f='${Version}' fuse-zip 2>/dev/null), $("$venv/bin/ratarmount" --version 2>/dev/null | head -1)"
+# (head ends ratarmount's output early: its SIGPIPE is no failure here.)
+ratarmount_version=$("$venv/bin/ratarmount" --version 2>/dev/null | head -1 || true)
+versions="$("$bin" --version), squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null || true), fuse-zip $(dpkg-query -W -f='${Version}' fuse-zip 2>/dev/null || true), $ratarmount_version"
 reproduce="scripts/bench.sh --profile $profile --runs $runs"
 if [ -n "$vs" ]; then
   header="| operation | plain files | shardfs (this tree, $(git rev-parse --short HEAD)) | shardfs-vs ($vs) |"
