@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::metrics;
 use crate::store::{Attr, Kind, OpenFile, Space, Stamp, Store, join};
 use crate::view::array::ShardedArray;
 use crate::view::error::Result as ViewResult;
@@ -294,7 +295,12 @@ impl ShardFs {
     /// inode is bound to the version of the content the answer describes.
     fn remember_told(&self, node: Node, answer: &Answer) -> u64 {
         let bound = answer.content.map(|stamp| Bound { stamp, attr: answer.attr });
-        let ino = self.inodes.lock().remember(node, bound, answer.place.as_ref());
+        let ino = {
+            let mut inodes = self.inodes.lock();
+            let ino = inodes.remember(node, bound, answer.place.as_ref());
+            metrics::inodes(inodes.len());
+            ino
+        };
         self.watch(ino, answer);
         ino
     }
@@ -401,7 +407,10 @@ impl ShardFs {
 
     /// The inode of `node` at content version `bound`, with one more kernel reference.
     fn remember(&self, node: Node, bound: Option<Bound>) -> u64 {
-        self.inodes.lock().remember(node, bound, None)
+        let mut inodes = self.inodes.lock();
+        let ino = inodes.remember(node, bound, None);
+        metrics::inodes(inodes.len());
+        ino
     }
 
     /// After a rename, the kernel knows the renamed file by its old inode under the new name, and
@@ -426,6 +435,7 @@ impl ShardFs {
             return;
         }
         let forgotten = inodes.forget(ino, n);
+        metrics::inodes(inodes.len());
         // Under the table's lock: once the number is free, a lookup of the same path takes it
         // for a new inode, whose watch and held file must not go with the old one's. (The kernel
         // forgets a chunk inode of a group all at once, though the group stays.)
@@ -647,6 +657,11 @@ impl ShardFs {
     /// What a listing of directory `dir` read by thread `reader` carries (`listing_attributes.rs`).
     pub fn listing_attributes(&self, reader: u32, dir: u64) -> Attributes {
         self.listing_attributes.for_listing(reader, dir, self.known_inodes())
+    }
+
+    /// A listing read by thread `reader` gave `files` files' attributes.
+    pub fn listing_gave(&self, reader: u32, files: usize) {
+        self.listing_attributes.gave(reader, files);
     }
 
     /// Thread `reader` looked up an entry of kind `kind` in directory `parent`: a file looked up

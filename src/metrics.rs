@@ -63,6 +63,7 @@ struct Registry {
     bytes_sent: AtomicU64,
     chunks_pending: AtomicI64,
     bytes_pending: AtomicI64,
+    inodes: AtomicI64,
     lease_takeovers: AtomicU64,
     /// Misses and hits of each of [`CACHES`]: atomics, not the lock, as every read looks in one.
     caches: [[AtomicU64; 2]; CACHES.len()],
@@ -83,6 +84,7 @@ static REGISTRY: Registry = Registry {
     bytes_sent: AtomicU64::new(0),
     chunks_pending: AtomicI64::new(0),
     bytes_pending: AtomicI64::new(0),
+    inodes: AtomicI64::new(0),
     lease_takeovers: AtomicU64::new(0),
     caches: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; CACHES.len()],
 };
@@ -126,6 +128,11 @@ pub fn pending(chunks: i64, bytes: i64) {
     REGISTRY.bytes_pending.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// The kernel now holds `n` inodes of the mount.
+pub fn inodes(n: usize) {
+    REGISTRY.inodes.store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+}
+
 /// A shard commit ended as `outcome` (`ok`, or the kind of failure).
 pub fn commit(outcome: &'static str) {
     *labelled().commits.entry(outcome).or_default() += 1;
@@ -160,6 +167,7 @@ pub struct Snapshot {
     pub bytes_sent: u64,
     pub chunks_pending: i64,
     pub bytes_pending: i64,
+    pub inodes: i64,
     pub lease_takeovers: u64,
 }
 
@@ -184,6 +192,7 @@ pub fn snapshot() -> Snapshot {
         bytes_sent: REGISTRY.bytes_sent.load(Ordering::Relaxed),
         chunks_pending: REGISTRY.chunks_pending.load(Ordering::Relaxed),
         bytes_pending: REGISTRY.bytes_pending.load(Ordering::Relaxed),
+        inodes: REGISTRY.inodes.load(Ordering::Relaxed),
         lease_takeovers: REGISTRY.lease_takeovers.load(Ordering::Relaxed),
     }
 }

@@ -617,3 +617,83 @@ fn io_uring_mounts_serve_exactly_and_fall_back_to_dev_fuse() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert_durable(store.path(), durable);
 }
+
+/// A daemon in a pid namespace of its own, as in a container or a CSI plugin without `hostPID`,
+/// serving readers outside it: every request comes as thread 0. `ls -l` there still gets files'
+/// attributes in listings once it stats (`fs/listing_attributes.rs`), and `shardfs unmount` from
+/// outside neither waits on the process that the daemon's own pid names here nor fails.
+#[test]
+fn a_daemon_in_a_pid_namespace_of_its_own_serves_readers_outside_it() {
+    use std::os::fd::AsRawFd;
+    let Some(mnt) = mount_point() else { return };
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("*** SKIPPING the pid namespace test: unshare --pid needs root ***");
+        return;
+    }
+    let store = many_chunks(1000);
+    let _guard = UnmountGuard(mnt.path().to_path_buf());
+    let (s, m) = (store.path().to_str().unwrap(), mnt.path().to_str().unwrap());
+    let mut daemon = Command::new("unshare")
+        .args(["--pid", "--fork", BIN, "mount", "-f", "--read-only", "--metrics-address", "127.0.0.1:0", s, m])
+        .spawn()
+        .unwrap();
+    wait_for("the mount", || is_mounted(mnt.path()));
+    let inodes = || {
+        let out = shardfs(&["status", m]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = text.lines().find(|l| l.starts_with("shardfs_inodes ")).expect("shardfs_inodes in status");
+        line.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() as i64
+    };
+
+    // One reply of a listing of a/c (a small buffer: a small FUSE request), then a stat of each
+    // file it gave, as `ls -l` does, then the rest of the listing: the rest comes with attributes.
+    let dir = std::fs::File::open(mnt.path().join("a/c")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut batch = || {
+        // SAFETY: an open directory and a buffer of the length given.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+        assert!(n >= 0, "getdents64: {}", std::io::Error::last_os_error());
+        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+        let (mut names, mut at) = (Vec::new(), 0);
+        while at < n as usize {
+            let len = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            let name = &buf[at + 19..at + len];
+            names.push(String::from_utf8_lossy(&name[..name.iter().position(|b| *b == 0).unwrap()]).into_owned());
+            at += len;
+        }
+        names
+    };
+    let first: Vec<String> = batch().into_iter().filter(|n| n != "." && n != "..").collect();
+    assert!(!first.is_empty() && first.len() < 500, "{} names in the first reply", first.len());
+    for name in &first {
+        assert_eq!(std::fs::metadata(mnt.path().join("a/c").join(name)).unwrap().len(), 4);
+    }
+    let before = inodes();
+    assert!(before < first.len() as i64 + 100, "a listing by name made the kernel hold {before} inodes");
+    let mut rest = 0;
+    loop {
+        let names = batch();
+        if names.is_empty() {
+            break;
+        }
+        rest += names.iter().filter(|n| *n != "." && *n != "..").count();
+    }
+    drop(dir);
+    assert_eq!(first.len() + rest, 1000);
+    let after = inodes();
+    assert!(after >= before + rest as i64 - 100, "the rest of the listing gave no attributes: {before} -> {after}");
+    // And they are right, through `ls -l` too.
+    let long = Command::new("ls").arg("-l").arg(mnt.path().join("a/c")).output().unwrap();
+    let long = String::from_utf8(long.stdout).unwrap();
+    let sizes: Vec<&str> = long.lines().skip(1).map(|l| l.split_whitespace().nth(4).unwrap()).collect();
+    assert_eq!(sizes.len(), 1000);
+    assert!(sizes.iter().all(|s| *s == "4"), "{long}");
+
+    let start = Instant::now();
+    let out = shardfs(&["unmount", m]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(start.elapsed() < Duration::from_secs(30), "unmount took {:?}", start.elapsed());
+    assert!(!is_mounted(mnt.path()));
+    assert!(daemon.wait().unwrap().success());
+}

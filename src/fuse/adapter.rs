@@ -415,7 +415,7 @@ impl Filesystem for Fuse {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -425,7 +425,10 @@ impl Filesystem for Fuse {
         reply: ReplyIoctl,
     ) {
         if ino.0 == crate::fs::ROOT_INO && cmd == PID_IOCTL && out_size >= 4 {
-            reply.ioctl(0, &std::process::id().to_ne_bytes());
+            // Our number means this process only to a caller in our pid namespace: to one in
+            // another (a container's), it names some other process or none (0: unknown).
+            let pid = if shares_pid_namespace(req.pid()) { std::process::id() } else { 0 };
+            reply.ioctl(0, &pid.to_ne_bytes());
             return;
         }
         if ino.0 == crate::fs::ROOT_INO && cmd == METRICS_IOCTL && out_size as usize >= METRICS_ADDRESS_LEN {
@@ -468,13 +471,16 @@ impl Filesystem for Fuse {
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let attributes = self.0.listing_attributes(req.pid(), ino.0);
+        let mut files_given = 0;
         let result = self.0.readdirplus_with(ino.0, offset, attributes, |entry, attr, next| match attr {
             Some(attr) => {
+                files_given += usize::from(entry.kind == Kind::File);
                 reply.add(INodeNo(entry.ino), next, &entry.name, &CACHE_TTL, &file_attr(entry.ino, attr), Generation(0))
             }
             // By name alone (node id 0): the kernel makes no inode, and a stat looks the name up.
             None => reply.add_without_attr(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name),
         });
+        self.0.listing_gave(req.pid(), files_given);
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("readdirplus", &e)),
@@ -487,6 +493,13 @@ impl Filesystem for Fuse {
             Err(e) => reply.error(fail("statfs", &e)),
         }
     }
+}
+
+/// Whether process `pid` (as this process sees it; 0: one it cannot see) is in this process's pid
+/// namespace.
+fn shares_pid_namespace(pid: u32) -> bool {
+    let namespace = |process: &str| std::fs::read_link(format!("/proc/{process}/ns/pid")).ok();
+    pid != 0 && namespace(&pid.to_string()).is_some_and(|theirs| namespace("self") == Some(theirs))
 }
 
 #[cfg(test)]

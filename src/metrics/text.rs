@@ -50,6 +50,11 @@ pub fn render(snapshot: &Snapshot) -> String {
     let gauges = [
         ("shardfs_chunks_pending", "Chunks written and not yet committed into their shards.", s.chunks_pending),
         ("shardfs_pending_bytes", "Bytes held by chunks written and not yet committed.", s.bytes_pending),
+        (
+            "shardfs_inodes",
+            "Files and directories of the mount the kernel holds an inode of (about 1 KiB of its memory each).",
+            s.inodes,
+        ),
     ];
     for (name, help, value) in gauges {
         header(&mut out, name, "gauge", help);
