@@ -659,9 +659,10 @@ impl ShardFs {
         self.listing_attributes.for_listing(reader, dir, self.known_inodes())
     }
 
-    /// A listing read by thread `reader` gave `files` files' attributes.
-    pub fn listing_gave(&self, reader: u32, files: usize) {
-        self.listing_attributes.gave(reader, files);
+    /// A reply of a listing of directory `dir` read by thread `reader` gave `with` files with
+    /// their attributes and `without` by name alone.
+    pub fn listing_gave(&self, reader: u32, dir: u64, with: usize, without: usize) {
+        self.listing_attributes.gave(reader, dir, with, without);
     }
 
     /// Thread `reader` looked up an entry of kind `kind` in directory `parent`: a file looked up

@@ -339,6 +339,13 @@ pub fn unmount(mountpoint: &Path) -> Result<(), String> {
     let daemon = daemon_pid(mountpoint);
     let device = std::fs::metadata(mountpoint).map(|m| std::os::unix::fs::MetadataExt::dev(&m)).ok();
     unmount_now(mountpoint)?;
+    if daemon == Some(0) {
+        eprintln!(
+            "shardfs: {shown}: unmounted; its daemon runs in another pid namespace (a container), so this did \
+             not wait for it to end"
+        );
+    }
+    let daemon = daemon.filter(|pid| *pid > 0);
     // The daemon finishes after the kernel lets go of the mount; wait for it, so that a mount made
     // right after this returns is not disturbed by the old daemon's last steps.
     if let Some(pid) = daemon {
@@ -396,6 +403,7 @@ pub fn status(mountpoint: &Path) -> Result<String, String> {
     let rc = unsafe { libc::ioctl(root.as_raw_fd(), fuse::METRICS_IOCTL as _, answer.as_mut_ptr()) };
     if rc != 0 {
         return Err(match daemon_pid(mountpoint) {
+            Some(0) => format!("{shown}: its daemon is older than `shardfs status`"),
             Some(pid) => format!("{shown}: its daemon (process {pid}) is older than `shardfs status`"),
             None => format!("{shown}: not a shardfs mount"),
         });
@@ -410,7 +418,8 @@ pub fn status(mountpoint: &Path) -> Result<String, String> {
     Ok(format!("# {shown}: served at http://{address}/metrics\n{body}"))
 }
 
-/// The id of the process serving the shardfs mount at `mountpoint`, if it is one.
+/// The id of the process serving the shardfs mount at `mountpoint`, if it is one: 0 where that
+/// process is in another pid namespace, whose numbers mean other processes here.
 fn daemon_pid(mountpoint: &Path) -> Option<i32> {
     use std::os::fd::AsRawFd;
     let root = std::fs::File::open(mountpoint).ok()?;
@@ -418,7 +427,7 @@ fn daemon_pid(mountpoint: &Path) -> Option<i32> {
     // SAFETY: an open descriptor, and a request that writes one u32 to the pointer given.
     let rc = unsafe { libc::ioctl(root.as_raw_fd(), fuse::PID_IOCTL as _, &mut pid as *mut u32) };
     let pid = i32::try_from(pid).ok()?;
-    (rc == 0 && pid > 0 && pid != std::process::id() as i32).then_some(pid)
+    (rc == 0 && pid >= 0 && pid != std::process::id() as i32).then_some(pid)
 }
 
 /// True while a thread of process `pid` has not exited. The main thread is a zombie as soon as it

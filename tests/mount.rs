@@ -631,6 +631,8 @@ fn a_daemon_in_a_pid_namespace_of_its_own_serves_readers_outside_it() {
         return;
     }
     let store = many_chunks(1000);
+    let copied = Command::new("cp").arg("-r").arg(store.path().join("a")).arg(store.path().join("b")).status();
+    assert!(copied.unwrap().success());
     let _guard = UnmountGuard(mnt.path().to_path_buf());
     let (s, m) = (store.path().to_str().unwrap(), mnt.path().to_str().unwrap());
     let mut daemon = Command::new("unshare")
@@ -645,6 +647,11 @@ fn a_daemon_in_a_pid_namespace_of_its_own_serves_readers_outside_it() {
         let line = text.lines().find(|l| l.starts_with("shardfs_inodes ")).expect("shardfs_inodes in status");
         line.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() as i64
     };
+
+    // find from outside lists by name: right, and without an inode per file.
+    let found = Command::new("find").arg(mnt.path().join("b/c")).args(["-type", "f"]).output().unwrap();
+    assert_eq!(String::from_utf8(found.stdout).unwrap().lines().count(), 1000);
+    assert!(inodes() < 100, "find made the kernel hold {} inodes", inodes());
 
     // One reply of a listing of a/c (a small buffer: a small FUSE request), then a stat of each
     // file it gave, as `ls -l` does, then the rest of the listing: the rest comes with attributes.
@@ -692,7 +699,9 @@ fn a_daemon_in_a_pid_namespace_of_its_own_serves_readers_outside_it() {
 
     let start = Instant::now();
     let out = shardfs(&["unmount", m]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("another pid namespace"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(30), "unmount took {:?}", start.elapsed());
     assert!(!is_mounted(mnt.path()));
     assert!(daemon.wait().unwrap().success());

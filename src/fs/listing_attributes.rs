@@ -23,11 +23,14 @@
 //!   while a walk lists a huge directory costs one batch, not the rest of it;
 //! - a reader outside the daemon's pid namespace (the daemon in a container, or a CSI plugin
 //!   without `hostPID`, serving pods) comes as thread id 0, all such readers as one, which the
-//!   rule above cannot follow. For them each lookup of a file of a directory listed without
-//!   attributes buys [`UNSEEN_CREDIT`] files' attributes in the listings after, up to
-//!   [`UNSEEN_CREDIT_MAX`]: `ls -l` and `du` pay a lookup for about one file in that many (`ls
-//!   -lR` and `du -s` of 65,536 chunk files in 256 directories took 5x as long through lookups
-//!   alone), and a stray lookup while `find` lists costs that many inodes;
+//!   rule above cannot follow. For them each lookup of a file they were listed without
+//!   attributes (counted by directory, among those listed lately) buys [`UNSEEN_CREDIT`] files'
+//!   attributes in their listings after, whichever of them lists, up to [`UNSEEN_CREDIT_MAX`]
+//!   unspent: `ls -l`, `ls -lR` and `du` pay a lookup for about one file in that many (`ls -lR`
+//!   and `du -s` of 65,536 chunk files in 256 directories took 5x as long through lookups
+//!   alone). What a wrong guess costs is bounded by what was listed bare: a reader of chunks by
+//!   key in a directory listed bare, beside a `find`, gives the `find` at most that many inodes
+//!   for each file that listing gave;
 //! - and only while the daemon holds fewer than [`MAX_INODES`] inodes (a bound on what a wrong
 //!   guess costs: a reader that stopped stat'ing, or a thread id reused).
 //!
@@ -81,13 +84,23 @@ struct Reader {
     stats: bool,
 }
 
+/// What is known of a directory listed lately without its files' attributes.
+#[derive(Debug, Default)]
+struct BareDir {
+    /// A file of it was looked up since its last reply.
+    looked_up: bool,
+    /// Files it gave readers outside the daemon's pid namespace without attributes and that such
+    /// readers have not looked up since (as far as the count tells): each lookup buys credit.
+    unseen_bare: usize,
+}
+
 /// The readers seen listing directories, by thread id, and the directories they listed bare.
 #[derive(Debug)]
 pub struct ListingAttributes {
     readers: Mutex<LruCache<u32, Reader>>,
     /// Directories listed lately without their files' attributes, and whether a file of theirs
     /// was looked up since their last reply.
-    bare_dirs: Mutex<LruCache<u64, bool>>,
+    bare_dirs: Mutex<LruCache<u64, BareDir>>,
     /// The files' attributes readers outside the daemon's pid namespace have bought with lookups
     /// and not yet been given.
     unseen_credit: Mutex<usize>,
@@ -113,13 +126,13 @@ impl ListingAttributes {
         if reader == 0 && *self.unseen_credit.lock() > 0 {
             return Attributes::All;
         }
-        if let Some(looked_up) = self.bare_dirs.lock().get_mut(&dir)
-            && std::mem::take(looked_up)
+        if let Some(bare) = self.bare_dirs.lock().get_mut(&dir)
+            && std::mem::take(&mut bare.looked_up)
         {
             return Attributes::All;
         }
         if reader == 0 {
-            self.bare_dirs.lock().get_or_insert(dir, || false);
+            self.bare_dirs.lock().get_or_insert_mut(dir, BareDir::default);
             return Attributes::DirectoriesOnly;
         }
         let mut readers = self.readers.lock();
@@ -135,15 +148,24 @@ impl ListingAttributes {
             seen.bare.push(dir);
         }
         drop(readers);
-        self.bare_dirs.lock().get_or_insert(dir, || false);
+        self.bare_dirs.lock().get_or_insert_mut(dir, BareDir::default);
         Attributes::DirectoriesOnly
     }
 
-    /// A listing read by thread `reader` gave `files` files' attributes.
-    pub fn gave(&self, reader: u32, files: usize) {
-        if reader == 0 {
+    /// A reply of a listing of directory `dir` read by thread `reader` gave `with` files with
+    /// their attributes and `without` by name alone.
+    pub fn gave(&self, reader: u32, dir: u64, with: usize, without: usize) {
+        if reader != 0 {
+            return;
+        }
+        if with > 0 {
             let mut credit = self.unseen_credit.lock();
-            *credit = credit.saturating_sub(files);
+            *credit = credit.saturating_sub(with);
+        }
+        if without > 0
+            && let Some(bare) = self.bare_dirs.lock().peek_mut(&dir)
+        {
+            bare.unseen_bare = bare.unseen_bare.saturating_add(without);
         }
     }
 
@@ -151,9 +173,10 @@ impl ListingAttributes {
     /// directory) in directory `parent`.
     pub fn looked_up(&self, reader: u32, parent: u64) {
         // Not made the latest by it: only listings keep a directory among those being listed.
-        if let Some(looked_up) = self.bare_dirs.lock().peek_mut(&parent) {
-            *looked_up = true;
-            if reader == 0 {
+        if let Some(bare) = self.bare_dirs.lock().peek_mut(&parent) {
+            bare.looked_up = true;
+            if reader == 0 && bare.unseen_bare > 0 {
+                bare.unseen_bare -= 1;
                 let mut credit = self.unseen_credit.lock();
                 *credit = (*credit + UNSEEN_CREDIT).min(UNSEEN_CREDIT_MAX);
             }
@@ -250,28 +273,34 @@ mod tests {
         // find from a pod: nothing stat'ed, nothing given.
         for dir in 10..1000 {
             assert_eq!(policy.for_listing(0, dir, 0), Attributes::DirectoriesOnly);
+            policy.gave(0, dir, 0, 100);
         }
         // A lookup in a directory not listed lately (a chunk read by its key) buys nothing.
         policy.looked_up(0, 5);
+        assert_eq!(*policy.unseen_credit.lock(), 0);
+        // du from a pod: a directory of 100 files by name, then a stat of each; a lookup more
+        // (a reader of chunks by key there) buys nothing more.
         assert_eq!(policy.for_listing(0, 6, 0), Attributes::DirectoriesOnly);
-        // du from a pod: a directory of 100 files by name, then a stat of each.
-        for _ in 0..100 {
+        policy.gave(0, 6, 0, 100);
+        for _ in 0..101 {
             policy.looked_up(0, 6);
         }
         assert_eq!(*policy.unseen_credit.lock(), 100 * UNSEEN_CREDIT);
         for dir in 1000..1000 + UNSEEN_CREDIT as u64 {
             assert_eq!(policy.for_listing(0, dir, 0), Attributes::All, "directory {dir}");
-            policy.gave(0, 100);
+            policy.gave(0, dir, 100, 0);
         }
         assert_eq!(policy.for_listing(0, 2000, 0), Attributes::DirectoriesOnly, "the credit spent");
+        policy.gave(0, 2000, 0, 10);
         // Readers in the namespace neither spend it nor buy it.
         policy.looked_up(100, 2000);
         assert_eq!(*policy.unseen_credit.lock(), 0);
         policy.looked_up(0, 2000);
-        policy.gave(100, 1000);
+        policy.gave(100, 2000, 1000, 0);
         assert_eq!(*policy.unseen_credit.lock(), UNSEEN_CREDIT);
         assert_eq!(policy.readers.lock().len(), 0, "unseen readers are no reader of the rule above");
-        // Within a bound, however many lookups.
+        // Within a bound, however many files were listed bare and looked up.
+        policy.gave(0, 2000, 0, 10 * UNSEEN_CREDIT_MAX);
         for _ in 0..10 * UNSEEN_CREDIT_MAX / UNSEEN_CREDIT {
             policy.looked_up(0, 2000);
         }

@@ -471,16 +471,26 @@ impl Filesystem for Fuse {
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let attributes = self.0.listing_attributes(req.pid(), ino.0);
-        let mut files_given = 0;
-        let result = self.0.readdirplus_with(ino.0, offset, attributes, |entry, attr, next| match attr {
-            Some(attr) => {
-                files_given += usize::from(entry.kind == Kind::File);
-                reply.add(INodeNo(entry.ino), next, &entry.name, &CACHE_TTL, &file_attr(entry.ino, attr), Generation(0))
+        let (mut with, mut without) = (0, 0);
+        let result = self.0.readdirplus_with(ino.0, offset, attributes, |entry, attr, next| {
+            let full = match attr {
+                Some(attr) => reply.add(
+                    INodeNo(entry.ino),
+                    next,
+                    &entry.name,
+                    &CACHE_TTL,
+                    &file_attr(entry.ino, attr),
+                    Generation(0),
+                ),
+                // By name alone (node id 0): the kernel makes no inode, and a stat looks it up.
+                None => reply.add_without_attr(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name),
+            };
+            if !full && entry.kind == Kind::File {
+                *if attr.is_some() { &mut with } else { &mut without } += 1;
             }
-            // By name alone (node id 0): the kernel makes no inode, and a stat looks the name up.
-            None => reply.add_without_attr(INodeNo(entry.ino), next, file_type(entry.kind), &entry.name),
+            full
         });
-        self.0.listing_gave(req.pid(), files_given);
+        self.0.listing_gave(req.pid(), ino.0, with, without);
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail("readdirplus", &e)),
