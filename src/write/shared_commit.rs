@@ -202,11 +202,11 @@ pub fn commit(
             turns.hold_changes(lease, &holder, changes, Some(seen))
         }
         // Given up where leases are not removed: free, taken at once. What was listed before
-        // holds the free lease, whose time is too old to tell what waited too long by.
+        // holds the free lease, whose time is too old to tell which deltas waited too long by.
         None if let Some(lease) = turns.take_free(&holder)? => {
             let seen =
                 seen(noted, found.and_then(|found| turns.read_found(found))).and_then(|(note, listed, current)| {
-                    match listed.iter().any(waits) {
+                    match listed.iter().any(is_delta) {
                         true => Ok((note, turns.patiently(|| exchange.list(&turns.dir))?, current)),
                         false => Ok((note, listed, current)),
                     }
@@ -648,13 +648,14 @@ impl Turns<'_> {
                 self.world.sleep(self.world.backoff(attempt.min(6)));
                 continue;
             }
-            // What waited too long is told by the server's time, the newest name listed (see
-            // `expired`): the lease, listed after it was taken, or this holder's own queued
+            // Which deltas waited too long is told by the server's time, the newest name listed
+            // (see `expired`): the lease, listed after it was taken, or this holder's own queued
             // marker, made at most a queue's patience before. Where the listing was made while
-            // the lease was being taken, lacks both, and something waits, the holder lists
-            // again: a dead writer's delta listed alone would look fresh.
+            // the lease was being taken, lacks both, and a delta waits, the holder lists again:
+            // a dead writer's delta listed alone would look fresh. Markers alone need no fresh
+            // listing: one that looks fresh is only swept later (`swept`).
             let recent = |l: &Listed| l.name == LEASE || l.name.strip_prefix(QUEUED) == Some(me);
-            if !listed.iter().any(recent) && listed.iter().any(waits) {
+            if !listed.iter().any(recent) && listed.iter().any(is_delta) {
                 listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
             let held: HashSet<String> =
@@ -842,13 +843,9 @@ impl Turns<'_> {
                 .chain(folded.iter().copied())
                 .collect();
             // A marker no waiter (or holder) read within a delta's lifetime is a dead writer's.
-            let unread: Vec<&str> = listed
-                .iter()
-                .filter(|l| {
-                    [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| l.name.starts_with(p)) && expired(l, &listed)
-                })
-                .map(|l| l.name.as_str())
-                .collect();
+            let heard = self.exchange.server_time();
+            let unread: Vec<&str> =
+                listed.iter().filter(|l| swept(l, &listed, heard)).map(|l| l.name.as_str()).collect();
             // Held by the version just written (or the one read): one left is removed by the next
             // holder.
             let removing: Vec<&str> = removable.iter().chain(&unread).copied().collect();
@@ -1025,9 +1022,9 @@ impl Turns<'_> {
     }
 }
 
-/// Whether `file` waits for a holder: a delta, or a marker to be read (or swept).
-fn waits(file: &Listed) -> bool {
-    [DELTA, REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| file.name.starts_with(p))
+/// Whether `file` is a delta waiting for a holder.
+fn is_delta(file: &Listed) -> bool {
+    file.name.starts_with(DELTA)
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer
@@ -1048,10 +1045,21 @@ pub fn set_lifetime(lifetime: Duration) {
 /// server's clock as of that name's writing, at the latest; a lease listed after it was taken
 /// or renewed is that recent).
 fn expired(file: &Listed, listed: &[Listed]) -> bool {
-    listed
-        .iter()
-        .map(|l| l.stored)
-        .max()
-        .and_then(|newest| newest.duration_since(file.stored).ok())
-        .is_some_and(|age| age > lifetime())
+    older_than_lifetime(file, listed.iter().map(|l| l.stored).max())
+}
+
+/// True when `file` is a marker (a rejection, a `stored-` or `doubt-` mark, a queued waiter's)
+/// stored more than [`lifetime`] before the newest name of `listed` or `heard`, the server's time
+/// as of the newest answer this process heard: never later than the server's time now, so a
+/// marker is never swept early (a holder in doubt counts on it for a delta's lifetime), and as
+/// new as the listing's own answer on a server that dates its answers, so that markers listed
+/// alone, without the lease, are swept in time without listing again.
+fn swept(file: &Listed, listed: &[Listed], heard: Option<SystemTime>) -> bool {
+    let marker = [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| file.name.starts_with(p));
+    marker && older_than_lifetime(file, listed.iter().map(|l| l.stored).chain(heard).max())
+}
+
+/// True when `file` was stored more than [`lifetime`] before `now`.
+fn older_than_lifetime(file: &Listed, now: Option<SystemTime>) -> bool {
+    now.and_then(|now| now.duration_since(file.stored).ok()).is_some_and(|age| age > lifetime())
 }

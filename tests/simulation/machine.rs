@@ -316,6 +316,7 @@ impl Exchange for Machine {
     }
 
     fn list(&self, dir: &str) -> Result<Vec<Listed>> {
+        self.sim.listing(self.id);
         let listed = self.ask(dir, Class::Read, |server, _| server.list(dir))?;
         Ok(listed.into_iter().map(|(name, stored)| Listed { name, stored: SystemTime::UNIX_EPOCH + stored }).collect())
     }

@@ -172,6 +172,8 @@ struct Report {
     makespan: Duration,
     peak: [u64; 2],
     slow_downs: u64,
+    /// The listings of the exchange each machine asked for.
+    listings: Vec<u64>,
 }
 
 /// Panics that end killed machines' threads are not reported.
@@ -318,6 +320,7 @@ fn run(seed: u64, config: Config) -> Result<Report, String> {
         return Err("a commit did not end within six virtual hours".into());
     }
     let report = {
+        let listings = sim.listings();
         let st = sim.state();
         let records = records.lock().expect("records");
         let latencies = records
@@ -325,7 +328,7 @@ fn run(seed: u64, config: Config) -> Result<Report, String> {
             .filter(|r| matches!(r.result, Some(Ok(()))))
             .filter_map(|r| Some(r.end? - r.start))
             .collect();
-        Report { latencies, makespan: st.now, peak: st.rates.peak, slow_downs: st.rates.slow_downs }
+        Report { latencies, makespan: st.now, peak: st.rates.peak, slow_downs: st.rates.slow_downs, listings }
     };
     // What a holder leaves when its lease is taken over: a marker saying that its PUT was
     // stored (it removes it, unless it was done before the marker was made), a lease whose
@@ -816,6 +819,34 @@ fn review61_settled_then_stores(sim: &Sim) {
         (0, KEY, Class::Write, 1, Action::Doubt(secs(60.0))),
         (2, KEY, Class::Write, 1, Action::Stall(secs(14.188))),
     ]);
+}
+
+/// A takeover leaves a `doubt-` marker for up to a delta's lifetime (W, machine 0, takes the
+/// lease, stalls 15 s after its create; X, 1, waiting as a delta, takes it over and settles W),
+/// and commits after it, alone (2..6, at 100-140 s), each list the exchange once: the marker
+/// alone is no delta whose lifetime a fresh listing must tell.
+fn marker_after_a_takeover(sim: &Sim) {
+    use scheduler::{Action, Class};
+    script(
+        sim,
+        [0.0, 1.0, 100.0, 110.0, 120.0, 130.0, 140.0],
+        &[(0, "/lease", Class::Write, 1, Action::Stall(secs(15.0)))],
+    );
+}
+
+#[test]
+fn commits_after_a_takeover_list_the_exchange_once() {
+    for deletes_at in [true, false] {
+        for seed in 0..20 {
+            let report = run(seed, no_stall_config(marker_after_a_takeover, deletes_at)).unwrap();
+            assert_eq!(
+                report.listings[2..],
+                [1; 5],
+                "seed {seed}, conditional DELETE {deletes_at}: {:?}",
+                report.listings
+            );
+        }
+    }
 }
 
 #[test]

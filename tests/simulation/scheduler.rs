@@ -106,6 +106,8 @@ struct Machine {
     paused: Duration,
     /// The server's time at its newest answer: what the `Date` of that answer told.
     heard: Duration,
+    /// Listings of the exchange it asked for.
+    listings: u64,
     /// Told when the turn is its own (a condition of its own: a thousand machines are not all
     /// woken at every turn).
     turned: Arc<Condvar>,
@@ -239,6 +241,7 @@ impl Sim {
             pauses: false,
             paused: Duration::ZERO,
             heard: Duration::ZERO,
+            listings: 0,
             turned,
         });
         id
@@ -249,6 +252,16 @@ impl Sim {
         let st = self.state();
         let machine = &st.machines[m];
         (machine.clock - machine.paused).mul_f64(machine.rate)
+    }
+
+    /// Machine `m` asks for a listing of the exchange.
+    pub fn listing(&self, m: usize) {
+        self.state().machines[m].listings += 1;
+    }
+
+    /// The listings of the exchange each machine asked for.
+    pub fn listings(&self) -> Vec<u64> {
+        self.state().machines.iter().map(|m| m.listings).collect()
     }
 
     /// The server's time as machine `m` last heard it (the `Date` of its newest answer).
