@@ -206,7 +206,7 @@ pub fn commit(
         None if let Some(lease) = turns.take_free(&holder)? => {
             let seen =
                 seen(noted, found.and_then(|found| turns.read_found(found))).and_then(|(note, listed, current)| {
-                    match listed.iter().any(is_delta) {
+                    match ages_need_a_fresh_listing(exchange, &listed) {
                         true => Ok((note, turns.patiently(|| exchange.list(&turns.dir))?, current)),
                         false => Ok((note, listed, current)),
                     }
@@ -652,10 +652,10 @@ impl Turns<'_> {
             // (see `expired`): the lease, listed after it was taken, or this holder's own queued
             // marker, made at most a queue's patience before. Where the listing was made while
             // the lease was being taken, lacks both, and a delta waits, the holder lists again:
-            // a dead writer's delta listed alone would look fresh. Markers alone need no fresh
-            // listing: one that looks fresh is only swept later (`swept`).
+            // a dead writer's delta listed alone would look fresh (markers alone need it only
+            // where the server's time is not heard: `ages_need_a_fresh_listing`).
             let recent = |l: &Listed| l.name == LEASE || l.name.strip_prefix(QUEUED) == Some(me);
-            if !listed.iter().any(recent) && listed.iter().any(is_delta) {
+            if !listed.iter().any(recent) && ages_need_a_fresh_listing(self.exchange, &listed) {
                 listed = self.patiently(|| self.exchange.list(&self.dir))?;
             }
             let held: HashSet<String> =
@@ -1022,9 +1022,12 @@ impl Turns<'_> {
     }
 }
 
-/// Whether `file` is a delta waiting for a holder.
-fn is_delta(file: &Listed) -> bool {
-    file.name.starts_with(DELTA)
+/// Whether what `listed` holds needs a listing dated by a fresh name (the lease) to be aged: a
+/// delta does (its lifetime told by the names listed alone: a dead writer's, listed alone,
+/// would look fresh), a marker only where the store does not tell the server's time (`swept`).
+fn ages_need_a_fresh_listing(exchange: &dyn Exchange, listed: &[Listed]) -> bool {
+    let marker = |l: &Listed| [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| l.name.starts_with(p));
+    listed.iter().any(|l| l.name.starts_with(DELTA)) || (exchange.server_time().is_none() && listed.iter().any(marker))
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer
