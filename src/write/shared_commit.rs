@@ -1026,8 +1026,13 @@ impl Turns<'_> {
 /// delta does (its lifetime told by the names listed alone: a dead writer's, listed alone,
 /// would look fresh), a marker only where the store does not tell the server's time (`swept`).
 fn ages_need_a_fresh_listing(exchange: &dyn Exchange, listed: &[Listed]) -> bool {
-    let marker = |l: &Listed| [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| l.name.starts_with(p));
-    listed.iter().any(|l| l.name.starts_with(DELTA)) || (exchange.server_time().is_none() && listed.iter().any(marker))
+    listed.iter().any(|l| l.name.starts_with(DELTA))
+        || (exchange.server_time().is_none() && listed.iter().any(is_marker))
+}
+
+/// Whether `file` is a marker: a rejection, a `stored-` or `doubt-` mark, a queued waiter's.
+fn is_marker(file: &Listed) -> bool {
+    [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| file.name.starts_with(p))
 }
 
 /// How long a delta may wait, by the server's clock, before it is taken for the delta of a writer
@@ -1051,15 +1056,14 @@ fn expired(file: &Listed, listed: &[Listed]) -> bool {
     older_than_lifetime(file, listed.iter().map(|l| l.stored).max())
 }
 
-/// True when `file` is a marker (a rejection, a `stored-` or `doubt-` mark, a queued waiter's)
-/// stored more than [`lifetime`] before the newest name of `listed` or `heard`, the server's time
-/// as of the newest answer this process heard: never later than the server's time now, so a
-/// marker is never swept early (a holder in doubt counts on it for a delta's lifetime), and as
-/// new as the listing's own answer on a server that dates its answers, so that markers listed
-/// alone, without the lease, are swept in time without listing again.
+/// True when `file` is a marker ([`is_marker`]) stored more than [`lifetime`] before the newest
+/// name of `listed` or `heard`, the server's time as of the newest answer this process heard:
+/// never later than the server's time now, so a marker is never swept early (a holder in doubt
+/// counts on it for a delta's lifetime), and as new as the listing's own answer on a server that
+/// dates its answers, so that markers listed alone, without the lease, are swept in time without
+/// listing again.
 fn swept(file: &Listed, listed: &[Listed], heard: Option<SystemTime>) -> bool {
-    let marker = [REJECTED, STORED, DOUBT, QUEUED].iter().any(|p| file.name.starts_with(p));
-    marker && older_than_lifetime(file, listed.iter().map(|l| l.stored).chain(heard).max())
+    is_marker(file) && older_than_lifetime(file, listed.iter().map(|l| l.stored).chain(heard).max())
 }
 
 /// True when `file` was stored more than [`lifetime`] before `now`.
