@@ -39,8 +39,9 @@ renames nothing: zarr-python 3.4's LocalStore writes a temporary file and rename
 mountpoint-s3 each chunk file is written in place (`InPlaceStore`, the same bytes); bulk and
 tiles only (the other workloads rewrite files, which it refuses).
 And, on the local disk only, zarr-python writing the same arrays unsharded as plain chunk files
-(fsync'd): what writing one file per chunk costs zarr-python itself, the floor of any view that
-shows chunks as files. A mount's time includes
+(fsync'd), and the same in memory (`memory`: a tmpfs, /dev/shm, nothing synced): what writing
+one file per chunk costs zarr-python itself, on a disk and on a filesystem that costs nothing, the
+floors of any view that shows chunks as files. A mount's time includes
 its unmount, which for shardfs and rclone is when the last bytes reach the bucket. For shardfs the
 daemon's peak RSS (VmHWM) is given too. Median of R runs, each on a fresh mount and a fresh prefix.
 Not a test: nothing here asserts a speed.
@@ -266,7 +267,7 @@ def main():
                         help="round trips to add, ms, comma-separated; `local`: a local directory instead")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="bulk is SCALE x 256 MiB")
-    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,mountpoint,plain")
+    parser.add_argument("--writers", default="direct,shardfs,rclone,s3fs,mountpoint,plain,memory")
     parser.add_argument("--workloads", default="bulk,tiles,append,region,eight,sixteen,wide,wide8,wide16")
     parser.add_argument("--binary", help="the shardfs to measure (default: a release build of this tree)")
     parser.add_argument("--mount-args", default="", help="more flags for the shardfs mounts, one string")
@@ -287,6 +288,7 @@ def main():
             writers.remove(tool)
     binary = shardfs_binary(args.binary)
     work = tempfile.mkdtemp(prefix="shardfs-bench-wan-write.")
+    memory = Local(tempfile.mkdtemp(prefix="shardfs-bench-wan-write.", dir="/dev/shm"))
     server, port = start_s3s_fs(work)
     endpoint = f"http://127.0.0.1:{port}"
     mount_args = args.mount_args.split()
@@ -397,19 +399,21 @@ def main():
                             continue
                         # The other mounts need a bucket; plain chunk files, a disk.
                         if (writer in ("rclone", "s3fs", "mountpoint") and isinstance(place, Local)) or \
-                                (writer == "plain" and not isinstance(place, Local)):
+                                (writer in ("plain", "memory") and not isinstance(place, Local)):
                             continue
+                        # Plain chunk files in memory: the same writes where the filesystem costs nothing.
+                        at = memory if writer == "memory" else place
                         if kind not in NEW_FILES_ONLY.get(writer, (kind,)):
                             failed[(kind, writer, place.label)] = "unsupported: it writes new files only"
                             continue
                         prefix = new_prefix(kind)
-                        if writer == "plain":
-                            create(place.store(prefix), kind, False)
+                        if writer in ("plain", "memory"):
+                            create(at.store(prefix), kind, False)
                         else:
                             prepare(place, kind, prefix, writer in ("direct", "shardfs"))
                         count = MANY.get(kind, 1)
-                        if writer in ("direct", "plain"):
-                            stores = [place.store(prefix) for _ in range(count)]
+                        if writer in ("direct", "plain", "memory"):
+                            stores = [at.store(prefix) for _ in range(count)]
                             mounts = []
                         else:
                             extra = mount_args if writer == "shardfs" else []
@@ -433,7 +437,7 @@ def main():
                             live.remove(m)
                         elapsed = time.perf_counter() - start
                         after = place.counts()
-                        if failure is None and not verify(place, kind, prefix):
+                        if failure is None and not verify(at, kind, prefix):
                             failure = "wrong data read back"
                         where = place.label
                         if failure and writer in ("direct", "shardfs"):
@@ -457,6 +461,7 @@ def main():
         server.terminate()
         server.wait()
         remove_unless_mounted(work)
+        shutil.rmtree(memory.root, ignore_errors=True)
     # What the many mounts' tiles are as stored: each tile zstd-compressed as the array's codec does.
     zstd = numcodecs.Zstd(level=0)
     compressed_mib = {
@@ -487,7 +492,8 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
     names = {"direct": "zarr-python direct (obstore; local: LocalStore)", "shardfs": "shardfs mount",
              "rclone": "rclone mount --vfs-cache-mode writes", "s3fs": "s3fs-fuse",
              "mountpoint": "mountpoint-s3 (chunk files written in place)",
-             "plain": "zarr-python writing it unsharded, plain chunk files (local only)"}
+             "plain": "zarr-python writing it unsharded, plain chunk files (local only)",
+             "memory": "the same in memory (tmpfs, not synced; local only)"}
     what = {"bulk": f"bulk: new {args.scale * 256:.0f} MiB float32, 4 MiB chunks, 64 MiB shards",
             "tiles": "tiles: new 4096x4096 uint8, 256x256 zstd chunks, 2048x2048 shards",
             "append": "append: 64 appends to a sharded array",
@@ -530,10 +536,11 @@ def report(args, wheres, workloads, writers, results, failed, compressed_mib):
                 lines.append(f"- {where}, {kind}: shardfs / direct = {s[0] / d[0]:.2f}x the time, "
                              f"{s[2] / max(d[2], 1e-9):.2f}x the bytes sent"
                              + (f"; peers' time / shardfs's: {', '.join(peers)}" if peers else ""))
-            p = median.get((kind, "plain", where))
-            if p and s and d:
-                lines.append(f"- {where}, {kind}: plain chunk files / direct = {p[0] / d[0]:.2f}x, "
-                             f"shardfs / plain chunk files = {s[0] / p[0]:.2f}x")
+            for floor, name in (("plain", "plain chunk files"), ("memory", "chunk files in memory")):
+                p = median.get((kind, floor, where))
+                if p and s and d:
+                    lines.append(f"- {where}, {kind}: {name} / direct = {p[0] / d[0]:.2f}x, "
+                                 f"shardfs / {name} = {s[0] / p[0]:.2f}x")
         for kind in MANY:
             one = ONE_MOUNT[kind]
             if (kind, "shardfs", where) in median and (one, "shardfs", where) in median:
