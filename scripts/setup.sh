@@ -31,6 +31,9 @@ command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 # postgres.rs mount (a cluster of their own in a temporary directory, run as the package's user
 # `postgres`; the package's service is not used).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
+# libfaketime, which gives each daemon of the kill -9 torture (tests/interop/test_torture.py) a
+# wall clock of its own.
+ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || apt_install faketime
 # LevelDB's library, which the binary loads when a LevelDB is mounted (src/store/database/leveldb).
 ls /usr/lib/*/libleveldb.so.1d >/dev/null 2>&1 || apt_install libleveldb1d
 # GNU dbm's library, loaded the same way for GNU dbm files (src/store/database/gdbm).

@@ -1,7 +1,9 @@
 """kill -9 torture: daemons mounting one prefix of s3s-fs (through scripts/fault_proxy.py, as a
 network would be between them), each with a writer that writes chunks of every shard and fsyncs
 each, while daemons are killed -9 and remounted, or stopped (SIGSTOP) past a lease's time-out and
-let go on, at random. Writers record a write only once its fsync returned 0.
+let go on, at random. Writers record a write only once its fsync returned 0. Each daemon's wall clock
+is its own (libfaketime): the first SKEW seconds behind the server's, the last SKEW ahead, the rest
+spread between, as on machines without a shared time source; their monotonic clocks run true.
 
 Afterwards, a recovery mount commits to every shard (folding what the killed left, taking over
 their leases), and a checker reads the bucket directly with zarr-python:
@@ -14,9 +16,12 @@ their leases), and a checker reads the bucket directly with zarr-python:
   never an error.
 
 Small by default (the run of `.ci/run`: 4 daemons, 40 s); larger by hand:
-``SHARDFS_TORTURE_DAEMONS=8 SHARDFS_TORTURE_SECONDS=240 target/venv/bin/python -m pytest -s tests/interop/test_torture.py``.
+``SHARDFS_TORTURE_DAEMONS=8 SHARDFS_TORTURE_SECONDS=240 target/venv/bin/python -m pytest -s tests/interop/test_torture.py``
+(``SHARDFS_TORTURE_SKEW=S``: the clocks' spread, 120 s unless told; 0: the machine's own clock).
 """
 
+import datetime
+import glob
 import os
 import random
 import signal
@@ -39,6 +44,39 @@ SECONDS = float(os.environ.get("SHARDFS_TORTURE_SECONDS", "40"))
 SHAPE, CHUNKS, SHARDS = (64, 64), (4, 4), (32, 32)
 GRID = (SHAPE[0] // CHUNKS[0], SHAPE[1] // CHUNKS[1])
 PREFIX = "torture"
+SKEW = float(os.environ.get("SHARDFS_TORTURE_SKEW", "120"))
+# The multi-threaded build of libfaketime (Debian's `faketime`, which scripts/setup.sh installs).
+LIBFAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), None)
+
+
+def clock_offset(n):
+    """How far daemon n's wall clock is from the machine's, in seconds: -SKEW for the first,
+    +SKEW for the last."""
+    return 0.0 if DAEMONS == 1 else SKEW * (2 * n / (DAEMONS - 1) - 1)
+
+
+def clock_env(n):
+    """The environment that sets daemon n's wall clock apart. Only the wall clock: a faked
+    monotonic clock would also move the absolute deadlines of Rust's timed waits."""
+    if SKEW == 0:
+        return dict(os.environ)
+    if LIBFAKETIME is None:
+        pytest.fail("libfaketime is not installed (scripts/setup.sh installs Debian's faketime)")
+    return dict(os.environ, LD_PRELOAD=LIBFAKETIME, FAKETIME=f"{clock_offset(n):+.0f}s", DONT_FAKE_MONOTONIC="1")
+
+
+def percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, len(ordered) * p // 100)] if ordered else 0.0
+
+
+def logged_offset(log):
+    """How far the first time stamp of a daemon's log is from now, in seconds (its clock's offset,
+    give or take the time since it was written)."""
+    with open(log) as f:
+        stamp = f.readline()[1:25]
+    logged = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    return (logged - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +113,8 @@ class Slot:
 
     def mount(self):
         subprocess.run([shardfs.binary(), "mount", url(self.service, PREFIX), str(self.mnt), "--endpoint-url",
-                        self.endpoint, "--log-file", str(self.log), "-v"], check=True, capture_output=True)
+                        self.endpoint, "--log-file", str(self.log), "-v"], check=True, capture_output=True,
+                       env=clock_env(self.n))
 
     def kill_and_remount(self):
         pid = daemon_pid(self.mnt)
@@ -96,9 +135,16 @@ def test_daemons_killed_and_stopped_at_random_lose_no_fsynced_write(service, tmp
                       compressors=None, fill_value=0)
     proxy = FaultProxy(service.endpoint)
     slots = [Slot(n, service, proxy.endpoint, tmp_path) for n in range(DAEMONS)]
+    # The clocks are skewed as told (the test means nothing if the preload took no effect).
+    unskewed = [(s.n, round(logged_offset(s.log))) for s in slots if abs(logged_offset(s.log) - clock_offset(s.n)) > 15]
+    if unskewed:
+        for slot in slots:
+            slot.unmount()
+        proxy.stop()
+    assert unskewed == [], f"daemons whose clocks are not as told (daemon, offset logged): {unskewed}"
     owned = {n: [(i, j) for i in range(GRID[0]) for j in range(GRID[1]) if (i * GRID[1] + j) % DAEMONS == n]
              for n in range(DAEMONS)}
-    acked, tried, blamed = {}, {}, []
+    acked, tried, blamed, latencies = {}, {}, [], []
     facts = threading.Lock()
     start = time.monotonic()
     end = start + SECONDS
@@ -123,6 +169,7 @@ def test_daemons_killed_and_stopped_at_random_lose_no_fsynced_write(service, tmp
                 else:
                     failed = False
                     path = os.path.join(slot.mnt, "c", str(i), str(j))
+                    began = time.monotonic()
                     try:
                         os.makedirs(os.path.dirname(path), exist_ok=True)
                         with open(path, "wb") as f:
@@ -140,6 +187,7 @@ def test_daemons_killed_and_stopped_at_random_lose_no_fsynced_write(service, tmp
                 continue
             with facts:
                 acked[(i, j)] = seq
+                latencies.append(time.monotonic() - began)
 
     threads = [threading.Thread(target=writer, args=(slot,)) for slot in slots]
     for t in threads:
@@ -165,8 +213,10 @@ def test_daemons_killed_and_stopped_at_random_lose_no_fsynced_write(service, tmp
             t.join(timeout=600)
         unmounted = [slot.unmount() for slot in slots]
         proxy.stop()
-    print(f"{DAEMONS} daemons, {SECONDS:.0f} s: {sum(len(v) for v in tried.values())} writes, "
-          f"{len(acked)} chunks acknowledged, {kills} kills, {stops} stops")
+    print(f"{DAEMONS} daemons, {SECONDS:.0f} s, clocks {-SKEW:+.0f} to {SKEW:+.0f} s: "
+          f"{sum(len(v) for v in tried.values())} writes, {len(acked)} chunks acknowledged, {kills} kills, "
+          f"{stops} stops; an acknowledged write's open to fsync: median {percentile(latencies, 50):.2f} s, "
+          f"p99 {percentile(latencies, 99):.2f} s, max {max(latencies, default=0):.2f} s")
     assert blamed == [], (blamed, events)
     assert [u for u in unmounted if u[0] != 0] == []
 
