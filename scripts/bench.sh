@@ -209,7 +209,7 @@ doc["shape"] = [int(sys.argv[3]) * int(sys.argv[4])]
 json.dump(doc, open(sys.argv[2], "w"))
 PY
     # Nothing else left to write back first: plain files' `sync` writes back whatever is dirty
-    # (the peers' images made before it), and would be timed for it.
+    # (what the profile wrote before it), and would be timed for it.
     sync
     if [ "$target" = plain ]; then
       start=$(date +%s.%N); cp -r "$work/src/plain/a/c" "$work/w/store/b/"; sync; end=$(date +%s.%N)
