@@ -288,7 +288,9 @@ def main():
             writers.remove(tool)
     binary = shardfs_binary(args.binary)
     work = tempfile.mkdtemp(prefix="shardfs-bench-wan-write.")
-    memory = Local(tempfile.mkdtemp(prefix="shardfs-bench-wan-write.", dir="/dev/shm"))
+    # Made only where it is written, and each array removed once read back (tmpfs is RAM).
+    memory = Local(tempfile.mkdtemp(prefix="shardfs-bench-wan-write.", dir="/dev/shm")) \
+        if "memory" in writers and "local" in rtts else None
     server, port = start_s3s_fs(work)
     endpoint = f"http://127.0.0.1:{port}"
     mount_args = args.mount_args.split()
@@ -439,6 +441,8 @@ def main():
                         after = place.counts()
                         if failure is None and not verify(at, kind, prefix):
                             failure = "wrong data read back"
+                        if at is memory:
+                            shutil.rmtree(os.path.join(memory.root, prefix), ignore_errors=True)
                         where = place.label
                         if failure and writer in ("direct", "shardfs"):
                             raise AssertionError(f"{writer}: {kind} at {where}: {failure}")
@@ -461,7 +465,8 @@ def main():
         server.terminate()
         server.wait()
         remove_unless_mounted(work)
-        shutil.rmtree(memory.root, ignore_errors=True)
+        if memory is not None:
+            shutil.rmtree(memory.root, ignore_errors=True)
     # What the many mounts' tiles are as stored: each tile zstd-compressed as the array's codec does.
     zstd = numcodecs.Zstd(level=0)
     compressed_mib = {

@@ -54,13 +54,14 @@ def main():
     binary = os.path.abspath(args.binary)
     work = tempfile.mkdtemp(prefix="shardfs-open-cost.")
     sharded, plain, mnt = (os.path.join(work, n) for n in ("sharded", "plain", "mnt"))
-    os.mkdir(mnt)
-    data = np.random.default_rng(1).integers(0, 255, (4096, 4096), dtype=np.uint8)
-    for root, shards in ((sharded, (1024, 1024)), (plain, None)):
-        zarr.create_array(LocalStore(root), name="t", shape=data.shape, chunks=(128, 128), shards=shards,
-                          dtype="uint8", compressors=zarr.codecs.ZstdCodec(), fill_value=0)[...] = data
-    daemon = subprocess.Popen([binary, "mount", "-f", "--read-only", sharded, mnt])
+    daemon = None
     try:
+        os.mkdir(mnt)
+        data = np.random.default_rng(1).integers(0, 255, (4096, 4096), dtype=np.uint8)
+        for root, shards in ((sharded, (1024, 1024)), (plain, None)):
+            zarr.create_array(LocalStore(root), name="t", shape=data.shape, chunks=(128, 128), shards=shards,
+                              dtype="uint8", compressors=zarr.codecs.ZstdCodec(), fill_value=0)[...] = data
+        daemon = subprocess.Popen([binary, "mount", "-f", "--read-only", sharded, mnt])
         for _ in range(400):
             if os.path.ismount(mnt):
                 break
@@ -87,8 +88,14 @@ def main():
         print(f"| zarr-python reads the array | {med[('zarr', 'mount')]:.3f} s | {med[('zarr', 'disk')]:.3f} s |")
         print(f"\nzarr-python reading the shards directly: {med[('zarr', 'shards')]:.3f} s")
     finally:
-        subprocess.run([binary, "unmount", mnt], check=False)
-        daemon.wait(timeout=60)
+        if daemon is not None:
+            if os.path.ismount(mnt):
+                subprocess.run([binary, "unmount", mnt], check=False)
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
         if not os.path.ismount(mnt):
             shutil.rmtree(work)
     return 0

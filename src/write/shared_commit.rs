@@ -312,7 +312,10 @@ impl Turns<'_> {
     /// A name no other commit uses, that sorts after every name this process made before:
     /// `prefix`, this machine's time in nanoseconds and a random number.
     fn unique_name(&self, prefix: &str) -> String {
-        format!("{prefix}{:020}-{:016x}", self.world.wall_nanos(), self.world.random())
+        let name = format!("{prefix}{:020}-{:016x}", self.world.wall_nanos(), self.world.random());
+        // Which machine a name in the exchange was, for whoever reads the logs after a crash.
+        log::debug!("{}: commits as {name}", self.store.describe(self.key));
+        name
     }
 
     /// Commits `changes` as holder `me` of `lease`; where the lease is taken over before a stored
