@@ -754,6 +754,7 @@ mod tests {
         drop(again);
         other.tidy_private_dir().unwrap();
         assert!(!private.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -780,6 +781,7 @@ mod tests {
         let (free_while_held, free_after) = waiting.join().unwrap();
         assert!(!free_while_held, "the waiting locker moved to the linked file");
         assert!(free_after);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
